@@ -1,0 +1,222 @@
+//! Tensor encodings: what the bytes of one tensor mean, how many there must be, and how to turn
+//! them back into numbers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{FormatError, Result};
+use crate::{ggml, neuzip, ternary};
+
+/// A raw float element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloatType {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl FloatType {
+    pub fn size(self) -> usize {
+        match self {
+            FloatType::F32 => 4,
+            FloatType::F16 | FloatType::Bf16 => 2,
+        }
+    }
+}
+
+/// Ternary code layouts. Both keep each row starting on a 4-byte word so a GPU invocation reads
+/// whole `u32` words of one row (see [`crate::ternary`] for the exact bit positions and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TernaryLayout {
+    /// 2-bit codes `t + 1`, 16 per little-endian `u32`, element `j` of the word at bits `2j..2j+2`.
+    #[serde(rename = "2bit")]
+    Bits2,
+    /// Base-3, 5 trits per byte (1.6 bits per weight), 20 per `u32` word.
+    Base3,
+}
+
+/// How one tensor's bytes are encoded. Serialized into the tensor directory as
+/// `{"type": "...", ...params}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Encoding {
+    /// Raw little-endian floats, row-major.
+    F32,
+    F16,
+    Bf16,
+    /// ggml blocks kept as they are (32 elements per block, blocks of one row contiguous).
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q4_0")]
+    Q4_0,
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    /// Ternary codes followed by the scales. `group` is the number of consecutive elements of a row
+    /// sharing one scale (0 = one scale for the whole tensor). Scales are `scale_type` (f32 or f16).
+    Ternary { layout: TernaryLayout, group: u32, scale_type: FloatType },
+    /// NeuZip-compressed floats (see [`crate::neuzip`]); `dtype` is the type the tensor decodes to,
+    /// `mantissa_bits` the number of mantissa bits kept (the full width for lossless).
+    #[serde(rename = "neuzip")]
+    NeuZip { dtype: FloatType, mantissa_bits: u8 },
+}
+
+impl Encoding {
+    /// A short name for tables and JSON (`inspect`).
+    pub fn name(&self) -> String {
+        match self {
+            Encoding::F32 => "f32".into(),
+            Encoding::F16 => "f16".into(),
+            Encoding::Bf16 => "bf16".into(),
+            Encoding::Q8_0 => "q8_0".into(),
+            Encoding::Q4_0 => "q4_0".into(),
+            Encoding::Q4_1 => "q4_1".into(),
+            Encoding::Ternary { layout: TernaryLayout::Bits2, .. } => "ternary-2bit".into(),
+            Encoding::Ternary { layout: TernaryLayout::Base3, .. } => "ternary-base3".into(),
+            Encoding::NeuZip { dtype, mantissa_bits } => {
+                let full = full_mantissa_bits(*dtype);
+                let d = match dtype {
+                    FloatType::F32 => "f32",
+                    FloatType::F16 => "f16",
+                    FloatType::Bf16 => "bf16",
+                };
+                if *mantissa_bits >= full {
+                    format!("neuzip-{d}")
+                } else {
+                    format!("neuzip-{d}-m{mantissa_bits}")
+                }
+            }
+        }
+    }
+
+    /// Bits of the `.tern` header `required_features` that a reader must know to decode this.
+    pub fn required_feature(&self) -> u64 {
+        match self {
+            Encoding::NeuZip { .. } => crate::FEATURE_NEUZIP,
+            Encoding::Ternary { layout: TernaryLayout::Base3, .. } => crate::FEATURE_TERNARY_BASE3,
+            Encoding::Ternary { .. } => crate::FEATURE_TERNARY_2BIT,
+            _ => 0,
+        }
+    }
+
+    /// The exact byte size a tensor of this shape must have, or `None` when the size is only known
+    /// from the stream itself (NeuZip: the blob is self-describing and validated on decode).
+    pub fn expected_bytes(&self, shape: &[u64]) -> Result<Option<u64>> {
+        let n = element_count(shape)?;
+        let (rows, cols) = rows_cols(shape)?;
+        let mul = |a: u64, b: u64| {
+            a.checked_mul(b).ok_or_else(|| FormatError::BadShape {
+                what: "tensor".into(),
+                detail: format!("byte size of shape {shape:?} overflows"),
+            })
+        };
+        Ok(Some(match self {
+            Encoding::F32 => mul(n, 4)?,
+            Encoding::F16 | Encoding::Bf16 => mul(n, 2)?,
+            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 => {
+                let bt = match self {
+                    Encoding::Q8_0 => ggml::BlockType::Q8_0,
+                    Encoding::Q4_0 => ggml::BlockType::Q4_0,
+                    _ => ggml::BlockType::Q4_1,
+                };
+                if cols % bt.block_elems() as u64 != 0 {
+                    return Err(FormatError::BadShape {
+                        what: self.name(),
+                        detail: format!("row length {cols} is not a multiple of {}", bt.block_elems()),
+                    });
+                }
+                mul(rows, mul(cols / bt.block_elems() as u64, bt.block_bytes() as u64)?)?
+            }
+            Encoding::Ternary { layout, group, scale_type } => {
+                let codes = ternary::codes_bytes(*layout, rows, cols)?;
+                let groups = ternary::scale_count(rows, cols, *group)?;
+                codes
+                    .checked_add(mul(groups, scale_type.size() as u64)?)
+                    .ok_or_else(|| FormatError::out_of_range("ternary tensor", "size overflows"))?
+            }
+            Encoding::NeuZip { .. } => return Ok(None),
+        }))
+    }
+
+    /// Decode a whole tensor of this encoding into f32 values (row-major, `shape` order).
+    pub fn decode_f32(&self, shape: &[u64], bytes: &[u8]) -> Result<Vec<f32>> {
+        let n = usize::try_from(element_count(shape)?)
+            .map_err(|_| FormatError::out_of_range("tensor", "too many elements for this platform"))?;
+        if let Some(expect) = self.expected_bytes(shape)? {
+            if expect != bytes.len() as u64 {
+                return Err(FormatError::malformed(
+                    self.name(),
+                    format!("expected {expect} bytes for shape {shape:?}, found {}", bytes.len()),
+                ));
+            }
+        }
+        let (rows, cols) = rows_cols(shape)?;
+        match self {
+            Encoding::F32 => Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            Encoding::F16 => Ok(bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect()),
+            Encoding::Bf16 => Ok(bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect()),
+            Encoding::Q8_0 => ggml::dequantize(ggml::BlockType::Q8_0, bytes, n),
+            Encoding::Q4_0 => ggml::dequantize(ggml::BlockType::Q4_0, bytes, n),
+            Encoding::Q4_1 => ggml::dequantize(ggml::BlockType::Q4_1, bytes, n),
+            Encoding::Ternary { layout, group, scale_type } => {
+                let t = ternary::TernaryRef::new(*layout, rows, cols, *group, *scale_type, bytes)?;
+                t.dequantize()
+            }
+            Encoding::NeuZip { dtype, .. } => {
+                let raw = neuzip::decode(bytes)?;
+                let dec = FloatType::size(*dtype);
+                if raw.len() != n * dec {
+                    return Err(FormatError::malformed(
+                        "neuzip tensor",
+                        format!("decoded {} bytes, shape {shape:?} needs {}", raw.len(), n * dec),
+                    ));
+                }
+                let as_raw = match dtype {
+                    FloatType::F32 => Encoding::F32,
+                    FloatType::F16 => Encoding::F16,
+                    FloatType::Bf16 => Encoding::Bf16,
+                };
+                as_raw.decode_f32(shape, &raw)
+            }
+        }
+    }
+}
+
+/// Number of mantissa bits of a float type (the lossless `mantissa_bits` of NeuZip).
+pub fn full_mantissa_bits(t: FloatType) -> u8 {
+    match t {
+        FloatType::F32 => 23,
+        FloatType::F16 => 10,
+        FloatType::Bf16 => 7,
+    }
+}
+
+/// Product of the dimensions, checked for overflow. An empty shape is a scalar (1 element).
+pub fn element_count(shape: &[u64]) -> Result<u64> {
+    if shape.len() > 4 {
+        return Err(FormatError::BadShape { what: "tensor".into(), detail: format!("{} dimensions (at most 4)", shape.len()) });
+    }
+    shape.iter().try_fold(1u64, |acc, &d| {
+        acc.checked_mul(d).ok_or_else(|| FormatError::BadShape {
+            what: "tensor".into(),
+            detail: format!("element count of shape {shape:?} overflows"),
+        })
+    })
+}
+
+/// A tensor viewed as a matrix: `cols` is the last (contiguous) dimension, `rows` the product of the
+/// others. Shapes are outermost-first, as in PyTorch (`[out_features, in_features]`).
+pub fn rows_cols(shape: &[u64]) -> Result<(u64, u64)> {
+    let n = element_count(shape)?;
+    match shape.last() {
+        None => Ok((1, 1)),
+        Some(&0) => Ok((0, 0)),
+        Some(&c) => Ok((n / c, c)),
+    }
+}
