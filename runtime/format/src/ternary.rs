@@ -11,5 +11,6 @@ pub fn scale_count(_rows: u64, _cols: u64, _group: u32) -> Result<u64> { Ok(1) }
 pub struct TernaryRef<'a> { _b: &'a [u8] }
 impl<'a> TernaryRef<'a> {
     pub fn new(_l: TernaryLayout, _r: u64, _c: u64, _g: u32, _s: FloatType, b: &'a [u8]) -> Result<Self> { Ok(Self { _b: b }) }
+    pub fn validate(&self) -> Result<()> { Ok(()) }
     pub fn dequantize(&self) -> Result<Vec<f32>> { Err(FormatError::InvalidArgument("not yet written".into())) }
 }
