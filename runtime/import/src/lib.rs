@@ -2,5 +2,6 @@
 
 pub mod error;
 pub mod fetch;
+pub mod gguf;
 
 pub use error::{ImportError, Result};

@@ -1,0 +1,200 @@
+//! tern's GGUF parser and ggml block decoders against llama.cpp itself: golden vectors made by
+//! the vendored llama.cpp build (see tests/golden/ggml/PROVENANCE.md) and the real SmolLM2 GGUF
+//! as llama.cpp's gguf-py reads it.
+
+use tern_import::gguf::{GgmlType, GgufFile};
+
+mod sha256 {
+    //! A small SHA-256 (FIPS 180-4) so the test needs no extra dependency; checked against the
+    //! standard test vectors below.
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+
+    fn block(h: &mut [u32; 8], b: &[u8]) {
+        let mut w = [0u32; 64];
+        for i in 0..16 {
+            w[i] = u32::from_be_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[i - 7])
+                .wrapping_add(s1);
+        }
+        let [mut a, mut b2, mut c, mut d, mut e, mut f, mut g, mut hh] = *h;
+        for i in 0..64 {
+            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
+            let ch = (e & f) ^ (!e & g);
+            let t1 = hh
+                .wrapping_add(s1)
+                .wrapping_add(ch)
+                .wrapping_add(K[i])
+                .wrapping_add(w[i]);
+            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
+            let maj = (a & b2) ^ (a & c) ^ (b2 & c);
+            let t2 = s0.wrapping_add(maj);
+            hh = g;
+            g = f;
+            f = e;
+            e = d.wrapping_add(t1);
+            d = c;
+            c = b2;
+            b2 = a;
+            a = t1.wrapping_add(t2);
+        }
+        for (x, y) in h.iter_mut().zip([a, b2, c, d, e, f, g, hh]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+
+    pub fn hex(data: &[u8]) -> String {
+        let mut h: [u32; 8] = [
+            0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+            0x5be0cd19,
+        ];
+        let mut chunks = data.chunks_exact(64);
+        for c in &mut chunks {
+            block(&mut h, c);
+        }
+        let rest = chunks.remainder();
+        let mut tail = rest.to_vec();
+        tail.push(0x80);
+        while tail.len() % 64 != 56 {
+            tail.push(0);
+        }
+        tail.extend_from_slice(&((data.len() as u64) * 8).to_be_bytes());
+        for c in tail.chunks_exact(64) {
+            block(&mut h, c);
+        }
+        h.iter().map(|x| format!("{x:08x}")).collect()
+    }
+
+    #[test]
+    fn sha256_test_vectors() {
+        assert_eq!(
+            hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let long = b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+        assert_eq!(
+            hex(long),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct TensorRecord {
+    name: String,
+    #[serde(rename = "type")]
+    ty: u32,
+    ne: Vec<u64>,
+    offset: u64,
+    n_bytes: u64,
+    sha256: String,
+}
+
+#[derive(serde::Deserialize)]
+struct SmolRecord {
+    data_offset: u64,
+    alignment: u64,
+    tensors: Vec<TensorRecord>,
+}
+
+/// tern's parser agrees with gguf-py on every tensor of the real SmolLM2 GGUF: name, type, shape,
+/// offset, size and the bytes themselves (sha256), and every byte range is inside the file.
+#[test]
+fn smollm2_gguf_matches_gguf_py() {
+    let path = tern_tests::smollm2_gguf();
+    let g = GgufFile::open(&path).unwrap();
+    let rec: SmolRecord = serde_json::from_slice(
+        &std::fs::read(tern_tests::golden("ggml/smollm2_tensors.json")).unwrap(),
+    )
+    .unwrap();
+
+    assert_eq!(g.version(), 3);
+    assert_eq!(g.architecture(), "llama");
+    assert_eq!(g.data_offset(), rec.data_offset);
+    assert_eq!(g.alignment(), rec.alignment);
+    assert_eq!(g.tensors().len(), 272);
+    assert_eq!(g.tensors().len(), rec.tensors.len());
+
+    let file_len = g.bytes().len() as u64;
+    let mut ranges = vec![];
+    for (t, r) in g.tensors().iter().zip(&rec.tensors) {
+        assert_eq!(t.name, r.name);
+        assert_eq!(t.type_id, r.ty, "{}", t.name);
+        assert_eq!(t.ne, r.ne, "{}", t.name);
+        assert_eq!(t.offset, r.offset, "{}", t.name);
+        assert_eq!(t.size, Some(r.n_bytes), "{}", t.name);
+        let start = g.data_offset() + t.offset;
+        assert!(start + r.n_bytes <= file_len);
+        assert_eq!(start % g.alignment(), 0);
+        ranges.push((start, start + r.n_bytes));
+        let bytes = g.tensor_bytes(t).unwrap();
+        assert_eq!(bytes.len() as u64, r.n_bytes);
+        assert_eq!(sha256::hex(bytes), r.sha256, "{}", t.name);
+    }
+    ranges.sort();
+    for w in ranges.windows(2) {
+        assert!(w[0].1 <= w[1].0, "overlap {:?}", w);
+    }
+
+    // Types and shapes as tern names them.
+    let embd = g.tensor("token_embd.weight").unwrap();
+    assert_eq!(embd.ggml_type, GgmlType::Q8_0);
+    assert_eq!(embd.shape(), vec![49152, 576]);
+    assert_eq!(
+        g.tensor("blk.0.ffn_down.weight").unwrap().ggml_type,
+        GgmlType::Q4_1
+    );
+    assert_eq!(
+        g.tensor("blk.0.ffn_down.weight").unwrap().shape(),
+        vec![576, 1536]
+    );
+    assert_eq!(
+        g.tensor("output_norm.weight").unwrap().ggml_type,
+        GgmlType::F32
+    );
+
+    // Metadata through the typed getters.
+    assert_eq!(g.get_u32("llama.block_count").unwrap(), 30);
+    assert_eq!(g.get_u32("llama.embedding_length").unwrap(), 576);
+    assert_eq!(g.get_u32("llama.attention.head_count").unwrap(), 9);
+    assert_eq!(g.get_u32("llama.attention.head_count_kv").unwrap(), 3);
+    assert!((g.get_f32("llama.attention.layer_norm_rms_epsilon").unwrap() - 1e-5).abs() < 1e-9);
+    assert_eq!(g.get_str("tokenizer.ggml.model").unwrap(), "gpt2");
+    assert_eq!(
+        g.get_str_array("tokenizer.ggml.tokens").unwrap().len(),
+        49152
+    );
+    assert_eq!(
+        g.get_str_array("tokenizer.ggml.merges").unwrap().len(),
+        48900
+    );
+    let tt = g.get_i32_array("tokenizer.ggml.token_type").unwrap();
+    assert_eq!(tt.len(), 49152);
+    assert!(tt.iter().all(|&t| (1..=6).contains(&t)));
+    let _ = g.get_bool("tokenizer.ggml.add_bos_token").unwrap();
+    assert!(matches!(
+        g.get_u32("no.such.key"),
+        Err(tern_import::ImportError::MissingKey(_))
+    ));
+    assert!(g.get_u32("general.architecture").is_err());
+}
