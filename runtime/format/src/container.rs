@@ -605,6 +605,11 @@ impl TernFile {
     }
 }
 
+/// The checksum tern uses everywhere: xxh3-64.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    xxh3_64(bytes)
+}
+
 /// xxh3-64 of a whole file, streamed (provenance hashes of source files).
 pub fn hash_file(path: &Path) -> Result<u64> {
     use std::io::Read;

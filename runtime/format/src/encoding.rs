@@ -188,6 +188,17 @@ impl Encoding {
     }
 }
 
+impl From<FloatType> for Encoding {
+    /// The raw encoding of a float type.
+    fn from(t: FloatType) -> Self {
+        match t {
+            FloatType::F32 => Encoding::F32,
+            FloatType::F16 => Encoding::F16,
+            FloatType::Bf16 => Encoding::Bf16,
+        }
+    }
+}
+
 /// Number of mantissa bits of a float type (the lossless `mantissa_bits` of NeuZip).
 pub fn full_mantissa_bits(t: FloatType) -> u8 {
     match t {

@@ -1,0 +1,194 @@
+//! GGUF metadata → tern's [`ModelMeta`]: architecture, hyperparameters, tokenizer.
+
+use tern_format::{ActivationScheme, Arch, FfnAct, HParams, ModelMeta, Provenance, TokenizerKind, TokenizerSpec};
+
+use crate::error::{ImportError, Result};
+use crate::gguf::{GgufArray, GgufFile, GgufValue};
+
+/// The tern architecture of a GGUF `general.architecture`.
+///
+/// * `llama`: Q/K were permuted by llama.cpp's converter for adjacent-pair RoPE → `rope_neox = false`.
+/// * `bitnet` (upstream llama.cpp) and `bitnet-25` / `bitnet-b1.58` (bitnet.cpp): NeoX pairing
+///   (llama.cpp lists BITNET among its NEOX-rope architectures). Upstream's `bitnet` graph uses
+///   SiLU in the FFN (it was written for the 0.7B/3B b1.58 models); bitnet.cpp's `bitnet-25` is
+///   2B4T with relu². An explicit `{arch}.hidden_act` key wins over both defaults.
+pub fn arch_of(name: &str) -> Result<(Arch, bool, FfnAct)> {
+    match name {
+        "llama" => Ok((Arch::Llama, false, FfnAct::Silu)),
+        "bitnet" => Ok((Arch::Bitnet, true, FfnAct::Silu)),
+        "bitnet-25" | "bitnet-b1.58" => Ok((Arch::Bitnet, true, FfnAct::Relu2)),
+        other => Err(ImportError::UnsupportedArch(other.to_string())),
+    }
+}
+
+fn need<T>(v: Option<T>, key: &str) -> Result<T> {
+    v.ok_or_else(|| ImportError::MissingKey(key.to_string()))
+}
+
+/// Hyperparameters from `{arch}.*` keys; `n_vocab_hint` is used when no vocab size key exists.
+pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams)> {
+    let arch_name = g.architecture().to_string();
+    let (arch, rope_neox, default_act) = arch_of(&arch_name)?;
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let n_embd = need(g.opt_u32(&k("embedding_length"))?, &k("embedding_length"))?;
+    let n_layer = need(g.opt_u32(&k("block_count"))?, &k("block_count"))?;
+    let n_head = need(g.opt_u32(&k("attention.head_count"))?, &k("attention.head_count"))?;
+    let n_head_kv = g.opt_u32(&k("attention.head_count_kv"))?.unwrap_or(n_head);
+    let n_ff = need(g.opt_u32(&k("feed_forward_length"))?, &k("feed_forward_length"))?;
+    if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_embd == 0 || n_layer == 0 {
+        return Err(ImportError::Gguf(format!(
+            "inconsistent attention shape: n_embd {n_embd}, heads {n_head}, kv heads {n_head_kv}, layers {n_layer}"
+        )));
+    }
+    let head_dim = match g.opt_u32(&k("attention.key_length"))? {
+        Some(d) => d,
+        None if n_embd % n_head == 0 => n_embd / n_head,
+        None => return Err(ImportError::Gguf(format!("n_embd {n_embd} is not a multiple of n_head {n_head}"))),
+    };
+    let rope_dim = g.opt_u32(&k("rope.dimension_count"))?.unwrap_or(head_dim);
+    if rope_dim > head_dim || rope_dim % 2 != 0 {
+        return Err(ImportError::Gguf(format!("rope dimension {rope_dim} invalid for head_dim {head_dim}")));
+    }
+    let n_vocab = match g.opt_u32(&k("vocab_size"))? {
+        Some(v) => v,
+        None => need(n_vocab_hint, &k("vocab_size"))?,
+    };
+    let ffn_act = match g.opt_str(&k("hidden_act"))? {
+        Some("relu2") | Some("relu_sqr") => FfnAct::Relu2,
+        Some("silu") => FfnAct::Silu,
+        Some(other) => return Err(ImportError::Gguf(format!("unsupported hidden_act {other:?}"))),
+        None => default_act,
+    };
+    if g.get(&k("rope.scaling.type")).is_some_and(|v| !matches!(v, GgufValue::String(s) if s == "none")) {
+        return Err(ImportError::Gguf(format!("{} is not supported yet", k("rope.scaling.type"))));
+    }
+    let tied = g.tensor("output.weight").is_none();
+    Ok((
+        arch,
+        HParams {
+            n_vocab,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff,
+            n_ctx_train: g.opt_u32(&k("context_length"))?.unwrap_or(2048),
+            rope_theta: g.opt_f32(&k("rope.freq_base"))?.unwrap_or(10000.0),
+            rope_dim,
+            rope_neox,
+            rms_eps: g.opt_f32(&k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            ffn_act,
+            tied_embeddings: tied,
+            sub_norms: arch == Arch::Bitnet,
+        },
+    ))
+}
+
+/// The tokenizer as GGUF stores it, or `None` when the file has no vocabulary.
+pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
+    let Some(model) = g.opt_str("tokenizer.ggml.model")? else { return Ok(None) };
+    let kind = match model {
+        "gpt2" => TokenizerKind::Gpt2,
+        "llama" => TokenizerKind::Llama,
+        "no_vocab" | "none" => return Ok(None),
+        other => return Err(ImportError::Gguf(format!("tokenizer model {other:?} is not supported (gpt2 and llama are)"))),
+    };
+    let tokens = g.get_str_array("tokenizer.ggml.tokens")?.to_vec();
+    let token_types = match g.get("tokenizer.ggml.token_type") {
+        Some(_) => g.get_i32_array("tokenizer.ggml.token_type")?,
+        None => vec![1; tokens.len()],
+    };
+    if token_types.len() != tokens.len() {
+        return Err(ImportError::Gguf(format!("{} token types for {} tokens", token_types.len(), tokens.len())));
+    }
+    let merges = match g.get("tokenizer.ggml.merges") {
+        Some(_) => g.get_str_array("tokenizer.ggml.merges")?.to_vec(),
+        None => Vec::new(),
+    };
+    let scores = match g.get("tokenizer.ggml.scores") {
+        Some(_) => g.get_f32_array("tokenizer.ggml.scores")?,
+        None => Vec::new(),
+    };
+    let n = tokens.len() as u32;
+    let id = |key: &str| -> Result<Option<u32>> {
+        Ok(match g.opt_u32(key)? {
+            Some(v) if v < n => Some(v),
+            Some(v) => {
+                log::warn!("{key} = {v} is outside the vocabulary ({n} tokens): ignored");
+                None
+            }
+            None => None,
+        })
+    };
+    // llama.cpp's defaults when the keys are absent: SPM adds BOS and a space prefix, BPE does not.
+    let spm = kind == TokenizerKind::Llama;
+    Ok(Some(TokenizerSpec {
+        kind,
+        pre: g.opt_str("tokenizer.ggml.pre")?.map(str::to_string),
+        tokens,
+        token_types,
+        merges,
+        scores,
+        bos: id("tokenizer.ggml.bos_token_id")?,
+        eos: id("tokenizer.ggml.eos_token_id")?,
+        unk: id("tokenizer.ggml.unknown_token_id")?,
+        pad: id("tokenizer.ggml.padding_token_id")?,
+        eot: id("tokenizer.ggml.eot_token_id")?,
+        add_bos: g.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
+        add_eos: g.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+        add_space_prefix: g.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
+        chat_template: g.opt_str("tokenizer.chat_template")?.map(str::to_string),
+    }))
+}
+
+/// The whole [`ModelMeta`] of a GGUF file (provenance filled by the caller).
+pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result<ModelMeta> {
+    let tokenizer = tokenizer_spec(g)?;
+    let hint = tokenizer.as_ref().map(|t| t.tokens.len() as u32).or_else(|| {
+        g.tensor("token_embd.weight").and_then(|t| t.shape().first().copied()).map(|v| v as u32)
+    });
+    let (arch, hparams) = hparams(g, hint)?;
+    let activations = match arch {
+        Arch::Llama => {
+            if activations.is_some() {
+                return Err(ImportError::InvalidArgument("--activations applies to BitNet models only".into()));
+            }
+            ActivationScheme::FLOAT
+        }
+        Arch::Bitnet => activations.unwrap_or(ActivationScheme::A8),
+    };
+    Ok(ModelMeta {
+        arch,
+        hparams,
+        tokenizer,
+        activations,
+        provenance: Provenance {
+            source_format: "gguf".into(),
+            model_name: g.opt_str("general.name")?.map(str::to_string),
+            ..Provenance::default()
+        },
+        extra: Default::default(),
+    })
+}
+
+/// All metadata as JSON, with long arrays summarized (for `tern inspect` on GGUF files).
+pub fn metadata_summary(g: &GgufFile) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    m.insert("gguf_version".into(), serde_json::json!(g.version()));
+    for (k, v) in g.metadata() {
+        let j = match v {
+            GgufValue::Array(a) if a.len() > 16 => serde_json::json!(format!("<array of {} {}>", a.len(), crate::gguf::value_type_name(a.elem_type()))),
+            GgufValue::Array(GgufArray::String(s)) => serde_json::json!(s),
+            GgufValue::Array(a) => a.to_i64_vec().map_or_else(|| serde_json::json!(v.to_string()), |x| serde_json::json!(x)),
+            GgufValue::String(s) if s.len() > 200 => serde_json::json!(format!("<{} chars>", s.len())),
+            GgufValue::String(s) => serde_json::json!(s),
+            GgufValue::Bool(b) => serde_json::json!(b),
+            GgufValue::F32(f) => serde_json::json!(f),
+            GgufValue::F64(f) => serde_json::json!(f),
+            other => other.as_i128().map_or_else(|| serde_json::json!(other.to_string()), |i| serde_json::json!(i as i64)),
+        };
+        m.insert(k.to_string(), j);
+    }
+    serde_json::Value::Object(m)
+}
