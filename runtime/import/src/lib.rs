@@ -3,5 +3,6 @@
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod gguf_meta;
 
 pub use error::{ImportError, Result};
