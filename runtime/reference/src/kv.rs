@@ -1,0 +1,68 @@
+//! The reference KV cache: preallocated once, written in place, never concatenated.
+
+use crate::error::{ReferenceError, Result};
+use crate::model::Model;
+
+/// Keys and values of every layer, `[layer][pos][kv_head][head_dim]` f32, for up to `n_ctx`
+/// positions. Keys are stored after RoPE.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    pub(crate) n_layer: usize,
+    /// `n_head_kv · head_dim`: floats per position per layer.
+    pub(crate) row: usize,
+    pub(crate) n_ctx: usize,
+    pub(crate) len: usize,
+}
+
+impl KvCache {
+    /// A cache for `model` holding `n_ctx` positions (all memory is allocated here).
+    pub fn new(model: &Model, n_ctx: usize) -> Result<Self> {
+        let hp = model.hparams();
+        let n_layer = hp.n_layer as usize;
+        let row = hp.n_head_kv as usize * hp.head_dim as usize;
+        let total = n_layer
+            .checked_mul(n_ctx)
+            .and_then(|v| v.checked_mul(row))
+            .ok_or_else(|| ReferenceError::BadHParams(format!("KV cache of {n_ctx} positions overflows")))?;
+        Ok(Self { k: vec![0.0; total], v: vec![0.0; total], n_layer, row, n_ctx, len: 0 })
+    }
+
+    /// Number of positions filled.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Maximum number of positions.
+    pub fn capacity(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Forget positions `n..` (no-op when `n >= len`). Used to rewind or to reuse a prefix.
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
+    /// Forget everything.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The layer's `[pos][kv_head][head_dim]` key and value slabs (all `n_ctx` positions).
+    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        let span = self.n_ctx * self.row;
+        let r = layer * span..(layer + 1) * span;
+        (self.k.get(r.clone()).unwrap_or_default(), self.v.get(r).unwrap_or_default())
+    }
+
+    pub(crate) fn layer_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
+        let span = self.n_ctx * self.row;
+        let r = layer * span..(layer + 1) * span;
+        (self.k.get_mut(r.clone()).unwrap_or_default(), self.v.get_mut(r).unwrap_or_default())
+    }
+}

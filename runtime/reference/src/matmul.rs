@@ -1,0 +1,402 @@
+//! Weight matrices and `y = W·x` for every weight encoding, batched over tokens.
+//!
+//! A [`Matrix`] is `[rows, cols]` (PyTorch `[out_features, in_features]`). [`Matrix::matmul`]
+//! computes, for `n` tokens of `cols` activations each, `y[t][r] = Σ_c W[r][c] · x[t][c]`:
+//!
+//! | weights | activations `ActQuant::None` | quantized activations (BitNet) |
+//! |---|---|---|
+//! | f32 (also f16/bf16/NeuZip, widened at load) | [`dot_f32`] | dot with `x_q / s` |
+//! | Q8_0 / Q4_0 / Q4_1 | [`crate::ggml_dot`] f32 dot, or llama.cpp-style Q8 activations | dot with `x_q / s` |
+//! | ternary | `Σ_g scale_g · Σ t·x` (f32) | `(Σ_g scale_g · Σ t·x_q) / s`, inner sums in i32 |
+//!
+//! Each output element is computed by the same sequential code whatever the batch size or thread
+//! count, so a batched prefill gives bit-identical results to one token at a time.
+
+use tern_format::{ActQuant, Encoding};
+
+use crate::par_map;
+use crate::error::{check_len, ReferenceError, Result};
+use crate::ggml_dot;
+use crate::kernels::dot_f32;
+use crate::quant::quantize_act;
+
+/// Ternary weights unpacked for the reference: one `i8` trit per weight plus the group scales.
+#[derive(Debug, Clone)]
+pub struct TernaryWeights {
+    /// `[rows][cols]`, each in {-1, 0, 1}.
+    pub trits: Vec<i8>,
+    /// `[rows][groups_per_row]` when `group > 0`, else a single per-tensor scale.
+    pub scales: Vec<f32>,
+    /// Consecutive elements of a row sharing a scale; `0` = one scale for the whole tensor.
+    pub group: usize,
+}
+
+/// The stored form of a weight matrix.
+#[derive(Debug, Clone)]
+pub enum WeightData {
+    F32(Vec<f32>),
+    Q8_0(Vec<u8>),
+    Q4_0(Vec<u8>),
+    Q4_1(Vec<u8>),
+    Ternary(TernaryWeights),
+}
+
+/// A `[rows, cols]` weight matrix.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: WeightData,
+}
+
+/// How a float-activation product with ggml-block weights is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GgmlActivations {
+    /// f32 activations times dequantized blocks (the reference semantics).
+    #[default]
+    F32,
+    /// Quantize activations per 32-block as llama.cpp's CPU backend does (Q8_0 for Q8_0/Q4_0
+    /// weights, Q8_1 for Q4_1) and use integer block dots. Closer to llama.cpp's logits.
+    LlamaCpp,
+}
+
+/// Knobs of the matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulOptions {
+    pub ggml_activations: GgmlActivations,
+    /// Split rows over the rayon thread pool (feature `parallel`); otherwise one thread.
+    pub parallel: bool,
+}
+
+impl Default for MatmulOptions {
+    fn default() -> Self {
+        Self { ggml_activations: GgmlActivations::F32, parallel: true }
+    }
+}
+
+/// Activations prepared once per matmul (per token), then shared by all rows.
+enum Acts {
+    F32(Vec<f32>),
+    /// `[n][cols]` integers and the per-token multipliers `s` (x ≈ q / s).
+    Int { q: Vec<i8>, s: Vec<f32> },
+    /// `[n][cols/32]` llama.cpp activation blocks.
+    Blocks(Vec<ggml_dot::ActBlock>),
+}
+
+fn block_bytes(d: &WeightData) -> usize {
+    match d {
+        WeightData::Q8_0(_) => 34,
+        WeightData::Q4_0(_) => 18,
+        WeightData::Q4_1(_) => 20,
+        _ => 0,
+    }
+}
+
+impl Matrix {
+    /// Build from decoded f32 values, checking the length.
+    pub fn from_f32(rows: usize, cols: usize, values: Vec<f32>) -> Result<Self> {
+        check_len("Matrix::from_f32", "values", values.len(), rows * cols)?;
+        Ok(Self { rows, cols, data: WeightData::F32(values) })
+    }
+
+    /// Build from a tensor's stored bytes and encoding. ggml blocks are kept as they are; floats and
+    /// NeuZip are widened to f32; ternary tensors are unpacked to trits + scales.
+    pub fn from_encoded(name: &str, rows: usize, cols: usize, encoding: &Encoding, bytes: &[u8]) -> Result<Self> {
+        let shape = [rows as u64, cols as u64];
+        let data = match encoding {
+            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 => {
+                let bt = match encoding {
+                    Encoding::Q8_0 => tern_format::ggml::BlockType::Q8_0,
+                    Encoding::Q4_0 => tern_format::ggml::BlockType::Q4_0,
+                    _ => tern_format::ggml::BlockType::Q4_1,
+                };
+                if cols % ggml_dot::QK != 0 || bytes.len() != rows * (cols / ggml_dot::QK) * bt.block_bytes() {
+                    return Err(ReferenceError::TensorShape {
+                        name: name.into(),
+                        expected: shape.to_vec(),
+                        found: vec![bytes.len() as u64],
+                    });
+                }
+                match encoding {
+                    Encoding::Q8_0 => WeightData::Q8_0(bytes.to_vec()),
+                    Encoding::Q4_0 => WeightData::Q4_0(bytes.to_vec()),
+                    _ => WeightData::Q4_1(bytes.to_vec()),
+                }
+            }
+            Encoding::Ternary { group, .. } => {
+                let values = encoding.decode_f32(&shape, bytes)?;
+                WeightData::Ternary(ternary_from_values(name, rows, cols, *group as usize, &values)?)
+            }
+            Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => {
+                WeightData::F32(encoding.decode_f32(&shape, bytes)?)
+            }
+        };
+        Ok(Self { rows, cols, data })
+    }
+
+    /// Row `r` as f32 (embedding lookup).
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        check_len("Matrix::row_f32", "out", out.len(), self.cols)?;
+        if r >= self.rows {
+            return Err(ReferenceError::shape("Matrix::row_f32", format!("row {r} of {}", self.rows)));
+        }
+        let c = self.cols;
+        match &self.data {
+            WeightData::F32(v) => out.copy_from_slice(v.get(r * c..(r + 1) * c).unwrap_or_default()),
+            WeightData::Q8_0(b) | WeightData::Q4_0(b) | WeightData::Q4_1(b) => {
+                let bt = match &self.data {
+                    WeightData::Q8_0(_) => tern_format::ggml::BlockType::Q8_0,
+                    WeightData::Q4_0(_) => tern_format::ggml::BlockType::Q4_0,
+                    _ => tern_format::ggml::BlockType::Q4_1,
+                };
+                let rb = c / ggml_dot::QK * bt.block_bytes();
+                ggml_dot::dequantize_row(bt, b.get(r * rb..(r + 1) * rb).unwrap_or_default(), out)?;
+            }
+            WeightData::Ternary(t) => {
+                let trits = t.trits.get(r * c..(r + 1) * c).unwrap_or_default();
+                for (j, (o, &tv)) in out.iter_mut().zip(trits).enumerate() {
+                    *o = tv as f32 * t.scale(r, j, c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `n = x.len() / cols` tokens; `act` quantizes each
+    /// token's activations first (BitNet), `ActQuant::None` keeps them float.
+    pub fn matmul(&self, x: &[f32], act: ActQuant, opts: &MatmulOptions, y: &mut [f32]) -> Result<()> {
+        if self.cols == 0 || x.len() % self.cols != 0 {
+            return Err(ReferenceError::shape("matmul", format!("input of {} is not whole rows of {}", x.len(), self.cols)));
+        }
+        let n = x.len() / self.cols;
+        check_len("matmul", "y", y.len(), n * self.rows)?;
+        let acts = self.prepare(x, n, act, opts)?;
+        // Rows in chunks; each chunk fills a [chunk][n] block, scattered into y[t][r] afterwards.
+        const CHUNK: usize = 64;
+        let n_chunks = self.rows.div_ceil(CHUNK);
+        let run = |ci: usize| -> Vec<f32> {
+            let r0 = ci * CHUNK;
+            let r1 = (r0 + CHUNK).min(self.rows);
+            let mut out = vec![0.0f32; (r1 - r0) * n];
+            for (r, o) in (r0..r1).zip(out.chunks_exact_mut(n.max(1))) {
+                self.row_dots(r, &acts, n, o);
+            }
+            out
+        };
+        let blocks: Vec<Vec<f32>> = par_map(n_chunks, opts.parallel, run);
+        for (ci, blk) in blocks.iter().enumerate() {
+            for (i, row) in blk.chunks_exact(n.max(1)).enumerate() {
+                let r = ci * CHUNK + i;
+                for (t, &v) in row.iter().enumerate() {
+                    if let Some(d) = y.get_mut(t * self.rows + r) {
+                        *d = v;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn prepare(&self, x: &[f32], n: usize, act: ActQuant, opts: &MatmulOptions) -> Result<Acts> {
+        let c = self.cols;
+        if act != ActQuant::None {
+            let mut q = vec![0i8; x.len()];
+            let mut s = Vec::with_capacity(n);
+            for (xt, qt) in x.chunks_exact(c).zip(q.chunks_exact_mut(c)) {
+                s.push(quantize_act(act, xt, qt)?.unwrap_or(1.0));
+            }
+            if matches!(self.data, WeightData::Ternary(_)) {
+                return Ok(Acts::Int { q, s });
+            }
+            // Float or ggml weights with quantized activations: use the dequantized activations.
+            let deq = q.chunks_exact(c).zip(&s).flat_map(|(qt, &st)| qt.iter().map(move |&v| v as f32 / st)).collect();
+            return Ok(Acts::F32(deq));
+        }
+        if opts.ggml_activations == GgmlActivations::LlamaCpp {
+            match self.data {
+                WeightData::Q4_1(_) => return Ok(Acts::Blocks(ggml_dot::quantize_row_q8_1(x)?)),
+                WeightData::Q8_0(_) | WeightData::Q4_0(_) => return Ok(Acts::Blocks(ggml_dot::quantize_row_q8_0(x)?)),
+                _ => {}
+            }
+        }
+        Ok(Acts::F32(x.to_vec()))
+    }
+
+    /// All tokens' dot products with row `r` (shapes were checked by the caller).
+    fn row_dots(&self, r: usize, acts: &Acts, n: usize, out: &mut [f32]) {
+        let c = self.cols;
+        let bb = block_bytes(&self.data);
+        let nb = c / ggml_dot::QK;
+        let rb = r * nb * bb..(r + 1) * nb * bb;
+        fn sub<'a>(b: &'a [u8], r: &std::ops::Range<usize>) -> &'a [u8] {
+            b.get(r.clone()).unwrap_or_default()
+        }
+        let brow = |b| sub(b, &rb);
+        for (t, o) in out.iter_mut().enumerate().take(n) {
+            *o = match (&self.data, acts) {
+                (WeightData::F32(w), Acts::F32(x)) => {
+                    dot_f32(w.get(r * c..(r + 1) * c).unwrap_or_default(), x.get(t * c..(t + 1) * c).unwrap_or_default())
+                }
+                (WeightData::Q8_0(b), Acts::F32(x)) => ggml_dot::dot_q8_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default()),
+                (WeightData::Q4_0(b), Acts::F32(x)) => ggml_dot::dot_q4_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default()),
+                (WeightData::Q4_1(b), Acts::F32(x)) => ggml_dot::dot_q4_1_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default()),
+                (WeightData::Q8_0(b), Acts::Blocks(a)) => ggml_dot::dot_q8_0_q8_0(brow(b), a.get(t * nb..(t + 1) * nb).unwrap_or_default()),
+                (WeightData::Q4_0(b), Acts::Blocks(a)) => ggml_dot::dot_q4_0_q8_0(brow(b), a.get(t * nb..(t + 1) * nb).unwrap_or_default()),
+                (WeightData::Q4_1(b), Acts::Blocks(a)) => ggml_dot::dot_q4_1_q8_1(brow(b), a.get(t * nb..(t + 1) * nb).unwrap_or_default()),
+                (WeightData::Ternary(tw), Acts::Int { q, s }) => {
+                    let st = s.get(t).copied().unwrap_or(1.0);
+                    tw.dot_int(r, c, q.get(t * c..(t + 1) * c).unwrap_or_default()) / st
+                }
+                (WeightData::Ternary(tw), Acts::F32(x)) => tw.dot_f32(r, c, x.get(t * c..(t + 1) * c).unwrap_or_default()),
+                // prepare() never pairs other combinations
+                _ => f32::NAN,
+            };
+        }
+    }
+}
+
+impl TernaryWeights {
+    fn scale(&self, r: usize, c: usize, cols: usize) -> f32 {
+        let i = if self.group == 0 { 0 } else { r * cols.div_ceil(self.group) + c / self.group };
+        self.scales.get(i).copied().unwrap_or(0.0)
+    }
+
+    fn groups(&self, cols: usize) -> usize {
+        if self.group == 0 {
+            cols.max(1)
+        } else {
+            self.group
+        }
+    }
+
+    /// `Σ_g scale_g · Σ_{c∈g} t_c · q_c`: i32 inner sums, f32 across groups (in group order).
+    pub fn dot_int(&self, r: usize, cols: usize, q: &[i8]) -> f32 {
+        let trits = self.trits.get(r * cols..(r + 1) * cols).unwrap_or_default();
+        let g = self.groups(cols);
+        let mut sum = 0.0f32;
+        for (gi, (tg, qg)) in trits.chunks(g).zip(q.chunks(g)).enumerate() {
+            let acc: i32 = tg.iter().zip(qg).map(|(&t, &x)| t as i32 * x as i32).sum();
+            sum += acc as f32 * self.scale(r, gi * g, cols);
+        }
+        sum
+    }
+
+    /// `Σ_g scale_g · Σ_{c∈g} t_c · x_c` with f32 activations.
+    pub fn dot_f32(&self, r: usize, cols: usize, x: &[f32]) -> f32 {
+        let trits = self.trits.get(r * cols..(r + 1) * cols).unwrap_or_default();
+        let g = self.groups(cols);
+        let mut sum = 0.0f32;
+        for (gi, (tg, xg)) in trits.chunks(g).zip(x.chunks(g)).enumerate() {
+            let acc: f32 = tg.iter().zip(xg).map(|(&t, &v)| t as f32 * v).sum();
+            sum += acc * self.scale(r, gi * g, cols);
+        }
+        sum
+    }
+}
+
+/// Recover trits and scales from dequantized ternary values (`w = t · scale`, exact in f32): the
+/// scale of a group is its largest `|w|`, and every other non-zero `|w|` must equal it.
+pub fn ternary_from_values(name: &str, rows: usize, cols: usize, group: usize, values: &[f32]) -> Result<TernaryWeights> {
+    check_len("ternary weights", "values", values.len(), rows * cols)?;
+    let not_ternary = |detail: String| ReferenceError::NotTernary { name: name.into(), detail };
+    let mut trits = vec![0i8; values.len()];
+    let mut scales = Vec::new();
+    // Group the values the way the scales are laid out: per tensor, or per `group` columns of a row.
+    let spans: Vec<(usize, usize)> = if group == 0 {
+        vec![(0, values.len())]
+    } else {
+        (0..rows).flat_map(|r| (0..cols.div_ceil(group)).map(move |g| (r * cols + g * group, r * cols + ((g + 1) * group).min(cols)))).collect()
+    };
+    for (a, b) in spans {
+        let vs = values.get(a..b).unwrap_or_default();
+        let scale = vs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for (i, (t, &v)) in trits.get_mut(a..b).unwrap_or_default().iter_mut().zip(vs).enumerate() {
+            *t = if v == 0.0 {
+                0
+            } else if v == scale {
+                1
+            } else if v == -scale {
+                -1
+            } else {
+                return Err(not_ternary(format!("element {} is {v}, its group's scale is {scale}", a + i)));
+            };
+        }
+        scales.push(scale);
+    }
+    Ok(TernaryWeights { trits, scales, group })
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+        let n = x.len() / cols;
+        let mut y = vec![0.0; n * rows];
+        for t in 0..n {
+            for r in 0..rows {
+                y[t * rows + r] = (0..cols).map(|c| w[r * cols + c] as f64 * x[t * cols + c] as f64).sum::<f64>() as f32;
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn ternary_integer_path_hand_computed() {
+        // W = 0.5 · [[1, -1, 0, 1], [0, 0, -1, 1]], x = [1, -2, 3, 0.5]
+        let w = [0.5, -0.5, 0.0, 0.5, 0.0, 0.0, -0.5, 0.5];
+        let m = Matrix { rows: 2, cols: 4, data: WeightData::Ternary(ternary_from_values("w", 2, 4, 0, &w).unwrap()) };
+        // int8: amax 3 → s = 127/3; q = round([42.33, -84.67, 127, 21.17]) = [42, -85, 127, 21]
+        // row0: 42 + 85 + 21 = 148 → 148 · 0.5 / (127/3) = 1.7480315
+        // row1: -127 + 21 = -106 → -106 · 0.5 · 3 / 127 = -1.2519685
+        let mut y = [0.0; 2];
+        m.matmul(&[1.0, -2.0, 3.0, 0.5], ActQuant::Int8, &MatmulOptions::default(), &mut y).unwrap();
+        assert!((y[0] - 148.0 * 0.5 / (127.0 / 3.0)).abs() < 1e-6, "{}", y[0]);
+        assert!((y[1] + 106.0 * 0.5 / (127.0 / 3.0)).abs() < 1e-6, "{}", y[1]);
+        // float activations: row0 = 0.5·(1 + 2 + 0.5) = 1.75
+        m.matmul(&[1.0, -2.0, 3.0, 0.5], ActQuant::None, &MatmulOptions::default(), &mut y).unwrap();
+        assert_eq!(y, [1.75, -1.25]);
+    }
+
+    #[test]
+    fn ternary_groups_and_rejection() {
+        // group 2: scales per (row, pair)
+        let w = [0.5, -0.5, 2.0, 0.0, 0.0, 0.25, -1.0, -1.0];
+        let t = ternary_from_values("w", 2, 4, 2, &w).unwrap();
+        assert_eq!(t.scales, vec![0.5, 2.0, 0.25, 1.0]);
+        assert_eq!(t.trits, vec![1, -1, 1, 0, 0, 1, -1, -1]);
+        let m = Matrix { rows: 2, cols: 4, data: WeightData::Ternary(t) };
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let mut y = [0.0; 2];
+        m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut y).unwrap();
+        assert_eq!(y, [0.5 - 1.0 + 6.0, 0.5 - 7.0]);
+        let mut row = [0.0; 4];
+        m.row_f32(1, &mut row).unwrap();
+        assert_eq!(row, [0.0, 0.25, -1.0, -1.0]);
+        assert!(ternary_from_values("w", 1, 4, 0, &[0.5, 0.25, 0.0, 0.0]).is_err());
+    }
+
+    #[test]
+    fn batched_equals_per_token_and_parallel_equals_serial() {
+        let (rows, cols, n) = (130, 64, 5);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
+        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 13 % 11) as f32 - 5.0) / 3.0).collect();
+        let m = Matrix::from_f32(rows, cols, w.clone()).unwrap();
+        let mut y = vec![0.0; n * rows];
+        m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut y).unwrap();
+        let want = naive(&w, rows, cols, &x);
+        for (a, b) in y.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()));
+        }
+        let serial = MatmulOptions { parallel: false, ..Default::default() };
+        let mut y1 = vec![0.0; rows];
+        for t in 0..n {
+            m.matmul(&x[t * cols..(t + 1) * cols], ActQuant::Int4, &serial, &mut y1).unwrap();
+            let mut yb = vec![0.0; n * rows];
+            m.matmul(&x, ActQuant::Int4, &MatmulOptions::default(), &mut yb).unwrap();
+            assert_eq!(&yb[t * rows..(t + 1) * rows], &y1[..]);
+        }
+        assert!(m.matmul(&x[..63], ActQuant::None, &serial, &mut y).is_err());
+    }
+}

@@ -1,0 +1,352 @@
+//! The whole forward pass: llama family and BitNet b1.58 / a4.8.
+//!
+//! ```text
+//! h = Embed[token]
+//! for each layer:
+//!   a = RMSNorm(h; attn_norm)
+//!   q, k, v = Wq·A(a), Wk·A(a), Wv·A(a)          A = activations.qkv quantizer (BitNet) or identity
+//!   q, k = RoPE(q, k; pos)                        (NeoX or adjacent pairing, from hparams)
+//!   cache[pos] = k, v
+//!   o = softmax(q·Kᵀ/√d + causal) · V             GQA: n_head / n_head_kv query heads per kv head
+//!   o = RMSNorm(o; attn_sub_norm)                 BitNet only
+//!   h = h + Wo·A_out(o)
+//!   m = RMSNorm(h; ffn_norm)
+//!   g = act(Wgate·A_gu(m)) ⊙ Wup·A_gu(m)          act = silu (llama) or relu² (BitNet)
+//!   g = RMSNorm(g; ffn_sub_norm)                  BitNet only
+//!   h = h + Wdown·A_down(g)
+//! logits = Wout · RMSNorm(h; output_norm)         Wout = Embed when tied
+//! ```
+
+use tern_format::{ActQuant, ActivationScheme, Arch, FfnAct, HParams, TensorView, TernFile};
+
+use crate::par_map;
+use crate::error::{ReferenceError, Result};
+use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
+use crate::kv::KvCache;
+use crate::matmul::{GgmlActivations, Matrix, MatmulOptions};
+
+/// Which positions' logits (or hidden states) [`Model::forward`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsWanted {
+    /// One row per input token.
+    All,
+    /// Only the last input token's row.
+    Last,
+    /// Nothing (prefill that only fills the cache).
+    None,
+}
+
+/// Numerical options of the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ForwardOptions {
+    pub matmul: MatmulOptions,
+    /// Round K and V through f16 when storing them in the cache, as llama.cpp's default f16 KV
+    /// cache does. Off by default (the reference keeps f32).
+    pub kv_f16: bool,
+}
+
+impl ForwardOptions {
+    /// Options that follow llama.cpp's CPU numerics more closely: Q8 activation blocks for ggml
+    /// weights and an f16 KV cache.
+    pub fn llama_cpp_like() -> Self {
+        Self { matmul: MatmulOptions { ggml_activations: GgmlActivations::LlamaCpp, parallel: true }, kv_f16: true }
+    }
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Matrix,
+    wk: Matrix,
+    wv: Matrix,
+    wo: Matrix,
+    attn_sub_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    gate: Matrix,
+    up: Matrix,
+    down: Matrix,
+    ffn_sub_norm: Option<Vec<f32>>,
+}
+
+/// A model loaded for the reference forward pass: weights validated against the hyperparameters
+/// and held in memory (ggml blocks as stored, ternary unpacked to one trit per byte, everything
+/// else widened to f32).
+pub struct Model {
+    arch: Arch,
+    hp: HParams,
+    acts: ActivationScheme,
+    tok_embd: Matrix,
+    output_norm: Vec<f32>,
+    /// `None` when the embeddings are tied.
+    output: Option<Matrix>,
+    layers: Vec<Layer>,
+    opts: ForwardOptions,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("arch", &self.arch).field("hparams", &self.hp).field("activations", &self.acts).finish()
+    }
+}
+
+fn u(v: u32) -> usize {
+    v as usize
+}
+
+fn check_hparams(hp: &HParams) -> Result<()> {
+    let bad = |m: String| Err(ReferenceError::BadHParams(m));
+    for (name, v) in [
+        ("n_vocab", hp.n_vocab),
+        ("n_embd", hp.n_embd),
+        ("n_layer", hp.n_layer),
+        ("n_head", hp.n_head),
+        ("n_head_kv", hp.n_head_kv),
+        ("head_dim", hp.head_dim),
+        ("n_ff", hp.n_ff),
+    ] {
+        if v == 0 {
+            return bad(format!("{name} is 0"));
+        }
+    }
+    if hp.n_head % hp.n_head_kv != 0 {
+        return bad(format!("n_head {} is not a multiple of n_head_kv {}", hp.n_head, hp.n_head_kv));
+    }
+    if hp.rope_dim > hp.head_dim || hp.rope_dim % 2 != 0 {
+        return bad(format!("rope_dim {} must be even and ≤ head_dim {}", hp.rope_dim, hp.head_dim));
+    }
+    if !(hp.rms_eps >= 0.0 && hp.rope_theta > 0.0) {
+        return bad(format!("rms_eps {} / rope_theta {} out of range", hp.rms_eps, hp.rope_theta));
+    }
+    Ok(())
+}
+
+fn view<'a>(file: &'a TernFile, name: &str) -> Result<TensorView<'a>> {
+    if file.index_of(name).is_none() {
+        return Err(ReferenceError::MissingTensor { name: name.into() });
+    }
+    Ok(file.tensor(name)?)
+}
+
+fn check_shape(view: &TensorView<'_>, expected: &[u64]) -> Result<()> {
+    if view.info.shape != expected {
+        return Err(ReferenceError::TensorShape { name: view.info.name.clone(), expected: expected.to_vec(), found: view.info.shape.clone() });
+    }
+    Ok(())
+}
+
+/// A 1-D float vector (norm weights): float encodings only.
+fn load_vector(file: &TernFile, name: &str, n: usize) -> Result<Vec<f32>> {
+    let v = view(file, name)?;
+    check_shape(&v, &[n as u64])?;
+    use tern_format::Encoding as E;
+    match v.info.encoding {
+        E::F32 | E::F16 | E::Bf16 | E::NeuZip { .. } => Ok(v.to_f32()?),
+        ref e => Err(ReferenceError::UnsupportedEncoding { name: name.into(), encoding: e.name(), role: "a norm weight (float only)" }),
+    }
+}
+
+fn load_matrix(file: &TernFile, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    let v = view(file, name)?;
+    check_shape(&v, &[rows as u64, cols as u64])?;
+    Matrix::from_encoded(name, rows, cols, &v.info.encoding, v.bytes)
+}
+
+impl Model {
+    /// Load and validate every tensor the hyperparameters call for.
+    pub fn load(file: &TernFile) -> Result<Self> {
+        let meta = file.meta();
+        let hp = meta.hparams.clone();
+        check_hparams(&hp)?;
+        let (n_embd, n_ff, n_vocab) = (u(hp.n_embd), u(hp.n_ff), u(hp.n_vocab));
+        let q_dim = u(hp.n_head) * u(hp.head_dim);
+        let kv_dim = u(hp.n_head_kv) * u(hp.head_dim);
+        let tok_embd = load_matrix(file, "token_embd.weight", n_vocab, n_embd)?;
+        let output_norm = load_vector(file, "output_norm.weight", n_embd)?;
+        let output = if hp.tied_embeddings { None } else { Some(load_matrix(file, "output.weight", n_vocab, n_embd)?) };
+        let mut layers = Vec::with_capacity(u(hp.n_layer));
+        for l in 0..u(hp.n_layer) {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: load_vector(file, &n("attn_norm"), n_embd)?,
+                wq: load_matrix(file, &n("attn_q"), q_dim, n_embd)?,
+                wk: load_matrix(file, &n("attn_k"), kv_dim, n_embd)?,
+                wv: load_matrix(file, &n("attn_v"), kv_dim, n_embd)?,
+                wo: load_matrix(file, &n("attn_output"), n_embd, q_dim)?,
+                attn_sub_norm: if hp.sub_norms { Some(load_vector(file, &n("attn_sub_norm"), q_dim)?) } else { None },
+                ffn_norm: load_vector(file, &n("ffn_norm"), n_embd)?,
+                gate: load_matrix(file, &n("ffn_gate"), n_ff, n_embd)?,
+                up: load_matrix(file, &n("ffn_up"), n_ff, n_embd)?,
+                down: load_matrix(file, &n("ffn_down"), n_embd, n_ff)?,
+                ffn_sub_norm: if hp.sub_norms { Some(load_vector(file, &n("ffn_sub_norm"), n_ff)?) } else { None },
+            });
+        }
+        Ok(Self { arch: meta.arch, hp, acts: meta.activations, tok_embd, output_norm, output, layers, opts: ForwardOptions::default() })
+    }
+
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    pub fn activations(&self) -> ActivationScheme {
+        self.acts
+    }
+
+    pub fn options(&self) -> ForwardOptions {
+        self.opts
+    }
+
+    pub fn set_options(&mut self, opts: ForwardOptions) {
+        self.opts = opts;
+    }
+
+    /// Run `tokens` at positions `cache.len()..` (a batched prefill when there are several), append
+    /// their keys and values to the cache, and return `[n, n_vocab]` logits for the positions
+    /// `wanted` selects.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, wanted: LogitsWanted) -> Result<Vec<f32>> {
+        let hidden = self.forward_hidden(tokens, cache, wanted)?;
+        self.logits(&hidden)
+    }
+
+    /// Like [`Model::forward`] but returns the final hidden states (after the output norm),
+    /// `[n, n_embd]`, so a caller can score tokens without materializing all logits.
+    pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache, wanted: LogitsWanted) -> Result<Vec<f32>> {
+        let hp = &self.hp;
+        let (n_embd, n_ff) = (u(hp.n_embd), u(hp.n_ff));
+        let (n_head, n_head_kv, hd) = (u(hp.n_head), u(hp.n_head_kv), u(hp.head_dim));
+        let (q_dim, kv_dim) = (n_head * hd, n_head_kv * hd);
+        let n = tokens.len();
+        if n == 0 {
+            return Err(ReferenceError::EmptyInput);
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t >= hp.n_vocab) {
+            return Err(ReferenceError::TokenOutOfRange { token: bad, n_vocab: hp.n_vocab });
+        }
+        if cache.n_layer != self.layers.len() || cache.row != kv_dim {
+            return Err(ReferenceError::CacheMismatch {
+                detail: format!("cache has {} layers × {} floats per position, model needs {} × {kv_dim}", cache.n_layer, cache.row, self.layers.len()),
+            });
+        }
+        let p0 = cache.len;
+        if p0 + n > cache.n_ctx {
+            return Err(ReferenceError::ContextOverflow { needed: p0 + n, capacity: cache.n_ctx });
+        }
+        let mm = &self.opts.matmul;
+        let eps = hp.rms_eps;
+
+        let mut x = vec![0.0f32; n * n_embd];
+        for (&t, row) in tokens.iter().zip(x.chunks_exact_mut(n_embd)) {
+            self.tok_embd.row_f32(t as usize, row)?;
+        }
+        let mut a = vec![0.0f32; n * n_embd];
+        let mut q = vec![0.0f32; n * q_dim];
+        let mut k = vec![0.0f32; n * kv_dim];
+        let mut v = vec![0.0f32; n * kv_dim];
+        let mut o = vec![0.0f32; n * q_dim];
+        let mut o2 = vec![0.0f32; n * q_dim];
+        let mut proj = vec![0.0f32; n * n_embd];
+        let mut g = vec![0.0f32; n * n_ff];
+        let mut up = vec![0.0f32; n * n_ff];
+        let mut h = vec![0.0f32; n * n_ff];
+        let mut h2 = vec![0.0f32; n * n_ff];
+
+        for (li, layer) in self.layers.iter().enumerate() {
+            // attention
+            rmsnorm(&x, &layer.attn_norm, eps, &mut a)?;
+            layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
+            layer.wk.matmul(&a, self.acts.qkv, mm, &mut k)?;
+            layer.wv.matmul(&a, self.acts.qkv, mm, &mut v)?;
+            let (kc, vc) = cache.layer_mut(li);
+            for i in 0..n {
+                let pos = p0 + i;
+                let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
+                rope(qi, n_head, hd, u(hp.rope_dim), pos, hp.rope_theta, hp.rope_neox)?;
+                let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
+                rope(ki, n_head_kv, hd, u(hp.rope_dim), pos, hp.rope_theta, hp.rope_neox)?;
+                let vi = v.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
+                let kd = kc.get_mut(pos * kv_dim..(pos + 1) * kv_dim).unwrap_or_default();
+                store(kd, ki, self.opts.kv_f16);
+                let vd = vc.get_mut(pos * kv_dim..(pos + 1) * kv_dim).unwrap_or_default();
+                store(vd, vi, self.opts.kv_f16);
+            }
+            let (kc, vc) = cache.layer(li);
+            let run = |i: usize| -> Result<Vec<f32>> {
+                let mut out = vec![0.0f32; q_dim];
+                let qi = q.get(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
+                attention(qi, kc, vc, p0 + i + 1, n_head, n_head_kv, hd, &mut out)?;
+                Ok(out)
+            };
+            for (i, r) in par_map(n, mm.parallel, run).into_iter().enumerate() {
+                if let Some(d) = o.get_mut(i * q_dim..(i + 1) * q_dim) {
+                    d.copy_from_slice(&r?);
+                }
+            }
+            let attn_in = match &layer.attn_sub_norm {
+                Some(w) => {
+                    rmsnorm(&o, w, eps, &mut o2)?;
+                    &o2
+                }
+                None => &o,
+            };
+            layer.wo.matmul(attn_in, self.acts.out, mm, &mut proj)?;
+            add(&mut x, &proj);
+
+            // feed-forward
+            rmsnorm(&x, &layer.ffn_norm, eps, &mut a)?;
+            layer.gate.matmul(&a, self.acts.gate_up, mm, &mut g)?;
+            layer.up.matmul(&a, self.acts.gate_up, mm, &mut up)?;
+            match hp.ffn_act {
+                FfnAct::Silu => swiglu(&g, &up, &mut h)?,
+                FfnAct::Relu2 => relu2_glu(&g, &up, &mut h)?,
+            }
+            let down_in = match &layer.ffn_sub_norm {
+                Some(w) => {
+                    rmsnorm(&h, w, eps, &mut h2)?;
+                    &h2
+                }
+                None => &h,
+            };
+            layer.down.matmul(down_in, self.acts.down, mm, &mut proj)?;
+            add(&mut x, &proj);
+        }
+        cache.len = p0 + n;
+
+        let rows: &[f32] = match wanted {
+            LogitsWanted::All => &x,
+            LogitsWanted::Last => x.get((n - 1) * n_embd..).unwrap_or_default(),
+            LogitsWanted::None => &[],
+        };
+        let mut out = vec![0.0f32; rows.len()];
+        if !rows.is_empty() {
+            rmsnorm(rows, &self.output_norm, eps, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Logits `[n, n_vocab]` from final hidden states `[n, n_embd]` (output of
+    /// [`Model::forward_hidden`]). The output head takes float activations.
+    pub fn logits(&self, hidden: &[f32]) -> Result<Vec<f32>> {
+        let head = self.output.as_ref().unwrap_or(&self.tok_embd);
+        let n = hidden.len() / u(self.hp.n_embd).max(1);
+        let mut y = vec![0.0f32; n * head.rows];
+        if n > 0 {
+            head.matmul(hidden, ActQuant::None, &self.opts.matmul, &mut y)?;
+        }
+        Ok(y)
+    }
+}
+
+fn store(dst: &mut [f32], src: &[f32], f16: bool) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = if f16 { half::f16::from_f32(s).to_f32() } else { s };
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
