@@ -1,1 +1,10 @@
-//! tern-engine
+//! # tern-engine
+//!
+//! tern's public Rust API: open a packed model, tokenize, render chat templates, run sessions
+//! (prefill + decode with a preallocated KV cache) and sample.
+
+pub mod error;
+pub mod sampler;
+
+pub use error::{EngineError, Result};
+pub use sampler::{Sampler, SamplingParams};

@@ -1,0 +1,29 @@
+//! The one error type of `tern-engine`.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Format(#[from] tern_format::FormatError),
+    #[error(transparent)]
+    Reference(#[from] tern_reference::ReferenceError),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("this model has no tokenizer: pass token ids (--tokens) instead of text")]
+    NoTokenizer,
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("the prompt has {prompt} tokens but the context holds {ctx}: shorten it or raise the context size")]
+    PromptTooLong { prompt: usize, ctx: usize },
+    #[error("numeric problem: {0}")]
+    Numeric(String),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

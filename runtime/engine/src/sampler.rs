@@ -1,0 +1,220 @@
+//! The sampler chain: repetition penalty → temperature → top-k → top-p → min-p → draw.
+//! Temperature 0 is greedy (argmax, lowest id on ties).
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::{EngineError, Result};
+
+/// Sampling parameters (llama.cpp's defaults where a field is "off").
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: usize,
+    /// 1.0 = off.
+    pub top_p: f32,
+    /// 0.0 = off.
+    pub min_p: f32,
+    /// 1.0 = off. Applied to the logits of tokens seen in the last `repeat_last_n` tokens
+    /// (positive logits divided, negative multiplied, as llama.cpp does).
+    pub repeat_penalty: f32,
+    pub repeat_last_n: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding.
+    pub fn greedy() -> Self {
+        Self::default()
+    }
+
+    /// Check every field's range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::InvalidArgument(m));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad(format!("temperature {} must be ≥ 0", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min_p {} must be in [0, 1]", self.min_p));
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return bad(format!("repeat_penalty {} must be > 0", self.repeat_penalty));
+        }
+        Ok(())
+    }
+}
+
+/// Index of the largest value (lowest index on ties; NaN never wins).
+pub fn argmax(logits: &[f32]) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if v.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// A stateful sampler (owns the RNG).
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+    /// Scratch: (id, logit/prob) candidates.
+    cand: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Result<Self> {
+        params.validate()?;
+        let rng = StdRng::seed_from_u64(params.seed);
+        Ok(Self { params, rng, cand: Vec::new() })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Pick the next token from `logits` given the `history` of tokens so far.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        if logits.is_empty() {
+            return Err(EngineError::InvalidArgument("empty logits".into()));
+        }
+        let p = &self.params;
+        let penalize = p.repeat_penalty != 1.0 && p.repeat_last_n > 0;
+        if p.temperature == 0.0 && !penalize {
+            return argmax(logits).map(|i| i as u32).ok_or_else(|| EngineError::Numeric("all logits are NaN".into()));
+        }
+        self.cand.clear();
+        self.cand.extend(logits.iter().enumerate().filter(|(_, v)| !v.is_nan()).map(|(i, &v)| (i as u32, v)));
+        if penalize {
+            let start = history.len().saturating_sub(p.repeat_last_n);
+            let mut seen = std::collections::HashSet::new();
+            for &t in &history[start..] {
+                if seen.insert(t) {
+                    if let Some(c) = self.cand.get_mut(t as usize).filter(|c| c.0 == t) {
+                        c.1 = if c.1 > 0.0 { c.1 / p.repeat_penalty } else { c.1 * p.repeat_penalty };
+                    } else if let Some(c) = self.cand.iter_mut().find(|c| c.0 == t) {
+                        c.1 = if c.1 > 0.0 { c.1 / p.repeat_penalty } else { c.1 * p.repeat_penalty };
+                    }
+                }
+            }
+        }
+        if self.cand.is_empty() {
+            return Err(EngineError::Numeric("all logits are NaN".into()));
+        }
+        if p.temperature == 0.0 {
+            let scores: Vec<f32> = self.cand.iter().map(|c| c.1).collect();
+            return argmax(&scores).map(|i| self.cand[i].0).ok_or_else(|| EngineError::Numeric("no candidate".into()));
+        }
+        // Sort descending by logit (ties: lower id first, deterministic).
+        self.cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if p.top_k > 0 && p.top_k < self.cand.len() {
+            self.cand.truncate(p.top_k);
+        }
+        // Softmax with temperature.
+        let m = self.cand[0].1;
+        let mut sum = 0.0f64;
+        for c in self.cand.iter_mut() {
+            let e = (((c.1 - m) / p.temperature) as f64).exp();
+            c.1 = e as f32;
+            sum += e;
+        }
+        for c in self.cand.iter_mut() {
+            c.1 = (c.1 as f64 / sum) as f32;
+        }
+        if p.top_p < 1.0 {
+            let mut acc = 0.0f32;
+            let mut keep = self.cand.len();
+            for (i, c) in self.cand.iter().enumerate() {
+                acc += c.1;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            self.cand.truncate(keep.max(1));
+        }
+        if p.min_p > 0.0 {
+            let thr = self.cand[0].1 * p.min_p;
+            let keep = self.cand.iter().take_while(|c| c.1 >= thr).count().max(1);
+            self.cand.truncate(keep);
+        }
+        let total: f32 = self.cand.iter().map(|c| c.1).sum();
+        let mut r = self.rng.random::<f32>() * total;
+        for c in &self.cand {
+            r -= c.1;
+            if r <= 0.0 {
+                return Ok(c.0);
+            }
+        }
+        Ok(self.cand[self.cand.len() - 1].0) // ok: cand is non-empty (checked above)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_picks_argmax_lowest_on_ties() {
+        let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
+        assert_eq!(s.sample(&[0.0, 3.0, 3.0, -1.0], &[]).unwrap(), 1);
+        assert_eq!(s.sample(&[f32::NAN, -5.0, -7.0], &[]).unwrap(), 1);
+    }
+
+    #[test]
+    fn repetition_penalty_changes_greedy_choice() {
+        let p = SamplingParams { repeat_penalty: 2.0, ..SamplingParams::greedy() };
+        let mut s = Sampler::new(p).unwrap();
+        // token 0 (logit 3) seen → 1.5 < 2.0 of token 1
+        assert_eq!(s.sample(&[3.0, 2.0, 0.0], &[0]).unwrap(), 1);
+        assert_eq!(s.sample(&[3.0, 2.0, 0.0], &[2]).unwrap(), 0);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_seed_is_deterministic() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 101) as f32 / 10.0).collect();
+        let p = SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        assert_eq!(s.sample(&logits, &[]).unwrap() as usize, argmax(&logits).unwrap());
+        let p = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, seed: 7, ..Default::default() };
+        let a: Vec<u32> = { let mut s = Sampler::new(p.clone()).unwrap(); (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect() };
+        let b: Vec<u32> = { let mut s = Sampler::new(p).unwrap(); (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect() };
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn top_p_and_min_p_restrict_support() {
+        // probs ≈ [0.64, 0.24, 0.09, 0.03]: top_p 0.5 keeps only token 0.
+        let logits = [3.0f32, 2.0, 1.0, 0.0];
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_p: 0.5, seed: 1, ..Default::default() }).unwrap();
+        for _ in 0..50 {
+            assert_eq!(s.sample(&logits, &[]).unwrap(), 0);
+        }
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, min_p: 0.3, seed: 2, ..Default::default() }).unwrap();
+        for _ in 0..50 {
+            assert!(s.sample(&logits, &[]).unwrap() <= 1);
+        }
+    }
+
+    #[test]
+    fn bad_params_are_errors() {
+        assert!(Sampler::new(SamplingParams { temperature: -1.0, ..Default::default() }).is_err());
+        assert!(Sampler::new(SamplingParams { top_p: 0.0, ..Default::default() }).is_err());
+        assert!(Sampler::new(SamplingParams { repeat_penalty: f32::NAN, ..Default::default() }).is_err());
+    }
+}

