@@ -10,9 +10,17 @@ pub enum ReferenceError {
     #[error("tensor {name:?} is missing from the model file (re-pack the model with a current `tern pack`)")]
     MissingTensor { name: String },
     #[error("tensor {name:?} has shape {found:?}, the hyperparameters need {expected:?}")]
-    TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
     #[error("tensor {name:?}: encoding {encoding} is not supported for {role}")]
-    UnsupportedEncoding { name: String, encoding: String, role: &'static str },
+    UnsupportedEncoding {
+        name: String,
+        encoding: String,
+        role: &'static str,
+    },
     #[error("tensor {name:?} is not ternary: {detail}")]
     NotTernary { name: String, detail: String },
     #[error("bad hyperparameters: {0}")]
@@ -33,7 +41,10 @@ pub type Result<T, E = ReferenceError> = std::result::Result<T, E>;
 
 impl ReferenceError {
     pub(crate) fn shape(what: &'static str, detail: impl Into<String>) -> Self {
-        ReferenceError::Shape { what, detail: detail.into() }
+        ReferenceError::Shape {
+            what,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -42,6 +53,9 @@ pub(crate) fn check_len(what: &'static str, name: &str, len: usize, expected: us
     if len == expected {
         Ok(())
     } else {
-        Err(ReferenceError::shape(what, format!("{name} has {len} elements, expected {expected}")))
+        Err(ReferenceError::shape(
+            what,
+            format!("{name} has {len} elements, expected {expected}"),
+        ))
     }
 }

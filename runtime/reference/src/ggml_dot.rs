@@ -46,7 +46,10 @@ pub fn check_row(bt: BlockType, blocks: &[u8], n: usize) -> Result<()> {
     if n % QK != 0 || blocks.len() != n / QK * bt.block_bytes() {
         return Err(ReferenceError::shape(
             "ggml dot",
-            format!("{} bytes of {bt:?} blocks do not cover {n} activations", blocks.len()),
+            format!(
+                "{} bytes of {bt:?} blocks do not cover {n} activations",
+                blocks.len()
+            ),
         ));
     }
     Ok(())
@@ -55,7 +58,10 @@ pub fn check_row(bt: BlockType, blocks: &[u8], n: usize) -> Result<()> {
 /// Dequantize one row of blocks into `out` (the plain definition the dots are tested against).
 pub fn dequantize_row(bt: BlockType, blocks: &[u8], out: &mut [f32]) -> Result<()> {
     check_row(bt, blocks, out.len())?;
-    for (b, o) in blocks.chunks_exact(bt.block_bytes()).zip(out.chunks_exact_mut(QK)) {
+    for (b, o) in blocks
+        .chunks_exact(bt.block_bytes())
+        .zip(out.chunks_exact_mut(QK))
+    {
         match bt {
             BlockType::Q8_0 => {
                 let d = f16_at(b, 0);
@@ -80,7 +86,10 @@ pub fn dequantize_row(bt: BlockType, blocks: &[u8], out: &mut [f32]) -> Result<(
                 }
             }
             _ => {
-                return Err(ReferenceError::shape("ggml dequantize_row", format!("{bt:?} is not a 32-element block type")));
+                return Err(ReferenceError::shape(
+                    "ggml dequantize_row",
+                    format!("{bt:?} is not a 32-element block type"),
+                ));
             }
         }
     }
@@ -150,7 +159,11 @@ fn quantize_block(x: &[f32]) -> (ActBlock, i32) {
         *q = (v * id).round_ties_even().clamp(-128.0, 127.0) as i8;
         sum += *q as i32;
     }
-    let blk = ActBlock { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs };
+    let blk = ActBlock {
+        d: f16::from_f32(d).to_f32(),
+        s: f16::from_f32(d * sum as f32).to_f32(),
+        qs,
+    };
     (blk, sum)
 }
 
@@ -166,7 +179,10 @@ pub fn quantize_row_q8_0(x: &[f32]) -> Result<Vec<ActBlock>> {
 /// Quantize activations to Q8_1 blocks (llama.cpp x86 `quantize_row_q8_1`: Q8_0 plus `s`).
 pub fn quantize_row_q8_1(x: &[f32]) -> Result<Vec<ActBlock>> {
     if x.len() % QK != 0 {
-        return Err(ReferenceError::shape("quantize_row_q8", format!("{} activations are not whole blocks of {QK}", x.len())));
+        return Err(ReferenceError::shape(
+            "quantize_row_q8",
+            format!("{} activations are not whole blocks of {QK}", x.len()),
+        ));
     }
     Ok(x.chunks_exact(QK).map(|c| quantize_block(c).0).collect())
 }
@@ -219,9 +235,13 @@ mod tests {
 
     /// A deterministic pseudo-random row of blocks (valid f16 scales, arbitrary quants).
     pub(crate) fn random_blocks(bt: BlockType, n_blocks: usize, seed: u64) -> Vec<u8> {
-        let mut st = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut st = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let mut next = || {
-            st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            st = st
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (st >> 33) as u32
         };
         let mut out = Vec::new();
@@ -229,7 +249,9 @@ mod tests {
             let d = f16::from_f32(0.001 + (next() % 1000) as f32 * 1e-5).to_le_bytes();
             out.extend_from_slice(&d);
             if bt == BlockType::Q4_1 {
-                out.extend_from_slice(&f16::from_f32(-((next() % 100) as f32) * 1e-3).to_le_bytes());
+                out.extend_from_slice(
+                    &f16::from_f32(-((next() % 100) as f32) * 1e-3).to_le_bytes(),
+                );
             }
             let nq = bt.block_bytes() - out.len() % bt.block_bytes();
             for _ in 0..nq {
@@ -240,7 +262,9 @@ mod tests {
     }
 
     fn acts(n: usize) -> Vec<f32> {
-        (0..n).map(|i| ((i * 2654435761usize % 1000) as f32 / 500.0 - 1.0) * (1.0 + (i % 7) as f32)).collect()
+        (0..n)
+            .map(|i| ((i * 2654435761usize % 1000) as f32 / 500.0 - 1.0) * (1.0 + (i % 7) as f32))
+            .collect()
     }
 
     #[test]
@@ -278,8 +302,15 @@ mod tests {
                     BlockType::Q4_0 => dot_q4_0_f32(&blocks, &x),
                     _ => dot_q4_1_f32(&blocks, &x),
                 };
-                let scale: f64 = w.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-                assert!((got as f64 - want).abs() <= 1e-5 * scale, "{bt:?} nb{nb}: {got} vs {want}");
+                let scale: f64 = w
+                    .iter()
+                    .zip(&x)
+                    .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                    .sum();
+                assert!(
+                    (got as f64 - want).abs() <= 1e-5 * scale,
+                    "{bt:?} nb{nb}: {got} vs {want}"
+                );
             }
         }
     }
@@ -292,30 +323,59 @@ mod tests {
             let nb = 9;
             let blocks = random_blocks(bt, nb, 7);
             let x = acts(nb * QK);
-            let a = if bt == BlockType::Q4_1 { quantize_row_q8_1(&x).unwrap() } else { quantize_row_q8_0(&x).unwrap() };
-            let xq: Vec<f32> = a.iter().flat_map(|b| b.qs.iter().map(move |&q| q as f32 * b.d)).collect();
+            let a = if bt == BlockType::Q4_1 {
+                quantize_row_q8_1(&x).unwrap()
+            } else {
+                quantize_row_q8_0(&x).unwrap()
+            };
+            let xq: Vec<f32> = a
+                .iter()
+                .flat_map(|b| b.qs.iter().map(move |&q| q as f32 * b.d))
+                .collect();
             let mut w = vec![0.0; nb * QK];
             dequantize_row(bt, &blocks, &mut w).unwrap();
             let (got, want) = match bt {
-                BlockType::Q8_0 => (dot_q8_0_q8_0(&blocks, &a), w.iter().zip(&xq).map(|(p, q)| (*p * *q) as f64).sum::<f64>()),
-                BlockType::Q4_0 => (dot_q4_0_q8_0(&blocks, &a), w.iter().zip(&xq).map(|(p, q)| (*p * *q) as f64).sum::<f64>()),
+                BlockType::Q8_0 => (
+                    dot_q8_0_q8_0(&blocks, &a),
+                    w.iter()
+                        .zip(&xq)
+                        .map(|(p, q)| (*p * *q) as f64)
+                        .sum::<f64>(),
+                ),
+                BlockType::Q4_0 => (
+                    dot_q4_0_q8_0(&blocks, &a),
+                    w.iter()
+                        .zip(&xq)
+                        .map(|(p, q)| (*p * *q) as f64)
+                        .sum::<f64>(),
+                ),
                 _ => {
                     // Q4_1: Σ (q d + m) y_q d_y = d d_y Σ q y_q + m Σ y  with Σ y ≈ s (f16)
                     let mut want = 0.0f64;
                     for (i, blk) in a.iter().enumerate() {
                         let wb = &w[i * QK..(i + 1) * QK];
                         let m = f16_at(&blocks[i * 20..], 2) as f64;
-                        let dot: f64 = wb.iter().zip(&blk.qs).map(|(p, &q)| (*p as f64 - m) * q as f64 * blk.d as f64).sum();
+                        let dot: f64 = wb
+                            .iter()
+                            .zip(&blk.qs)
+                            .map(|(p, &q)| (*p as f64 - m) * q as f64 * blk.d as f64)
+                            .sum();
                         want += dot + m * blk.s as f64;
                     }
                     (dot_q4_1_q8_1(&blocks, &a), want)
                 }
             };
             let mag: f64 = w.iter().zip(&xq).map(|(p, q)| (*p * *q).abs() as f64).sum();
-            assert!((got as f64 - want).abs() <= 1e-4 * mag, "{bt:?}: {got} vs {want}");
+            assert!(
+                (got as f64 - want).abs() <= 1e-4 * mag,
+                "{bt:?}: {got} vs {want}"
+            );
             // and close to the f32-activation dot (activation quantization error only)
             let exact: f64 = w.iter().zip(&x).map(|(p, q)| (*p * *q) as f64).sum();
-            assert!((got as f64 - exact).abs() <= 2e-2 * mag, "{bt:?}: {got} vs exact {exact}");
+            assert!(
+                (got as f64 - exact).abs() <= 2e-2 * mag,
+                "{bt:?}: {got} vs exact {exact}"
+            );
         }
     }
 

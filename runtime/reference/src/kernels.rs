@@ -36,7 +36,10 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
     let n = weight.len();
     if n == 0 || x.len() % n != 0 {
-        return Err(ReferenceError::shape("rmsnorm", format!("input of {} elements is not whole rows of {n}", x.len())));
+        return Err(ReferenceError::shape(
+            "rmsnorm",
+            format!("input of {} elements is not whole rows of {n}", x.len()),
+        ));
     }
     check_len("rmsnorm", "out", out.len(), x.len())?;
     for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
@@ -58,10 +61,21 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) -> Result<(
 ///
 /// `(a, b) → (a·cos − b·sin, a·sin + b·cos)`. Angles, cos and sin are computed in f64 and rounded
 /// to f32, so the oracle carries no angle drift at long positions.
-pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, rope_dim: usize, pos: usize, theta: f32, neox: bool) -> Result<()> {
+pub fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    pos: usize,
+    theta: f32,
+    neox: bool,
+) -> Result<()> {
     check_len("rope", "x", x.len(), n_heads * head_dim)?;
     if rope_dim > head_dim || rope_dim % 2 != 0 {
-        return Err(ReferenceError::shape("rope", format!("rope_dim {rope_dim} must be even and ≤ head_dim {head_dim}")));
+        return Err(ReferenceError::shape(
+            "rope",
+            format!("rope_dim {rope_dim} must be even and ≤ head_dim {head_dim}"),
+        ));
     }
     let half = rope_dim / 2;
     if half == 0 {
@@ -137,18 +151,28 @@ pub fn attention(
     out: &mut [f32],
 ) -> Result<()> {
     if n_head_kv == 0 || n_head % n_head_kv != 0 {
-        return Err(ReferenceError::shape("attention", format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")));
+        return Err(ReferenceError::shape(
+            "attention",
+            format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"),
+        ));
     }
     check_len("attention", "q", q.len(), n_head * head_dim)?;
     check_len("attention", "out", out.len(), n_head * head_dim)?;
     let row = n_head_kv * head_dim;
     if k.len() < n_kv * row || v.len() < n_kv * row {
-        return Err(ReferenceError::shape("attention", format!("cache holds fewer than {n_kv} positions")));
+        return Err(ReferenceError::shape(
+            "attention",
+            format!("cache holds fewer than {n_kv} positions"),
+        ));
     }
     let group = n_head / n_head_kv;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let mut scores = vec![0.0f32; n_kv];
-    for (h, (qh, oh)) in q.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim)).enumerate() {
+    for (h, (qh, oh)) in q
+        .chunks_exact(head_dim)
+        .zip(out.chunks_exact_mut(head_dim))
+        .enumerate()
+    {
         let kvh = h / group;
         let off = kvh * head_dim;
         for (s, kp) in scores.iter_mut().zip(k.chunks_exact(row)) {
@@ -226,7 +250,12 @@ mod tests {
         // normal: pairs (0,1), (2,3)
         let mut x = v;
         rope(&mut x, 1, 4, 4, pos, 100.0, false).unwrap();
-        let rot = |a: f64, b: f64, t: f64| ((a * t.cos() - b * t.sin()) as f32, (a * t.sin() + b * t.cos()) as f32);
+        let rot = |a: f64, b: f64, t: f64| {
+            (
+                (a * t.cos() - b * t.sin()) as f32,
+                (a * t.sin() + b * t.cos()) as f32,
+            )
+        };
         let (p0, p1) = rot(1.0, 2.0, a0);
         let (p2, p3) = rot(3.0, 4.0, a1);
         for (o, w) in x.iter().zip([p0, p1, p2, p3]) {
@@ -273,14 +302,25 @@ mod tests {
         for h in 0..n_head {
             let kvh = h / (n_head / n_head_kv);
             let mut w: Vec<f64> = (0..n_kv)
-                .map(|p| (0..hd).map(|d| (q[h * hd + d] * k[(p * n_head_kv + kvh) * hd + d]) as f64).sum::<f64>() / (hd as f64).sqrt())
+                .map(|p| {
+                    (0..hd)
+                        .map(|d| (q[h * hd + d] * k[(p * n_head_kv + kvh) * hd + d]) as f64)
+                        .sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
                 .collect();
             let m = w.iter().cloned().fold(f64::MIN, f64::max);
             let s: f64 = w.iter().map(|x| (x - m).exp()).sum();
             w.iter_mut().for_each(|x| *x = (*x - m).exp() / s);
             for d in 0..hd {
-                let want: f64 = (0..n_kv).map(|p| w[p] * v[(p * n_head_kv + kvh) * hd + d] as f64).sum();
-                assert!(close(out[h * hd + d], want as f32, 1e-5), "h{h} d{d}: {} vs {want}", out[h * hd + d]);
+                let want: f64 = (0..n_kv)
+                    .map(|p| w[p] * v[(p * n_head_kv + kvh) * hd + d] as f64)
+                    .sum();
+                assert!(
+                    close(out[h * hd + d], want as f32, 1e-5),
+                    "h{h} d{d}: {} vs {want}",
+                    out[h * hd + d]
+                );
             }
         }
         // one position: output is exactly v of that position
@@ -307,7 +347,11 @@ mod tests {
         for n in [0, 1, 7, 8, 9, 33] {
             let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
             let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 * 0.25).collect();
-            let want: f64 = a.iter().zip(&b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
+            let want: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (*x as f64) * (*y as f64))
+                .sum();
             assert!(close(dot_f32(&a, &b), want as f32, 1e-6));
         }
     }

@@ -25,8 +25,17 @@ impl KvCache {
         let total = n_layer
             .checked_mul(n_ctx)
             .and_then(|v| v.checked_mul(row))
-            .ok_or_else(|| ReferenceError::BadHParams(format!("KV cache of {n_ctx} positions overflows")))?;
-        Ok(Self { k: vec![0.0; total], v: vec![0.0; total], n_layer, row, n_ctx, len: 0 })
+            .ok_or_else(|| {
+                ReferenceError::BadHParams(format!("KV cache of {n_ctx} positions overflows"))
+            })?;
+        Ok(Self {
+            k: vec![0.0; total],
+            v: vec![0.0; total],
+            n_layer,
+            row,
+            n_ctx,
+            len: 0,
+        })
     }
 
     /// Number of positions filled.
@@ -57,12 +66,18 @@ impl KvCache {
     pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
         let span = self.n_ctx * self.row;
         let r = layer * span..(layer + 1) * span;
-        (self.k.get(r.clone()).unwrap_or_default(), self.v.get(r).unwrap_or_default())
+        (
+            self.k.get(r.clone()).unwrap_or_default(),
+            self.v.get(r).unwrap_or_default(),
+        )
     }
 
     pub(crate) fn layer_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
         let span = self.n_ctx * self.row;
         let r = layer * span..(layer + 1) * span;
-        (self.k.get_mut(r.clone()).unwrap_or_default(), self.v.get_mut(r).unwrap_or_default())
+        (
+            self.k.get_mut(r.clone()).unwrap_or_default(),
+            self.v.get_mut(r).unwrap_or_default(),
+        )
     }
 }

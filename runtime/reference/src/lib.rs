@@ -41,13 +41,17 @@ pub mod quant;
 pub use error::{ReferenceError, Result};
 pub use kernels::{attention, dot_f32, relu2_glu, rmsnorm, rope, silu, softmax, swiglu};
 pub use kv::KvCache;
-pub use matmul::{GgmlActivations, Matrix, MatmulOptions, TernaryWeights, WeightData};
+pub use matmul::{GgmlActivations, MatmulOptions, Matrix, TernaryWeights, WeightData};
 pub use model::{ForwardOptions, LogitsWanted, Model};
 pub use quant::{quantize_act, quantize_act_int4, quantize_act_int8, topk50_int8};
 
 /// Map `0..n` through `f`, on the rayon pool when `parallel` is set and the feature is on; results
 /// are in index order either way.
-pub(crate) fn par_map<T: Send>(n: usize, parallel: bool, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+pub(crate) fn par_map<T: Send>(
+    n: usize,
+    parallel: bool,
+    f: impl Fn(usize) -> T + Sync + Send,
+) -> Vec<T> {
     #[cfg(feature = "parallel")]
     if parallel && n > 1 {
         use rayon::prelude::*;

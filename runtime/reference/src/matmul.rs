@@ -14,10 +14,10 @@
 
 use tern_format::{ActQuant, Encoding};
 
-use crate::par_map;
 use crate::error::{check_len, ReferenceError, Result};
 use crate::ggml_dot;
 use crate::kernels::dot_f32;
+use crate::par_map;
 use crate::quant::quantize_act;
 
 /// Ternary weights unpacked for the reference: one `i8` trit per weight plus the group scales.
@@ -70,7 +70,10 @@ pub struct MatmulOptions {
 
 impl Default for MatmulOptions {
     fn default() -> Self {
-        Self { ggml_activations: GgmlActivations::F32, parallel: true }
+        Self {
+            ggml_activations: GgmlActivations::F32,
+            parallel: true,
+        }
     }
 }
 
@@ -78,7 +81,10 @@ impl Default for MatmulOptions {
 enum Acts {
     F32(Vec<f32>),
     /// `[n][cols]` integers and the per-token multipliers `s` (x ≈ q / s).
-    Int { q: Vec<i8>, s: Vec<f32> },
+    Int {
+        q: Vec<i8>,
+        s: Vec<f32>,
+    },
     /// `[n][cols/32]` llama.cpp activation blocks.
     Blocks(Vec<ggml_dot::ActBlock>),
 }
@@ -96,12 +102,22 @@ impl Matrix {
     /// Build from decoded f32 values, checking the length.
     pub fn from_f32(rows: usize, cols: usize, values: Vec<f32>) -> Result<Self> {
         check_len("Matrix::from_f32", "values", values.len(), rows * cols)?;
-        Ok(Self { rows, cols, data: WeightData::F32(values) })
+        Ok(Self {
+            rows,
+            cols,
+            data: WeightData::F32(values),
+        })
     }
 
     /// Build from a tensor's stored bytes and encoding. ggml blocks are kept as they are; floats and
     /// NeuZip are widened to f32; ternary tensors are unpacked to trits + scales.
-    pub fn from_encoded(name: &str, rows: usize, cols: usize, encoding: &Encoding, bytes: &[u8]) -> Result<Self> {
+    pub fn from_encoded(
+        name: &str,
+        rows: usize,
+        cols: usize,
+        encoding: &Encoding,
+        bytes: &[u8],
+    ) -> Result<Self> {
         let shape = [rows as u64, cols as u64];
         let data = match encoding {
             Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 => {
@@ -110,7 +126,9 @@ impl Matrix {
                     Encoding::Q4_0 => tern_format::ggml::BlockType::Q4_0,
                     _ => tern_format::ggml::BlockType::Q4_1,
                 };
-                if cols % ggml_dot::QK != 0 || bytes.len() != rows * (cols / ggml_dot::QK) * bt.block_bytes() {
+                if cols % ggml_dot::QK != 0
+                    || bytes.len() != rows * (cols / ggml_dot::QK) * bt.block_bytes()
+                {
                     return Err(ReferenceError::TensorShape {
                         name: name.into(),
                         expected: shape.to_vec(),
@@ -125,7 +143,13 @@ impl Matrix {
             }
             Encoding::Ternary { group, .. } => {
                 let values = encoding.decode_f32(&shape, bytes)?;
-                WeightData::Ternary(ternary_from_values(name, rows, cols, *group as usize, &values)?)
+                WeightData::Ternary(ternary_from_values(
+                    name,
+                    rows,
+                    cols,
+                    *group as usize,
+                    &values,
+                )?)
             }
             Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => {
                 WeightData::F32(encoding.decode_f32(&shape, bytes)?)
@@ -138,11 +162,16 @@ impl Matrix {
     pub fn row_f32(&self, r: usize, out: &mut [f32]) -> Result<()> {
         check_len("Matrix::row_f32", "out", out.len(), self.cols)?;
         if r >= self.rows {
-            return Err(ReferenceError::shape("Matrix::row_f32", format!("row {r} of {}", self.rows)));
+            return Err(ReferenceError::shape(
+                "Matrix::row_f32",
+                format!("row {r} of {}", self.rows),
+            ));
         }
         let c = self.cols;
         match &self.data {
-            WeightData::F32(v) => out.copy_from_slice(v.get(r * c..(r + 1) * c).unwrap_or_default()),
+            WeightData::F32(v) => {
+                out.copy_from_slice(v.get(r * c..(r + 1) * c).unwrap_or_default())
+            }
             WeightData::Q8_0(b) | WeightData::Q4_0(b) | WeightData::Q4_1(b) => {
                 let bt = match &self.data {
                     WeightData::Q8_0(_) => tern_format::ggml::BlockType::Q8_0,
@@ -164,9 +193,18 @@ impl Matrix {
 
     /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `n = x.len() / cols` tokens; `act` quantizes each
     /// token's activations first (BitNet), `ActQuant::None` keeps them float.
-    pub fn matmul(&self, x: &[f32], act: ActQuant, opts: &MatmulOptions, y: &mut [f32]) -> Result<()> {
+    pub fn matmul(
+        &self,
+        x: &[f32],
+        act: ActQuant,
+        opts: &MatmulOptions,
+        y: &mut [f32],
+    ) -> Result<()> {
         if self.cols == 0 || x.len() % self.cols != 0 {
-            return Err(ReferenceError::shape("matmul", format!("input of {} is not whole rows of {}", x.len(), self.cols)));
+            return Err(ReferenceError::shape(
+                "matmul",
+                format!("input of {} is not whole rows of {}", x.len(), self.cols),
+            ));
         }
         let n = x.len() / self.cols;
         check_len("matmul", "y", y.len(), n * self.rows)?;
@@ -209,13 +247,19 @@ impl Matrix {
                 return Ok(Acts::Int { q, s });
             }
             // Float or ggml weights with quantized activations: use the dequantized activations.
-            let deq = q.chunks_exact(c).zip(&s).flat_map(|(qt, &st)| qt.iter().map(move |&v| v as f32 / st)).collect();
+            let deq = q
+                .chunks_exact(c)
+                .zip(&s)
+                .flat_map(|(qt, &st)| qt.iter().map(move |&v| v as f32 / st))
+                .collect();
             return Ok(Acts::F32(deq));
         }
         if opts.ggml_activations == GgmlActivations::LlamaCpp {
             match self.data {
                 WeightData::Q4_1(_) => return Ok(Acts::Blocks(ggml_dot::quantize_row_q8_1(x)?)),
-                WeightData::Q8_0(_) | WeightData::Q4_0(_) => return Ok(Acts::Blocks(ggml_dot::quantize_row_q8_0(x)?)),
+                WeightData::Q8_0(_) | WeightData::Q4_0(_) => {
+                    return Ok(Acts::Blocks(ggml_dot::quantize_row_q8_0(x)?))
+                }
                 _ => {}
             }
         }
@@ -234,20 +278,38 @@ impl Matrix {
         let brow = |b| sub(b, &rb);
         for (t, o) in out.iter_mut().enumerate().take(n) {
             *o = match (&self.data, acts) {
-                (WeightData::F32(w), Acts::F32(x)) => {
-                    dot_f32(w.get(r * c..(r + 1) * c).unwrap_or_default(), x.get(t * c..(t + 1) * c).unwrap_or_default())
+                (WeightData::F32(w), Acts::F32(x)) => dot_f32(
+                    w.get(r * c..(r + 1) * c).unwrap_or_default(),
+                    x.get(t * c..(t + 1) * c).unwrap_or_default(),
+                ),
+                (WeightData::Q8_0(b), Acts::F32(x)) => {
+                    ggml_dot::dot_q8_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default())
                 }
-                (WeightData::Q8_0(b), Acts::F32(x)) => ggml_dot::dot_q8_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default()),
-                (WeightData::Q4_0(b), Acts::F32(x)) => ggml_dot::dot_q4_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default()),
-                (WeightData::Q4_1(b), Acts::F32(x)) => ggml_dot::dot_q4_1_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default()),
-                (WeightData::Q8_0(b), Acts::Blocks(a)) => ggml_dot::dot_q8_0_q8_0(brow(b), a.get(t * nb..(t + 1) * nb).unwrap_or_default()),
-                (WeightData::Q4_0(b), Acts::Blocks(a)) => ggml_dot::dot_q4_0_q8_0(brow(b), a.get(t * nb..(t + 1) * nb).unwrap_or_default()),
-                (WeightData::Q4_1(b), Acts::Blocks(a)) => ggml_dot::dot_q4_1_q8_1(brow(b), a.get(t * nb..(t + 1) * nb).unwrap_or_default()),
+                (WeightData::Q4_0(b), Acts::F32(x)) => {
+                    ggml_dot::dot_q4_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default())
+                }
+                (WeightData::Q4_1(b), Acts::F32(x)) => {
+                    ggml_dot::dot_q4_1_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default())
+                }
+                (WeightData::Q8_0(b), Acts::Blocks(a)) => ggml_dot::dot_q8_0_q8_0(
+                    brow(b),
+                    a.get(t * nb..(t + 1) * nb).unwrap_or_default(),
+                ),
+                (WeightData::Q4_0(b), Acts::Blocks(a)) => ggml_dot::dot_q4_0_q8_0(
+                    brow(b),
+                    a.get(t * nb..(t + 1) * nb).unwrap_or_default(),
+                ),
+                (WeightData::Q4_1(b), Acts::Blocks(a)) => ggml_dot::dot_q4_1_q8_1(
+                    brow(b),
+                    a.get(t * nb..(t + 1) * nb).unwrap_or_default(),
+                ),
                 (WeightData::Ternary(tw), Acts::Int { q, s }) => {
                     let st = s.get(t).copied().unwrap_or(1.0);
                     tw.dot_int(r, c, q.get(t * c..(t + 1) * c).unwrap_or_default()) / st
                 }
-                (WeightData::Ternary(tw), Acts::F32(x)) => tw.dot_f32(r, c, x.get(t * c..(t + 1) * c).unwrap_or_default()),
+                (WeightData::Ternary(tw), Acts::F32(x)) => {
+                    tw.dot_f32(r, c, x.get(t * c..(t + 1) * c).unwrap_or_default())
+                }
                 // prepare() never pairs other combinations
                 _ => f32::NAN,
             };
@@ -257,7 +319,11 @@ impl Matrix {
 
 impl TernaryWeights {
     fn scale(&self, r: usize, c: usize, cols: usize) -> f32 {
-        let i = if self.group == 0 { 0 } else { r * cols.div_ceil(self.group) + c / self.group };
+        let i = if self.group == 0 {
+            0
+        } else {
+            r * cols.div_ceil(self.group) + c / self.group
+        };
         self.scales.get(i).copied().unwrap_or(0.0)
     }
 
@@ -296,21 +362,41 @@ impl TernaryWeights {
 
 /// Recover trits and scales from dequantized ternary values (`w = t · scale`, exact in f32): the
 /// scale of a group is its largest `|w|`, and every other non-zero `|w|` must equal it.
-pub fn ternary_from_values(name: &str, rows: usize, cols: usize, group: usize, values: &[f32]) -> Result<TernaryWeights> {
+pub fn ternary_from_values(
+    name: &str,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    values: &[f32],
+) -> Result<TernaryWeights> {
     check_len("ternary weights", "values", values.len(), rows * cols)?;
-    let not_ternary = |detail: String| ReferenceError::NotTernary { name: name.into(), detail };
+    let not_ternary = |detail: String| ReferenceError::NotTernary {
+        name: name.into(),
+        detail,
+    };
     let mut trits = vec![0i8; values.len()];
     let mut scales = Vec::new();
     // Group the values the way the scales are laid out: per tensor, or per `group` columns of a row.
     let spans: Vec<(usize, usize)> = if group == 0 {
         vec![(0, values.len())]
     } else {
-        (0..rows).flat_map(|r| (0..cols.div_ceil(group)).map(move |g| (r * cols + g * group, r * cols + ((g + 1) * group).min(cols)))).collect()
+        (0..rows)
+            .flat_map(|r| {
+                (0..cols.div_ceil(group))
+                    .map(move |g| (r * cols + g * group, r * cols + ((g + 1) * group).min(cols)))
+            })
+            .collect()
     };
     for (a, b) in spans {
         let vs = values.get(a..b).unwrap_or_default();
         let scale = vs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        for (i, (t, &v)) in trits.get_mut(a..b).unwrap_or_default().iter_mut().zip(vs).enumerate() {
+        for (i, (t, &v)) in trits
+            .get_mut(a..b)
+            .unwrap_or_default()
+            .iter_mut()
+            .zip(vs)
+            .enumerate()
+        {
             *t = if v == 0.0 {
                 0
             } else if v == scale {
@@ -318,14 +404,20 @@ pub fn ternary_from_values(name: &str, rows: usize, cols: usize, group: usize, v
             } else if v == -scale {
                 -1
             } else {
-                return Err(not_ternary(format!("element {} is {v}, its group's scale is {scale}", a + i)));
+                return Err(not_ternary(format!(
+                    "element {} is {v}, its group's scale is {scale}",
+                    a + i
+                )));
             };
         }
         scales.push(scale);
     }
-    Ok(TernaryWeights { trits, scales, group })
+    Ok(TernaryWeights {
+        trits,
+        scales,
+        group,
+    })
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -336,7 +428,9 @@ mod tests {
         let mut y = vec![0.0; n * rows];
         for t in 0..n {
             for r in 0..rows {
-                y[t * rows + r] = (0..cols).map(|c| w[r * cols + c] as f64 * x[t * cols + c] as f64).sum::<f64>() as f32;
+                y[t * rows + r] = (0..cols)
+                    .map(|c| w[r * cols + c] as f64 * x[t * cols + c] as f64)
+                    .sum::<f64>() as f32;
             }
         }
         y
@@ -346,16 +440,40 @@ mod tests {
     fn ternary_integer_path_hand_computed() {
         // W = 0.5 · [[1, -1, 0, 1], [0, 0, -1, 1]], x = [1, -2, 3, 0.5]
         let w = [0.5, -0.5, 0.0, 0.5, 0.0, 0.0, -0.5, 0.5];
-        let m = Matrix { rows: 2, cols: 4, data: WeightData::Ternary(ternary_from_values("w", 2, 4, 0, &w).unwrap()) };
+        let m = Matrix {
+            rows: 2,
+            cols: 4,
+            data: WeightData::Ternary(ternary_from_values("w", 2, 4, 0, &w).unwrap()),
+        };
         // int8: amax 3 → s = 127/3; q = round([42.33, -84.67, 127, 21.17]) = [42, -85, 127, 21]
         // row0: 42 + 85 + 21 = 148 → 148 · 0.5 / (127/3) = 1.7480315
         // row1: -127 + 21 = -106 → -106 · 0.5 · 3 / 127 = -1.2519685
         let mut y = [0.0; 2];
-        m.matmul(&[1.0, -2.0, 3.0, 0.5], ActQuant::Int8, &MatmulOptions::default(), &mut y).unwrap();
-        assert!((y[0] - 148.0 * 0.5 / (127.0 / 3.0)).abs() < 1e-6, "{}", y[0]);
-        assert!((y[1] + 106.0 * 0.5 / (127.0 / 3.0)).abs() < 1e-6, "{}", y[1]);
+        m.matmul(
+            &[1.0, -2.0, 3.0, 0.5],
+            ActQuant::Int8,
+            &MatmulOptions::default(),
+            &mut y,
+        )
+        .unwrap();
+        assert!(
+            (y[0] - 148.0 * 0.5 / (127.0 / 3.0)).abs() < 1e-6,
+            "{}",
+            y[0]
+        );
+        assert!(
+            (y[1] + 106.0 * 0.5 / (127.0 / 3.0)).abs() < 1e-6,
+            "{}",
+            y[1]
+        );
         // float activations: row0 = 0.5·(1 + 2 + 0.5) = 1.75
-        m.matmul(&[1.0, -2.0, 3.0, 0.5], ActQuant::None, &MatmulOptions::default(), &mut y).unwrap();
+        m.matmul(
+            &[1.0, -2.0, 3.0, 0.5],
+            ActQuant::None,
+            &MatmulOptions::default(),
+            &mut y,
+        )
+        .unwrap();
         assert_eq!(y, [1.75, -1.25]);
     }
 
@@ -366,10 +484,15 @@ mod tests {
         let t = ternary_from_values("w", 2, 4, 2, &w).unwrap();
         assert_eq!(t.scales, vec![0.5, 2.0, 0.25, 1.0]);
         assert_eq!(t.trits, vec![1, -1, 1, 0, 0, 1, -1, -1]);
-        let m = Matrix { rows: 2, cols: 4, data: WeightData::Ternary(t) };
+        let m = Matrix {
+            rows: 2,
+            cols: 4,
+            data: WeightData::Ternary(t),
+        };
         let x = [1.0, 2.0, 3.0, 4.0];
         let mut y = [0.0; 2];
-        m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut y).unwrap();
+        m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut y)
+            .unwrap();
         assert_eq!(y, [0.5 - 1.0 + 6.0, 0.5 - 7.0]);
         let mut row = [0.0; 4];
         m.row_f32(1, &mut row).unwrap();
@@ -380,21 +503,36 @@ mod tests {
     #[test]
     fn batched_equals_per_token_and_parallel_equals_serial() {
         let (rows, cols, n) = (130, 64, 5);
-        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
-        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 13 % 11) as f32 - 5.0) / 3.0).collect();
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0)
+            .collect();
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 13 % 11) as f32 - 5.0) / 3.0)
+            .collect();
         let m = Matrix::from_f32(rows, cols, w.clone()).unwrap();
         let mut y = vec![0.0; n * rows];
-        m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut y).unwrap();
+        m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut y)
+            .unwrap();
         let want = naive(&w, rows, cols, &x);
         for (a, b) in y.iter().zip(&want) {
             assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()));
         }
-        let serial = MatmulOptions { parallel: false, ..Default::default() };
+        let serial = MatmulOptions {
+            parallel: false,
+            ..Default::default()
+        };
         let mut y1 = vec![0.0; rows];
         for t in 0..n {
-            m.matmul(&x[t * cols..(t + 1) * cols], ActQuant::Int4, &serial, &mut y1).unwrap();
+            m.matmul(
+                &x[t * cols..(t + 1) * cols],
+                ActQuant::Int4,
+                &serial,
+                &mut y1,
+            )
+            .unwrap();
             let mut yb = vec![0.0; n * rows];
-            m.matmul(&x, ActQuant::Int4, &MatmulOptions::default(), &mut yb).unwrap();
+            m.matmul(&x, ActQuant::Int4, &MatmulOptions::default(), &mut yb)
+                .unwrap();
             assert_eq!(&yb[t * rows..(t + 1) * rows], &y1[..]);
         }
         assert!(m.matmul(&x[..63], ActQuant::None, &serial, &mut y).is_err());

@@ -19,11 +19,11 @@
 
 use tern_format::{ActQuant, ActivationScheme, Arch, FfnAct, HParams, TensorView, TernFile};
 
-use crate::par_map;
 use crate::error::{ReferenceError, Result};
 use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
 use crate::kv::KvCache;
-use crate::matmul::{GgmlActivations, Matrix, MatmulOptions};
+use crate::matmul::{GgmlActivations, MatmulOptions, Matrix};
+use crate::par_map;
 
 /// Which positions' logits (or hidden states) [`Model::forward`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,13 @@ impl ForwardOptions {
     /// Options that follow llama.cpp's CPU numerics more closely: Q8 activation blocks for ggml
     /// weights and an f16 KV cache.
     pub fn llama_cpp_like() -> Self {
-        Self { matmul: MatmulOptions { ggml_activations: GgmlActivations::LlamaCpp, parallel: true }, kv_f16: true }
+        Self {
+            matmul: MatmulOptions {
+                ggml_activations: GgmlActivations::LlamaCpp,
+                parallel: true,
+            },
+            kv_f16: true,
+        }
     }
 }
 
@@ -84,7 +90,11 @@ pub struct Model {
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("arch", &self.arch).field("hparams", &self.hp).field("activations", &self.acts).finish()
+        f.debug_struct("Model")
+            .field("arch", &self.arch)
+            .field("hparams", &self.hp)
+            .field("activations", &self.acts)
+            .finish()
     }
 }
 
@@ -108,13 +118,22 @@ fn check_hparams(hp: &HParams) -> Result<()> {
         }
     }
     if hp.n_head % hp.n_head_kv != 0 {
-        return bad(format!("n_head {} is not a multiple of n_head_kv {}", hp.n_head, hp.n_head_kv));
+        return bad(format!(
+            "n_head {} is not a multiple of n_head_kv {}",
+            hp.n_head, hp.n_head_kv
+        ));
     }
     if hp.rope_dim > hp.head_dim || hp.rope_dim % 2 != 0 {
-        return bad(format!("rope_dim {} must be even and ≤ head_dim {}", hp.rope_dim, hp.head_dim));
+        return bad(format!(
+            "rope_dim {} must be even and ≤ head_dim {}",
+            hp.rope_dim, hp.head_dim
+        ));
     }
     if !(hp.rms_eps >= 0.0 && hp.rope_theta > 0.0) {
-        return bad(format!("rms_eps {} / rope_theta {} out of range", hp.rms_eps, hp.rope_theta));
+        return bad(format!(
+            "rms_eps {} / rope_theta {} out of range",
+            hp.rms_eps, hp.rope_theta
+        ));
     }
     Ok(())
 }
@@ -128,7 +147,11 @@ fn view<'a>(file: &'a TernFile, name: &str) -> Result<TensorView<'a>> {
 
 fn check_shape(view: &TensorView<'_>, expected: &[u64]) -> Result<()> {
     if view.info.shape != expected {
-        return Err(ReferenceError::TensorShape { name: view.info.name.clone(), expected: expected.to_vec(), found: view.info.shape.clone() });
+        return Err(ReferenceError::TensorShape {
+            name: view.info.name.clone(),
+            expected: expected.to_vec(),
+            found: view.info.shape.clone(),
+        });
     }
     Ok(())
 }
@@ -140,7 +163,11 @@ fn load_vector(file: &TernFile, name: &str, n: usize) -> Result<Vec<f32>> {
     use tern_format::Encoding as E;
     match v.info.encoding {
         E::F32 | E::F16 | E::Bf16 | E::NeuZip { .. } => Ok(v.to_f32()?),
-        ref e => Err(ReferenceError::UnsupportedEncoding { name: name.into(), encoding: e.name(), role: "a norm weight (float only)" }),
+        ref e => Err(ReferenceError::UnsupportedEncoding {
+            name: name.into(),
+            encoding: e.name(),
+            role: "a norm weight (float only)",
+        }),
     }
 }
 
@@ -161,7 +188,11 @@ impl Model {
         let kv_dim = u(hp.n_head_kv) * u(hp.head_dim);
         let tok_embd = load_matrix(file, "token_embd.weight", n_vocab, n_embd)?;
         let output_norm = load_vector(file, "output_norm.weight", n_embd)?;
-        let output = if hp.tied_embeddings { None } else { Some(load_matrix(file, "output.weight", n_vocab, n_embd)?) };
+        let output = if hp.tied_embeddings {
+            None
+        } else {
+            Some(load_matrix(file, "output.weight", n_vocab, n_embd)?)
+        };
         let mut layers = Vec::with_capacity(u(hp.n_layer));
         for l in 0..u(hp.n_layer) {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
@@ -171,15 +202,32 @@ impl Model {
                 wk: load_matrix(file, &n("attn_k"), kv_dim, n_embd)?,
                 wv: load_matrix(file, &n("attn_v"), kv_dim, n_embd)?,
                 wo: load_matrix(file, &n("attn_output"), n_embd, q_dim)?,
-                attn_sub_norm: if hp.sub_norms { Some(load_vector(file, &n("attn_sub_norm"), q_dim)?) } else { None },
+                attn_sub_norm: if hp.sub_norms {
+                    Some(load_vector(file, &n("attn_sub_norm"), q_dim)?)
+                } else {
+                    None
+                },
                 ffn_norm: load_vector(file, &n("ffn_norm"), n_embd)?,
                 gate: load_matrix(file, &n("ffn_gate"), n_ff, n_embd)?,
                 up: load_matrix(file, &n("ffn_up"), n_ff, n_embd)?,
                 down: load_matrix(file, &n("ffn_down"), n_embd, n_ff)?,
-                ffn_sub_norm: if hp.sub_norms { Some(load_vector(file, &n("ffn_sub_norm"), n_ff)?) } else { None },
+                ffn_sub_norm: if hp.sub_norms {
+                    Some(load_vector(file, &n("ffn_sub_norm"), n_ff)?)
+                } else {
+                    None
+                },
             });
         }
-        Ok(Self { arch: meta.arch, hp, acts: meta.activations, tok_embd, output_norm, output, layers, opts: ForwardOptions::default() })
+        Ok(Self {
+            arch: meta.arch,
+            hp,
+            acts: meta.activations,
+            tok_embd,
+            output_norm,
+            output,
+            layers,
+            opts: ForwardOptions::default(),
+        })
     }
 
     pub fn hparams(&self) -> &HParams {
@@ -205,14 +253,24 @@ impl Model {
     /// Run `tokens` at positions `cache.len()..` (a batched prefill when there are several), append
     /// their keys and values to the cache, and return `[n, n_vocab]` logits for the positions
     /// `wanted` selects.
-    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, wanted: LogitsWanted) -> Result<Vec<f32>> {
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+    ) -> Result<Vec<f32>> {
         let hidden = self.forward_hidden(tokens, cache, wanted)?;
         self.logits(&hidden)
     }
 
     /// Like [`Model::forward`] but returns the final hidden states (after the output norm),
     /// `[n, n_embd]`, so a caller can score tokens without materializing all logits.
-    pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache, wanted: LogitsWanted) -> Result<Vec<f32>> {
+    pub fn forward_hidden(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+    ) -> Result<Vec<f32>> {
         let hp = &self.hp;
         let (n_embd, n_ff) = (u(hp.n_embd), u(hp.n_ff));
         let (n_head, n_head_kv, hd) = (u(hp.n_head), u(hp.n_head_kv), u(hp.head_dim));
@@ -222,16 +280,27 @@ impl Model {
             return Err(ReferenceError::EmptyInput);
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t >= hp.n_vocab) {
-            return Err(ReferenceError::TokenOutOfRange { token: bad, n_vocab: hp.n_vocab });
+            return Err(ReferenceError::TokenOutOfRange {
+                token: bad,
+                n_vocab: hp.n_vocab,
+            });
         }
         if cache.n_layer != self.layers.len() || cache.row != kv_dim {
             return Err(ReferenceError::CacheMismatch {
-                detail: format!("cache has {} layers × {} floats per position, model needs {} × {kv_dim}", cache.n_layer, cache.row, self.layers.len()),
+                detail: format!(
+                    "cache has {} layers × {} floats per position, model needs {} × {kv_dim}",
+                    cache.n_layer,
+                    cache.row,
+                    self.layers.len()
+                ),
             });
         }
         let p0 = cache.len;
         if p0 + n > cache.n_ctx {
-            return Err(ReferenceError::ContextOverflow { needed: p0 + n, capacity: cache.n_ctx });
+            return Err(ReferenceError::ContextOverflow {
+                needed: p0 + n,
+                capacity: cache.n_ctx,
+            });
         }
         let mm = &self.opts.matmul;
         let eps = hp.rms_eps;
@@ -262,13 +331,33 @@ impl Model {
             for i in 0..n {
                 let pos = p0 + i;
                 let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                rope(qi, n_head, hd, u(hp.rope_dim), pos, hp.rope_theta, hp.rope_neox)?;
+                rope(
+                    qi,
+                    n_head,
+                    hd,
+                    u(hp.rope_dim),
+                    pos,
+                    hp.rope_theta,
+                    hp.rope_neox,
+                )?;
                 let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                rope(ki, n_head_kv, hd, u(hp.rope_dim), pos, hp.rope_theta, hp.rope_neox)?;
+                rope(
+                    ki,
+                    n_head_kv,
+                    hd,
+                    u(hp.rope_dim),
+                    pos,
+                    hp.rope_theta,
+                    hp.rope_neox,
+                )?;
                 let vi = v.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                let kd = kc.get_mut(pos * kv_dim..(pos + 1) * kv_dim).unwrap_or_default();
+                let kd = kc
+                    .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
+                    .unwrap_or_default();
                 store(kd, ki, self.opts.kv_f16);
-                let vd = vc.get_mut(pos * kv_dim..(pos + 1) * kv_dim).unwrap_or_default();
+                let vd = vc
+                    .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
+                    .unwrap_or_default();
                 store(vd, vi, self.opts.kv_f16);
             }
             let (kc, vc) = cache.layer(li);
@@ -340,7 +429,11 @@ impl Model {
 
 fn store(dst: &mut [f32], src: &[f32], f16: bool) {
     for (d, &s) in dst.iter_mut().zip(src) {
-        *d = if f16 { half::f16::from_f32(s).to_f32() } else { s };
+        *d = if f16 {
+            half::f16::from_f32(s).to_f32()
+        } else {
+            s
+        };
     }
 }
 
@@ -349,4 +442,3 @@ fn add(x: &mut [f32], y: &[f32]) {
         *a += b;
     }
 }
-

@@ -74,7 +74,10 @@ pub fn topk_indices(x: &[f32], k: usize) -> Vec<usize> {
             (true, true) => a.cmp(&b),
             (true, false) => Ordering::Greater,
             (false, true) => Ordering::Less,
-            (false, false) => mb.partial_cmp(&ma).unwrap_or(Ordering::Equal).then(a.cmp(&b)),
+            (false, false) => mb
+                .partial_cmp(&ma)
+                .unwrap_or(Ordering::Equal)
+                .then(a.cmp(&b)),
         }
     });
     idx.truncate(k);
