@@ -221,7 +221,8 @@ pub fn dequantize_into(bt: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<(
                 let m = f16_to_f32(b.m);
                 let (lo, hi) = y.split_at_mut(16);
                 for ((q, y0), y1) in b.qs.iter().zip(lo).zip(hi) {
-                    // llama.cpp: x0*d + m, rounded twice (no fused multiply-add)
+                    // llama.cpp: x0*d + m; q·d is exact in f32 (≤ 4 + 11 significant bits), so only
+                    // the addition rounds, with or without a fused multiply-add
                     *y0 = (q & 0x0F) as f32 * d + m;
                     *y1 = (q >> 4) as f32 * d + m;
                 }
