@@ -919,7 +919,7 @@ impl<'a> Parser<'a> {
         let len = self.u64(&|| format!("{} (length)", what()))?;
         if len > self.remaining() as u64 {
             return Err(gguf_err(format!(
-                "{}: string length {len} exceeds the {} bytes left in the file",
+                "truncated at {}: string length {len} exceeds the {} bytes left in the file",
                 what(),
                 self.remaining()
             )));
