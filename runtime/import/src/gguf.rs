@@ -530,9 +530,12 @@ impl GgufTensorInfo {
     pub fn shape(&self) -> Vec<u64> {
         self.ne.iter().rev().copied().collect()
     }
-    /// Number of elements (validated not to overflow while parsing).
+    /// Number of elements (the parser checked it fits in i64; saturates for hand-made infos).
     pub fn n_elements(&self) -> u64 {
-        self.ne.iter().product()
+        self.ne
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
 }
 
