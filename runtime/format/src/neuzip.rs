@@ -129,6 +129,8 @@ pub const MAX_LANES: u32 = 64;
 pub const MAX_BLOCK_LEN: u32 = 65536;
 /// Lanes per block written by [`encode`].
 pub const DEFAULT_LANES: u32 = 32;
+/// Symbols per lane below which [`Params::auto`] uses fewer lanes.
+pub const SYMBOLS_PER_LANE: u64 = 2048;
 /// Target symbols per block written by [`encode`].
 pub const DEFAULT_BLOCK_SYMBOLS: u32 = 65536;
 
@@ -141,6 +143,27 @@ pub struct Params {
     pub lanes: u32,
     /// Target symbols per block, 1..=65536 (see the module doc, "Blocks and rows").
     pub block_symbols: u32,
+}
+
+impl Params {
+    /// What [`encode`] uses: [`DEFAULT_BLOCK_SYMBOLS`], and [`DEFAULT_LANES`] lanes unless a block
+    /// is small, then one lane per [`SYMBOLS_PER_LANE`] symbols (at least one) so small tensors
+    /// (norms, biases) do not pay 6 bytes for each of 32 nearly empty lanes.
+    pub fn auto(n_elements: u64, row_len: u64) -> Params {
+        let b = u64::from(DEFAULT_BLOCK_SYMBOLS);
+        let block = match row_len {
+            0 => n_elements,
+            r if r <= b => (b / r * r).min(n_elements),
+            r => r.div_ceil(r.div_ceil(b)),
+        };
+        let lanes = block
+            .div_ceil(SYMBOLS_PER_LANE)
+            .clamp(1, u64::from(DEFAULT_LANES)) as u32; // ok: ≤ 32
+        Params {
+            lanes,
+            block_symbols: DEFAULT_BLOCK_SYMBOLS,
+        }
+    }
 }
 
 impl Default for Params {
@@ -255,7 +278,7 @@ fn geometry(n: u64, row_len: u64, target: u32) -> Result<(u32, u32, u32, u32)> {
         let s0 = row_len.div_ceil(target64);
         let block_len = row_len.div_ceil(s0);
         let s = row_len.div_ceil(block_len);
-        (block_len, 1, s, rows.checked_mul(s).unwrap_or(u64::MAX))
+        (block_len, 1, s, rows.saturating_mul(s))
     };
     let too_big = |what: &str| {
         FormatError::out_of_range("neuzip tensor", format!("{what} does not fit in u32"))
@@ -286,7 +309,14 @@ fn layout(n_syms: u64, n_blocks: u64, lanes: u64, n_words: u64, raw_bytes: u64) 
 /// tensor); `mantissa_bits`: bits kept (full width = lossless: 23/10/7 for f32/f16/bf16; lossy
 /// 3, 1 or 0 as in NeuZip, any smaller value works).
 pub fn encode(dtype: FloatType, mantissa_bits: u8, data: &[u8], row_len: usize) -> Result<Vec<u8>> {
-    encode_with(dtype, mantissa_bits, data, row_len, Params::default())
+    let n = data.len() / dtype.size();
+    encode_with(
+        dtype,
+        mantissa_bits,
+        data,
+        row_len,
+        Params::auto(n as u64, row_len as u64),
+    )
 }
 
 /// [`encode`] with explicit block parameters. Deterministic: the same input gives the same bytes.
@@ -336,9 +366,9 @@ pub fn encode_with(
     let raw_len = (n64 * u64::from(w)).div_ceil(8);
     let mut bits = BitWriter::with_capacity(usize::try_from(raw_len).unwrap_or(0));
     for c in data.chunks_exact(size) {
-        let mut x = match c {
-            &[a, b] => u32::from(u16::from_le_bytes([a, b])),
-            &[a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+        let mut x = match *c {
+            [a, b] => u32::from(u16::from_le_bytes([a, b])),
+            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
             _ => 0, // unreachable: size is 2 or 4
         };
         if lossy {
@@ -808,56 +838,51 @@ impl Plan {
         let words = blob
             .get(self.words.range())
             .ok_or_else(|| trunc(blob.len(), self.words.offset as usize, 0))?;
+        let base = self.block_word_base(blob, b)? as usize;
+        let bend = self.block_word_base(blob, b + 1)? as usize;
+        // This block's words; lanes index them relative to `base`.
+        let bw = words
+            .get(2 * base..2 * bend)
+            .ok_or_else(|| corrupt("block words outside the word section"))?;
         let mut x = [0u32; MAX_LANES as usize];
         let mut p = [0usize; MAX_LANES as usize];
         let mut e = [0usize; MAX_LANES as usize];
         for l in 0..lanes {
             let r = self.lane_words(blob, b, l as u32)?;
             x[l] = self.lane_state(blob, b, l as u32)?;
-            p[l] = r.start;
-            e[l] = r.end;
+            p[l] = r.start - base;
+            e[l] = r.end - base;
         }
-        let mut step = |l: usize, j: usize, out: &mut [u8]| -> Result<()> {
-            let xv = x[l];
-            let ent = lut[(xv & (PROB_SCALE - 1)) as usize];
-            out[j] = ent as u8; // ok: j < upto = out.len(); low byte is the symbol
-            let mut xn = ((ent >> 8) & 0xFFF) * (xv >> PROB_BITS) + (ent >> 20);
-            if xn < RANS_L {
-                let k = p[l];
-                if k >= e[l] {
-                    return Err(corrupt(format!(
-                        "lane {l} of block {b} reads past its words"
-                    )));
-                }
-                let wv = match words.get(2 * k..2 * k + 2) {
-                    Some(&[a, c]) => u16::from_le_bytes([a, c]),
-                    _ => return Err(corrupt("word index outside the word section")),
-                };
-                xn = (xn << 16) | u32::from(wv);
-                p[l] = k + 1;
-            }
-            x[l] = xn;
-            Ok(())
-        };
-        let rounds = upto / lanes;
-        for t in 0..rounds {
-            let base = t * lanes;
-            for l in 0..lanes {
-                step(l, base + l, out)?;
-            }
+        // Branch-free step: every lane reads the word at its cursor (0 past the block's end) and
+        // keeps it only when renormalizing. A lane that runs past its own words reads its
+        // neighbour's; that is caught after the loop (`p > e`), so no error check per step.
+        let mut wbuf: Vec<u16> = bw
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        wbuf.push(0);
+        let mut x32 = [0u32; MAX_LANES as usize];
+        let mut p32 = [0u32; MAX_LANES as usize];
+        for l in 0..lanes {
+            x32[l] = x[l];
+            p32[l] = u32::try_from(p[l]).map_err(|_| corrupt("lane start"))?;
         }
-        for l in 0..upto % lanes {
-            step(l, rounds * lanes + l, out)?;
+        match lanes {
+            32 => lockstep::<32>(lut, &wbuf, &mut x32, &mut p32, out),
+            64 => lockstep::<64>(lut, &wbuf, &mut x32, &mut p32, out),
+            _ => lockstep_dyn(lut, &wbuf, &mut x32[..lanes], &mut p32[..lanes], out),
         }
-        if upto == len as usize {
-            for l in 0..lanes {
-                if x[l] != RANS_L || p[l] != e[l] {
-                    return Err(corrupt(format!(
-                        "lane {l} of block {b} ends in state {:#x} with {} unread words (expected 0x8000, 0)",
-                        x[l],
-                        e[l] - p[l]
-                    )));
-                }
+        for l in 0..lanes {
+            x[l] = x32[l];
+            p[l] = p32[l] as usize;
+        }
+        let whole = upto == len as usize;
+        for l in 0..lanes {
+            if p[l] > e[l] || (whole && (x[l] != RANS_L || p[l] != e[l])) {
+                return Err(corrupt(format!(
+                    "lane {l} of block {b} ends in state {:#x} at word {} (its words end at {}; expected 0x8000 there)",
+                    x[l], p[l], e[l]
+                )));
             }
         }
         Ok(())
@@ -913,6 +938,74 @@ impl Plan {
             row * u64::from(self.blocks_per_row) + (i % self.row_len) / u64::from(self.block_len)
         };
         b.min(u64::from(self.n_blocks)) as u32 // ok: ≤ n_blocks
+    }
+}
+
+/// One decode step of one lane (the arithmetic of [`decode_lane`], branch-free word read).
+#[inline(always)]
+fn lane_step(lut: &[u32; LUT_SIZE], wbuf: &[u16], o: &mut u8, xl: &mut u32, pl: &mut u32) {
+    let xv = *xl;
+    let ent = lut[(xv & (PROB_SCALE - 1)) as usize];
+    *o = ent as u8; // ok: the low byte is the symbol
+    let xn = ((ent >> 8) & 0xFFF) * (xv >> PROB_BITS) + (ent >> 20);
+    let need = xn < RANS_L;
+    let w = u32::from(wbuf.get(*pl as usize).copied().unwrap_or(0));
+    *xl = if need { (xn << 16) | w } else { xn };
+    *pl += u32::from(need);
+}
+
+/// All `L` lanes in lockstep over `out` (symbol `j` → lane `j mod L`); `L` known at compile time.
+fn lockstep<const L: usize>(
+    lut: &[u32; LUT_SIZE],
+    wbuf: &[u16],
+    x: &mut [u32; MAX_LANES as usize],
+    p: &mut [u32; MAX_LANES as usize],
+    out: &mut [u8],
+) {
+    let mut xs = [0u32; L];
+    let mut ps = [0u32; L];
+    xs.copy_from_slice(&x[..L]);
+    ps.copy_from_slice(&p[..L]);
+    let mut chunks = out.chunks_exact_mut(L);
+    for c in &mut chunks {
+        for ((o, xl), pl) in c.iter_mut().zip(xs.iter_mut()).zip(ps.iter_mut()) {
+            lane_step(lut, wbuf, o, xl, pl);
+        }
+    }
+    for ((o, xl), pl) in chunks
+        .into_remainder()
+        .iter_mut()
+        .zip(xs.iter_mut())
+        .zip(ps.iter_mut())
+    {
+        lane_step(lut, wbuf, o, xl, pl);
+    }
+    x[..L].copy_from_slice(&xs);
+    p[..L].copy_from_slice(&ps);
+}
+
+/// [`lockstep`] for any lane count.
+fn lockstep_dyn(
+    lut: &[u32; LUT_SIZE],
+    wbuf: &[u16],
+    xs: &mut [u32],
+    ps: &mut [u32],
+    out: &mut [u8],
+) {
+    let lanes = xs.len().max(1);
+    let mut chunks = out.chunks_exact_mut(lanes);
+    for c in &mut chunks {
+        for ((o, xl), pl) in c.iter_mut().zip(xs.iter_mut()).zip(ps.iter_mut()) {
+            lane_step(lut, wbuf, o, xl, pl);
+        }
+    }
+    for ((o, xl), pl) in chunks
+        .into_remainder()
+        .iter_mut()
+        .zip(xs.iter_mut())
+        .zip(ps.iter_mut())
+    {
+        lane_step(lut, wbuf, o, xl, pl);
     }
 }
 

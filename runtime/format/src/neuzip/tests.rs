@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use super::*;
 
 /// Small deterministic generator (xorshift64*), so the tests need no extra dependency.
@@ -797,4 +799,46 @@ fn fuzz_seeds() {
             "{name}: encoder output changed; the format is frozen (bump VERSION)"
         );
     }
+}
+
+/// Throughput on a 28M-element bf16 tensor (SmolLM2's embedding size):
+/// `cargo test --release -p tern-format --lib neuzip::tests::bench_decode -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_decode() {
+    let n = 49152 * 576;
+    let d = bf16_bytes(&weights(n, 123, 0.02));
+    let t = std::time::Instant::now();
+    let blob = encode(FloatType::Bf16, 7, &d, 576).unwrap();
+    let enc = t.elapsed().as_secs_f64();
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let out = decode(&blob).unwrap();
+        best = best.min(t.elapsed().as_secs_f64());
+        assert!(out == d);
+    }
+    let t = std::time::Instant::now();
+    let ex = decode_exponents_reference(&blob).unwrap();
+    let refs = t.elapsed().as_secs_f64();
+    assert_eq!(ex.len(), n);
+    let t = std::time::Instant::now();
+    stats(&blob).unwrap();
+    println!(
+        "stats (exponent decode + histogram) {:.3} s",
+        t.elapsed().as_secs_f64()
+    );
+    let t = std::time::Instant::now();
+    for r in 0..100u64 {
+        decode_rows(&blob, r * 491, 1).unwrap();
+    }
+    let row = t.elapsed().as_secs_f64() / 100.0;
+    let mb = d.len() as f64 / 1e6;
+    println!(
+        "bf16 {n} elements: encode {enc:.3} s ({:.0} MB/s), decode {best:.3} s ({:.0} MB/s), reference lanes {refs:.3} s, row lookup {:.1} µs; {:.2}% of bf16",
+        mb / enc,
+        mb / best,
+        row * 1e6,
+        100.0 * blob.len() as f64 / d.len() as f64
+    );
 }
