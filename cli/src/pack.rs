@@ -1,0 +1,66 @@
+//! `tern pack IN -o OUT.tern`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tern_import::pack::{parse_ternary_layout, FloatMode, PackOptions};
+
+#[derive(Args)]
+pub struct PackArgs {
+    /// A .gguf file or a Hugging Face model directory (config.json + *.safetensors).
+    pub input: PathBuf,
+    /// Output .tern file.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Ternary weight layout: 2bit (2 bits/weight) or base3 (5 trits per byte, 1.6 bits/weight).
+    #[arg(long, default_value = "2bit")]
+    pub ternary: String,
+    /// Float tensors: raw, neuzip (lossless), neuzip-lossy3, neuzip-lossy1, neuzip-lossy0.
+    #[arg(long, default_value = "raw")]
+    pub floats: String,
+    /// BitNet activation scheme: a8 (b1.58) or a4.8.
+    #[arg(long)]
+    pub activations: Option<String>,
+}
+
+pub fn options(a: &PackArgs) -> Result<PackOptions> {
+    let activations = match a.activations.as_deref() {
+        None => None,
+        Some("a8") => Some(tern_format::ActivationScheme::A8),
+        Some("a4.8") => Some(tern_format::ActivationScheme::A4_8),
+        Some(x) => anyhow::bail!("--activations {x:?}: expected a8 or a4.8"),
+    };
+    Ok(PackOptions { ternary: parse_ternary_layout(&a.ternary)?, floats: a.floats.parse::<FloatMode>()?, activations })
+}
+
+pub fn run(a: PackArgs) -> Result<ExitCode> {
+    let opts = options(&a)?;
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} packing [{bar:40}] {pos}/{len} tensors {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()) // ok: constant template
+            .progress_chars("=> "),
+    );
+    let t0 = std::time::Instant::now();
+    let meta = tern_import::import_path(&a.input, &a.output, &opts, &mut |done, total, name| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(name.to_string());
+    })
+    .with_context(|| format!("packing {}", a.input.display()))?;
+    bar.finish_and_clear();
+    let size = std::fs::metadata(&a.output)?.len();
+    eprintln!(
+        "packed {} ({:?}, {} layers) -> {} ({:.1} MiB) in {:.1}s",
+        a.input.display(),
+        meta.arch,
+        meta.hparams.n_layer,
+        a.output.display(),
+        size as f64 / (1u64 << 20) as f64,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}

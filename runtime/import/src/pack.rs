@@ -1,0 +1,131 @@
+//! Pack-time choices shared by every importer: how float tensors and ternary tensors are encoded.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use tern_format::encoding::full_mantissa_bits;
+use tern_format::{neuzip, ternary, ActivationScheme, Encoding, FloatType, TernaryLayout};
+
+use crate::error::{ImportError, Result};
+
+/// How float tensors (embeddings, head, norms) are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatMode {
+    /// As they are in the source.
+    Raw,
+    /// NeuZip, lossless (kept raw where NeuZip would not be smaller, e.g. tiny tensors).
+    NeuZip,
+    /// NeuZip keeping only this many mantissa bits (3, 1 or 0), round-to-nearest.
+    NeuZipLossy(u8),
+}
+
+impl std::str::FromStr for FloatMode {
+    type Err = ImportError;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "raw" => FloatMode::Raw,
+            "neuzip" => FloatMode::NeuZip,
+            "neuzip-lossy3" => FloatMode::NeuZipLossy(3),
+            "neuzip-lossy1" => FloatMode::NeuZipLossy(1),
+            "neuzip-lossy0" => FloatMode::NeuZipLossy(0),
+            _ => {
+                return Err(ImportError::InvalidArgument(format!(
+                    "--floats {s:?}: expected raw, neuzip, neuzip-lossy3, neuzip-lossy1 or neuzip-lossy0"
+                )))
+            }
+        })
+    }
+}
+
+impl FloatMode {
+    pub fn name(self) -> String {
+        match self {
+            FloatMode::Raw => "raw".into(),
+            FloatMode::NeuZip => "neuzip".into(),
+            FloatMode::NeuZipLossy(k) => format!("neuzip-lossy{k}"),
+        }
+    }
+}
+
+/// Options of `tern pack`.
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// Layout of ternary weights.
+    pub ternary: TernaryLayout,
+    /// Encoding of float tensors.
+    pub floats: FloatMode,
+    /// Activation scheme of BitNet models (`None`: the architecture's default, b1.58 A8).
+    pub activations: Option<ActivationScheme>,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        Self { ternary: TernaryLayout::Bits2, floats: FloatMode::Raw, activations: None }
+    }
+}
+
+impl PackOptions {
+    /// The options as recorded in the provenance metadata.
+    pub fn describe(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "ternary".into(),
+            match self.ternary {
+                TernaryLayout::Bits2 => "2bit".into(),
+                TernaryLayout::Base3 => "base3".into(),
+            },
+        );
+        m.insert("floats".into(), self.floats.name());
+        if let Some(a) = self.activations {
+            m.insert("activations".into(), if a == ActivationScheme::A4_8 { "a4.8".into() } else { "a8".into() });
+        }
+        m
+    }
+}
+
+pub fn parse_ternary_layout(s: &str) -> Result<TernaryLayout> {
+    match s {
+        "2bit" => Ok(TernaryLayout::Bits2),
+        "base3" => Ok(TernaryLayout::Base3),
+        _ => Err(ImportError::InvalidArgument(format!("--ternary {s:?}: expected 2bit or base3"))),
+    }
+}
+
+/// Encode one float tensor (`raw`: little-endian elements of `dtype`, row length = last dim).
+pub fn encode_float<'a>(opts: &PackOptions, dtype: FloatType, shape: &[u64], raw: &'a [u8]) -> Result<(Encoding, Cow<'a, [u8]>)> {
+    let row_len = shape.last().copied().unwrap_or(1).max(1) as usize;
+    match opts.floats {
+        FloatMode::Raw => Ok((Encoding::from(dtype), Cow::Borrowed(raw))),
+        FloatMode::NeuZip => {
+            let full = full_mantissa_bits(dtype);
+            let blob = neuzip::encode(dtype, full, raw, row_len)?;
+            if blob.len() >= raw.len() {
+                Ok((Encoding::from(dtype), Cow::Borrowed(raw)))
+            } else {
+                Ok((Encoding::NeuZip { dtype, mantissa_bits: full }, Cow::Owned(blob)))
+            }
+        }
+        FloatMode::NeuZipLossy(k) => {
+            let blob = neuzip::encode(dtype, k, raw, row_len)?;
+            Ok((Encoding::NeuZip { dtype, mantissa_bits: k }, Cow::Owned(blob)))
+        }
+    }
+}
+
+/// Encode one ternary tensor given its trits (row-major, `shape` order) and scales (`group`
+/// consecutive elements of a row per scale; `group == 0`: one scale).
+pub fn encode_ternary(
+    opts: &PackOptions,
+    shape: &[u64],
+    trits: &[i8],
+    group: u32,
+    scale_type: FloatType,
+    scales: &[f32],
+) -> Result<(Encoding, Vec<u8>)> {
+    let (rows, cols) = tern_format::encoding::rows_cols(shape)?;
+    let bytes = ternary::pack(opts.ternary, rows, cols, trits, group, scale_type, scales)?;
+    Ok((Encoding::Ternary { layout: opts.ternary, group, scale_type }, bytes))
+}
+
+/// Progress callback of the importers: `(tensors done, total, current tensor name)`.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
