@@ -3,8 +3,10 @@
 //! tern's public Rust API: open a packed model, tokenize, render chat templates, run sessions
 //! (prefill + decode with a preallocated KV cache) and sample.
 
+pub mod chat;
 pub mod error;
 pub mod sampler;
+pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use sampler::{Sampler, SamplingParams};

@@ -64,6 +64,12 @@ pub enum TokenizerError {
 
 pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
 
+impl From<TokenizerError> for crate::error::EngineError {
+    fn from(e: TokenizerError) -> Self {
+        crate::error::EngineError::Tokenizer(e.to_string())
+    }
+}
+
 // llama.cpp token attributes (`llama_token_attr`), derived from GGUF token types.
 const ATTR_UNDEFINED: u8 = 0;
 const ATTR_UNKNOWN: u8 = 1 << 0;
@@ -111,13 +117,14 @@ impl PreTokenizer {
     pub fn from_name(pre: Option<&str>) -> Result<Self> {
         Ok(match pre.unwrap_or("default") {
             "" | "default" => Self::Default,
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "a.x-4.0"
-            | "mellum" | "modern-bert" | "mpt" | "olmo" | "exaone4" => Self::Gpt2,
-            "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
-                Self::Smollm
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
+            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "exaone4" => {
+                Self::Gpt2
             }
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
-            | "jina-v5-nano" => Self::Llama3,
+            "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
+            | "minerva-7b" | "mellum2" => Self::Smollm,
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
+            | "midm-2.0" | "lfm2" | "jina-v5-nano" => Self::Llama3,
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => Self::Qwen2,
             other => return Err(TokenizerError::UnsupportedPreTokenizer(other.to_string())),
         })
@@ -126,7 +133,12 @@ impl PreTokenizer {
     /// The regexes llama.cpp applies in sequence (`llm_tokenizer_bpe::regex_exprs`).
     pub fn regexes(self) -> &'static [&'static str] {
         match self {
-            Self::Default => &[r"[\p{P}\$\+<=>\^~\|]+", RE_GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
+            Self::Default => &[
+                r"[\p{P}\$\+<=>\^~\|]+",
+                RE_GPT2,
+                r"\p{N}+",
+                "[0-9][0-9][0-9]",
+            ],
             Self::Gpt2 => &[RE_GPT2],
             Self::Smollm => &[r"\p{N}", RE_GPT2],
             Self::Llama3 => &[RE_LLAMA3],
@@ -147,7 +159,8 @@ pub fn llama_cpp_default_add_bos(kind: TokenizerKind, pre: Option<&str>) -> bool
     match kind {
         TokenizerKind::Llama => true,
         TokenizerKind::Gpt2 => {
-            matches!(PreTokenizer::from_name(pre), Ok(PreTokenizer::Llama3)) || matches!(pre, Some("tekken" | "chameleon"))
+            matches!(PreTokenizer::from_name(pre), Ok(PreTokenizer::Llama3))
+                || matches!(pre, Some("tekken" | "chameleon"))
         }
     }
 }
@@ -160,23 +173,77 @@ pub fn llama_cpp_default_add_space_prefix(kind: TokenizerKind) -> bool {
 
 // Token texts llama.cpp gives a role (and the CONTROL attribute) by text, `llama_vocab::impl::load`.
 const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-    "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 ];
 const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
 const FIM_TEXTS: &[&str] = &[
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
-    "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-    "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
-    "▁<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
 const USER_DEFINED_TEXTS: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
 
@@ -254,7 +321,9 @@ impl Tokenizer {
             return Err(TokenizerError::InvalidSpec("empty vocabulary".into()));
         }
         if u32::try_from(n).is_err() {
-            return Err(TokenizerError::InvalidSpec(format!("vocabulary of {n} tokens is too large")));
+            return Err(TokenizerError::InvalidSpec(format!(
+                "vocabulary of {n} tokens is too large"
+            )));
         }
         if !spec.token_types.is_empty() && spec.token_types.len() != n {
             return Err(TokenizerError::InvalidSpec(format!(
@@ -263,7 +332,10 @@ impl Tokenizer {
             )));
         }
         if !spec.scores.is_empty() && spec.scores.len() != n {
-            return Err(TokenizerError::InvalidSpec(format!("{} scores for {n} tokens", spec.scores.len())));
+            return Err(TokenizerError::InvalidSpec(format!(
+                "{} scores for {n} tokens",
+                spec.scores.len()
+            )));
         }
         // Out-of-range special ids are dropped (llama.cpp falls back to its default id with a warning).
         let check = |name: &str, id: Option<u32>| -> Option<u32> {
@@ -280,7 +352,10 @@ impl Tokenizer {
         let mut attrs: Vec<u8> = if spec.token_types.is_empty() {
             vec![ATTR_NORMAL; n]
         } else {
-            spec.token_types.iter().map(|&t| attr_from_type(t)).collect()
+            spec.token_types
+                .iter()
+                .map(|&t| attr_from_type(t))
+                .collect()
         };
         let mut token_to_id = HashMap::with_capacity(n);
         for (i, t) in spec.tokens.iter().enumerate() {
@@ -290,7 +365,15 @@ impl Tokenizer {
         let find_first = |list: &[&str]| list.iter().find_map(|t| token_to_id.get(*t).copied());
 
         // Role detection by text, as llama.cpp does; such tokens become CONTROL.
-        for list in [EOT_TEXTS, EOM_TEXTS, FIM_TEXTS, FIM_PAD_TEXTS, FIM_REP_TEXTS, FIM_SEP_TEXTS, EOG_TEXTS] {
+        for list in [
+            EOT_TEXTS,
+            EOM_TEXTS,
+            FIM_TEXTS,
+            FIM_PAD_TEXTS,
+            FIM_REP_TEXTS,
+            FIM_SEP_TEXTS,
+            EOG_TEXTS,
+        ] {
             for t in list {
                 if let Some(&id) = token_to_id.get(*t) {
                     if let Some(a) = attrs.get_mut(id as usize) {
@@ -302,7 +385,10 @@ impl Tokenizer {
         let eot = check("eot", spec.eot).or_else(|| find_first(EOT_TEXTS));
         let eom = find_first(EOM_TEXTS);
         let eos = check("eos", spec.eos);
-        let mut eog: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| token_to_id.get(*t).copied()).collect();
+        let mut eog: Vec<u32> = EOG_TEXTS
+            .iter()
+            .filter_map(|t| token_to_id.get(*t).copied())
+            .collect();
         eog.extend(find_first(FIM_PAD_TEXTS));
         eog.extend(find_first(FIM_REP_TEXTS));
         eog.extend(find_first(FIM_SEP_TEXTS));
@@ -329,12 +415,15 @@ impl Tokenizer {
         partition.sort_by_key(|&i| std::cmp::Reverse(spec.tokens[i as usize].len()));
 
         let byte_map = gpt2_byte_to_char();
-        let char_to_byte: HashMap<char, u8> = (0..=255u8).map(|b| (byte_map[usize::from(b)], b)).collect();
+        let char_to_byte: HashMap<char, u8> =
+            (0..=255u8).map(|b| (byte_map[usize::from(b)], b)).collect();
         let pieces = spec
             .tokens
             .iter()
             .zip(&attrs)
-            .map(|(text, &attr)| piece_bytes(spec.kind, text, attr, &char_to_byte).into_boxed_slice())
+            .map(|(text, &attr)| {
+                piece_bytes(spec.kind, text, attr, &char_to_byte).into_boxed_slice()
+            })
             .collect();
 
         let mut byte_tokens = vec![None; 256];
@@ -349,7 +438,13 @@ impl Tokenizer {
                 for (b, slot) in byte_tokens.iter_mut().enumerate() {
                     *slot = token_to_id
                         .get(&format!("<0x{b:02X}>"))
-                        .or_else(|| if b < 0x80 { token_to_id.get(&(b as u8 as char).to_string()) } else { None })
+                        .or_else(|| {
+                            if b < 0x80 {
+                                token_to_id.get(&(b as u8 as char).to_string())
+                            } else {
+                                None
+                            }
+                        })
                         .copied();
                 }
                 None
@@ -388,13 +483,20 @@ impl Tokenizer {
 
     /// Like [`Tokenizer::encode`], for text that may not be UTF-8 (a typed error then).
     pub fn encode_bytes(&self, text: &[u8], parse_special: bool) -> Result<Vec<u32>> {
-        let s = std::str::from_utf8(text).map_err(|e| TokenizerError::InvalidUtf8 { offset: e.valid_up_to() })?;
+        let s = std::str::from_utf8(text).map_err(|e| TokenizerError::InvalidUtf8 {
+            offset: e.valid_up_to(),
+        })?;
         self.encode(s, parse_special)
     }
 
     /// Tokenizes `text`. `add_special` adds BOS/EOS per the model's flags; `parse_special` maps the
     /// text of control tokens (e.g. `<|im_start|>`) to their ids (user-defined tokens always are).
-    pub fn encode_with(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+    pub fn encode_with(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>> {
         let fragments = self.partition(text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
@@ -405,7 +507,9 @@ impl Tokenizer {
                 for f in &fragments {
                     match f {
                         Fragment::Text(t) => {
-                            let enc = bpe.encode_fast(*t, false).map_err(|e| TokenizerError::Backend(e.to_string()))?;
+                            let enc = bpe
+                                .encode_fast(*t, false)
+                                .map_err(|e| TokenizerError::Backend(e.to_string()))?;
                             out.extend_from_slice(enc.get_ids());
                         }
                         Fragment::Token(id) => out.push(*id),
@@ -448,12 +552,21 @@ impl Tokenizer {
         }
         frags.push(Fragment::Text(text));
         for &id in &self.partition {
-            let attr = self.attrs.get(id as usize).copied().unwrap_or(ATTR_UNDEFINED);
+            let attr = self
+                .attrs
+                .get(id as usize)
+                .copied()
+                .unwrap_or(ATTR_UNDEFINED);
             if !parse_special && attr & (ATTR_CONTROL | ATTR_UNKNOWN) != 0 {
                 continue;
             }
-            let Some(needle) = self.tokens.get(id as usize) else { continue };
-            if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(needle.as_str()))) {
+            let Some(needle) = self.tokens.get(id as usize) else {
+                continue;
+            };
+            if !frags
+                .iter()
+                .any(|f| matches!(f, Fragment::Text(t) if t.contains(needle.as_str())))
+            {
                 continue;
             }
             let mut next = Vec::with_capacity(frags.len() + 2);
@@ -462,7 +575,11 @@ impl Tokenizer {
                     Fragment::Text(mut t) => {
                         while let Some(pos) = t.find(needle.as_str()) {
                             // `find` returns a char boundary; `get` keeps this panic-free regardless.
-                            let (Some(left), Some(right)) = (t.get(..pos), t.get(pos + needle.len()..)) else { break };
+                            let (Some(left), Some(right)) =
+                                (t.get(..pos), t.get(pos + needle.len()..))
+                            else {
+                                break;
+                            };
                             if !left.is_empty() {
                                 next.push(Fragment::Text(left));
                             }
@@ -510,39 +627,72 @@ impl Tokenizer {
         impl Ord for Bigram {
             // Max-heap: highest score first, then leftmost.
             fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-                self.score.total_cmp(&o.score).then_with(|| o.left.cmp(&self.left))
+                self.score
+                    .total_cmp(&o.score)
+                    .then_with(|| o.left.cmp(&self.left))
             }
         }
 
         let mut syms: Vec<Sym> = Vec::with_capacity(text.len());
         for (i, (start, ch)) in text.char_indices().enumerate() {
             let n = ch.len_utf8();
-            let next = if start + n == text.len() { -1 } else { i as isize + 1 };
-            syms.push(Sym { prev: i as isize - 1, next, start, n });
+            let next = if start + n == text.len() {
+                -1
+            } else {
+                i as isize + 1
+            };
+            syms.push(Sym {
+                prev: i as isize - 1,
+                next,
+                start,
+                n,
+            });
         }
         let mut heap = BinaryHeap::new();
         let mut rev_merge: HashMap<String, (usize, usize)> = HashMap::new();
-        let try_add = |l: isize, r: isize, syms: &[Sym], heap: &mut BinaryHeap<Bigram>, rev: &mut HashMap<String, (usize, usize)>| {
+        let try_add = |l: isize,
+                       r: isize,
+                       syms: &[Sym],
+                       heap: &mut BinaryHeap<Bigram>,
+                       rev: &mut HashMap<String, (usize, usize)>| {
             if l < 0 || r < 0 {
                 return;
             }
             let (l, r) = (l as usize, r as usize);
-            let (Some(ls), Some(rs)) = (syms.get(l), syms.get(r)) else { return };
-            let Some(s) = text.get(ls.start..ls.start + ls.n + rs.n) else { return };
-            let Some(&id) = self.token_to_id.get(s) else { return };
+            let (Some(ls), Some(rs)) = (syms.get(l), syms.get(r)) else {
+                return;
+            };
+            let Some(s) = text.get(ls.start..ls.start + ls.n + rs.n) else {
+                return;
+            };
+            let Some(&id) = self.token_to_id.get(s) else {
+                return;
+            };
             let score = self.scores.get(id as usize).copied().unwrap_or(0.0);
-            heap.push(Bigram { left: l, right: r, score, size: s.len() });
+            heap.push(Bigram {
+                left: l,
+                right: r,
+                score,
+                size: s.len(),
+            });
             rev.insert(s.to_string(), (l, r));
         };
         for i in 1..syms.len() {
             try_add(i as isize - 1, i as isize, &syms, &mut heap, &mut rev_merge);
         }
         while let Some(b) = heap.pop() {
-            let (Some(&ls), Some(&rs)) = (syms.get(b.left), syms.get(b.right)) else { continue };
+            let (Some(&ls), Some(&rs)) = (syms.get(b.left), syms.get(b.right)) else {
+                continue;
+            };
             if ls.n == 0 || rs.n == 0 || ls.n + rs.n != b.size {
                 continue;
             }
-            let merged = Sym { prev: ls.prev, next: rs.next, start: ls.start, n: ls.n + rs.n };
+            let merged = Sym {
+                prev: ls.prev,
+                next: rs.next,
+                start: ls.start,
+                n: ls.n + rs.n,
+            };
             if let Some(l) = syms.get_mut(b.left) {
                 *l = merged;
             }
@@ -554,13 +704,27 @@ impl Tokenizer {
                     s.prev = b.left as isize;
                 }
             }
-            try_add(merged.prev, b.left as isize, &syms, &mut heap, &mut rev_merge);
-            try_add(b.left as isize, merged.next, &syms, &mut heap, &mut rev_merge);
+            try_add(
+                merged.prev,
+                b.left as isize,
+                &syms,
+                &mut heap,
+                &mut rev_merge,
+            );
+            try_add(
+                b.left as isize,
+                merged.next,
+                &syms,
+                &mut heap,
+                &mut rev_merge,
+            );
         }
         let spans: Vec<(usize, usize)> = syms.iter().map(|s| (s.start, s.n)).collect();
         let mut i: isize = if syms.is_empty() { -1 } else { 0 };
         while i >= 0 {
-            let Some(&s) = syms.get(i as usize) else { break };
+            let Some(&s) = syms.get(i as usize) else {
+                break;
+            };
             self.spm_resegment(text, &spans, s.start, s.n, &rev_merge, out, 0);
             i = s.next;
         }
@@ -577,7 +741,9 @@ impl Tokenizer {
         out: &mut Vec<u32>,
         depth: u32,
     ) {
-        let Some(s) = text.get(start..start + n) else { return };
+        let Some(s) = text.get(start..start + n) else {
+            return;
+        };
         if let Some(&id) = self.token_to_id.get(s) {
             out.push(id);
             return;
@@ -591,7 +757,13 @@ impl Tokenizer {
         }
         // Byte fallback; a byte the vocabulary cannot spell maps to UNK (llama.cpp would throw).
         for b in s.bytes() {
-            if let Some(id) = self.byte_tokens.get(usize::from(b)).copied().flatten().or(self.unk) {
+            if let Some(id) = self
+                .byte_tokens
+                .get(usize::from(b))
+                .copied()
+                .flatten()
+                .or(self.unk)
+            {
                 out.push(id);
             }
         }
@@ -600,7 +772,13 @@ impl Tokenizer {
     /// Raw bytes of one token's piece (control and user-defined tokens render as their text). A
     /// byte-level token may hold part of a UTF-8 character: accumulate, or use [`StreamDecoder`].
     pub fn token_bytes(&self, id: u32) -> Result<&[u8]> {
-        self.pieces.get(id as usize).map(|p| &p[..]).ok_or(TokenizerError::UnknownToken { id, n_vocab: self.n_vocab() })
+        self.pieces
+            .get(id as usize)
+            .map(|p| &p[..])
+            .ok_or(TokenizerError::UnknownToken {
+                id,
+                n_vocab: self.n_vocab(),
+            })
     }
 
     /// Concatenated bytes of the pieces of `ids` (see [`Tokenizer::decode`]).
@@ -609,7 +787,11 @@ impl Tokenizer {
         let mut after_special = true;
         for &id in ids {
             let piece = self.token_bytes(id)?;
-            let attr = self.attrs.get(id as usize).copied().unwrap_or(ATTR_UNDEFINED);
+            let attr = self
+                .attrs
+                .get(id as usize)
+                .copied()
+                .unwrap_or(ATTR_UNDEFINED);
             let special = attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0;
             let piece = if self.kind == TokenizerKind::Llama
                 && self.add_space_prefix
@@ -682,11 +864,19 @@ impl Tokenizer {
     }
     /// Control (or unknown) token: rendered only when specials are shown.
     pub fn is_control(&self, id: u32) -> bool {
-        self.attrs.get(id as usize).is_some_and(|a| a & (ATTR_CONTROL | ATTR_UNKNOWN) != 0)
+        self.attrs
+            .get(id as usize)
+            .is_some_and(|a| a & (ATTR_CONTROL | ATTR_UNKNOWN) != 0)
     }
     /// The vocabulary entry of `id` as stored (byte-level or `▁`-escaped form).
     pub fn token_text(&self, id: u32) -> Result<&str> {
-        self.tokens.get(id as usize).map(String::as_str).ok_or(TokenizerError::UnknownToken { id, n_vocab: self.n_vocab() })
+        self.tokens
+            .get(id as usize)
+            .map(String::as_str)
+            .ok_or(TokenizerError::UnknownToken {
+                id,
+                n_vocab: self.n_vocab(),
+            })
     }
     /// The id of a vocabulary entry, by its stored text.
     pub fn token_id(&self, text: &str) -> Option<u32> {
@@ -703,7 +893,12 @@ impl Tokenizer {
 }
 
 /// A token's piece as llama.cpp's `token_to_piece(special = true)` renders it.
-fn piece_bytes(kind: TokenizerKind, text: &str, attr: u8, char_to_byte: &HashMap<char, u8>) -> Vec<u8> {
+fn piece_bytes(
+    kind: TokenizerKind,
+    text: &str,
+    attr: u8,
+    char_to_byte: &HashMap<char, u8>,
+) -> Vec<u8> {
     if attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0 {
         return text.as_bytes().to_vec();
     }
@@ -744,16 +939,28 @@ fn build_bpe(spec: &TokenizerSpec, pre: PreTokenizer) -> Result<tokenizers::Toke
     use tokenizers::SplitDelimiterBehavior;
 
     let backend = |e: tokenizers::Error| TokenizerError::Backend(e.to_string());
-    let vocab: tokenizers::models::bpe::Vocab = spec.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let vocab: tokenizers::models::bpe::Vocab = spec
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
     // Merges "A B" split at the first space at position >= 1 (llama.cpp). `tokenizers` rejects merges
     // whose parts or result are not in the vocabulary; llama.cpp could never apply those anyway, except
     // for a result missing from the vocabulary, which it emits as raw bytes: a malformed vocabulary.
     let mut seen = std::collections::HashSet::new();
     let mut merges = Vec::with_capacity(spec.merges.len());
     for m in &spec.merges {
-        let Some((pos, _)) = m.char_indices().skip(1).find(|&(_, c)| c == ' ') else { continue };
-        let (Some(a), Some(b)) = (m.get(..pos), m.get(pos + 1..)) else { continue };
-        if !vocab.contains_key(a) || !vocab.contains_key(b) || !vocab.contains_key(&format!("{a}{b}")) {
+        let Some((pos, _)) = m.char_indices().skip(1).find(|&(_, c)| c == ' ') else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (m.get(..pos), m.get(pos + 1..)) else {
+            continue;
+        };
+        if !vocab.contains_key(a)
+            || !vocab.contains_key(b)
+            || !vocab.contains_key(&format!("{a}{b}"))
+        {
             continue;
         }
         // First rank wins (llama.cpp's `bpe_ranks.emplace`).
@@ -768,7 +975,12 @@ fn build_bpe(spec: &TokenizerSpec, pre: PreTokenizer) -> Result<tokenizers::Toke
         .map_err(backend)?;
     let mut stages: Vec<PreTokenizerWrapper> = Vec::new();
     for re in pre.regexes() {
-        let split = Split::new(SplitPattern::Regex((*re).to_string()), SplitDelimiterBehavior::Isolated, false).map_err(backend)?;
+        let split = Split::new(
+            SplitPattern::Regex((*re).to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(backend)?;
         stages.push(split.into());
     }
     stages.push(ByteLevel::new(false, false, false).into());
@@ -804,7 +1016,10 @@ impl StreamDecoder {
                 Err(e) => {
                     let valid = e.valid_up_to();
                     // ok: `valid_up_to` marks a valid UTF-8 prefix
-                    out.push_str(std::str::from_utf8(self.pending.get(..valid).unwrap_or_default()).unwrap_or_default());
+                    out.push_str(
+                        std::str::from_utf8(self.pending.get(..valid).unwrap_or_default())
+                            .unwrap_or_default(),
+                    );
                     match e.error_len() {
                         // Incomplete character at the end: keep it for the next token.
                         None => {
