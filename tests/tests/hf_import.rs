@@ -821,3 +821,82 @@ fn sharded_index_rejects_paths() {
     .unwrap();
     assert!(hf_msg(import_err(&d, "hf_bad_index_out")).contains("plain file name"));
 }
+
+/// A Llama-3-style tokenizer.json (Split regex + ByteLevel without regex, a TemplateProcessing that
+/// adds `<|begin_of_text|>`, merges as [a, b] pairs) and no tokenizer_config.json.
+#[test]
+fn llama3_style_tokenizer() {
+    let d = copy_dir(&golden("bitnet_hf/llama_tiny"), "hf_llama3_tok");
+    std::fs::remove_file(d.join("tokenizer_config.json")).unwrap();
+    let p = d.join("tokenizer.json");
+    let mut tj: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let regex = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    tj["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
+    tj["post_processor"] = json!({"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [],
+         "special_tokens": {"<|im_start|>": {"id": "<|im_start|>", "ids": [1], "tokens": ["<|im_start|>"]}}}]});
+    let pairs: Vec<Value> = tj["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| match m {
+            Value::String(s) => {
+                let (a, b) = s.split_once(' ').unwrap();
+                json!([a, b])
+            }
+            other => other.clone(),
+        })
+        .collect();
+    let want_merges: Vec<String> = pairs
+        .iter()
+        .map(|p| format!("{} {}", p[0].as_str().unwrap(), p[1].as_str().unwrap()))
+        .collect();
+    tj["model"]["merges"] = Value::Array(pairs);
+    std::fs::write(&p, serde_json::to_vec(&tj).unwrap()).unwrap();
+    let (f, _) = import(&d, "hf_llama3_tok_out").unwrap();
+    let tok = f.meta().tokenizer.clone().unwrap();
+    assert_eq!(tok.pre.as_deref(), Some("llama-bpe"));
+    assert!(tok.add_bos && !tok.add_eos);
+    assert_eq!(
+        tok.bos,
+        Some(1),
+        "bos from the template (config.json's bos_token_id agrees)"
+    );
+    assert_eq!(tok.merges, want_merges);
+    assert!(tok.chat_template.is_none());
+
+    // A SentencePiece-style BPE (Metaspace, no ByteLevel) is refused by name.
+    tj["pre_tokenizer"] = json!({"type": "Metaspace", "replacement": "\u{2581}"});
+    tj["decoder"] = json!({"type": "Metaspace"});
+    std::fs::write(&p, serde_json::to_vec(&tj).unwrap()).unwrap();
+    assert!(hf_msg(import_err(&d, "hf_spm_tok_out")).contains("ByteLevel"));
+}
+
+/// The imported tokenizer spec, run by tern's tokenizer, splits text as HF `tokenizers` did
+/// (samples dumped by make_golden.py): checks the Digits+ByteLevel → "smollm" mapping, the token
+/// table and the merge ranks end to end.
+#[test]
+fn imported_tokenizer_matches_hf_tokenizers() {
+    let (f, _) = import(&golden("bitnet_hf/llama_tiny"), "hf_llama_tok_run").unwrap();
+    let tok =
+        tern_engine::tokenizer::Tokenizer::from_spec(f.meta().tokenizer.as_ref().unwrap()).unwrap();
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(golden("bitnet_hf/trits.json")).unwrap())
+            .unwrap();
+    let samples = g["tokenizer_samples"].as_object().unwrap();
+    assert!(samples.len() >= 3);
+    for (text, ids) in samples {
+        let want: Vec<u32> = ids
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tok.encode(text, false).unwrap(), want, "{text:?}");
+    }
+}
