@@ -6,12 +6,13 @@
 //! | weights | activations `ActQuant::None` | quantized activations (BitNet) |
 //! |---|---|---|
 //! | f32 (also f16/bf16/NeuZip, widened at load) | [`dot_f32`] | dot with `x_q / s` |
-//! | Q8_0 / Q4_0 / Q4_1 | [`crate::ggml_dot`] f32 dot, or llama.cpp-style Q8 activations | dot with `x_q / s` |
+//! | Q8_0 / Q4_0 / Q4_1 | row dequantized, then [`dot_f32`]; or llama.cpp-style Q8 activation blocks | dot with `x_q / s` |
 //! | ternary | `Σ_g scale_g · Σ t·x` (f32) | `(Σ_g scale_g · Σ t·x_q) / s`, inner sums in i32 |
 //!
 //! Each output element is computed by the same sequential code whatever the batch size or thread
 //! count, so a batched prefill gives bit-identical results to one token at a time.
 
+use tern_format::ggml::BlockType;
 use tern_format::{ActQuant, Encoding};
 
 use crate::error::{check_len, ReferenceError, Result};
@@ -87,15 +88,6 @@ enum Acts {
     },
     /// `[n][cols/32]` llama.cpp activation blocks.
     Blocks(Vec<ggml_dot::ActBlock>),
-}
-
-fn block_bytes(d: &WeightData) -> usize {
-    match d {
-        WeightData::Q8_0(_) => 34,
-        WeightData::Q4_0(_) => 18,
-        WeightData::Q4_1(_) => 20,
-        _ => 0,
-    }
 }
 
 impl Matrix {
@@ -216,8 +208,9 @@ impl Matrix {
             let r0 = ci * CHUNK;
             let r1 = (r0 + CHUNK).min(self.rows);
             let mut out = vec![0.0f32; (r1 - r0) * n];
+            let mut sc = Scratch::default();
             for (r, o) in (r0..r1).zip(out.chunks_exact_mut(n.max(1))) {
-                self.row_dots(r, &acts, n, o);
+                self.row_dots(r, &acts, n, o, &mut sc);
             }
             out
         };
@@ -266,55 +259,76 @@ impl Matrix {
         Ok(Acts::F32(x.to_vec()))
     }
 
-    /// All tokens' dot products with row `r` (shapes were checked by the caller).
-    fn row_dots(&self, r: usize, acts: &Acts, n: usize, out: &mut [f32]) {
+    /// All tokens' dot products with row `r` (shapes were checked by the caller). The row is
+    /// decoded once into `sc` and reused for every token.
+    fn row_dots(&self, r: usize, acts: &Acts, n: usize, out: &mut [f32], sc: &mut Scratch) {
         let c = self.cols;
-        let bb = block_bytes(&self.data);
+        let bt = self.block_type();
         let nb = c / ggml_dot::QK;
-        let rb = r * nb * bb..(r + 1) * nb * bb;
-        fn sub<'a>(b: &'a [u8], r: &std::ops::Range<usize>) -> &'a [u8] {
-            b.get(r.clone()).unwrap_or_default()
+        fn xrow(x: &[f32], t: usize, c: usize) -> &[f32] {
+            x.get(t * c..(t + 1) * c).unwrap_or_default()
         }
-        let brow = |b| sub(b, &rb);
-        for (t, o) in out.iter_mut().enumerate().take(n) {
-            *o = match (&self.data, acts) {
-                (WeightData::F32(w), Acts::F32(x)) => dot_f32(
-                    w.get(r * c..(r + 1) * c).unwrap_or_default(),
-                    x.get(t * c..(t + 1) * c).unwrap_or_default(),
-                ),
-                (WeightData::Q8_0(b), Acts::F32(x)) => {
-                    ggml_dot::dot_q8_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default())
+        let outs = out.iter_mut().enumerate().take(n);
+        match (&self.data, acts, bt) {
+            (WeightData::F32(w), Acts::F32(x), _) => {
+                let wr = w.get(r * c..(r + 1) * c).unwrap_or_default();
+                outs.for_each(|(t, o)| *o = dot_f32(wr, xrow(x, t, c)));
+            }
+            // f32 activations: dequantize the row, then an f32 dot per token
+            (_, Acts::F32(x), Some(bt)) => {
+                let bb = bt.block_bytes();
+                let blocks = self.bytes().get(r * nb * bb..(r + 1) * nb * bb).unwrap_or_default();
+                sc.w.resize(c, 0.0);
+                if ggml_dot::dequantize_row(bt, blocks, &mut sc.w).is_err() {
+                    sc.w.fill(f32::NAN);
                 }
-                (WeightData::Q4_0(b), Acts::F32(x)) => {
-                    ggml_dot::dot_q4_0_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default())
-                }
-                (WeightData::Q4_1(b), Acts::F32(x)) => {
-                    ggml_dot::dot_q4_1_f32(brow(b), x.get(t * c..(t + 1) * c).unwrap_or_default())
-                }
-                (WeightData::Q8_0(b), Acts::Blocks(a)) => ggml_dot::dot_q8_0_q8_0(
-                    brow(b),
-                    a.get(t * nb..(t + 1) * nb).unwrap_or_default(),
-                ),
-                (WeightData::Q4_0(b), Acts::Blocks(a)) => ggml_dot::dot_q4_0_q8_0(
-                    brow(b),
-                    a.get(t * nb..(t + 1) * nb).unwrap_or_default(),
-                ),
-                (WeightData::Q4_1(b), Acts::Blocks(a)) => ggml_dot::dot_q4_1_q8_1(
-                    brow(b),
-                    a.get(t * nb..(t + 1) * nb).unwrap_or_default(),
-                ),
-                (WeightData::Ternary(tw), Acts::Int { q, s }) => {
-                    let st = s.get(t).copied().unwrap_or(1.0);
-                    tw.dot_int(r, c, q.get(t * c..(t + 1) * c).unwrap_or_default()) / st
-                }
-                (WeightData::Ternary(tw), Acts::F32(x)) => {
-                    tw.dot_f32(r, c, x.get(t * c..(t + 1) * c).unwrap_or_default())
-                }
-                // prepare() never pairs other combinations
-                _ => f32::NAN,
-            };
+                outs.for_each(|(t, o)| *o = dot_f32(&sc.w, xrow(x, t, c)));
+            }
+            // llama.cpp style: integer block dots with Q8_0 / Q8_1 activation blocks
+            (_, Acts::Blocks(a), Some(bt)) => {
+                let bb = bt.block_bytes();
+                let blocks = self.bytes().get(r * nb * bb..(r + 1) * nb * bb).unwrap_or_default();
+                ggml_dot::unpack_row(bt, blocks, &mut sc.q, &mut sc.d, &mut sc.m);
+                let with_min = bt == BlockType::Q4_1;
+                outs.for_each(|(t, o)| {
+                    let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
+                    *o = ggml_dot::dot_unpacked_q8(&sc.q, &sc.d, if with_min { Some(&sc.m) } else { None }, at);
+                });
+            }
+            (WeightData::Ternary(tw), Acts::Int { q, s }, _) => outs.for_each(|(t, o)| {
+                let st = s.get(t).copied().unwrap_or(1.0);
+                *o = tw.dot_int(r, c, q.get(t * c..(t + 1) * c).unwrap_or_default()) / st;
+            }),
+            (WeightData::Ternary(tw), Acts::F32(x), _) => outs.for_each(|(t, o)| *o = tw.dot_f32(r, c, xrow(x, t, c))),
+            // prepare() never pairs other combinations
+            _ => outs.for_each(|(_, o)| *o = f32::NAN),
         }
     }
+
+    fn block_type(&self) -> Option<BlockType> {
+        match self.data {
+            WeightData::Q8_0(_) => Some(BlockType::Q8_0),
+            WeightData::Q4_0(_) => Some(BlockType::Q4_0),
+            WeightData::Q4_1(_) => Some(BlockType::Q4_1),
+            _ => None,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.data {
+            WeightData::Q8_0(b) | WeightData::Q4_0(b) | WeightData::Q4_1(b) => b,
+            _ => &[],
+        }
+    }
+}
+
+/// Per-thread buffers for one decoded weight row.
+#[derive(Default)]
+struct Scratch {
+    w: Vec<f32>,
+    q: Vec<i8>,
+    d: Vec<f32>,
+    m: Vec<f32>,
 }
 
 impl TernaryWeights {
