@@ -989,6 +989,12 @@ fn build_bpe(spec: &TokenizerSpec, pre: PreTokenizer) -> Result<tokenizers::Toke
     Ok(tok)
 }
 
+// A tokenizer is shared across sessions and threads.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tokenizer>();
+};
+
 /// Streaming detokenizer: push ids as they are generated, get text pieces that are complete UTF-8.
 /// Bytes of a character split across tokens are held back until the character is complete.
 #[derive(Debug, Default)]
