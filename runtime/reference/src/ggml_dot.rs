@@ -232,7 +232,13 @@ pub fn dot_q4_1_q8_1(blocks: &[u8], act: &[ActBlock]) -> f32 {
 /// Unpack one row of blocks into integer quants `q` (Q4_0: `nibble − 8`, Q4_1: `nibble`, Q8_0:
 /// as stored), per-block scales `d` and, for Q4_1, per-block minimums `m` (the matmul decodes each
 /// row once and reuses it for every token). Malformed input leaves zeros.
-pub fn unpack_row(bt: BlockType, blocks: &[u8], q: &mut Vec<i8>, d: &mut Vec<f32>, m: &mut Vec<f32>) {
+pub fn unpack_row(
+    bt: BlockType,
+    blocks: &[u8],
+    q: &mut Vec<i8>,
+    d: &mut Vec<f32>,
+    m: &mut Vec<f32>,
+) {
     let bb = bt.block_bytes();
     let nb = blocks.len() / bb;
     q.clear();
@@ -248,7 +254,11 @@ pub fn unpack_row(bt: BlockType, blocks: &[u8], q: &mut Vec<i8>, d: &mut Vec<f32
                 }
             }
             BlockType::Q4_0 | BlockType::Q4_1 => {
-                let (off, bias) = if bt == BlockType::Q4_1 { (4, 0) } else { (2, 8) };
+                let (off, bias) = if bt == BlockType::Q4_1 {
+                    (4, 0)
+                } else {
+                    (2, 8)
+                };
                 if bt == BlockType::Q4_1 {
                     m.push(f16_at(b, 2));
                 }
@@ -269,7 +279,11 @@ pub fn unpack_row(bt: BlockType, blocks: &[u8], q: &mut Vec<i8>, d: &mut Vec<f32
 pub fn dot_unpacked_q8(q: &[i8], d: &[f32], m: Option<&[f32]>, act: &[ActBlock]) -> f32 {
     let mut sum = 0.0f32;
     for (i, ((qb, &db), a)) in q.chunks_exact(QK).zip(d).zip(act).enumerate() {
-        let si: i32 = qb.iter().zip(&a.qs).map(|(&x, &y)| x as i32 * y as i32).sum();
+        let si: i32 = qb
+            .iter()
+            .zip(&a.qs)
+            .map(|(&x, &y)| x as i32 * y as i32)
+            .sum();
         sum += match m.and_then(|m| m.get(i)) {
             Some(mb) => (db * a.d) * si as f32 + mb * a.s,
             None => (db * a.d) * si as f32,
@@ -433,10 +447,23 @@ mod tests {
         for bt in [BlockType::Q8_0, BlockType::Q4_0, BlockType::Q4_1] {
             let blocks = random_blocks(bt, 6, 11);
             let x = acts(6 * QK);
-            let a = if bt == BlockType::Q4_1 { quantize_row_q8_1(&x).unwrap() } else { quantize_row_q8_0(&x).unwrap() };
+            let a = if bt == BlockType::Q4_1 {
+                quantize_row_q8_1(&x).unwrap()
+            } else {
+                quantize_row_q8_0(&x).unwrap()
+            };
             let (mut q, mut d, mut m) = (Vec::new(), Vec::new(), Vec::new());
             unpack_row(bt, &blocks, &mut q, &mut d, &mut m);
-            let got = dot_unpacked_q8(&q, &d, if bt == BlockType::Q4_1 { Some(&m) } else { None }, &a);
+            let got = dot_unpacked_q8(
+                &q,
+                &d,
+                if bt == BlockType::Q4_1 {
+                    Some(&m)
+                } else {
+                    None
+                },
+                &a,
+            );
             let want = match bt {
                 BlockType::Q8_0 => dot_q8_0_q8_0(&blocks, &a),
                 BlockType::Q4_0 => dot_q4_0_q8_0(&blocks, &a),

@@ -277,7 +277,10 @@ impl Matrix {
             // f32 activations: dequantize the row, then an f32 dot per token
             (_, Acts::F32(x), Some(bt)) => {
                 let bb = bt.block_bytes();
-                let blocks = self.bytes().get(r * nb * bb..(r + 1) * nb * bb).unwrap_or_default();
+                let blocks = self
+                    .bytes()
+                    .get(r * nb * bb..(r + 1) * nb * bb)
+                    .unwrap_or_default();
                 sc.w.resize(c, 0.0);
                 if ggml_dot::dequantize_row(bt, blocks, &mut sc.w).is_err() {
                     sc.w.fill(f32::NAN);
@@ -287,19 +290,29 @@ impl Matrix {
             // llama.cpp style: integer block dots with Q8_0 / Q8_1 activation blocks
             (_, Acts::Blocks(a), Some(bt)) => {
                 let bb = bt.block_bytes();
-                let blocks = self.bytes().get(r * nb * bb..(r + 1) * nb * bb).unwrap_or_default();
+                let blocks = self
+                    .bytes()
+                    .get(r * nb * bb..(r + 1) * nb * bb)
+                    .unwrap_or_default();
                 ggml_dot::unpack_row(bt, blocks, &mut sc.q, &mut sc.d, &mut sc.m);
                 let with_min = bt == BlockType::Q4_1;
                 outs.for_each(|(t, o)| {
                     let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
-                    *o = ggml_dot::dot_unpacked_q8(&sc.q, &sc.d, if with_min { Some(&sc.m) } else { None }, at);
+                    *o = ggml_dot::dot_unpacked_q8(
+                        &sc.q,
+                        &sc.d,
+                        if with_min { Some(&sc.m) } else { None },
+                        at,
+                    );
                 });
             }
             (WeightData::Ternary(tw), Acts::Int { q, s }, _) => outs.for_each(|(t, o)| {
                 let st = s.get(t).copied().unwrap_or(1.0);
                 *o = tw.dot_int(r, c, q.get(t * c..(t + 1) * c).unwrap_or_default()) / st;
             }),
-            (WeightData::Ternary(tw), Acts::F32(x), _) => outs.for_each(|(t, o)| *o = tw.dot_f32(r, c, xrow(x, t, c))),
+            (WeightData::Ternary(tw), Acts::F32(x), _) => {
+                outs.for_each(|(t, o)| *o = tw.dot_f32(r, c, xrow(x, t, c)))
+            }
             // prepare() never pairs other combinations
             _ => outs.for_each(|(_, o)| *o = f32::NAN),
         }
