@@ -534,38 +534,20 @@ fn bitnet_ternary_encoding_matches_f32_storage() {
 // ---------------------------------------------------------------------------------------------
 // SmolLM2-135M (Q4_1 blocks, Q8_0 tied embedding) against llama.cpp
 
-/// SmolLM2 as a `.tern` file. The GGUF's tensors map 1:1 onto `.tern` encodings (F32 / Q8_0 /
-/// Q4_1 blocks are kept byte for byte), so this copies them with the import crate's metadata
-/// conversion. TODO: switch to `tern_import`'s packer (`tern pack`) once it is exported.
+/// SmolLM2 packed from its GGUF by `tern pack`'s importer (packed once per test process).
 fn smollm2_tern() -> TernFile {
     static PACKED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     TernFile::open(PACKED.get_or_init(pack_smollm2)).unwrap()
 }
 
 fn pack_smollm2() -> std::path::PathBuf {
-    use tern_import::gguf::{GgmlType, GgufFile};
-    // TERN_REF_GGUF / TERN_REF_GOLDEN: run the comparison on another GGUF (diagnostics, e.g. an F32
-    // requantization of the same model).
+    // TERN_REF_GGUF: run on another GGUF (diagnostics, e.g. an F32 requantization of the same model).
     let gguf = std::env::var_os("TERN_REF_GGUF")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(tern_tests::smollm2_gguf);
     let out = tern_tests::scratch("reference_smollm2").join("smollm2.tern");
-    let g = GgufFile::open(&gguf).unwrap();
-    let meta = tern_import::gguf_meta::model_meta(&g, None).unwrap();
-    let mut w = TernWriter::create(&out, meta).unwrap();
-    for t in g.tensors() {
-        let enc = match t.ggml_type {
-            GgmlType::F32 => Encoding::F32,
-            GgmlType::F16 => Encoding::F16,
-            GgmlType::Q8_0 => Encoding::Q8_0,
-            GgmlType::Q4_0 => Encoding::Q4_0,
-            GgmlType::Q4_1 => Encoding::Q4_1,
-            other => panic!("unexpected tensor type {other:?} in SmolLM2"),
-        };
-        w.add_tensor(&t.name, &t.shape(), enc, g.tensor_bytes(t).unwrap())
-            .unwrap();
-    }
-    w.finish().unwrap();
+    let opts = tern_import::PackOptions::default();
+    tern_import::gguf_import::import_gguf(&gguf, &out, &opts, &mut |_, _, _| {}).unwrap();
     out
 }
 
