@@ -38,7 +38,8 @@ pub const SECTION_DATA: u32 = 3;
 pub const SECTION_REQUIRED: u32 = 1;
 
 /// Every required-feature bit this build understands.
-pub const KNOWN_FEATURES: u64 = crate::FEATURE_NEUZIP | crate::FEATURE_TERNARY_2BIT | crate::FEATURE_TERNARY_BASE3;
+pub const KNOWN_FEATURES: u64 =
+    crate::FEATURE_NEUZIP | crate::FEATURE_TERNARY_2BIT | crate::FEATURE_TERNARY_BASE3;
 
 /// One entry of the tensor directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,14 +151,29 @@ impl TernWriter {
         let file = File::create(path)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; DATA_OFFSET as usize])?;
-        Ok(Self { out, meta, tensors: Vec::new(), names: HashSet::new(), data_len: 0, features: 0 })
+        Ok(Self {
+            out,
+            meta,
+            tensors: Vec::new(),
+            names: HashSet::new(),
+            data_len: 0,
+            features: 0,
+        })
     }
 
     /// Append one tensor. `shape` is outermost-first; `bytes` must be exactly what `encoding`
     /// requires for that shape.
-    pub fn add_tensor(&mut self, name: &str, shape: &[u64], encoding: Encoding, bytes: &[u8]) -> Result<()> {
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        encoding: Encoding,
+        bytes: &[u8],
+    ) -> Result<()> {
         if name.is_empty() || name.len() > 1024 {
-            return Err(FormatError::InvalidArgument(format!("bad tensor name {name:?}")));
+            return Err(FormatError::InvalidArgument(format!(
+                "bad tensor name {name:?}"
+            )));
         }
         if !self.names.insert(name.to_string()) {
             return Err(FormatError::DuplicateTensor(name.to_string()));
@@ -209,9 +225,12 @@ impl TernWriter {
 
     /// Write metadata, directory, section table and header; returns the file size.
     pub fn finish(mut self) -> Result<u64> {
-        let meta = serde_json::to_vec(&self.meta).map_err(|e| FormatError::InvalidArgument(format!("metadata: {e}")))?;
-        let dir = serde_json::to_vec(&Directory { tensors: std::mem::take(&mut self.tensors) })
-            .map_err(|e| FormatError::InvalidArgument(format!("directory: {e}")))?;
+        let meta = serde_json::to_vec(&self.meta)
+            .map_err(|e| FormatError::InvalidArgument(format!("metadata: {e}")))?;
+        let dir = serde_json::to_vec(&Directory {
+            tensors: std::mem::take(&mut self.tensors),
+        })
+        .map_err(|e| FormatError::InvalidArgument(format!("directory: {e}")))?;
         let mut pos = DATA_OFFSET + self.data_len;
         let mut sections = vec![Section {
             kind: SECTION_DATA,
@@ -224,7 +243,13 @@ impl TernWriter {
             let start = pad_to(pos, SECTION_ALIGN);
             self.write_zeros(start - pos)?;
             self.out.write_all(bytes)?;
-            sections.push(Section { kind, flags: SECTION_REQUIRED, offset: start, size: bytes.len() as u64, checksum: xxh3_64(bytes) });
+            sections.push(Section {
+                kind,
+                flags: SECTION_REQUIRED,
+                offset: start,
+                size: bytes.len() as u64,
+                checksum: xxh3_64(bytes),
+            });
             pos = start + bytes.len() as u64;
         }
         let table_at = pad_to(pos, SECTION_ALIGN);
@@ -302,7 +327,10 @@ impl TensorView<'_> {
 
 impl std::fmt::Debug for TernFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TernFile").field("header", &self.header).field("tensors", &self.tensors.len()).finish()
+        f.debug_struct("TernFile")
+            .field("header", &self.header)
+            .field("tensors", &self.tensors.len())
+            .finish()
     }
 }
 
@@ -324,31 +352,51 @@ impl TernFile {
     fn from_backing(data: Backing) -> Result<Self> {
         let b = data.bytes();
         let len = b.len() as u64;
-        let trunc = |what: &str, start: u64, end: u64| FormatError::Truncated { what: what.into(), start, end, len };
+        let trunc = |what: &str, start: u64, end: u64| FormatError::Truncated {
+            what: what.into(),
+            start,
+            end,
+            len,
+        };
         if b.len() < 8 || b[0..8] != MAGIC {
             if b.len() >= 4 && &b[0..4] == b"GGUF" {
-                return Err(FormatError::BadMagic { remedy: "this is a GGUF file: convert it with `tern pack FILE.gguf -o FILE.tern`" });
+                return Err(FormatError::BadMagic {
+                    remedy:
+                        "this is a GGUF file: convert it with `tern pack FILE.gguf -o FILE.tern`",
+                });
             }
             if b.len() < 8 && MAGIC.starts_with(b) {
                 return Err(trunc("header", 0, HEADER_SIZE as u64));
             }
-            return Err(FormatError::BadMagic { remedy: "expected a file written by `tern pack`" });
+            return Err(FormatError::BadMagic {
+                remedy: "expected a file written by `tern pack`",
+            });
         }
         if b.len() < HEADER_SIZE {
             return Err(trunc("header", 0, HEADER_SIZE as u64));
         }
         let version = u32_at(b, 8);
         if version != VERSION {
-            return Err(FormatError::UnsupportedVersion { found: version, supported: VERSION });
+            return Err(FormatError::UnsupportedVersion {
+                found: version,
+                supported: VERSION,
+            });
         }
         let stored = u64_at(b, 56);
         let computed = xxh3_64(&b[0..56]);
         if stored != computed {
-            return Err(FormatError::Checksum { what: "header".into(), stored, computed });
+            return Err(FormatError::Checksum {
+                what: "header".into(),
+                stored,
+                computed,
+            });
         }
         let header_size = u32_at(b, 12);
         if header_size as usize != HEADER_SIZE {
-            return Err(FormatError::malformed("header", format!("header size {header_size}, expected {HEADER_SIZE}")));
+            return Err(FormatError::malformed(
+                "header",
+                format!("header size {header_size}, expected {HEADER_SIZE}"),
+            ));
         }
         let header = Header {
             version,
@@ -362,7 +410,10 @@ impl TernFile {
             return Err(if header.file_size > len {
                 trunc("file", 0, header.file_size)
             } else {
-                FormatError::malformed("file", format!("{} bytes, header says {}", len, header.file_size))
+                FormatError::malformed(
+                    "file",
+                    format!("{} bytes, header says {}", len, header.file_size),
+                )
             });
         }
         let unknown = header.required_features & !KNOWN_FEATURES;
@@ -370,35 +421,61 @@ impl TernFile {
             return Err(FormatError::UnsupportedFeatures { bits: unknown });
         }
         if header.section_count == 0 || header.section_count > 1024 {
-            return Err(FormatError::malformed("section table", format!("{} sections", header.section_count)));
+            return Err(FormatError::malformed(
+                "section table",
+                format!("{} sections", header.section_count),
+            ));
         }
         let t0 = header.section_table_offset;
         let tlen = header.section_count as u64 * SECTION_ENTRY_SIZE as u64 + 8;
-        let t1 = t0.checked_add(tlen).ok_or_else(|| FormatError::out_of_range("section table offset", format!("{t0}")))?;
+        let t1 = t0
+            .checked_add(tlen)
+            .ok_or_else(|| FormatError::out_of_range("section table offset", format!("{t0}")))?;
         if t0 < HEADER_SIZE as u64 || t0 % SECTION_ALIGN != 0 {
-            return Err(FormatError::out_of_range("section table offset", format!("{t0}")));
+            return Err(FormatError::out_of_range(
+                "section table offset",
+                format!("{t0}"),
+            ));
         }
         if t1 > len {
             return Err(trunc("section table", t0, t1));
         }
         if t1 != len {
-            return Err(FormatError::malformed("file", format!("{} bytes after the section table", len - t1)));
+            return Err(FormatError::malformed(
+                "file",
+                format!("{} bytes after the section table", len - t1),
+            ));
         }
         let table = &b[t0 as usize..t1 as usize];
         let body = &table[..table.len() - 8];
         let stored = u64_at(table, table.len() - 8);
         let computed = xxh3_64(body);
         if stored != computed {
-            return Err(FormatError::Checksum { what: "section table".into(), stored, computed });
+            return Err(FormatError::Checksum {
+                what: "section table".into(),
+                stored,
+                computed,
+            });
         }
         let mut sections = Vec::with_capacity(header.section_count as usize);
         for e in body.chunks_exact(SECTION_ENTRY_SIZE) {
-            let s = Section { kind: u32_at(e, 0), flags: u32_at(e, 4), offset: u64_at(e, 8), size: u64_at(e, 16), checksum: u64_at(e, 24) };
-            let end = s.offset.checked_add(s.size).ok_or_else(|| FormatError::out_of_range("section", format!("kind {} size {}", s.kind, s.size)))?;
+            let s = Section {
+                kind: u32_at(e, 0),
+                flags: u32_at(e, 4),
+                offset: u64_at(e, 8),
+                size: u64_at(e, 16),
+                checksum: u64_at(e, 24),
+            };
+            let end = s.offset.checked_add(s.size).ok_or_else(|| {
+                FormatError::out_of_range("section", format!("kind {} size {}", s.kind, s.size))
+            })?;
             if s.offset < HEADER_SIZE as u64 || end > t0 {
                 return Err(FormatError::out_of_range(
                     format!("section of kind {}", s.kind),
-                    format!("bytes {}..{} outside {}..{}", s.offset, end, HEADER_SIZE, t0),
+                    format!(
+                        "bytes {}..{} outside {}..{}",
+                        s.offset, end, HEADER_SIZE, t0
+                    ),
                 ));
             }
             sections.push(s);
@@ -408,14 +485,22 @@ impl TernFile {
         sorted.sort_by_key(|s| s.offset);
         for w in sorted.windows(2) {
             if w[0].offset + w[0].size > w[1].offset {
-                return Err(FormatError::malformed("section table", format!("sections of kind {} and {} overlap", w[0].kind, w[1].kind)));
+                return Err(FormatError::malformed(
+                    "section table",
+                    format!("sections of kind {} and {} overlap", w[0].kind, w[1].kind),
+                ));
             }
         }
         let find = |kind: u32| -> Result<Section> {
             let mut it = sections.iter().filter(|s| s.kind == kind);
-            let s = it.next().copied().ok_or_else(|| FormatError::malformed("section table", format!("no section of kind {kind}")))?;
+            let s = it.next().copied().ok_or_else(|| {
+                FormatError::malformed("section table", format!("no section of kind {kind}"))
+            })?;
             if it.next().is_some() {
-                return Err(FormatError::malformed("section table", format!("two sections of kind {kind}")));
+                return Err(FormatError::malformed(
+                    "section table",
+                    format!("two sections of kind {kind}"),
+                ));
             }
             Ok(s)
         };
@@ -424,7 +509,10 @@ impl TernFile {
             if !known && s.flags & SECTION_REQUIRED != 0 {
                 return Err(FormatError::malformed(
                     "section table",
-                    format!("required section kind {} is unknown to this build: upgrade tern", s.kind),
+                    format!(
+                        "required section kind {} is unknown to this build: upgrade tern",
+                        s.kind
+                    ),
                 ));
             }
             if !known {
@@ -435,7 +523,11 @@ impl TernFile {
             let bytes = &b[s.offset as usize..(s.offset + s.size) as usize];
             let computed = xxh3_64(bytes);
             if computed != s.checksum {
-                return Err(FormatError::Checksum { what: what.into(), stored: s.checksum, computed });
+                return Err(FormatError::Checksum {
+                    what: what.into(),
+                    stored: s.checksum,
+                    computed,
+                });
             }
             Ok(bytes)
         };
@@ -447,38 +539,75 @@ impl TernFile {
         let dir: Directory = serde_json::from_slice(checked_section(dir_s, "tensor directory")?)
             .map_err(|e| FormatError::malformed("tensor directory", e.to_string()))?;
         if data_s.offset % TENSOR_ALIGN != 0 {
-            return Err(FormatError::malformed("data section", format!("offset {} not {TENSOR_ALIGN}-aligned", data_s.offset)));
+            return Err(FormatError::malformed(
+                "data section",
+                format!("offset {} not {TENSOR_ALIGN}-aligned", data_s.offset),
+            ));
         }
         // Validate the directory.
         let mut names = HashSet::with_capacity(dir.tensors.len());
         let mut ranges: Vec<(u64, u64, usize)> = Vec::with_capacity(dir.tensors.len());
         for (i, t) in dir.tensors.iter().enumerate() {
-            if t.name.is_empty() || !names.insert(t.name.as_str()) {
+            if t.name.is_empty() {
+                return Err(FormatError::malformed(
+                    "tensor directory",
+                    format!("empty tensor name (entry {i})"),
+                ));
+            }
+            if !names.insert(t.name.as_str()) {
                 return Err(FormatError::DuplicateTensor(t.name.clone()));
             }
             let what = || format!("tensor {:?}", t.name);
-            element_count(&t.shape).map_err(|e| match e {
-                FormatError::BadShape { detail, .. } => FormatError::BadShape { what: what(), detail },
+            let name_it = |e: FormatError| match e {
+                FormatError::BadShape { detail, .. } => FormatError::BadShape {
+                    what: what(),
+                    detail,
+                },
+                FormatError::OutOfRange { what: w, detail } => FormatError::OutOfRange {
+                    what: format!("{}: {w}", what()),
+                    detail,
+                },
                 e => e,
-            })?;
-            if let Some(expect) = t.encoding.expected_bytes(&t.shape)? {
+            };
+            element_count(&t.shape).map_err(name_it)?;
+            if let Some(expect) = t.encoding.expected_bytes(&t.shape).map_err(name_it)? {
                 if expect != t.size {
                     return Err(FormatError::malformed(
                         what(),
-                        format!("{} of shape {:?} needs {expect} bytes, directory says {}", t.encoding.name(), t.shape, t.size),
+                        format!(
+                            "{} of shape {:?} needs {expect} bytes, directory says {}",
+                            t.encoding.name(),
+                            t.shape,
+                            t.size
+                        ),
                     ));
                 }
             }
-            let end = t.offset.checked_add(t.size).ok_or_else(|| FormatError::out_of_range(what(), "offset + size overflows"))?;
+            let end = t
+                .offset
+                .checked_add(t.size)
+                .ok_or_else(|| FormatError::out_of_range(what(), "offset + size overflows"))?;
             if end > data_s.size {
-                return Err(FormatError::out_of_range(what(), format!("bytes {}..{} beyond the data section ({} bytes)", t.offset, end, data_s.size)));
+                return Err(FormatError::out_of_range(
+                    what(),
+                    format!(
+                        "bytes {}..{} beyond the data section ({} bytes)",
+                        t.offset, end, data_s.size
+                    ),
+                ));
             }
             if t.offset % TENSOR_ALIGN != 0 {
-                return Err(FormatError::malformed(what(), format!("offset {} not {TENSOR_ALIGN}-aligned", t.offset)));
+                return Err(FormatError::malformed(
+                    what(),
+                    format!("offset {} not {TENSOR_ALIGN}-aligned", t.offset),
+                ));
             }
             let f = t.encoding.required_feature();
             if f & !header.required_features != 0 {
-                return Err(FormatError::malformed(what(), format!("uses feature {f:#x} not declared in the header")));
+                return Err(FormatError::malformed(
+                    what(),
+                    format!("uses feature {f:#x} not declared in the header"),
+                ));
             }
             ranges.push((t.offset, end, i));
         }
@@ -487,13 +616,23 @@ impl TernFile {
             if w[0].1 > w[1].0 {
                 return Err(FormatError::malformed(
                     "tensor directory",
-                    format!("tensors {:?} and {:?} overlap", dir.tensors[w[0].2].name, dir.tensors[w[1].2].name),
+                    format!(
+                        "tensors {:?} and {:?} overlap",
+                        dir.tensors[w[0].2].name, dir.tensors[w[1].2].name
+                    ),
                 ));
             }
         }
         let n = dir.tensors.len();
         let tensors = dir.tensors;
-        Ok(Self { data, header, sections, meta, tensors, checked: (0..n).map(|_| OnceLock::new()).collect() })
+        Ok(Self {
+            data,
+            header,
+            sections,
+            meta,
+            tensors,
+            checked: (0..n).map(|_| OnceLock::new()).collect(),
+        })
     }
 
     pub fn header(&self) -> &Header {
@@ -514,7 +653,10 @@ impl TernFile {
     }
     /// Offset of the data section in the file.
     pub fn data_offset(&self) -> u64 {
-        self.sections.iter().find(|s| s.kind == SECTION_DATA).map_or(DATA_OFFSET, |s| s.offset)
+        self.sections
+            .iter()
+            .find(|s| s.kind == SECTION_DATA)
+            .map_or(DATA_OFFSET, |s| s.offset)
     }
 
     fn raw(&self, i: usize) -> &[u8] {
@@ -530,17 +672,26 @@ impl TernFile {
 
     /// A tensor by name; its checksum is verified on first access.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
-        let i = self.index_of(name).ok_or_else(|| FormatError::NoSuchTensor(name.to_string()))?;
+        let i = self
+            .index_of(name)
+            .ok_or_else(|| FormatError::NoSuchTensor(name.to_string()))?;
         self.tensor_at(i)
     }
 
     /// A tensor by directory index; its checksum is verified on first access.
     pub fn tensor_at(&self, i: usize) -> Result<TensorView<'_>> {
-        let info = self.tensors.get(i).ok_or_else(|| FormatError::NoSuchTensor(format!("#{i}")))?;
+        let info = self
+            .tensors
+            .get(i)
+            .ok_or_else(|| FormatError::NoSuchTensor(format!("#{i}")))?;
         let bytes = self.raw(i);
         let ok = *self.checked[i].get_or_init(|| xxh3_64(bytes) == info.checksum);
         if !ok {
-            return Err(FormatError::Checksum { what: format!("tensor {:?}", info.name), stored: info.checksum, computed: xxh3_64(bytes) });
+            return Err(FormatError::Checksum {
+                what: format!("tensor {:?}", info.name),
+                stored: info.checksum,
+                computed: xxh3_64(bytes),
+            });
         }
         Ok(TensorView { info, bytes })
     }
@@ -559,6 +710,17 @@ impl TernFile {
         let data_off = self.data_offset();
         for s in &self.sections {
             if s.kind != SECTION_DATA {
+                // Metadata and directory were checked on open; unknown optional sections were
+                // skipped there but their bytes must not escape verification.
+                let bytes = &b[s.offset as usize..(s.offset + s.size) as usize];
+                let computed = xxh3_64(bytes);
+                if computed != s.checksum {
+                    return Err(FormatError::Checksum {
+                        what: format!("section of kind {}", s.kind),
+                        stored: s.checksum,
+                        computed,
+                    });
+                }
                 covered.push((s.offset, s.offset + s.size));
             }
         }
@@ -575,7 +737,10 @@ impl TernFile {
             if s > at {
                 let gap = &b[at as usize..s as usize];
                 if let Some(k) = gap.iter().position(|&x| x != 0) {
-                    return Err(FormatError::NonZeroPadding { what: "padding between sections/tensors".into(), offset: at + k as u64 });
+                    return Err(FormatError::NonZeroPadding {
+                        what: "padding between sections/tensors".into(),
+                        offset: at + k as u64,
+                    });
                 }
             }
             at = at.max(e);
@@ -587,11 +752,22 @@ impl TernFile {
     fn validate_tensor(&self, v: TensorView<'_>) -> Result<()> {
         let t = v.info;
         let wrap = |e: FormatError| match e {
-            FormatError::Corrupt { codec, detail } => FormatError::Corrupt { codec, detail: format!("tensor {:?}: {detail}", t.name) },
-            FormatError::Malformed { what, detail } => FormatError::Malformed { what: format!("tensor {:?}: {what}", t.name), detail },
+            FormatError::Corrupt { codec, detail } => FormatError::Corrupt {
+                codec,
+                detail: format!("tensor {:?}: {detail}", t.name),
+            },
+            FormatError::Malformed { what, detail } => FormatError::Malformed {
+                what: format!("tensor {:?}: {what}", t.name),
+                detail,
+            },
             e => e,
         };
-        if let Encoding::Ternary { layout, group, scale_type } = &t.encoding {
+        if let Encoding::Ternary {
+            layout,
+            group,
+            scale_type,
+        } = &t.encoding
+        {
             let (rows, cols) = crate::encoding::rows_cols(&t.shape)?;
             crate::ternary::TernaryRef::new(*layout, rows, cols, *group, *scale_type, v.bytes)
                 .and_then(|r| r.validate())
@@ -599,7 +775,10 @@ impl TernFile {
         }
         let vals = v.to_f32().map_err(wrap)?;
         if vals.len() as u64 != t.n_elements() {
-            return Err(FormatError::malformed(format!("tensor {:?}", t.name), "decoded element count differs from shape"));
+            return Err(FormatError::malformed(
+                format!("tensor {:?}", t.name),
+                "decoded element count differs from shape",
+            ));
         }
         Ok(())
     }

@@ -54,11 +54,18 @@ pub enum Encoding {
     Q4_1,
     /// Ternary codes followed by the scales. `group` is the number of consecutive elements of a row
     /// sharing one scale (0 = one scale for the whole tensor). Scales are `scale_type` (f32 or f16).
-    Ternary { layout: TernaryLayout, group: u32, scale_type: FloatType },
+    Ternary {
+        layout: TernaryLayout,
+        group: u32,
+        scale_type: FloatType,
+    },
     /// NeuZip-compressed floats (see [`crate::neuzip`]); `dtype` is the type the tensor decodes to,
     /// `mantissa_bits` the number of mantissa bits kept (the full width for lossless).
     #[serde(rename = "neuzip")]
-    NeuZip { dtype: FloatType, mantissa_bits: u8 },
+    NeuZip {
+        dtype: FloatType,
+        mantissa_bits: u8,
+    },
 }
 
 impl Encoding {
@@ -71,9 +78,18 @@ impl Encoding {
             Encoding::Q8_0 => "q8_0".into(),
             Encoding::Q4_0 => "q4_0".into(),
             Encoding::Q4_1 => "q4_1".into(),
-            Encoding::Ternary { layout: TernaryLayout::Bits2, .. } => "ternary-2bit".into(),
-            Encoding::Ternary { layout: TernaryLayout::Base3, .. } => "ternary-base3".into(),
-            Encoding::NeuZip { dtype, mantissa_bits } => {
+            Encoding::Ternary {
+                layout: TernaryLayout::Bits2,
+                ..
+            } => "ternary-2bit".into(),
+            Encoding::Ternary {
+                layout: TernaryLayout::Base3,
+                ..
+            } => "ternary-base3".into(),
+            Encoding::NeuZip {
+                dtype,
+                mantissa_bits,
+            } => {
                 let full = full_mantissa_bits(*dtype);
                 let d = match dtype {
                     FloatType::F32 => "f32",
@@ -93,7 +109,10 @@ impl Encoding {
     pub fn required_feature(&self) -> u64 {
         match self {
             Encoding::NeuZip { .. } => crate::FEATURE_NEUZIP,
-            Encoding::Ternary { layout: TernaryLayout::Base3, .. } => crate::FEATURE_TERNARY_BASE3,
+            Encoding::Ternary {
+                layout: TernaryLayout::Base3,
+                ..
+            } => crate::FEATURE_TERNARY_BASE3,
             Encoding::Ternary { .. } => crate::FEATURE_TERNARY_2BIT,
             _ => 0,
         }
@@ -122,12 +141,22 @@ impl Encoding {
                 if cols % bt.block_elems() as u64 != 0 {
                     return Err(FormatError::BadShape {
                         what: self.name(),
-                        detail: format!("row length {cols} is not a multiple of {}", bt.block_elems()),
+                        detail: format!(
+                            "row length {cols} is not a multiple of {}",
+                            bt.block_elems()
+                        ),
                     });
                 }
-                mul(rows, mul(cols / bt.block_elems() as u64, bt.block_bytes() as u64)?)?
+                mul(
+                    rows,
+                    mul(cols / bt.block_elems() as u64, bt.block_bytes() as u64)?,
+                )?
             }
-            Encoding::Ternary { layout, group, scale_type } => {
+            Encoding::Ternary {
+                layout,
+                group,
+                scale_type,
+            } => {
                 let codes = ternary::codes_bytes(*layout, rows, cols)?;
                 let groups = ternary::scale_count(rows, cols, *group)?;
                 codes
@@ -140,19 +169,26 @@ impl Encoding {
 
     /// Decode a whole tensor of this encoding into f32 values (row-major, `shape` order).
     pub fn decode_f32(&self, shape: &[u64], bytes: &[u8]) -> Result<Vec<f32>> {
-        let n = usize::try_from(element_count(shape)?)
-            .map_err(|_| FormatError::out_of_range("tensor", "too many elements for this platform"))?;
+        let n = usize::try_from(element_count(shape)?).map_err(|_| {
+            FormatError::out_of_range("tensor", "too many elements for this platform")
+        })?;
         if let Some(expect) = self.expected_bytes(shape)? {
             if expect != bytes.len() as u64 {
                 return Err(FormatError::malformed(
                     self.name(),
-                    format!("expected {expect} bytes for shape {shape:?}, found {}", bytes.len()),
+                    format!(
+                        "expected {expect} bytes for shape {shape:?}, found {}",
+                        bytes.len()
+                    ),
                 ));
             }
         }
         let (rows, cols) = rows_cols(shape)?;
         match self {
-            Encoding::F32 => Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            Encoding::F32 => Ok(bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()),
             Encoding::F16 => Ok(bytes
                 .chunks_exact(2)
                 .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -164,17 +200,44 @@ impl Encoding {
             Encoding::Q8_0 => ggml::dequantize(ggml::BlockType::Q8_0, bytes, n),
             Encoding::Q4_0 => ggml::dequantize(ggml::BlockType::Q4_0, bytes, n),
             Encoding::Q4_1 => ggml::dequantize(ggml::BlockType::Q4_1, bytes, n),
-            Encoding::Ternary { layout, group, scale_type } => {
+            Encoding::Ternary {
+                layout,
+                group,
+                scale_type,
+            } => {
                 let t = ternary::TernaryRef::new(*layout, rows, cols, *group, *scale_type, bytes)?;
                 t.dequantize()
             }
-            Encoding::NeuZip { dtype, .. } => {
-                let raw = neuzip::decode(bytes)?;
-                let dec = FloatType::size(*dtype);
-                if raw.len() != n * dec {
+            Encoding::NeuZip {
+                dtype,
+                mantissa_bits,
+            } => {
+                // The blob is self-describing: it must describe this tensor before we decode it
+                // (a mismatch would otherwise decode to wrongly typed or wrongly sized values).
+                let plan = neuzip::Plan::parse(bytes)?;
+                let row_len = shape.last().copied().unwrap_or(1).max(1);
+                if plan.dtype != *dtype
+                    || plan.mantissa_bits != *mantissa_bits
+                    || plan.n_elements != n as u64
+                    || plan.row_len != row_len
+                {
                     return Err(FormatError::malformed(
                         "neuzip tensor",
-                        format!("decoded {} bytes, shape {shape:?} needs {}", raw.len(), n * dec),
+                        format!(
+                            "blob holds {} {:?} elements in rows of {} with {} mantissa bits, directory says shape {shape:?} {dtype:?} with {mantissa_bits}",
+                            plan.n_elements, plan.dtype, plan.row_len, plan.mantissa_bits
+                        ),
+                    ));
+                }
+                let raw = neuzip::decode(bytes)?;
+                let dec = FloatType::size(*dtype);
+                if Some(raw.len()) != n.checked_mul(dec) {
+                    return Err(FormatError::malformed(
+                        "neuzip tensor",
+                        format!(
+                            "decoded {} bytes, shape {shape:?} needs {n} × {dec}",
+                            raw.len()
+                        ),
                     ));
                 }
                 let as_raw = match dtype {
@@ -211,7 +274,10 @@ pub fn full_mantissa_bits(t: FloatType) -> u8 {
 /// Product of the dimensions, checked for overflow. An empty shape is a scalar (1 element).
 pub fn element_count(shape: &[u64]) -> Result<u64> {
     if shape.len() > 4 {
-        return Err(FormatError::BadShape { what: "tensor".into(), detail: format!("{} dimensions (at most 4)", shape.len()) });
+        return Err(FormatError::BadShape {
+            what: "tensor".into(),
+            detail: format!("{} dimensions (at most 4)", shape.len()),
+        });
     }
     shape.iter().try_fold(1u64, |acc, &d| {
         acc.checked_mul(d).ok_or_else(|| FormatError::BadShape {
