@@ -52,6 +52,10 @@ pub enum Encoding {
     Q4_0,
     #[serde(rename = "q4_1")]
     Q4_1,
+    /// ggml's Q6_K super-blocks (256 elements, 210 bytes; rows a whole number of blocks), kept as
+    /// they are: llama-quantize gives the token embedding of ternary models this type.
+    #[serde(rename = "q6_k")]
+    Q6K,
     /// Ternary codes followed by the scales. `group` is the number of consecutive elements of a row
     /// sharing one scale (0 = one scale for the whole tensor). Scales are `scale_type` (f32 or f16).
     Ternary {
@@ -78,6 +82,7 @@ impl Encoding {
             Encoding::Q8_0 => "q8_0".into(),
             Encoding::Q4_0 => "q4_0".into(),
             Encoding::Q4_1 => "q4_1".into(),
+            Encoding::Q6K => "q6_k".into(),
             Encoding::Ternary {
                 layout: TernaryLayout::Bits2,
                 ..
@@ -152,6 +157,16 @@ impl Encoding {
                     mul(cols / bt.block_elems() as u64, bt.block_bytes() as u64)?,
                 )?
             }
+            Encoding::Q6K => {
+                let be = ggml::Q6_K_ELEMS as u64;
+                if cols % be != 0 {
+                    return Err(FormatError::BadShape {
+                        what: self.name(),
+                        detail: format!("row length {cols} is not a multiple of {be}"),
+                    });
+                }
+                mul(rows, mul(cols / be, ggml::Q6_K_BYTES as u64)?)?
+            }
             Encoding::Ternary {
                 layout,
                 group,
@@ -200,6 +215,11 @@ impl Encoding {
             Encoding::Q8_0 => ggml::dequantize(ggml::BlockType::Q8_0, bytes, n),
             Encoding::Q4_0 => ggml::dequantize(ggml::BlockType::Q4_0, bytes, n),
             Encoding::Q4_1 => ggml::dequantize(ggml::BlockType::Q4_1, bytes, n),
+            Encoding::Q6K => {
+                let mut out = vec![0f32; n];
+                ggml::dequantize_q6_k_into(bytes, &mut out)?;
+                Ok(out)
+            }
             Encoding::Ternary {
                 layout,
                 group,

@@ -470,3 +470,57 @@ mod tests {
         assert!(dequantize_row(BlockType::Q8_0, &[0; 68], 32, 1, &mut out).is_ok());
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// Q6_K: kept as it is when imported (llama-quantize gives ternary models q6_K token embeddings by
+// default), dequantized exactly as llama.cpp's `dequantize_row_q6_K`.
+
+/// Elements per Q6_K super-block.
+pub const Q6_K_ELEMS: usize = 256;
+/// Bytes per Q6_K super-block: `ql[128]` (low 4 bits), `qh[64]` (high 2 bits), `scales[16]` (i8),
+/// `d` (f16, last). 6.5625 bits per weight.
+pub const Q6_K_BYTES: usize = 210;
+
+/// ggml's `block_q6_K` (byte-packed, alignment 1).
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct BlockQ6K {
+    pub ql: [u8; 128],
+    pub qh: [u8; 64],
+    pub scales: [i8; 16],
+    pub d: [u8; 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == Q6_K_BYTES);
+
+/// Dequantize `out.len()` elements of Q6_K blocks (a whole number of 256-element blocks).
+pub fn dequantize_q6_k_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    if out.len() % Q6_K_ELEMS != 0 || bytes.len() != out.len() / Q6_K_ELEMS * Q6_K_BYTES {
+        return Err(FormatError::malformed(
+            "q6_K",
+            format!("{} bytes for {} elements (256 elements per 210-byte block)", bytes.len(), out.len()),
+        ));
+    }
+    let blocks: &[BlockQ6K] = bytemuck::try_cast_slice(bytes).map_err(|e| FormatError::malformed("q6_K", format!("{e:?}")))?;
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(Q6_K_ELEMS)) {
+        let d = f16_to_f32(b.d);
+        for half in 0..2 {
+            let ql = &b.ql[half * 64..half * 64 + 64];
+            let qh = &b.qh[half * 32..half * 32 + 32];
+            let sc = &b.scales[half * 8..half * 8 + 8];
+            let y = &mut y[half * 128..half * 128 + 128];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                // Same evaluation order as C: (d * sc) * q, in f32.
+                y[l] = d * sc[is] as f32 * q1 as f32;
+                y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
+                y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
+                y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+            }
+        }
+    }
+    Ok(())
+}

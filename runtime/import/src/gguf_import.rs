@@ -14,21 +14,36 @@ use crate::pack::{encode_float, encode_ternary, PackOptions, Progress};
 /// Linear weights that BitNet runs as ternary × int8.
 fn is_bitnet_linear(name: &str) -> bool {
     name.starts_with("blk.")
-        && [".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
-            .iter()
-            .any(|s| name.ends_with(s))
+        && [
+            ".attn_q.weight",
+            ".attn_k.weight",
+            ".attn_v.weight",
+            ".attn_output.weight",
+            ".ffn_gate.weight",
+            ".ffn_up.weight",
+            ".ffn_down.weight",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
 }
 
 fn unsupported(t: &GgufTensorInfo) -> ImportError {
-    ImportError::UnsupportedGgufType { name: t.name.clone(), ty: t.type_id, type_name: t.ggml_type.name().to_string() }
+    ImportError::UnsupportedGgufType {
+        name: t.name.clone(),
+        ty: t.type_id,
+        type_name: t.ggml_type.name().to_string(),
+    }
 }
-
 
 /// Trits and scales of a ternary GGUF tensor: `(trits, group, scale_type, scales)`.
 /// TQ1_0/TQ2_0 carry one f16 `d` per 256-element block: when all blocks of the tensor share one
 /// value (a real BitNet export), tern stores a single f32 scale; otherwise one f16 per 256 (exact).
-fn ternary_of(t: &GgufTensorInfo, bytes: &[u8]) -> Result<Option<(Vec<i8>, u32, FloatType, Vec<f32>)>> {
-    let n = usize::try_from(t.n_elements()).map_err(|_| ImportError::Gguf(format!("tensor {:?} too large", t.name)))?;
+fn ternary_of(
+    t: &GgufTensorInfo,
+    bytes: &[u8],
+) -> Result<Option<(Vec<i8>, u32, FloatType, Vec<f32>)>> {
+    let n = usize::try_from(t.n_elements())
+        .map_err(|_| ImportError::Gguf(format!("tensor {:?} too large", t.name)))?;
     let (trits, d): (Vec<i8>, Vec<f32>) = match t.ggml_type {
         GgmlType::TQ1_0 => {
             let (tr, d) = ggml::tq1_0_to_trits(bytes, n)?;
@@ -45,7 +60,12 @@ fn ternary_of(t: &GgufTensorInfo, bytes: &[u8]) -> Result<Option<(Vec<i8>, u32, 
         _ => return Ok(None),
     };
     if d.windows(2).all(|w| w[0].to_bits() == w[1].to_bits()) {
-        Ok(Some((trits, 0, FloatType::F32, vec![d.first().copied().unwrap_or(0.0)])))
+        Ok(Some((
+            trits,
+            0,
+            FloatType::F32,
+            vec![d.first().copied().unwrap_or(0.0)],
+        )))
     } else {
         Ok(Some((trits, 256, FloatType::F16, d)))
     }
@@ -53,12 +73,19 @@ fn ternary_of(t: &GgufTensorInfo, bytes: &[u8]) -> Result<Option<(Vec<i8>, u32, 
 
 /// Decode a tensor (for `tern inspect --verify` on GGUF files).
 pub fn decode_check(t: &GgufTensorInfo, bytes: &[u8]) -> Result<()> {
-    let n = usize::try_from(t.n_elements()).map_err(|_| ImportError::Gguf(format!("tensor {:?} too large", t.name)))?;
+    let n = usize::try_from(t.n_elements())
+        .map_err(|_| ImportError::Gguf(format!("tensor {:?} too large", t.name)))?;
     match t.ggml_type {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Ok(()),
+        GgmlType::Q6_K => {
+            let mut out = vec![0f32; n];
+            ggml::dequantize_q6_k_into(bytes, &mut out).map_err(Into::into)
+        }
         GgmlType::TQ1_0 | GgmlType::TQ2_0 | GgmlType::I2_S => ternary_of(t, bytes).map(|_| ()),
         other => match other.block_type() {
-            Some(bt) => ggml::dequantize(bt, bytes, n).map(|_| ()).map_err(Into::into),
+            Some(bt) => ggml::dequantize(bt, bytes, n)
+                .map(|_| ())
+                .map_err(Into::into),
             None => Err(unsupported(t)),
         },
     }
@@ -66,27 +93,50 @@ pub fn decode_check(t: &GgufTensorInfo, bytes: &[u8]) -> Result<()> {
 
 /// Import a GGUF file into a `.tern` file at `out`. Tensors are converted one at a time (the
 /// source is memory-mapped; the writer streams).
-pub fn import_gguf(path: &Path, out: &Path, opts: &PackOptions, progress: Progress) -> Result<tern_format::ModelMeta> {
+pub fn import_gguf(
+    path: &Path,
+    out: &Path,
+    opts: &PackOptions,
+    progress: Progress,
+) -> Result<tern_format::ModelMeta> {
     let g = GgufFile::open(path)?;
     let mut meta = crate::gguf_meta::model_meta(&g, opts.activations)?;
-    meta.provenance.source_name = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    meta.provenance.source_name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     meta.provenance.source_hash = Some(format!("{:016x}", tern_format::hash_file(path)?));
     meta.provenance.packer = format!("tern {}", env!("CARGO_PKG_VERSION"));
     meta.provenance.options = opts.describe();
     let arch = meta.arch;
     // Per-tensor `*.scale` tensors (upstream llama.cpp BitNet exports) are folded into the scales.
     let scale_of = |weight: &str| -> Result<Option<f32>> {
-        let Some(base) = weight.strip_suffix(".weight") else { return Ok(None) };
-        let Some(s) = g.tensor(&format!("{base}.scale")) else { return Ok(None) };
+        let Some(base) = weight.strip_suffix(".weight") else {
+            return Ok(None);
+        };
+        let Some(s) = g.tensor(&format!("{base}.scale")) else {
+            return Ok(None);
+        };
         let b = g.tensor_bytes(s)?;
         match (s.ggml_type, s.n_elements()) {
-            (GgmlType::F32, 1) if b.len() == 4 => Ok(Some(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-            (GgmlType::F16, 1) if b.len() == 2 => Ok(Some(f16::from_le_bytes([b[0], b[1]]).to_f32())),
-            _ => Err(ImportError::Gguf(format!("scale tensor {:?} must be one f32/f16", s.name))),
+            (GgmlType::F32, 1) if b.len() == 4 => {
+                Ok(Some(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            }
+            (GgmlType::F16, 1) if b.len() == 2 => {
+                Ok(Some(f16::from_le_bytes([b[0], b[1]]).to_f32()))
+            }
+            _ => Err(ImportError::Gguf(format!(
+                "scale tensor {:?} must be one f32/f16",
+                s.name
+            ))),
         }
     };
     let mut w = TernWriter::create(out, meta.clone())?;
-    let todo: Vec<&GgufTensorInfo> = g.tensors().iter().filter(|t| !t.name.ends_with(".scale")).collect();
+    let todo: Vec<&GgufTensorInfo> = g
+        .tensors()
+        .iter()
+        .filter(|t| !t.name.ends_with(".scale"))
+        .collect();
     let total = todo.len();
     for (i, t) in todo.into_iter().enumerate() {
         progress(i, total, &t.name);
@@ -128,6 +178,7 @@ pub fn import_gguf(path: &Path, out: &Path, opts: &PackOptions, progress: Progre
             (None, GgmlType::Q8_0) => w.add_tensor(&t.name, &shape, Encoding::Q8_0, bytes)?,
             (None, GgmlType::Q4_0) => w.add_tensor(&t.name, &shape, Encoding::Q4_0, bytes)?,
             (None, GgmlType::Q4_1) => w.add_tensor(&t.name, &shape, Encoding::Q4_1, bytes)?,
+            (None, GgmlType::Q6_K) => w.add_tensor(&t.name, &shape, Encoding::Q6K, bytes)?,
             _ => return Err(unsupported(t)),
         }
     }

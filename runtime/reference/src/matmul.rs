@@ -143,7 +143,7 @@ impl Matrix {
                     &values,
                 )?)
             }
-            Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => {
+            Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::Q6K | Encoding::NeuZip { .. } => {
                 WeightData::F32(encoding.decode_f32(&shape, bytes)?)
             }
         };
