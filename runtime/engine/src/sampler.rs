@@ -26,7 +26,15 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -49,7 +57,10 @@ impl SamplingParams {
             return bad(format!("min_p {} must be in [0, 1]", self.min_p));
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return bad(format!("repeat_penalty {} must be > 0", self.repeat_penalty));
+            return bad(format!(
+                "repeat_penalty {} must be > 0",
+                self.repeat_penalty
+            ));
         }
         Ok(())
     }
@@ -81,7 +92,11 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Self> {
         params.validate()?;
         let rng = StdRng::seed_from_u64(params.seed);
-        Ok(Self { params, rng, cand: Vec::new() })
+        Ok(Self {
+            params,
+            rng,
+            cand: Vec::new(),
+        })
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -96,19 +111,35 @@ impl Sampler {
         let p = &self.params;
         let penalize = p.repeat_penalty != 1.0 && p.repeat_last_n > 0;
         if p.temperature == 0.0 && !penalize {
-            return argmax(logits).map(|i| i as u32).ok_or_else(|| EngineError::Numeric("all logits are NaN".into()));
+            return argmax(logits)
+                .map(|i| i as u32)
+                .ok_or_else(|| EngineError::Numeric("all logits are NaN".into()));
         }
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().filter(|(_, v)| !v.is_nan()).map(|(i, &v)| (i as u32, v)));
+        self.cand.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !v.is_nan())
+                .map(|(i, &v)| (i as u32, v)),
+        );
         if penalize {
             let start = history.len().saturating_sub(p.repeat_last_n);
             let mut seen = std::collections::HashSet::new();
             for &t in &history[start..] {
                 if seen.insert(t) {
                     if let Some(c) = self.cand.get_mut(t as usize).filter(|c| c.0 == t) {
-                        c.1 = if c.1 > 0.0 { c.1 / p.repeat_penalty } else { c.1 * p.repeat_penalty };
+                        c.1 = if c.1 > 0.0 {
+                            c.1 / p.repeat_penalty
+                        } else {
+                            c.1 * p.repeat_penalty
+                        };
                     } else if let Some(c) = self.cand.iter_mut().find(|c| c.0 == t) {
-                        c.1 = if c.1 > 0.0 { c.1 / p.repeat_penalty } else { c.1 * p.repeat_penalty };
+                        c.1 = if c.1 > 0.0 {
+                            c.1 / p.repeat_penalty
+                        } else {
+                            c.1 * p.repeat_penalty
+                        };
                     }
                 }
             }
@@ -118,10 +149,13 @@ impl Sampler {
         }
         if p.temperature == 0.0 {
             let scores: Vec<f32> = self.cand.iter().map(|c| c.1).collect();
-            return argmax(&scores).map(|i| self.cand[i].0).ok_or_else(|| EngineError::Numeric("no candidate".into()));
+            return argmax(&scores)
+                .map(|i| self.cand[i].0)
+                .ok_or_else(|| EngineError::Numeric("no candidate".into()));
         }
         // Sort descending by logit (ties: lower id first, deterministic).
-        self.cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.cand
+            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if p.top_k > 0 && p.top_k < self.cand.len() {
             self.cand.truncate(p.top_k);
         }
@@ -178,7 +212,10 @@ mod tests {
 
     #[test]
     fn repetition_penalty_changes_greedy_choice() {
-        let p = SamplingParams { repeat_penalty: 2.0, ..SamplingParams::greedy() };
+        let p = SamplingParams {
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        };
         let mut s = Sampler::new(p).unwrap();
         // token 0 (logit 3) seen → 1.5 < 2.0 of token 1
         assert_eq!(s.sample(&[3.0, 2.0, 0.0], &[0]).unwrap(), 1);
@@ -188,12 +225,32 @@ mod tests {
     #[test]
     fn top_k_one_is_greedy_and_seed_is_deterministic() {
         let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 101) as f32 / 10.0).collect();
-        let p = SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() };
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: 1,
+            ..Default::default()
+        };
         let mut s = Sampler::new(p).unwrap();
-        assert_eq!(s.sample(&logits, &[]).unwrap() as usize, argmax(&logits).unwrap());
-        let p = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, seed: 7, ..Default::default() };
-        let a: Vec<u32> = { let mut s = Sampler::new(p.clone()).unwrap(); (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect() };
-        let b: Vec<u32> = { let mut s = Sampler::new(p).unwrap(); (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect() };
+        assert_eq!(
+            s.sample(&logits, &[]).unwrap() as usize,
+            argmax(&logits).unwrap()
+        );
+        let p = SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
+            seed: 7,
+            ..Default::default()
+        };
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(p.clone()).unwrap();
+            (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect()
+        };
+        let b: Vec<u32> = {
+            let mut s = Sampler::new(p).unwrap();
+            (0..20).map(|_| s.sample(&logits, &[]).unwrap()).collect()
+        };
         assert_eq!(a, b);
     }
 
@@ -201,11 +258,23 @@ mod tests {
     fn top_p_and_min_p_restrict_support() {
         // probs ≈ [0.64, 0.24, 0.09, 0.03]: top_p 0.5 keeps only token 0.
         let logits = [3.0f32, 2.0, 1.0, 0.0];
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_p: 0.5, seed: 1, ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_p: 0.5,
+            seed: 1,
+            ..Default::default()
+        })
+        .unwrap();
         for _ in 0..50 {
             assert_eq!(s.sample(&logits, &[]).unwrap(), 0);
         }
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, min_p: 0.3, seed: 2, ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            min_p: 0.3,
+            seed: 2,
+            ..Default::default()
+        })
+        .unwrap();
         for _ in 0..50 {
             assert!(s.sample(&logits, &[]).unwrap() <= 1);
         }
@@ -213,8 +282,20 @@ mod tests {
 
     #[test]
     fn bad_params_are_errors() {
-        assert!(Sampler::new(SamplingParams { temperature: -1.0, ..Default::default() }).is_err());
-        assert!(Sampler::new(SamplingParams { top_p: 0.0, ..Default::default() }).is_err());
-        assert!(Sampler::new(SamplingParams { repeat_penalty: f32::NAN, ..Default::default() }).is_err());
+        assert!(Sampler::new(SamplingParams {
+            temperature: -1.0,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(Sampler::new(SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(Sampler::new(SamplingParams {
+            repeat_penalty: f32::NAN,
+            ..Default::default()
+        })
+        .is_err());
     }
 }

@@ -15,9 +15,18 @@ pub enum FormatError {
     #[error("file needs format features {bits:#x} that this build does not know: upgrade tern, or re-pack without them")]
     UnsupportedFeatures { bits: u64 },
     #[error("file is truncated: {what} needs bytes {start}..{end} but the file has {len}")]
-    Truncated { what: String, start: u64, end: u64, len: u64 },
+    Truncated {
+        what: String,
+        start: u64,
+        end: u64,
+        len: u64,
+    },
     #[error("checksum mismatch in {what}: stored {stored:#018x}, computed {computed:#018x} (the file is corrupt: re-download or re-pack it)")]
-    Checksum { what: String, stored: u64, computed: u64 },
+    Checksum {
+        what: String,
+        stored: u64,
+        computed: u64,
+    },
     #[error("{what} is out of range: {detail}")]
     OutOfRange { what: String, detail: String },
     #[error("bad shape for {what}: {detail}")]
@@ -42,12 +51,21 @@ pub type Result<T, E = FormatError> = std::result::Result<T, E>;
 
 impl FormatError {
     pub(crate) fn malformed(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        FormatError::Malformed { what: what.into(), detail: detail.into() }
+        FormatError::Malformed {
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
     pub(crate) fn out_of_range(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        FormatError::OutOfRange { what: what.into(), detail: detail.into() }
+        FormatError::OutOfRange {
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
     pub(crate) fn corrupt(codec: &'static str, detail: impl Into<String>) -> Self {
-        FormatError::Corrupt { codec, detail: detail.into() }
+        FormatError::Corrupt {
+            codec,
+            detail: detail.into(),
+        }
     }
 }

@@ -79,11 +79,26 @@ pub struct ActivationScheme {
 }
 
 impl ActivationScheme {
-    pub const FLOAT: Self = Self { qkv: ActQuant::None, out: ActQuant::None, gate_up: ActQuant::None, down: ActQuant::None };
+    pub const FLOAT: Self = Self {
+        qkv: ActQuant::None,
+        out: ActQuant::None,
+        gate_up: ActQuant::None,
+        down: ActQuant::None,
+    };
     /// BitNet b1.58 W1.58A8.
-    pub const A8: Self = Self { qkv: ActQuant::Int8, out: ActQuant::Int8, gate_up: ActQuant::Int8, down: ActQuant::Int8 };
+    pub const A8: Self = Self {
+        qkv: ActQuant::Int8,
+        out: ActQuant::Int8,
+        gate_up: ActQuant::Int8,
+        down: ActQuant::Int8,
+    };
     /// BitNet a4.8: INT4 for attention/FFN inputs, TopK-50% + INT8 for o_proj, INT8 for down_proj.
-    pub const A4_8: Self = Self { qkv: ActQuant::Int4, out: ActQuant::Topk50Int8, gate_up: ActQuant::Int4, down: ActQuant::Int8 };
+    pub const A4_8: Self = Self {
+        qkv: ActQuant::Int4,
+        out: ActQuant::Topk50Int8,
+        gate_up: ActQuant::Int4,
+        down: ActQuant::Int8,
+    };
 }
 
 /// Tokenizer model family (GGUF `tokenizer.ggml.model`).

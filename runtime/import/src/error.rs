@@ -12,7 +12,11 @@ pub enum ImportError {
     #[error("GGUF: {0}")]
     Gguf(String),
     #[error("GGUF tensor {name:?} has type {ty} ({type_name}), which tern does not import")]
-    UnsupportedGgufType { name: String, ty: u32, type_name: String },
+    UnsupportedGgufType {
+        name: String,
+        ty: u32,
+        type_name: String,
+    },
     #[error("Hugging Face model: {0}")]
     Hf(String),
     #[error("missing metadata key {0:?}")]

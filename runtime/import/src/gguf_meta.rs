@@ -1,6 +1,8 @@
 //! GGUF metadata → tern's [`ModelMeta`]: architecture, hyperparameters, tokenizer.
 
-use tern_format::{ActivationScheme, Arch, FfnAct, HParams, ModelMeta, Provenance, TokenizerKind, TokenizerSpec};
+use tern_format::{
+    ActivationScheme, Arch, FfnAct, HParams, ModelMeta, Provenance, TokenizerKind, TokenizerSpec,
+};
 
 use crate::error::{ImportError, Result};
 use crate::gguf::{GgufArray, GgufFile, GgufValue};
@@ -32,9 +34,15 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
     let k = |s: &str| format!("{arch_name}.{s}");
     let n_embd = need(g.opt_u32(&k("embedding_length"))?, &k("embedding_length"))?;
     let n_layer = need(g.opt_u32(&k("block_count"))?, &k("block_count"))?;
-    let n_head = need(g.opt_u32(&k("attention.head_count"))?, &k("attention.head_count"))?;
+    let n_head = need(
+        g.opt_u32(&k("attention.head_count"))?,
+        &k("attention.head_count"),
+    )?;
     let n_head_kv = g.opt_u32(&k("attention.head_count_kv"))?.unwrap_or(n_head);
-    let n_ff = need(g.opt_u32(&k("feed_forward_length"))?, &k("feed_forward_length"))?;
+    let n_ff = need(
+        g.opt_u32(&k("feed_forward_length"))?,
+        &k("feed_forward_length"),
+    )?;
     if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_embd == 0 || n_layer == 0 {
         return Err(ImportError::Gguf(format!(
             "inconsistent attention shape: n_embd {n_embd}, heads {n_head}, kv heads {n_head_kv}, layers {n_layer}"
@@ -43,11 +51,17 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
     let head_dim = match g.opt_u32(&k("attention.key_length"))? {
         Some(d) => d,
         None if n_embd % n_head == 0 => n_embd / n_head,
-        None => return Err(ImportError::Gguf(format!("n_embd {n_embd} is not a multiple of n_head {n_head}"))),
+        None => {
+            return Err(ImportError::Gguf(format!(
+                "n_embd {n_embd} is not a multiple of n_head {n_head}"
+            )))
+        }
     };
     let rope_dim = g.opt_u32(&k("rope.dimension_count"))?.unwrap_or(head_dim);
     if rope_dim > head_dim || rope_dim % 2 != 0 {
-        return Err(ImportError::Gguf(format!("rope dimension {rope_dim} invalid for head_dim {head_dim}")));
+        return Err(ImportError::Gguf(format!(
+            "rope dimension {rope_dim} invalid for head_dim {head_dim}"
+        )));
     }
     let n_vocab = match g.opt_u32(&k("vocab_size"))? {
         Some(v) => v,
@@ -56,11 +70,20 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
     let ffn_act = match g.opt_str(&k("hidden_act"))? {
         Some("relu2") | Some("relu_sqr") => FfnAct::Relu2,
         Some("silu") => FfnAct::Silu,
-        Some(other) => return Err(ImportError::Gguf(format!("unsupported hidden_act {other:?}"))),
+        Some(other) => {
+            return Err(ImportError::Gguf(format!(
+                "unsupported hidden_act {other:?}"
+            )))
+        }
         None => default_act,
     };
-    if g.get(&k("rope.scaling.type")).is_some_and(|v| !matches!(v, GgufValue::String(s) if s == "none")) {
-        return Err(ImportError::Gguf(format!("{} is not supported yet", k("rope.scaling.type"))));
+    if g.get(&k("rope.scaling.type"))
+        .is_some_and(|v| !matches!(v, GgufValue::String(s) if s == "none"))
+    {
+        return Err(ImportError::Gguf(format!(
+            "{} is not supported yet",
+            k("rope.scaling.type")
+        )));
     }
     let tied = g.tensor("output.weight").is_none();
     Ok((
@@ -77,7 +100,9 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
             rope_theta: g.opt_f32(&k("rope.freq_base"))?.unwrap_or(10000.0),
             rope_dim,
             rope_neox,
-            rms_eps: g.opt_f32(&k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            rms_eps: g
+                .opt_f32(&k("attention.layer_norm_rms_epsilon"))?
+                .unwrap_or(1e-5),
             ffn_act,
             tied_embeddings: tied,
             sub_norms: arch == Arch::Bitnet,
@@ -87,12 +112,18 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
 
 /// The tokenizer as GGUF stores it, or `None` when the file has no vocabulary.
 pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
-    let Some(model) = g.opt_str("tokenizer.ggml.model")? else { return Ok(None) };
+    let Some(model) = g.opt_str("tokenizer.ggml.model")? else {
+        return Ok(None);
+    };
     let kind = match model {
         "gpt2" => TokenizerKind::Gpt2,
         "llama" => TokenizerKind::Llama,
         "no_vocab" | "none" => return Ok(None),
-        other => return Err(ImportError::Gguf(format!("tokenizer model {other:?} is not supported (gpt2 and llama are)"))),
+        other => {
+            return Err(ImportError::Gguf(format!(
+                "tokenizer model {other:?} is not supported (gpt2 and llama are)"
+            )))
+        }
     };
     let tokens = g.get_str_array("tokenizer.ggml.tokens")?.to_vec();
     let token_types = match g.get("tokenizer.ggml.token_type") {
@@ -100,7 +131,11 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
         None => vec![1; tokens.len()],
     };
     if token_types.len() != tokens.len() {
-        return Err(ImportError::Gguf(format!("{} token types for {} tokens", token_types.len(), tokens.len())));
+        return Err(ImportError::Gguf(format!(
+            "{} token types for {} tokens",
+            token_types.len(),
+            tokens.len()
+        )));
     }
     let merges = match g.get("tokenizer.ggml.merges") {
         Some(_) => g.get_str_array("tokenizer.ggml.merges")?.to_vec(),
@@ -137,7 +172,9 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
         eot: id("tokenizer.ggml.eot_token_id")?,
         add_bos: g.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
         add_eos: g.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
-        add_space_prefix: g.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(spm),
+        add_space_prefix: g
+            .opt_bool("tokenizer.ggml.add_space_prefix")?
+            .unwrap_or(spm),
         chat_template: g.opt_str("tokenizer.chat_template")?.map(str::to_string),
     }))
 }
@@ -145,14 +182,21 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
 /// The whole [`ModelMeta`] of a GGUF file (provenance filled by the caller).
 pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result<ModelMeta> {
     let tokenizer = tokenizer_spec(g)?;
-    let hint = tokenizer.as_ref().map(|t| t.tokens.len() as u32).or_else(|| {
-        g.tensor("token_embd.weight").and_then(|t| t.shape().first().copied()).map(|v| v as u32)
-    });
+    let hint = tokenizer
+        .as_ref()
+        .map(|t| t.tokens.len() as u32)
+        .or_else(|| {
+            g.tensor("token_embd.weight")
+                .and_then(|t| t.shape().first().copied())
+                .map(|v| v as u32)
+        });
     let (arch, hparams) = hparams(g, hint)?;
     let activations = match arch {
         Arch::Llama => {
             if activations.is_some() {
-                return Err(ImportError::InvalidArgument("--activations applies to BitNet models only".into()));
+                return Err(ImportError::InvalidArgument(
+                    "--activations applies to BitNet models only".into(),
+                ));
             }
             ActivationScheme::FLOAT
         }
@@ -178,15 +222,27 @@ pub fn metadata_summary(g: &GgufFile) -> serde_json::Value {
     m.insert("gguf_version".into(), serde_json::json!(g.version()));
     for (k, v) in g.metadata() {
         let j = match v {
-            GgufValue::Array(a) if a.len() > 16 => serde_json::json!(format!("<array of {} {}>", a.len(), crate::gguf::value_type_name(a.elem_type()))),
+            GgufValue::Array(a) if a.len() > 16 => serde_json::json!(format!(
+                "<array of {} {}>",
+                a.len(),
+                crate::gguf::value_type_name(a.elem_type())
+            )),
             GgufValue::Array(GgufArray::String(s)) => serde_json::json!(s),
-            GgufValue::Array(a) => a.to_i64_vec().map_or_else(|| serde_json::json!(v.to_string()), |x| serde_json::json!(x)),
-            GgufValue::String(s) if s.len() > 200 => serde_json::json!(format!("<{} chars>", s.len())),
+            GgufValue::Array(a) => a.to_i64_vec().map_or_else(
+                || serde_json::json!(v.to_string()),
+                |x| serde_json::json!(x),
+            ),
+            GgufValue::String(s) if s.len() > 200 => {
+                serde_json::json!(format!("<{} chars>", s.len()))
+            }
             GgufValue::String(s) => serde_json::json!(s),
             GgufValue::Bool(b) => serde_json::json!(b),
             GgufValue::F32(f) => serde_json::json!(f),
             GgufValue::F64(f) => serde_json::json!(f),
-            other => other.as_i128().map_or_else(|| serde_json::json!(other.to_string()), |i| serde_json::json!(i as i64)),
+            other => other.as_i128().map_or_else(
+                || serde_json::json!(other.to_string()),
+                |i| serde_json::json!(i as i64),
+            ),
         };
         m.insert(k.to_string(), j);
     }

@@ -60,7 +60,11 @@ pub struct PackOptions {
 
 impl Default for PackOptions {
     fn default() -> Self {
-        Self { ternary: TernaryLayout::Bits2, floats: FloatMode::Raw, activations: None }
+        Self {
+            ternary: TernaryLayout::Bits2,
+            floats: FloatMode::Raw,
+            activations: None,
+        }
     }
 }
 
@@ -77,7 +81,14 @@ impl PackOptions {
         );
         m.insert("floats".into(), self.floats.name());
         if let Some(a) = self.activations {
-            m.insert("activations".into(), if a == ActivationScheme::A4_8 { "a4.8".into() } else { "a8".into() });
+            m.insert(
+                "activations".into(),
+                if a == ActivationScheme::A4_8 {
+                    "a4.8".into()
+                } else {
+                    "a8".into()
+                },
+            );
         }
         m
     }
@@ -87,12 +98,19 @@ pub fn parse_ternary_layout(s: &str) -> Result<TernaryLayout> {
     match s {
         "2bit" => Ok(TernaryLayout::Bits2),
         "base3" => Ok(TernaryLayout::Base3),
-        _ => Err(ImportError::InvalidArgument(format!("--ternary {s:?}: expected 2bit or base3"))),
+        _ => Err(ImportError::InvalidArgument(format!(
+            "--ternary {s:?}: expected 2bit or base3"
+        ))),
     }
 }
 
 /// Encode one float tensor (`raw`: little-endian elements of `dtype`, row length = last dim).
-pub fn encode_float<'a>(opts: &PackOptions, dtype: FloatType, shape: &[u64], raw: &'a [u8]) -> Result<(Encoding, Cow<'a, [u8]>)> {
+pub fn encode_float<'a>(
+    opts: &PackOptions,
+    dtype: FloatType,
+    shape: &[u64],
+    raw: &'a [u8],
+) -> Result<(Encoding, Cow<'a, [u8]>)> {
     let row_len = shape.last().copied().unwrap_or(1).max(1) as usize;
     match opts.floats {
         FloatMode::Raw => Ok((Encoding::from(dtype), Cow::Borrowed(raw))),
@@ -102,12 +120,24 @@ pub fn encode_float<'a>(opts: &PackOptions, dtype: FloatType, shape: &[u64], raw
             if blob.len() >= raw.len() {
                 Ok((Encoding::from(dtype), Cow::Borrowed(raw)))
             } else {
-                Ok((Encoding::NeuZip { dtype, mantissa_bits: full }, Cow::Owned(blob)))
+                Ok((
+                    Encoding::NeuZip {
+                        dtype,
+                        mantissa_bits: full,
+                    },
+                    Cow::Owned(blob),
+                ))
             }
         }
         FloatMode::NeuZipLossy(k) => {
             let blob = neuzip::encode(dtype, k, raw, row_len)?;
-            Ok((Encoding::NeuZip { dtype, mantissa_bits: k }, Cow::Owned(blob)))
+            Ok((
+                Encoding::NeuZip {
+                    dtype,
+                    mantissa_bits: k,
+                },
+                Cow::Owned(blob),
+            ))
         }
     }
 }
@@ -124,7 +154,14 @@ pub fn encode_ternary(
 ) -> Result<(Encoding, Vec<u8>)> {
     let (rows, cols) = tern_format::encoding::rows_cols(shape)?;
     let bytes = ternary::pack(opts.ternary, rows, cols, trits, group, scale_type, scales)?;
-    Ok((Encoding::Ternary { layout: opts.ternary, group, scale_type }, bytes))
+    Ok((
+        Encoding::Ternary {
+            layout: opts.ternary,
+            group,
+            scale_type,
+        },
+        bytes,
+    ))
 }
 
 /// Progress callback of the importers: `(tensors done, total, current tensor name)`.
