@@ -24,3 +24,28 @@ pub fn golden(rel: &str) -> PathBuf {
         .join("golden")
         .join(rel)
 }
+
+/// The `tern` binary for CLI tests: `$TERN_BIN` (scripts/test.sh builds the release binary and sets
+/// it), else `<target>/<profile>/tern` next to this test executable, built with `cargo build` first.
+pub fn tern_bin() -> PathBuf {
+    use std::sync::OnceLock;
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TERN_BIN") {
+            return p.into();
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let exe = std::env::current_exe().expect("current exe");
+        // The test executable is <target>/<profile>/deps/<name>.
+        let target = exe.ancestors().nth(3).map_or_else(|| root.join("target"), Path::to_path_buf);
+        let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+        let mut cmd = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cmd.args(["build", "-q", "--bin", "tern"]).current_dir(&root).env("CARGO_TARGET_DIR", &target);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("run cargo build").success(), "cargo build --bin tern failed");
+        target.join(profile).join(format!("tern{}", std::env::consts::EXE_SUFFIX))
+    })
+    .clone()
+}

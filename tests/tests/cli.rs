@@ -1,0 +1,94 @@
+//! The `tern` command line on the real default model: `run` (streamed text, `--tokens`,
+//! `--dump-logits` .npy), `tokenize`, `inspect --json`, and errors on bad input.
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn model() -> &'static std::path::Path {
+    static P: OnceLock<std::path::PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let out = tern_tests::scratch("cli").join("smol.tern");
+        tern_import::import_path(&tern_tests::smollm2_gguf(), &out, &Default::default(), &mut |_, _, _| {}).unwrap();
+        out
+    })
+}
+
+fn tern(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(tern_tests::tern_bin()).args(args).output().unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn run_streams_only_generated_text_and_matches_the_engine() {
+    let m = model().to_str().unwrap();
+    let (ok, out, err) = tern(&["run", m, "-p", "The capital of France is", "-n", "8", "--device", "cpu"]);
+    assert!(ok, "{err}");
+    // stdout holds exactly the generated text (plus a final newline); timings went to stderr.
+    let model = tern_engine::Model::open(model()).unwrap();
+    let mut s = tern_engine::Session::new(&model, 64).unwrap();
+    let ids = model.tokenize("The capital of France is", true).unwrap();
+    let opts = tern_engine::GenerateOptions { max_tokens: 8, ..Default::default() };
+    let r = s.generate(&ids, &tern_engine::SamplingParams::greedy(), &opts, &mut |_| true).unwrap();
+    assert_eq!(out, format!("{}\n", r.text));
+    assert!(err.contains("t/s"), "{err}");
+    // --tokens gives the same.
+    let toks: Vec<String> = ids.iter().map(|t| t.to_string()).collect();
+    let (ok, out2, _) = tern(&["run", m, "--tokens", &toks.join(","), "-n", "8"]);
+    assert!(ok);
+    assert_eq!(out, out2);
+}
+
+#[test]
+fn dump_logits_writes_prompt_logits_as_npy() {
+    let m = model().to_str().unwrap();
+    let dir = tern_tests::scratch("cli_npy");
+    let npy = dir.join("l.npy");
+    let (ok, out, err) = tern(&["run", m, "-p", "Hello world", "-n", "0", "--dump-logits", npy.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.trim().is_empty(), "-n 0 generates nothing: {out:?}");
+    let b = std::fs::read(&npy).unwrap();
+    assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+    let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(&b[10..10 + hl]).unwrap();
+    assert_eq!((10 + hl) % 64, 0);
+    let model = tern_engine::Model::open(model()).unwrap();
+    let ids = model.tokenize("Hello world", true).unwrap();
+    assert!(header.contains(&format!("'shape': ({}, 49152)", ids.len())), "{header}");
+    let vals: Vec<f32> = b[10 + hl..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(vals.len(), ids.len() * 49152);
+    // Same numbers as the engine.
+    let mut s = tern_engine::Session::new(&model, 64).unwrap();
+    let want = s.eval_all(&ids).unwrap();
+    assert!(vals.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+#[test]
+fn tokenize_prints_json_ids() {
+    let m = model().to_str().unwrap();
+    let (ok, out, err) = tern(&["tokenize", m, "-p", "Hello world! 123"]);
+    assert!(ok, "{err}");
+    let ids: Vec<u32> = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(ids, vec![19556, 905, 17, 216, 33, 34, 35]);
+    let (_, special, _) = tern(&["tokenize", m, "-p", "<|im_start|>"]);
+    let (_, plain, _) = tern(&["tokenize", m, "-p", "<|im_start|>", "--no-special"]);
+    assert_eq!(serde_json::from_str::<Vec<u32>>(special.trim()).unwrap().len(), 1);
+    assert!(serde_json::from_str::<Vec<u32>>(plain.trim()).unwrap().len() > 1);
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let m = model().to_str().unwrap();
+    for (args, needle) in [
+        (vec!["run", m, "--tokens", "1,99999999", "-n", "1"], "vocabulary"),
+        (vec!["run", m, "-p", "hi", "--device", "tpu"], "--device"),
+        (vec!["run", m, "-p", "hi", "--temp=-2"], "temperature"),
+        (vec!["run", "/nonexistent.tern", "-p", "hi"], "nonexistent"),
+        (vec!["run", m, "-p", "hi", "-c", "2"], "context"),
+        (vec!["pack", "/nonexistent.gguf", "-o", "/tmp/x.tern"], "nonexistent"),
+    ] {
+        let (ok, _, err) = tern(&args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
