@@ -83,7 +83,7 @@ fn bad_arguments_fail_cleanly() {
         (vec!["run", m, "-p", "hi", "--device", "tpu"], "--device"),
         (vec!["run", m, "-p", "hi", "--temp=-2"], "temperature"),
         (vec!["run", "/nonexistent.tern", "-p", "hi"], "nonexistent"),
-        (vec!["run", m, "-p", "hi", "-c", "2"], "context"),
+        (vec!["run", m, "-p", "hello there my dear friend", "-c", "2"], "context"),
         (vec!["pack", "/nonexistent.gguf", "-o", "/tmp/x.tern"], "nonexistent"),
     ] {
         let (ok, _, err) = tern(&args);
