@@ -151,12 +151,15 @@ fn smollm2_embedding_bf16() {
         s.exponent_entropy_bits
     );
 
-    // Lossy: sizes shrink, values within half a kept-bit ulp (relative 2^-(k+1)).
+    // Lossy (on the first 8192 rows, to keep the test fast): sizes shrink, values within half a
+    // kept-bit ulp (relative 2^-(k+1)).
+    let data = &data[..8192 * rb];
+    let sub = neuzip::stats(&neuzip::encode(FloatType::Bf16, 7, data, cols).unwrap()).unwrap();
     for k in [3u8, 1, 0] {
-        let lb = neuzip::encode(FloatType::Bf16, k, &data, cols).unwrap();
+        let lb = neuzip::encode(FloatType::Bf16, k, data, cols).unwrap();
         let out = neuzip::decode(&lb).unwrap();
         let ls = neuzip::stats(&lb).unwrap();
-        show(&format!("token_embd.weight lossy m{k}"), &ls);
+        show(&format!("token_embd.weight rows 0..8192 lossy m{k}"), &ls);
         let tol = 2f32.powi(-(i32::from(k) + 1));
         for (a, b) in data.chunks_exact(2).zip(out.chunks_exact(2)).step_by(97) {
             let x = half::bf16::from_le_bytes([a[0], a[1]]).to_f32();
@@ -166,7 +169,7 @@ fn smollm2_embedding_bf16() {
                 "k={k}: {x} → {y}"
             );
         }
-        assert!(ls.blob_bytes < s.blob_bytes);
+        assert!(ls.blob_bytes < sub.blob_bytes);
     }
 }
 
