@@ -156,11 +156,21 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
             None => None,
         })
     };
-    // llama.cpp's defaults when the keys are absent: SPM adds BOS and a space prefix, BPE does not.
+    // llama.cpp's defaults when the keys are absent (llama-vocab.cpp): SPM adds BOS and a space
+    // prefix; byte-level BPE adds BOS only for the Llama-3-style pre-tokenizers (and tekken,
+    // chameleon). Mirrors `tern_engine::tokenizer::llama_cpp_default_add_bos`.
     let spm = kind == TokenizerKind::Llama;
+    let pre = g.opt_str("tokenizer.ggml.pre")?;
+    let bpe_bos = matches!(
+        pre,
+        Some(
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+                | "jina-v5-nano" | "tekken" | "chameleon"
+        )
+    );
     Ok(Some(TokenizerSpec {
         kind,
-        pre: g.opt_str("tokenizer.ggml.pre")?.map(str::to_string),
+        pre: pre.map(str::to_string),
         tokens,
         token_types,
         merges,
@@ -170,7 +180,7 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
         unk: id("tokenizer.ggml.unknown_token_id")?,
         pad: id("tokenizer.ggml.padding_token_id")?,
         eot: id("tokenizer.ggml.eot_token_id")?,
-        add_bos: g.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(spm),
+        add_bos: g.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(spm || bpe_bos),
         add_eos: g.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
         add_space_prefix: g
             .opt_bool("tokenizer.ggml.add_space_prefix")?
