@@ -1,17 +1,62 @@
-//! tern's C ABI — the only crate with `extern "C"`.
+//! tern's C ABI — the only crate with `extern "C"`. The header is `include/tern.h`, generated from
+//! this crate by cbindgen (`tests/c/run.sh` regenerates it and fails on a difference).
 //!
-//! Conventions (see `ARCHITECTURE.md`): opaque handles, a `tern_status` return on every fallible
-//! call, outputs through out-parameters written only on success, NULL arguments reported as a
-//! status, a panic boundary on every entry point. This first piece exposes the versions; models,
-//! sessions, generation and scoring follow with the C ABI work.
+//! # Conventions (rustls-ffi's, with SQLite's last-error message)
+//!
+//! 1. **Opaque handles** — `tern_model`, `tern_session` — made by a `_load`/`_new` function and
+//!    released by the matching `_free`, which accepts NULL.
+//! 2. **Every fallible call returns a [`tern_status`]**, whose numbers are stable: new codes are
+//!    only ever appended. `TERN_OK` is 0.
+//! 3. **Outputs go through out-parameters, written only on success.** On failure they are left as
+//!    they were.
+//! 4. **NULL where a pointer is required is `TERN_NULL_ARGUMENT`**, never a crash. Text arguments
+//!    must be NUL-terminated UTF-8 (`TERN_INVALID_ARGUMENT` otherwise).
+//! 5. **A panic boundary on every entry point**: a panic inside tern becomes `TERN_INTERNAL` (void
+//!    functions swallow it); nothing unwinds into the caller.
+//! 6. **A thread-local last-error message**: every call that returns a status first clears it and,
+//!    on failure, sets it; [`tern_last_error`] reads it (never NULL; "" after a success).
+//! 7. **Options structs start with `struct_size`**, set by `tern_*_default()`. The library reads at
+//!    most the bytes it knows and rejects a `struct_size` below its first published version, so a
+//!    struct can grow at the end without breaking older callers.
+//! 8. **Threads**: a `tern_model` may be shared by any number of threads and sessions. A
+//!    `tern_session` runs one call at a time (a second concurrent call on the same session gets
+//!    `TERN_BUSY`), except [`tern_cancel`], which is safe from any thread at any time. `_free` must
+//!    not race other calls on the same handle.
+//!
+//! Logging goes through the `log` crate; on Android the JNI layer (feature `jni`) routes it to
+//! logcat with `android_logger`.
 
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod chat;
+mod model;
+mod options;
+mod session;
+mod status;
+
+#[cfg(feature = "jni")]
+mod jni;
+
+pub use chat::{tern_chat_apply, tern_chat_message, tern_string_free};
+pub use model::{tern_model, tern_model_free, tern_model_load};
+pub use options::{
+    tern_generation_stats, tern_model_options, tern_model_options_default, tern_sampling,
+    tern_sampling_default, tern_session_options, tern_session_options_default, TERN_DEVICE_AUTO,
+    TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT, TERN_STOP_MAX_TOKENS,
+    TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
+};
+pub use session::{
+    tern_cancel, tern_generate, tern_piece_callback, tern_score, tern_session, tern_session_free,
+    tern_session_last_stats, tern_session_new, tern_session_reset,
+};
+pub use status::{tern_last_error, tern_status, tern_status_name};
 
 /// Version of the C ABI. Bumped on any incompatible change; the Swift and Kotlin wrappers check it
 /// when the library loads.
 pub const TERN_ABI_VERSION: u32 = 1;
 
-/// The C ABI version this library implements.
+/// The C ABI version this library implements (`TERN_ABI_VERSION` of the header it was built with).
 #[no_mangle]
 pub extern "C" fn tern_abi_version() -> u32 {
     TERN_ABI_VERSION
@@ -24,15 +69,24 @@ pub extern "C" fn tern_version() -> *const c_char {
     VERSION.as_ptr().cast()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Handles (models + sessions) made and not yet freed, in this process.
+static LIVE_HANDLES: AtomicUsize = AtomicUsize::new(0);
 
-    #[test]
-    fn versions() {
-        assert_eq!(tern_abi_version(), TERN_ABI_VERSION);
-        // SAFETY: tern_version returns a pointer to a static NUL-terminated string.
-        let v = unsafe { std::ffi::CStr::from_ptr(tern_version()) };
-        assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
-    }
+pub(crate) fn handle_made() {
+    LIVE_HANDLES.fetch_add(1, Ordering::SeqCst);
 }
+
+pub(crate) fn handle_freed() {
+    LIVE_HANDLES.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Number of `tern_model` and `tern_session` handles made and not yet freed in this process: a leak
+/// check for tests and wrappers. A model handle counts as freed when `tern_model_free` is called,
+/// although its weights stay in memory until the last session made from it is freed.
+#[no_mangle]
+pub extern "C" fn tern_debug_live_handles() -> usize {
+    LIVE_HANDLES.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+//! The `#[repr(C)]` option and statistics structs, their defaults, and the versioned reads.
+//!
+//! Every struct starts with `uint32_t struct_size`, which `tern_*_default()` sets to the size this
+//! library knows. The library copies `min(struct_size, sizeof)` bytes over its defaults, so a
+//! caller compiled against a newer header (a larger struct) works with this library, which
+//! ignores the fields it does not know; a `struct_size` smaller than the first published version
+//! is `TERN_INVALID_ARGUMENT`. All fields are plain numbers (no `bool`, no enums) so that any bit
+//! pattern is a valid value.
+
+use std::mem::size_of;
+
+use tern_engine::{SamplingParams, StopReason};
+
+use crate::status::{Error, Result};
+
+/// `tern_model_options.device`: CPU now, the GPU when one is built and usable.
+pub const TERN_DEVICE_AUTO: u32 = 0;
+/// `tern_model_options.device`: the CPU reference backend.
+pub const TERN_DEVICE_CPU: u32 = 1;
+/// `tern_model_options.device`: the GPU backend (not built yet: `TERN_UNSUPPORTED`).
+pub const TERN_DEVICE_GPU: u32 = 2;
+
+/// How to load a model. Initialise with `tern_model_options_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct tern_model_options {
+    /// `sizeof(tern_model_options)`, set by `tern_model_options_default()`.
+    pub struct_size: u32,
+    /// `TERN_DEVICE_AUTO` (default), `TERN_DEVICE_CPU` or `TERN_DEVICE_GPU`.
+    pub device: u32,
+    /// Non-zero (default): split matrix products over a thread pool. Zero: run on the calling
+    /// thread only. The results are bit-identical either way.
+    pub use_threads: u32,
+}
+
+/// How to make a session. Initialise with `tern_session_options_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct tern_session_options {
+    /// `sizeof(tern_session_options)`, set by `tern_session_options_default()`.
+    pub struct_size: u32,
+    /// Context size in tokens; 0 (default) = the model's training context. The KV cache for all
+    /// of it is allocated up front.
+    pub n_ctx: u32,
+}
+
+/// Sampling parameters. Initialise with `tern_sampling_default()` (greedy); the chain is
+/// repetition penalty → temperature → top-k → top-p → min-p → draw.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct tern_sampling {
+    /// `sizeof(tern_sampling)`, set by `tern_sampling_default()`.
+    pub struct_size: u32,
+    /// 0 = off (default).
+    pub top_k: u32,
+    /// Seed of the random draw (default 0). The same seed, prompt and parameters give the same
+    /// text.
+    pub seed: u64,
+    /// 0 = greedy (default): the most probable token, lowest id on ties.
+    pub temperature: f32,
+    /// In (0, 1]; 1 = off (default).
+    pub top_p: f32,
+    /// In [0, 1]; 0 = off (default).
+    pub min_p: f32,
+    /// > 0; 1 = off (default). Applied to tokens seen in the last `repeat_last_n` tokens.
+    pub repeat_penalty: f32,
+    /// Window of the repetition penalty (default 64).
+    pub repeat_last_n: u32,
+}
+
+/// `tern_generation_stats.stop_reason`: no generation has run on this session yet.
+pub const TERN_STOP_NONE: u32 = 0;
+/// `tern_generation_stats.stop_reason`: `max_tokens` were generated.
+pub const TERN_STOP_MAX_TOKENS: u32 = 1;
+/// `tern_generation_stats.stop_reason`: an end-of-generation token.
+pub const TERN_STOP_TOKEN: u32 = 2;
+/// `tern_generation_stats.stop_reason`: a stop string.
+pub const TERN_STOP_STRING: u32 = 3;
+/// `tern_generation_stats.stop_reason`: the context is full.
+pub const TERN_STOP_CONTEXT: u32 = 4;
+/// `tern_generation_stats.stop_reason`: the piece callback returned non-zero.
+pub const TERN_STOP_CALLBACK: u32 = 5;
+
+/// What the last successful `tern_generate` on a session did. Set `struct_size` to
+/// `sizeof(tern_generation_stats)` before calling `tern_session_last_stats`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct tern_generation_stats {
+    /// `sizeof(tern_generation_stats)`, set by the caller.
+    pub struct_size: u32,
+    /// One of `TERN_STOP_*`.
+    pub stop_reason: u32,
+    /// Tokens in the prompt.
+    pub prompt_tokens: u32,
+    /// Of those, tokens whose KV entries were reused from the session's cache (not recomputed).
+    pub reused_tokens: u32,
+    /// Tokens generated.
+    pub generated_tokens: u32,
+    /// Seconds spent on the prompt (the tokens not reused) and on generating.
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+}
+
+/// Model options with their defaults.
+#[no_mangle]
+pub extern "C" fn tern_model_options_default() -> tern_model_options {
+    tern_model_options {
+        struct_size: size_of::<tern_model_options>() as u32,
+        device: TERN_DEVICE_AUTO,
+        use_threads: 1,
+    }
+}
+
+/// Session options with their defaults.
+#[no_mangle]
+pub extern "C" fn tern_session_options_default() -> tern_session_options {
+    tern_session_options {
+        struct_size: size_of::<tern_session_options>() as u32,
+        n_ctx: 0,
+    }
+}
+
+/// Greedy sampling (and the defaults of the other fields).
+#[no_mangle]
+pub extern "C" fn tern_sampling_default() -> tern_sampling {
+    let d = SamplingParams::default();
+    tern_sampling {
+        struct_size: size_of::<tern_sampling>() as u32,
+        top_k: d.top_k as u32,
+        seed: d.seed,
+        temperature: d.temperature,
+        top_p: d.top_p,
+        min_p: d.min_p,
+        repeat_penalty: d.repeat_penalty,
+        repeat_last_n: d.repeat_last_n as u32,
+    }
+}
+
+/// A struct whose first field is `struct_size` and all of whose fields accept any bit pattern.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]`, start with a `u32` `struct_size`, and every bit pattern of
+/// every field is a valid value.
+pub(crate) unsafe trait Versioned: Copy {
+    /// The size of the first published version of the struct.
+    const MIN_SIZE: usize;
+    const NAME: &'static str;
+    fn set_struct_size(&mut self);
+}
+
+// SAFETY: repr(C), u32 struct_size first, only u32 fields.
+unsafe impl Versioned for tern_model_options {
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_model_options";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
+    }
+}
+
+// SAFETY: repr(C), u32 struct_size first, only u32 fields.
+unsafe impl Versioned for tern_session_options {
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_session_options";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
+    }
+}
+
+// SAFETY: repr(C), u32 struct_size first, only u32/u64/f32 fields.
+unsafe impl Versioned for tern_sampling {
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_sampling";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
+    }
+}
+
+// SAFETY: repr(C), u32 struct_size first, only u32/f64 fields.
+unsafe impl Versioned for tern_generation_stats {
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_generation_stats";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
+    }
+}
+
+fn check_size<T: Versioned>(size: u32) -> Result<usize> {
+    let size = size as usize;
+    if size < T::MIN_SIZE {
+        return Err(Error::invalid(format!(
+            "{}.struct_size is {size}, this library needs at least {}: initialise the struct \
+             with its tern_*_default() function (or set struct_size = sizeof({}))",
+            T::NAME,
+            T::MIN_SIZE,
+            T::NAME
+        )));
+    }
+    Ok(size.min(size_of::<T>()))
+}
+
+/// Read an options struct from the caller: `default` when `p` is NULL.
+///
+/// # Safety
+/// `p` is NULL or points to `struct_size` readable bytes that start with a `u32` `struct_size`.
+pub(crate) unsafe fn read_versioned<T: Versioned>(p: *const T, default: T) -> Result<T> {
+    if p.is_null() {
+        return Ok(default);
+    }
+    // SAFETY: `p` points to at least the `u32` struct_size (caller's contract).
+    let size = unsafe { std::ptr::read_unaligned(p.cast::<u32>()) };
+    let n = check_size::<T>(size)?;
+    let mut out = default;
+    // SAFETY: `n ≤ size_of::<T>()` bytes are readable at `p` (struct_size says so) and writable
+    // in `out`; every bit pattern is a valid `T` (the `Versioned` contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), (&mut out as *mut T).cast::<u8>(), n);
+    }
+    out.set_struct_size();
+    Ok(out)
+}
+
+/// Write a versioned output struct to the caller: at most `(*p).struct_size` bytes.
+///
+/// # Safety
+/// `p` is non-NULL and points to `struct_size` writable bytes that start with a `u32`
+/// `struct_size` set by the caller.
+pub(crate) unsafe fn write_versioned<T: Versioned>(p: *mut T, mut value: T) -> Result<()> {
+    // SAFETY: `p` points to at least the `u32` struct_size (caller's contract).
+    let size = unsafe { std::ptr::read_unaligned(p.cast::<u32>()) };
+    let n = check_size::<T>(size)?;
+    value.set_struct_size();
+    // SAFETY: `n ≤ size_of::<T>()` bytes are readable in `value` and writable at `p`.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), p.cast::<u8>(), n);
+    }
+    Ok(())
+}
+
+impl tern_sampling {
+    pub(crate) fn to_params(self) -> Result<SamplingParams> {
+        let p = SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k as usize,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n as usize,
+            seed: self.seed,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+pub(crate) fn stop_reason_code(r: StopReason) -> u32 {
+    match r {
+        StopReason::MaxTokens => TERN_STOP_MAX_TOKENS,
+        StopReason::Token => TERN_STOP_TOKEN,
+        StopReason::StopString => TERN_STOP_STRING,
+        StopReason::Context => TERN_STOP_CONTEXT,
+        StopReason::Callback => TERN_STOP_CALLBACK,
+    }
+}

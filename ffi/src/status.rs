@@ -1,0 +1,284 @@
+//! Status codes, the thread-local last-error message, the panic boundary and the argument checks
+//! shared by every entry point.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tern_engine::EngineError;
+use tern_format::FormatError;
+use tern_reference::ReferenceError;
+
+/// What a call did. The numbers are stable: codes are only ever appended.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum tern_status {
+    /// Success.
+    TERN_OK = 0,
+    /// An argument is out of range or malformed (bad option value, text that is not UTF-8, an
+    /// empty prompt, a token id outside the vocabulary, a `struct_size` that is too small).
+    TERN_INVALID_ARGUMENT = 1,
+    /// A required pointer argument is NULL.
+    TERN_NULL_ARGUMENT = 2,
+    /// Reading a file failed (missing, unreadable).
+    TERN_IO = 3,
+    /// The file is not a valid `.tern` model (bad magic, truncated, checksum mismatch, tensors that
+    /// do not fit the hyperparameters, a tokenizer that does not load).
+    TERN_CORRUPT_FILE = 4,
+    /// Valid but not supported by this build (newer format version or features, an encoding this
+    /// backend cannot run, the GPU device while no GPU backend is built).
+    TERN_UNSUPPORTED = 5,
+    /// Memory for the model or the KV cache could not be allocated.
+    TERN_OUT_OF_MEMORY = 6,
+    /// The prompt (or scored text) does not fit the session's context.
+    TERN_CONTEXT_FULL = 7,
+    /// `tern_cancel` stopped the call.
+    TERN_CANCELLED = 8,
+    /// A bug in tern (a panic was caught at the boundary, or an internal invariant failed).
+    TERN_INTERNAL = 9,
+    /// Another call is running on this session right now.
+    TERN_BUSY = 10,
+    /// The model has no tokenizer, so text cannot be used with it.
+    TERN_NO_TOKENIZER = 11,
+    /// The model has no chat template, or the template failed to render the conversation.
+    TERN_TEMPLATE = 12,
+    /// The forward pass produced non-finite values.
+    TERN_NUMERIC = 13,
+}
+
+use tern_status::*;
+
+/// The name of a status code (`"TERN_OK"`, ...) as a static string; `"TERN_UNKNOWN"` for a number
+/// that is not a status. Takes an integer so that any value is safe to pass.
+#[no_mangle]
+pub extern "C" fn tern_status_name(status: i32) -> *const c_char {
+    let s: &'static str = match status {
+        0 => "TERN_OK\0",
+        1 => "TERN_INVALID_ARGUMENT\0",
+        2 => "TERN_NULL_ARGUMENT\0",
+        3 => "TERN_IO\0",
+        4 => "TERN_CORRUPT_FILE\0",
+        5 => "TERN_UNSUPPORTED\0",
+        6 => "TERN_OUT_OF_MEMORY\0",
+        7 => "TERN_CONTEXT_FULL\0",
+        8 => "TERN_CANCELLED\0",
+        9 => "TERN_INTERNAL\0",
+        10 => "TERN_BUSY\0",
+        11 => "TERN_NO_TOKENIZER\0",
+        12 => "TERN_TEMPLATE\0",
+        13 => "TERN_NUMERIC\0",
+        _ => "TERN_UNKNOWN\0",
+    };
+    s.as_ptr().cast()
+}
+
+/// A failed call: its status and the message for `tern_last_error`.
+#[derive(Debug)]
+pub(crate) struct Error {
+    pub status: tern_status,
+    pub message: String,
+}
+
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(status: tern_status, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(TERN_INVALID_ARGUMENT, message)
+    }
+
+    pub fn null(name: &str) -> Self {
+        Self::new(TERN_NULL_ARGUMENT, format!("`{name}` is NULL"))
+    }
+}
+
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Self {
+        let status = engine_status(&e);
+        Self::new(status, e.to_string())
+    }
+}
+
+fn io_status(e: &std::io::Error) -> tern_status {
+    match e.kind() {
+        std::io::ErrorKind::OutOfMemory => TERN_OUT_OF_MEMORY,
+        _ => TERN_IO,
+    }
+}
+
+fn format_status(e: &FormatError) -> tern_status {
+    use FormatError as F;
+    match e {
+        F::Io(io) => io_status(io),
+        F::UnsupportedVersion { .. } | F::UnsupportedFeatures { .. } | F::UnknownEncoding(_) => {
+            TERN_UNSUPPORTED
+        }
+        F::BadMagic { .. }
+        | F::Truncated { .. }
+        | F::Checksum { .. }
+        | F::OutOfRange { .. }
+        | F::BadShape { .. }
+        | F::Malformed { .. }
+        | F::NonZeroPadding { .. }
+        | F::NoSuchTensor(_)
+        | F::DuplicateTensor(_)
+        | F::Corrupt { .. } => TERN_CORRUPT_FILE,
+        F::InvalidArgument(_) => TERN_INVALID_ARGUMENT,
+    }
+}
+
+fn reference_status(e: &ReferenceError) -> tern_status {
+    use ReferenceError as R;
+    match e {
+        R::Format(f) => format_status(f),
+        R::MissingTensor { .. }
+        | R::TensorShape { .. }
+        | R::NotTernary { .. }
+        | R::BadHParams(_) => TERN_CORRUPT_FILE,
+        R::UnsupportedEncoding { .. } => TERN_UNSUPPORTED,
+        R::TokenOutOfRange { .. } | R::EmptyInput => TERN_INVALID_ARGUMENT,
+        R::ContextOverflow { .. } => TERN_CONTEXT_FULL,
+        R::CacheMismatch { .. } | R::Shape { .. } => TERN_INTERNAL,
+    }
+}
+
+/// The status of an engine error. Exhaustive on purpose: a new engine error variant must be given
+/// a status here.
+pub(crate) fn engine_status(e: &EngineError) -> tern_status {
+    use EngineError as E;
+    match e {
+        E::Format(f) => format_status(f),
+        E::Reference(r) => reference_status(r),
+        E::Tokenizer(_) | E::InvalidArgument(_) => TERN_INVALID_ARGUMENT,
+        E::Template(_) => TERN_TEMPLATE,
+        E::NoTokenizer => TERN_NO_TOKENIZER,
+        E::PromptTooLong { .. } => TERN_CONTEXT_FULL,
+        E::Numeric(_) => TERN_NUMERIC,
+        E::Cancelled => TERN_CANCELLED,
+        E::Io(io) => io_status(io),
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    // A NUL inside the message would cut it short: show it escaped.
+    let c = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut e) = e.try_borrow_mut() {
+            *e = c;
+        }
+    });
+}
+
+fn clear_last_error() {
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut e) = e.try_borrow_mut() {
+            if !e.as_bytes().is_empty() {
+                *e = CString::default();
+            }
+        }
+    });
+}
+
+/// The message of the last failed call on this thread, as NUL-terminated UTF-8; `""` when the
+/// last status-returning call on this thread succeeded. Never NULL. The pointer stays valid until
+/// the next tern call on this thread; copy the text to keep it.
+#[no_mangle]
+pub extern "C" fn tern_last_error() -> *const c_char {
+    static EMPTY: &str = "\0";
+    catch_unwind(|| {
+        LAST_ERROR
+            .try_with(|e| match e.try_borrow() {
+                // The CString lives in the thread-local until it is replaced by a later call.
+                Ok(s) => s.as_ptr(),
+                Err(_) => EMPTY.as_ptr().cast(),
+            })
+            .unwrap_or(EMPTY.as_ptr().cast())
+    })
+    .unwrap_or(EMPTY.as_ptr().cast())
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_string()
+    }
+}
+
+/// Run one entry point's body: clear the last error, catch panics, turn an `Err` into its status
+/// and message.
+pub(crate) fn boundary(name: &str, f: impl FnOnce() -> Result<()>) -> tern_status {
+    clear_last_error();
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => TERN_OK,
+        Ok(Err(e)) => {
+            log::debug!("{name}: {:?}: {}", e.status, e.message);
+            set_last_error(&format!("{name}: {}", e.message));
+            e.status
+        }
+        Err(p) => {
+            let msg = format!(
+                "{name}: internal error (a bug in tern, please report it): {}",
+                panic_message(p.as_ref())
+            );
+            log::error!("{msg}");
+            set_last_error(&msg);
+            TERN_INTERNAL
+        }
+    }
+}
+
+/// Run a void entry point's body, swallowing a panic (logged).
+pub(crate) fn boundary_void(name: &str, f: impl FnOnce()) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+        log::error!(
+            "{name}: internal error (a bug in tern, please report it): {}",
+            panic_message(p.as_ref())
+        );
+    }
+}
+
+/// A required NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that outlives `'a`.
+pub(crate) unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(Error::null(name));
+    }
+    // SAFETY: non-NULL and NUL-terminated per this function's contract.
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str()
+        .map_err(|e| Error::invalid(format!("`{name}` is not valid UTF-8 ({e})")))
+}
+
+/// A required handle argument.
+///
+/// # Safety
+/// `p` is NULL or a live handle of type `T` made by this library.
+pub(crate) unsafe fn arg_ref<'a, T>(p: *const T, name: &str) -> Result<&'a T> {
+    // SAFETY: per this function's contract, a non-NULL `p` points to a live `T`.
+    unsafe { p.as_ref() }.ok_or_else(|| Error::null(name))
+}
+
+/// A required out-parameter.
+pub(crate) fn arg_out<T>(p: *mut T, name: &str) -> Result<*mut T> {
+    if p.is_null() {
+        Err(Error::null(name))
+    } else {
+        Ok(p)
+    }
+}
