@@ -1,0 +1,567 @@
+/*
+ * C test of tern's ABI (include/tern.h), run by tests/c/run.sh under AddressSanitizer,
+ * LeakSanitizer and UBSan. Exercises every function, including its error paths.
+ *
+ *   test_tern MODEL.tern PROMPT N_TOKENS GREEDY_OUT.txt
+ *
+ * Writes the greedy continuation of PROMPT (N_TOKENS at most, default sampling = NULL) to
+ * GREEDY_OUT.txt; run.sh compares it with `tern run MODEL -p PROMPT -n N_TOKENS --device cpu`.
+ * Prints "N passed, N failed" last; exits non-zero on any failure.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tern.h"
+
+static int passed, failed;
+
+#define CHECK(cond)                                                                    \
+  do {                                                                                 \
+    if (cond) {                                                                        \
+      passed++;                                                                        \
+    } else {                                                                           \
+      failed++;                                                                        \
+      fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              tern_last_error());                                                      \
+    }                                                                                  \
+  } while (0)
+
+/* A status check that prints the names on mismatch. */
+#define CHECK_STATUS(call, want)                                                           \
+  do {                                                                                     \
+    tern_status got_ = (call);                                                             \
+    if (got_ == (want)) {                                                                  \
+      passed++;                                                                            \
+    } else {                                                                               \
+      failed++;                                                                            \
+      fprintf(stderr, "FAIL %s:%d: %s = %s, want %s (last error: %s)\n", __FILE__, __LINE__, \
+              #call, tern_status_name(got_), tern_status_name(want), tern_last_error());   \
+    }                                                                                      \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ---- a growable text buffer filled by the piece callback ---- */
+
+typedef struct {
+  char *text;
+  size_t len, cap;
+  int pieces;
+  int stop_after;           /* > 0: return 1 after this many pieces */
+  atomic_int started;       /* set at the first piece */
+  double cancel_sent_at;    /* set by the cancelling thread */
+  int pieces_after_cancel;
+  int bad_nul;              /* a piece without its NUL terminator */
+} sink;
+
+static void sink_free(sink *s) { free(s->text); memset(s, 0, sizeof *s); }
+
+static int32_t on_piece(const char *piece, size_t len, void *user_data) {
+  sink *s = user_data;
+  if (piece[len] != '\0') s->bad_nul = 1;
+  if (s->len + len + 1 > s->cap) {
+    s->cap = (s->len + len + 1) * 2;
+    s->text = realloc(s->text, s->cap);
+  }
+  memcpy(s->text + s->len, piece, len);
+  s->len += len;
+  s->text[s->len] = '\0';
+  s->pieces++;
+  atomic_store(&s->started, 1);
+  if (s->cancel_sent_at > 0) s->pieces_after_cancel++;
+  return s->stop_after > 0 && s->pieces >= s->stop_after;
+}
+
+static int32_t never_called(const char *piece, size_t len, void *user_data) {
+  (void)piece, (void)len, (void)user_data;
+  abort();
+}
+
+/* ---- files ---- */
+
+static unsigned char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = malloc(n > 0 ? n : 1);
+  *len = fread(buf, 1, n, f);
+  fclose(f);
+  return buf;
+}
+
+static void write_file(const char *path, const unsigned char *buf, size_t len) {
+  FILE *f = fopen(path, "wb");
+  fwrite(buf, 1, len, f);
+  fclose(f);
+}
+
+/* ---- tests ---- */
+
+static void test_versions(void) {
+  CHECK(tern_abi_version() == TERN_ABI_VERSION);
+  CHECK(tern_version() != NULL && strlen(tern_version()) > 0);
+  CHECK(strcmp(tern_status_name(TERN_OK), "TERN_OK") == 0);
+  CHECK(strcmp(tern_status_name(TERN_CANCELLED), "TERN_CANCELLED") == 0);
+  CHECK(strcmp(tern_status_name(-1), "TERN_UNKNOWN") == 0);
+  CHECK(strcmp(tern_status_name(1000), "TERN_UNKNOWN") == 0);
+  CHECK(tern_last_error() != NULL);
+}
+
+static void test_null_arguments(const char *model_path) {
+  tern_model *sentinel_m = (tern_model *)(uintptr_t)0x1;
+  tern_model *m = sentinel_m;
+  CHECK_STATUS(tern_model_load(NULL, NULL, &m), TERN_NULL_ARGUMENT);
+  CHECK(m == sentinel_m); /* out-parameters are written only on success */
+  CHECK(strstr(tern_last_error(), "path") != NULL);
+  CHECK_STATUS(tern_model_load(model_path, NULL, NULL), TERN_NULL_ARGUMENT);
+
+  tern_session *sentinel_s = (tern_session *)(uintptr_t)0x1;
+  tern_session *s = sentinel_s;
+  CHECK_STATUS(tern_session_new(NULL, NULL, &s), TERN_NULL_ARGUMENT);
+  CHECK(s == sentinel_s);
+
+  CHECK_STATUS(tern_generate(NULL, "hi", NULL, 4, on_piece, NULL), TERN_NULL_ARGUMENT);
+  double total = 42.0;
+  size_t n = 42;
+  CHECK_STATUS(tern_score(NULL, "hi", &total, &n), TERN_NULL_ARGUMENT);
+  CHECK(total == 42.0 && n == 42);
+  CHECK_STATUS(tern_session_reset(NULL), TERN_NULL_ARGUMENT);
+  tern_generation_stats st = {.struct_size = sizeof st};
+  CHECK_STATUS(tern_session_last_stats(NULL, &st), TERN_NULL_ARGUMENT);
+  char *text = (char *)(uintptr_t)0x1;
+  CHECK_STATUS(tern_chat_apply(NULL, NULL, 0, 1, &text), TERN_NULL_ARGUMENT);
+  CHECK(text == (char *)(uintptr_t)0x1);
+
+  /* NULL is a no-op for the void functions. */
+  tern_model_free(NULL);
+  tern_session_free(NULL);
+  tern_string_free(NULL);
+  tern_cancel(NULL);
+  passed++;
+}
+
+static void test_load_errors(const char *model_path, const char *tmpdir) {
+  tern_model *m = NULL;
+  char path[4096];
+
+  /* A missing file. */
+  snprintf(path, sizeof path, "%s/no-such-model.tern", tmpdir);
+  CHECK_STATUS(tern_model_load(path, NULL, &m), TERN_IO);
+  CHECK(m == NULL);
+  CHECK(strstr(tern_last_error(), "no-such-model.tern") != NULL);
+  tern_model_options o = tern_model_options_default();
+  CHECK(o.struct_size == sizeof o && o.device == TERN_DEVICE_AUTO && o.use_threads == 1);
+
+  /* Not UTF-8. */
+  CHECK_STATUS(tern_model_load("\xff\xfe.tern", NULL, &m), TERN_INVALID_ARGUMENT);
+
+  size_t len = 0;
+  unsigned char *buf = read_file(model_path, &len);
+  CHECK(buf != NULL && len > 4096);
+  if (!buf) return;
+
+  /* Not a .tern file at all. */
+  snprintf(path, sizeof path, "%s/garbage.tern", tmpdir);
+  write_file(path, (const unsigned char *)"this is not a model, just some text\n", 36);
+  CHECK_STATUS(tern_model_load(path, NULL, &m), TERN_CORRUPT_FILE);
+
+  /* Truncated. */
+  snprintf(path, sizeof path, "%s/truncated.tern", tmpdir);
+  write_file(path, buf, len / 2);
+  CHECK_STATUS(tern_model_load(path, NULL, &m), TERN_CORRUPT_FILE);
+
+  /* One flipped byte in the tensor data (caught by the tensor checksums). */
+  snprintf(path, sizeof path, "%s/flipped.tern", tmpdir);
+  buf[len - len / 3] ^= 0x5a;
+  write_file(path, buf, len);
+  CHECK_STATUS(tern_model_load(path, NULL, &m), TERN_CORRUPT_FILE);
+  CHECK(strlen(tern_last_error()) > 0);
+  CHECK(m == NULL);
+  free(buf);
+
+  /* Options: a struct_size that is too small, an unknown device, the GPU (not built yet). */
+  o = tern_model_options_default();
+  o.struct_size = 4;
+  CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_INVALID_ARGUMENT);
+  CHECK(strstr(tern_last_error(), "struct_size") != NULL);
+  o = tern_model_options_default();
+  o.device = 7;
+  CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_INVALID_ARGUMENT);
+  o.device = TERN_DEVICE_GPU;
+  CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_UNSUPPORTED);
+  CHECK(m == NULL);
+}
+
+static tern_session *new_session(tern_model *m, uint32_t n_ctx) {
+  tern_session_options so = tern_session_options_default();
+  so.n_ctx = n_ctx;
+  tern_session *s = NULL;
+  CHECK_STATUS(tern_session_new(m, &so, &s), TERN_OK);
+  return s;
+}
+
+static void test_session_errors(tern_model *m) {
+  tern_session_options so = tern_session_options_default();
+  CHECK(so.struct_size == sizeof so && so.n_ctx == 0);
+  tern_session *s = NULL;
+  CHECK_STATUS(tern_session_new(m, &so, NULL), TERN_NULL_ARGUMENT);
+  so.struct_size = 0;
+  CHECK_STATUS(tern_session_new(m, &so, &s), TERN_INVALID_ARGUMENT);
+  /* A KV cache that cannot be allocated is a status, not an abort. */
+  so = tern_session_options_default();
+  so.n_ctx = 0xffffffffu;
+  CHECK_STATUS(tern_session_new(m, &so, &s), TERN_OUT_OF_MEMORY);
+  CHECK(s == NULL);
+
+  s = new_session(m, 64);
+  if (!s) return;
+  sink k = {0};
+  CHECK_STATUS(tern_generate(s, NULL, NULL, 4, on_piece, &k), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_generate(s, "Hello", NULL, 4, NULL, &k), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_generate(s, "", NULL, 4, never_called, NULL), TERN_INVALID_ARGUMENT);
+  CHECK_STATUS(tern_generate(s, "caf\xc3", NULL, 4, never_called, NULL), TERN_INVALID_ARGUMENT);
+  tern_sampling sp = tern_sampling_default();
+  CHECK(sp.struct_size == sizeof sp && sp.temperature == 0.0f && sp.top_p == 1.0f);
+  sp.top_p = 0.0f;
+  CHECK_STATUS(tern_generate(s, "Hello", &sp, 4, never_called, NULL), TERN_INVALID_ARGUMENT);
+  CHECK(strstr(tern_last_error(), "top_p") != NULL);
+  sp = tern_sampling_default();
+  sp.struct_size = 8;
+  CHECK_STATUS(tern_generate(s, "Hello", &sp, 4, never_called, NULL), TERN_INVALID_ARGUMENT);
+
+  /* A prompt longer than the context. */
+  char long_prompt[2048] = {0};
+  for (int i = 0; i < 100; i++) strcat(long_prompt, "word ");
+  CHECK_STATUS(tern_generate(s, long_prompt, NULL, 4, never_called, NULL), TERN_CONTEXT_FULL);
+  double total = 1.0;
+  size_t n = 1;
+  CHECK_STATUS(tern_score(s, long_prompt, &total, &n), TERN_CONTEXT_FULL);
+  CHECK_STATUS(tern_score(s, "Hello", NULL, &n), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_score(s, "Hello", &total, NULL), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_score(s, NULL, &total, &n), TERN_NULL_ARGUMENT);
+  CHECK(total == 1.0 && n == 1);
+
+  /* Stats: NULL out, too small a struct_size, and zeros before the first generation. */
+  tern_generation_stats st = {0};
+  CHECK_STATUS(tern_session_last_stats(s, NULL), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_session_last_stats(s, &st), TERN_INVALID_ARGUMENT);
+  st.struct_size = sizeof st;
+  CHECK_STATUS(tern_session_last_stats(s, &st), TERN_OK);
+  CHECK(st.stop_reason == TERN_STOP_NONE && st.generated_tokens == 0);
+
+  /* The generation still works after all those errors. */
+  CHECK_STATUS(tern_generate(s, "Hello", NULL, 3, on_piece, &k), TERN_OK);
+  CHECK(k.len > 0 && !k.bad_nul);
+  sink_free(&k);
+  tern_session_free(s);
+}
+
+/* Greedy output for the fixed prompt: written for run.sh to compare with `tern run`. */
+static void test_greedy(tern_model *m, const char *prompt, int n_tokens, const char *out_path) {
+  tern_session *s = new_session(m, 256);
+  if (!s) return;
+  sink k = {0};
+  double t0 = now_s();
+  CHECK_STATUS(tern_generate(s, prompt, NULL, n_tokens, on_piece, &k), TERN_OK);
+  double dt = now_s() - t0;
+  CHECK(k.len > 0 && !k.bad_nul);
+  FILE *f = fopen(out_path, "wb");
+  fprintf(f, "%s\n", k.text ? k.text : "");
+  fclose(f);
+
+  tern_generation_stats st = {.struct_size = sizeof st};
+  CHECK_STATUS(tern_session_last_stats(s, &st), TERN_OK);
+  CHECK(st.prompt_tokens > 0 && st.reused_tokens == 0);
+  CHECK(st.generated_tokens > 0 && st.generated_tokens <= (uint32_t)n_tokens);
+  CHECK(st.stop_reason == TERN_STOP_MAX_TOKENS || st.stop_reason == TERN_STOP_TOKEN);
+  printf("greedy: %u prompt + %u generated tokens in %.2fs: %s\n", st.prompt_tokens,
+         st.generated_tokens, dt, k.text);
+
+  /* Same prompt again on the same session: the cached prefix is reused, the text is the same. */
+  sink k2 = {0};
+  CHECK_STATUS(tern_generate(s, prompt, NULL, n_tokens, on_piece, &k2), TERN_OK);
+  CHECK(k2.text && k.text && strcmp(k.text, k2.text) == 0);
+  CHECK_STATUS(tern_session_last_stats(s, &st), TERN_OK);
+  CHECK(st.reused_tokens == st.prompt_tokens - 1);
+
+  /* A different prompt after that: the result equals a fresh session's. */
+  sink k3 = {0}, k4 = {0};
+  CHECK_STATUS(tern_generate(s, "Once upon a time", NULL, 8, on_piece, &k3), TERN_OK);
+  tern_session *fresh = new_session(m, 256);
+  CHECK_STATUS(tern_generate(fresh, "Once upon a time", NULL, 8, on_piece, &k4), TERN_OK);
+  CHECK(k3.text && k4.text && strcmp(k3.text, k4.text) == 0);
+  tern_session_free(fresh);
+
+  /* max_tokens = 0 runs only the prompt. */
+  sink k5 = {0};
+  CHECK_STATUS(tern_generate(s, prompt, NULL, 0, on_piece, &k5), TERN_OK);
+  CHECK(k5.pieces == 0);
+  CHECK_STATUS(tern_session_reset(s), TERN_OK);
+
+  /* Seeded sampling is reproducible. */
+  tern_sampling sp = tern_sampling_default();
+  sp.temperature = 0.8f;
+  sp.top_k = 40;
+  sp.top_p = 0.95f;
+  sp.seed = 1234;
+  sink a = {0}, b = {0};
+  CHECK_STATUS(tern_generate(s, "Once upon a time", &sp, 12, on_piece, &a), TERN_OK);
+  CHECK_STATUS(tern_session_reset(s), TERN_OK);
+  CHECK_STATUS(tern_generate(s, "Once upon a time", &sp, 12, on_piece, &b), TERN_OK);
+  CHECK(a.text && b.text && strcmp(a.text, b.text) == 0);
+
+  sink_free(&k), sink_free(&k2), sink_free(&k3), sink_free(&k4), sink_free(&k5);
+  sink_free(&a), sink_free(&b);
+  tern_session_free(s);
+}
+
+static void test_callback_stop(tern_model *m) {
+  tern_session *s = new_session(m, 256);
+  if (!s) return;
+  sink k = {.stop_after = 3};
+  CHECK_STATUS(tern_generate(s, "Once upon a time", NULL, 64, on_piece, &k), TERN_OK);
+  CHECK(k.pieces == 3);
+  tern_generation_stats st = {.struct_size = sizeof st};
+  CHECK_STATUS(tern_session_last_stats(s, &st), TERN_OK);
+  CHECK(st.stop_reason == TERN_STOP_CALLBACK);
+  CHECK(st.generated_tokens >= 3 && st.generated_tokens < 64);
+  sink_free(&k);
+  tern_session_free(s);
+}
+
+/* ---- cancel from a second thread mid-generation ---- */
+
+typedef struct {
+  tern_session *s;
+  sink *k;
+  tern_status status;
+  double ended_at;
+} gen_job;
+
+static void *gen_thread(void *p) {
+  gen_job *j = p;
+  j->status = tern_generate(j->s, "Once upon a time, in a land far away,", NULL, -1, on_piece, j->k);
+  j->ended_at = now_s();
+  return NULL;
+}
+
+static void test_cancel(tern_model *m) {
+  tern_session *s = new_session(m, 512);
+  if (!s) return;
+  sink k = {0};
+  gen_job j = {.s = s, .k = &k};
+  pthread_t t;
+  pthread_create(&t, NULL, gen_thread, &j);
+  while (!atomic_load(&k.started)) usleep(1000);
+  /* While it runs, the session refuses a second call... */
+  double total;
+  size_t n;
+  CHECK_STATUS(tern_generate(s, "Hi", NULL, 4, never_called, NULL), TERN_BUSY);
+  CHECK_STATUS(tern_score(s, "Hi", &total, &n), TERN_BUSY);
+  /* ...and tern_cancel stops it promptly. */
+  k.cancel_sent_at = now_s();
+  tern_cancel(s);
+  pthread_join(t, NULL);
+  CHECK(j.status == TERN_CANCELLED);
+  double latency = j.ended_at - k.cancel_sent_at;
+  printf("cancel: returned %.3fs after tern_cancel, %d piece(s) after it\n", latency,
+         k.pieces_after_cancel);
+  CHECK(latency < 2.0);
+  CHECK(k.pieces_after_cancel <= 2);
+  /* The session is usable afterwards; a cancel outside a call is not remembered. */
+  tern_cancel(s);
+  sink k2 = {0};
+  CHECK_STATUS(tern_generate(s, "Hello", NULL, 3, on_piece, &k2), TERN_OK);
+  CHECK(k2.pieces > 0);
+  sink_free(&k), sink_free(&k2);
+  tern_session_free(s);
+}
+
+/* ---- two sessions on one model, two threads at once ---- */
+
+typedef struct {
+  tern_model *m;
+  pthread_barrier_t *barrier;
+  sink k;
+  tern_status status;
+  double t0, t1;
+  char error_seen[256];
+} pair_job;
+
+static void *pair_thread(void *p) {
+  pair_job *j = p;
+  tern_session_options so = tern_session_options_default();
+  so.n_ctx = 128;
+  tern_session *s = NULL;
+  j->status = tern_session_new(j->m, &so, &s);
+  pthread_barrier_wait(j->barrier);
+  if (j->status != TERN_OK) return NULL;
+  j->t0 = now_s();
+  j->status = tern_generate(s, "The three primary colors are", NULL, 16, on_piece, &j->k);
+  j->t1 = now_s();
+  /* The last error is per thread: an error here is not seen by the other thread. */
+  tern_session_new(NULL, NULL, NULL);
+  snprintf(j->error_seen, sizeof j->error_seen, "%s", tern_last_error());
+  tern_session_free(s);
+  return NULL;
+}
+
+static void test_two_threads(tern_model *m) {
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, 2);
+  pair_job a = {.m = m, .barrier = &barrier}, b = {.m = m, .barrier = &barrier};
+  pthread_t ta, tb;
+  pthread_create(&ta, NULL, pair_thread, &a);
+  pthread_create(&tb, NULL, pair_thread, &b);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  pthread_barrier_destroy(&barrier);
+  CHECK(a.status == TERN_OK && b.status == TERN_OK);
+  CHECK(a.k.text && b.k.text && strcmp(a.k.text, b.k.text) == 0);
+  /* They ran at the same time. */
+  CHECK(a.t0 < b.t1 && b.t0 < a.t1);
+  CHECK(strstr(a.error_seen, "model") != NULL && strstr(b.error_seen, "model") != NULL);
+  CHECK(strlen(tern_last_error()) == 0 || strstr(tern_last_error(), "model") == NULL);
+
+  /* Same text as a single session running alone. */
+  tern_session *s = new_session(m, 128);
+  sink k = {0};
+  CHECK_STATUS(tern_generate(s, "The three primary colors are", NULL, 16, on_piece, &k), TERN_OK);
+  CHECK(k.text && a.k.text && strcmp(k.text, a.k.text) == 0);
+  printf("two threads: both generated \"%s\"\n", a.k.text ? a.k.text : "");
+  sink_free(&k), sink_free(&a.k), sink_free(&b.k);
+  tern_session_free(s);
+}
+
+static void reverse_words(const char *in, char *out, size_t cap) {
+  char tmp[2048];
+  snprintf(tmp, sizeof tmp, "%s", in);
+  char *words[512];
+  int n = 0;
+  for (char *w = strtok(tmp, " "); w && n < 512; w = strtok(NULL, " ")) words[n++] = w;
+  out[0] = '\0';
+  for (int i = n - 1; i >= 0; i--) {
+    strncat(out, words[i], cap - strlen(out) - 1);
+    if (i) strncat(out, " ", cap - strlen(out) - 1);
+  }
+}
+
+static void test_score(tern_model *m) {
+  tern_session *s = new_session(m, 512);
+  if (!s) return;
+  const char *good = "The cat sat on the mat. It was a sunny day, and the children played in the park "
+                     "until their parents called them home for dinner. After dinner they read books, "
+                     "talked about their day and went to bed early, because school started at eight "
+                     "the next morning and nobody wanted to be late again. On Saturday the family "
+                     "drove to the seaside, where the children built a castle of sand and their "
+                     "grandmother told them stories about the old lighthouse on the hill.";
+  /* The same words in reverse order. */
+  char bad[2048];
+  reverse_words(good, bad, sizeof bad);
+  double g = 0, b = 0, g2 = 0;
+  size_t ng = 0, nb = 0, ng2 = 0;
+  CHECK_STATUS(tern_score(s, good, &g, &ng), TERN_OK);
+  CHECK_STATUS(tern_score(s, bad, &b, &nb), TERN_OK);
+  CHECK_STATUS(tern_score(s, good, &g2, &ng2), TERN_OK);
+  CHECK(ng > 64); /* more than one scoring chunk */
+  CHECK(g < 0 && b < 0 && g == g2 && ng == ng2);
+  CHECK(g / ng > b / nb + 1.0); /* natural text is far more probable per token */
+  printf("score: %zu tokens, total %.4f (ppl %.2f); shuffled: %zu tokens, total %.4f\n", ng, g,
+         exp(-g / ng), nb, b);
+  /* One token: nothing is scored. */
+  double one = 5;
+  size_t none = 5;
+  CHECK_STATUS(tern_score(s, "Hello", &one, &none), TERN_OK);
+  CHECK(one == 0.0 && none == 0);
+  tern_session_free(s);
+}
+
+static void test_chat(tern_model *m) {
+  tern_chat_message msgs[2] = {{"system", "You are a helpful assistant."},
+                               {"user", "What is the capital of France?"}};
+  char *prompt = NULL;
+  CHECK_STATUS(tern_chat_apply(m, msgs, 2, 1, &prompt), TERN_OK);
+  CHECK(prompt && strstr(prompt, "<|im_start|>user\nWhat is the capital of France?<|im_end|>"));
+  CHECK(prompt && strstr(prompt, "<|im_start|>assistant\n") != NULL);
+  char *bad = (char *)(uintptr_t)0x1;
+  CHECK_STATUS(tern_chat_apply(m, NULL, 2, 1, &bad), TERN_NULL_ARGUMENT);
+  tern_chat_message nulls[1] = {{"user", NULL}};
+  CHECK_STATUS(tern_chat_apply(m, nulls, 1, 1, &bad), TERN_NULL_ARGUMENT);
+  CHECK(strstr(tern_last_error(), "messages[0].content") != NULL);
+  CHECK_STATUS(tern_chat_apply(m, msgs, 2, 1, NULL), TERN_NULL_ARGUMENT);
+  CHECK(bad == (char *)(uintptr_t)0x1);
+
+  tern_session *s = new_session(m, 256);
+  sink k = {0};
+  CHECK_STATUS(tern_generate(s, prompt, NULL, 24, on_piece, &k), TERN_OK);
+  CHECK(k.text && strstr(k.text, "Paris") != NULL);
+  printf("chat: %s\n", k.text ? k.text : "");
+  sink_free(&k);
+  tern_string_free(prompt);
+  tern_session_free(s);
+}
+
+/* The model handle may go first: its sessions keep it alive. */
+static void test_model_freed_first(const char *model_path) {
+  tern_model *m = NULL;
+  tern_model_options o = tern_model_options_default();
+  o.use_threads = 0;
+  CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_OK);
+  tern_session *s = new_session(m, 64);
+  tern_model_free(m);
+  sink k = {0};
+  CHECK_STATUS(tern_generate(s, "Hello", NULL, 3, on_piece, &k), TERN_OK);
+  CHECK(k.pieces > 0);
+  sink_free(&k);
+  tern_session_free(s);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s MODEL.tern PROMPT N_TOKENS GREEDY_OUT.txt\n", argv[0]);
+    return 2;
+  }
+  const char *model_path = argv[1], *prompt = argv[2], *out_path = argv[4];
+  int n_tokens = atoi(argv[3]);
+  const char *tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  printf("tern %s, ABI %u\n", tern_version(), tern_abi_version());
+
+  test_versions();
+  test_null_arguments(model_path);
+  test_load_errors(model_path, tmpdir);
+
+  tern_model *m = NULL;
+  CHECK(strlen(tern_last_error()) > 0);
+  CHECK_STATUS(tern_model_load(model_path, NULL, &m), TERN_OK);
+  CHECK(strlen(tern_last_error()) == 0); /* a success clears the last error */
+  if (!m) {
+    printf("%d passed, %d failed\n", passed, failed);
+    return 1;
+  }
+  CHECK(tern_debug_live_handles() == 1);
+  test_session_errors(m);
+  test_greedy(m, prompt, n_tokens, out_path);
+  test_callback_stop(m);
+  test_cancel(m);
+  test_two_threads(m);
+  test_score(m);
+  test_chat(m);
+  tern_model_free(m);
+  test_model_freed_first(model_path);
+  CHECK(tern_debug_live_handles() == 0);
+
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
