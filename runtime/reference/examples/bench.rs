@@ -25,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ..Default::default()
             },
             kv_f16: false,
+            llama_cpp_ops: false,
         });
     }
     let n_vocab = model.hparams().n_vocab;

@@ -31,6 +31,7 @@
 //! rows and attention queries) changes speed only.
 
 pub mod error;
+pub mod ggml_cpu;
 pub mod ggml_dot;
 pub mod kernels;
 pub mod kv;

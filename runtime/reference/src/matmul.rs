@@ -16,6 +16,7 @@ use tern_format::ggml::BlockType;
 use tern_format::{ActQuant, Encoding};
 
 use crate::error::{check_len, ReferenceError, Result};
+use crate::ggml_cpu;
 use crate::ggml_dot;
 use crate::kernels::dot_f32;
 use crate::par_map;
@@ -57,7 +58,8 @@ pub enum GgmlActivations {
     #[default]
     F32,
     /// Quantize activations per 32-block as llama.cpp's CPU backend does (Q8_0 for Q8_0/Q4_0
-    /// weights, Q8_1 for Q4_1) and use integer block dots. Closer to llama.cpp's logits.
+    /// weights, Q8_1 for Q4_1) and use integer block dots with llama.cpp's x86 lane order
+    /// ([`ggml_cpu::dot_q4_1_q8_1`], [`ggml_cpu::dot_q8_0_q8_0_tinyblas`]).
     LlamaCpp,
 }
 
@@ -143,9 +145,11 @@ impl Matrix {
                     &values,
                 )?)
             }
-            Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::Q6K | Encoding::NeuZip { .. } => {
-                WeightData::F32(encoding.decode_f32(&shape, bytes)?)
-            }
+            Encoding::F32
+            | Encoding::F16
+            | Encoding::Bf16
+            | Encoding::Q6K
+            | Encoding::NeuZip { .. } => WeightData::F32(encoding.decode_f32(&shape, bytes)?),
         };
         Ok(Self { rows, cols, data })
     }
@@ -295,15 +299,13 @@ impl Matrix {
                     .get(r * nb * bb..(r + 1) * nb * bb)
                     .unwrap_or_default();
                 ggml_dot::unpack_row(bt, blocks, &mut sc.q, &mut sc.d, &mut sc.m);
-                let with_min = bt == BlockType::Q4_1;
                 outs.for_each(|(t, o)| {
                     let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
-                    *o = ggml_dot::dot_unpacked_q8(
-                        &sc.q,
-                        &sc.d,
-                        if with_min { Some(&sc.m) } else { None },
-                        at,
-                    );
+                    *o = if bt == BlockType::Q4_1 {
+                        ggml_cpu::dot_q4_1_q8_1(&sc.q, &sc.d, &sc.m, at)
+                    } else {
+                        ggml_cpu::dot_q8_0_q8_0_tinyblas(&sc.q, &sc.d, at)
+                    };
                 });
             }
             (WeightData::Ternary(tw), Acts::Int { q, s }, _) => outs.for_each(|(t, o)| {

@@ -20,6 +20,7 @@
 use tern_format::{ActQuant, ActivationScheme, Arch, FfnAct, HParams, TensorView, TernFile};
 
 use crate::error::{ReferenceError, Result};
+use crate::ggml_cpu;
 use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
 use crate::kv::KvCache;
 use crate::matmul::{GgmlActivations, MatmulOptions, Matrix};
@@ -43,11 +44,20 @@ pub struct ForwardOptions {
     /// Round K and V through f16 when storing them in the cache, as llama.cpp's default f16 KV
     /// cache does. Off by default (the reference keeps f32).
     pub kv_f16: bool,
+    /// Run RMSNorm, RoPE, attention and SwiGLU as llama.cpp's x86 CPU backend does, rounding for
+    /// rounding ([`crate::ggml_cpu`]): flash attention (the tiled kernel for batches of ≥ 64
+    /// tokens, the one-row kernel below that), libm angles built by repeated f32 products,
+    /// double-accumulated norms, the vectorized `expf`. Off by default.
+    pub llama_cpp_ops: bool,
 }
 
 impl ForwardOptions {
-    /// Options that follow llama.cpp's CPU numerics more closely: Q8 activation blocks for ggml
-    /// weights and an f16 KV cache.
+    /// llama.cpp's CPU numerics with its default settings (flash attention on, f16 KV cache),
+    /// reproduced bit for bit on x86 for llama-family models with Q4_1 / Q8_0 weights: Q8_1 / Q8_0
+    /// activation blocks with llama.cpp's dot-product lane order, an f16 KV cache and
+    /// [`ForwardOptions::llama_cpp_ops`]. For bit-exactness feed at most 512 tokens per call
+    /// (llama.cpp's micro-batch), and keep prompts and decode steps batched the way llama.cpp
+    /// batches them (the attention kernel depends on the batch size).
     pub fn llama_cpp_like() -> Self {
         Self {
             matmul: MatmulOptions {
@@ -55,6 +65,7 @@ impl ForwardOptions {
                 parallel: true,
             },
             kv_f16: true,
+            llama_cpp_ops: true,
         }
     }
 }
@@ -320,10 +331,11 @@ impl Model {
         let mut up = vec![0.0f32; n * n_ff];
         let mut h = vec![0.0f32; n * n_ff];
         let mut h2 = vec![0.0f32; n * n_ff];
+        let mut rope_cache = Vec::new();
 
         for (li, layer) in self.layers.iter().enumerate() {
             // attention
-            rmsnorm(&x, &layer.attn_norm, eps, &mut a)?;
+            self.norm(&x, &layer.attn_norm, &mut a)?;
             layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
             layer.wk.matmul(&a, self.acts.qkv, mm, &mut k)?;
             layer.wv.matmul(&a, self.acts.qkv, mm, &mut v)?;
@@ -331,25 +343,9 @@ impl Model {
             for i in 0..n {
                 let pos = p0 + i;
                 let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                rope(
-                    qi,
-                    n_head,
-                    hd,
-                    u(hp.rope_dim),
-                    pos,
-                    hp.rope_theta,
-                    hp.rope_neox,
-                )?;
+                self.rope(qi, n_head, pos, &mut rope_cache)?;
                 let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                rope(
-                    ki,
-                    n_head_kv,
-                    hd,
-                    u(hp.rope_dim),
-                    pos,
-                    hp.rope_theta,
-                    hp.rope_neox,
-                )?;
+                self.rope(ki, n_head_kv, pos, &mut rope_cache)?;
                 let vi = v.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
                 let kd = kc
                     .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
@@ -361,10 +357,48 @@ impl Model {
                 store(vd, vi, self.opts.kv_f16);
             }
             let (kc, vc) = cache.layer(li);
+            let llama_ops = self.opts.llama_cpp_ops;
             let run = |i: usize| -> Result<Vec<f32>> {
                 let mut out = vec![0.0f32; q_dim];
                 let qi = q.get(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                attention(qi, kc, vc, p0 + i + 1, n_head, n_head_kv, hd, &mut out)?;
+                if llama_ops {
+                    let scale = 1.0 / (hd as f32).sqrt();
+                    let group = n_head / n_head_kv;
+                    let mut qh = Vec::new();
+                    for (h, (qr, or)) in qi
+                        .chunks_exact(hd)
+                        .zip(out.chunks_exact_mut(hd))
+                        .enumerate()
+                    {
+                        let off = (h / group) * hd;
+                        if n >= ggml_cpu::FA_TILE {
+                            ggml_cpu::attn_row_tiled(
+                                qr,
+                                kc,
+                                vc,
+                                kv_dim,
+                                off,
+                                p0 + i + 1,
+                                scale,
+                                or,
+                            );
+                        } else {
+                            ggml_cpu::attn_row_one_chunk(
+                                qr,
+                                kc,
+                                vc,
+                                kv_dim,
+                                off,
+                                p0 + i + 1,
+                                scale,
+                                or,
+                                &mut qh,
+                            );
+                        }
+                    }
+                } else {
+                    attention(qi, kc, vc, p0 + i + 1, n_head, n_head_kv, hd, &mut out)?;
+                }
                 Ok(out)
             };
             for (i, r) in par_map(n, mm.parallel, run).into_iter().enumerate() {
@@ -383,10 +417,11 @@ impl Model {
             add(&mut x, &proj);
 
             // feed-forward
-            rmsnorm(&x, &layer.ffn_norm, eps, &mut a)?;
+            self.norm(&x, &layer.ffn_norm, &mut a)?;
             layer.gate.matmul(&a, self.acts.gate_up, mm, &mut g)?;
             layer.up.matmul(&a, self.acts.gate_up, mm, &mut up)?;
             match hp.ffn_act {
+                FfnAct::Silu if self.opts.llama_cpp_ops => ggml_cpu::swiglu(&g, &up, &mut h),
                 FfnAct::Silu => swiglu(&g, &up, &mut h)?,
                 FfnAct::Relu2 => relu2_glu(&g, &up, &mut h)?,
             }
@@ -409,9 +444,41 @@ impl Model {
         };
         let mut out = vec![0.0f32; rows.len()];
         if !rows.is_empty() {
-            rmsnorm(rows, &self.output_norm, eps, &mut out)?;
+            self.norm(rows, &self.output_norm, &mut out)?;
         }
         Ok(out)
+    }
+
+    fn norm(&self, x: &[f32], w: &[f32], out: &mut [f32]) -> Result<()> {
+        if self.opts.llama_cpp_ops {
+            if w.is_empty() || x.len() % w.len() != 0 || out.len() != x.len() {
+                return Err(ReferenceError::shape("rms_norm", "input is not whole rows"));
+            }
+            ggml_cpu::rms_norm(x, w, self.hp.rms_eps, out);
+            Ok(())
+        } else {
+            rmsnorm(x, w, self.hp.rms_eps, out)
+        }
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        heads: usize,
+        pos: usize,
+        cache: &mut Vec<(f32, f32)>,
+    ) -> Result<()> {
+        let hp = &self.hp;
+        let (hd, rd) = (u(hp.head_dim), u(hp.rope_dim));
+        if self.opts.llama_cpp_ops {
+            if x.len() != heads * hd {
+                return Err(ReferenceError::shape("rope", "x is not n_heads × head_dim"));
+            }
+            ggml_cpu::rope(x, hd, rd, pos, hp.rope_theta, hp.rope_neox, cache);
+            Ok(())
+        } else {
+            rope(x, heads, hd, rd, pos, hp.rope_theta, hp.rope_neox)
+        }
     }
 
     /// Logits `[n, n_vocab]` from final hidden states `[n, n_embd]` (output of

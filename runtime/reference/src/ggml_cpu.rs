@@ -1,0 +1,345 @@
+//! Bit-exact emulation of llama.cpp's x86 CPU backend arithmetic (AVX2 + FMA + F16C build,
+//! `GGML_NATIVE=OFF`, llamafile sgemm on), op by op, for [`crate::ForwardOptions::llama_cpp_like`].
+//!
+//! Why exact: llama.cpp quantizes every matmul input to 8-bit blocks. A difference in the last bit
+//! of an activation flips the rounding of one quantized element now and then; each flip is an error
+//! of a whole quantum, and the flips compound over 30 layers (SmolLM2 has activations of ~8000 in
+//! the residual stream). Emulating the quantization alone is therefore worth nothing — measured:
+//! the same top-1 agreement as plain f32 (94%); only an emulation that reproduces every rounding of
+//! every op tracks llama.cpp. Each function names the ggml source it follows (vendored llama.cpp,
+//! `ggml/src/ggml-cpu/`), and the operation order and fused multiply-adds are those of that code as
+//! compiled by GCC `-O3 -mavx2 -mfma` (its default `-ffp-contract=fast` fuses some scalar `a*b + c`;
+//! those sites were read from the disassembly and are marked "contracted").
+//!
+//! Vector lanes become small arrays; `f32::mul_add` is the fused multiply-add (exactly rounded on
+//! every platform), so the results do not depend on the machine running tern.
+
+use half::f16;
+
+use crate::ggml_dot::{ActBlock, QK};
+
+fn c(bits: u32) -> f32 {
+    f32::from_bits(bits)
+}
+
+/// One lane of `ggml_v_expf` (vec.h, AVX2 + FMA): a degree-5 polynomial after range reduction by
+/// `2^n`, with the overflow/underflow branches of the vector code.
+pub fn expf(x: f32) -> f32 {
+    let r = c(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(c(0x3fb8_aa3b), r);
+    let n = z - r;
+    let b = (-n).mul_add(c(0x35bf_be8e), (-n).mul_add(c(0x3f31_7200), x));
+    let e = z.to_bits().wrapping_shl(23);
+    let k = f32::from_bits(e.wrapping_add(1.0f32.to_bits()));
+    let big = n.abs() > 126.0;
+    let u = b * b;
+    let j = c(0x3c07_2010)
+        .mul_add(b, c(0x3d2b_9f17))
+        .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
+        .mul_add(u, c(0x3f7f_fff6) * b);
+    if !big {
+        return k.mul_add(j, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
+    let s2 = f32::from_bits(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
+    }
+}
+
+/// One lane of `ggml_v_silu`: `x / (1 + expf(0 − x))`.
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + expf(0.0 - x))
+}
+
+/// `ggml_vec_swiglu_f32` (AVX2 body; `n` a multiple of 8 there, the scalar tail uses libm `expf`).
+pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    let n8 = gate.len() / 8 * 8;
+    for (i, ((o, &g), &u)) in out.iter_mut().zip(gate).zip(up).enumerate() {
+        *o = if i < n8 {
+            silu(g) * u
+        } else {
+            (g / (1.0 + (-g).exp())) * u
+        };
+    }
+}
+
+/// `hsum_float_8` (x86 quants.c) and sgemm's `hsum(__m256)`: fold the high half onto the low, then
+/// `(l0 + l2) + (l1 + l3)`.
+pub fn hsum8(a: &[f32; 8]) -> f32 {
+    let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
+    let (s0, s1) = (r[0] + r[2], r[1] + r[3]);
+    s0 + s1
+}
+
+/// `ggml_compute_forward_rms_norm_f32` (+ the weight multiply): the sum of `f32` squares in
+/// double, `scale = 1 / sqrtf(mean + eps)`, `y = (x · scale) · w`. Rows of `w.len()`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len().max(1);
+    for (xr, yr) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let mut sum = 0.0f64;
+        for &v in xr {
+            sum += (v * v) as f64;
+        }
+        let mean = (sum / n as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for ((y, &v), &wv) in yr.iter_mut().zip(xr).zip(w) {
+            *y = (v * scale) * wv;
+        }
+    }
+}
+
+/// `ggml_compute_forward_rope_flt<float>` without scaling (freq_scale 1, no YaRN): the angle of
+/// pair `i` is built by repeated `f32` multiplication `θ_i = θ_{i−1} · base^(−2/n_dims)` from
+/// `θ_0 = pos`, `cosf`/`sinf` from libm, and the rotation is contracted by GCC as
+/// `x0' = fma(x0, cos, −(x1·sin))`, `x1' = fma(x0, sin, x1·cos)`.
+pub fn rope(
+    x: &mut [f32],
+    head_dim: usize,
+    n_dims: usize,
+    pos: usize,
+    base: f32,
+    neox: bool,
+    cache: &mut Vec<(f32, f32)>,
+) {
+    let half = n_dims / 2;
+    let theta_scale = base.powf(-2.0 / n_dims as f32);
+    cache.clear();
+    let mut theta = pos as f32;
+    for _ in 0..half {
+        cache.push((theta.cos(), theta.sin()));
+        theta *= theta_scale;
+    }
+    let rot = |x0: f32, x1: f32, (cs, sn): (f32, f32)| {
+        (x0.mul_add(cs, -(x1 * sn)), x0.mul_add(sn, x1 * cs))
+    };
+    for head in x.chunks_exact_mut(head_dim) {
+        let Some(r) = head.get_mut(..n_dims) else {
+            continue;
+        };
+        if neox {
+            let (lo, hi) = r.split_at_mut(half);
+            for ((a, b), &cs) in lo.iter_mut().zip(hi.iter_mut()).zip(cache.iter()) {
+                (*a, *b) = rot(*a, *b, cs);
+            }
+        } else {
+            for (p, &cs) in r.chunks_exact_mut(2).zip(cache.iter()) {
+                if let [a, b] = p {
+                    (*a, *b) = rot(*a, *b, cs);
+                }
+            }
+        }
+    }
+}
+
+/// The 8 lane sums of one 32-element integer block dot (`mul_sum_us8_pairs_float` /
+/// sgemm's `updot`): lane `l` = `Σ_{j=4l}^{4l+3} w_j · a_j`, exact in i32, then converted to f32.
+#[inline(always)]
+fn lanes(w: &[i8], a: &[i8; QK]) -> [f32; 8] {
+    let mut out = [0.0f32; 8];
+    for ((o, w4), a4) in out.iter_mut().zip(w.chunks_exact(4)).zip(a.chunks_exact(4)) {
+        let s: i32 = w4.iter().zip(a4).map(|(&x, &y)| x as i32 * y as i32).sum();
+        *o = s as f32;
+    }
+    out
+}
+
+/// Q4_1 weights (unpacked: quants `q` 0..15, scales `d`, minimums `m`) · Q8_1 activations, as
+/// `ggml_vec_dot_q4_1_q8_1` (arch/x86/quants.c, AVX2): per block `acc = fma(d_w·d_a, lanes, acc)`,
+/// `summs = fma(m_w, s_a, summs)` (contracted), result `hsum8(acc) + summs`.
+pub fn dot_q4_1_q8_1(q: &[i8], d: &[f32], m: &[f32], act: &[ActBlock]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let mut summs = 0.0f32;
+    for (((qb, &dw), &mw), a) in q.chunks_exact(QK).zip(d).zip(m).zip(act) {
+        summs = mw.mul_add(a.s, summs);
+        let dd = dw * a.d;
+        let l = lanes(qb, &a.qs);
+        for (s, v) in acc.iter_mut().zip(l) {
+            *s = dd.mul_add(v, *s);
+        }
+    }
+    hsum8(&acc) + summs
+}
+
+/// Q8_0 (or Q4_0 as `nibble − 8`) weights · Q8_0 activations as llamafile's `tinyBLAS_Q0_AVX`
+/// (every tile shape does the same per-output arithmetic): `acc = fma(d_w·d_a, lanes, acc)`,
+/// result `hsum8(acc)`.
+pub fn dot_q8_0_q8_0_tinyblas(q: &[i8], d: &[f32], act: &[ActBlock]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for ((qb, &dw), a) in q.chunks_exact(QK).zip(d).zip(act) {
+        let dd = dw * a.d;
+        let l = lanes(qb, &a.qs);
+        for (s, v) in acc.iter_mut().zip(l) {
+            *s = dd.mul_add(v, *s);
+        }
+    }
+    hsum8(&acc)
+}
+
+/// KV tile of the CPU flash-attention kernels (`GGML_FA_TILE_KV`, and `GGML_FA_TILE_Q`: query
+/// batches of at least this many rows take the tiled kernel).
+pub const FA_TILE: usize = 64;
+
+/// One query row of `ggml_compute_forward_flash_attn_ext_tiled` (ops.cpp), the kernel llama.cpp
+/// runs for batches of ≥ 64 query rows with an f16 or f32 KV cache. `k`, `v`: the kv head's rows
+/// for positions `0..n_kv` (already rounded through the cache type), row stride `stride`.
+///
+/// Per 64-position tile: scores `fma`-accumulated over `d` (simd_gemm), times `scale`; online
+/// softmax with `ggml_v_expf` and a double sum per 8 lanes; `o += p·v` `fma`-accumulated over the
+/// tile's positions in order; finally `o · (1/S)`.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_row_tiled(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    off: usize,
+    n_kv: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dk = q.len();
+    let dv = out.len();
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    let mut kq = [0.0f32; FA_TILE];
+    let mut t0 = 0;
+    while t0 < n_kv {
+        let nt = FA_TILE.min(n_kv - t0);
+        for (tk, slot) in kq.iter_mut().enumerate() {
+            *slot = if tk < nt {
+                let p = t0 + tk;
+                let kr = k
+                    .get(p * stride + off..p * stride + off + dk)
+                    .unwrap_or_default();
+                let mut acc = 0.0f32;
+                for (&qd, &kd) in q.iter().zip(kr) {
+                    acc = qd.mul_add(kd, acc);
+                }
+                acc * scale
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let m_new = m.max(tile_max);
+        if m_new > m {
+            let ms = (m - m_new).exp();
+            out.iter_mut().for_each(|o| *o *= ms);
+            s *= ms;
+        }
+        m = m_new;
+        let mut sum = 0.0f64;
+        for g in kq.chunks_exact_mut(8) {
+            let mut e = [0.0f32; 8];
+            for (ei, x) in e.iter_mut().zip(g.iter_mut()) {
+                *x = expf(*x - m_new);
+                *ei = *x;
+            }
+            sum += hsum8(&e) as f64;
+        }
+        s = (s as f64 + sum) as f32;
+        for (tk, &p) in kq.iter().enumerate().take(nt) {
+            let pos = t0 + tk;
+            let vr = v
+                .get(pos * stride + off..pos * stride + off + dv)
+                .unwrap_or_default();
+            for (o, &vd) in out.iter_mut().zip(vr) {
+                *o = p.mul_add(vd, *o);
+            }
+        }
+        t0 += FA_TILE;
+    }
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+/// `ggml_vec_dot_f16` (vec.cpp, AVX2 + F16C): four 8-lane accumulators over steps of 32 elements
+/// (`sum[j] = fma(x, y, sum[j])`), reduced as `GGML_F32x8_REDUCE` ((0+2)+(1+3) lane-wise, then the
+/// 8 lanes), plus a scalar double tail.
+pub fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n / 32 * 32;
+    let mut acc = [[0.0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, s) in a.iter_mut().enumerate() {
+                let idx = i + j * 8 + l;
+                if let (Some(&xv), Some(&yv)) = (x.get(idx), y.get(idx)) {
+                    *s = xv.mul_add(yv, *s);
+                }
+            }
+        }
+    }
+    let mut r = [0.0f32; 8];
+    for (l, o) in r.iter_mut().enumerate() {
+        let a02 = acc[0][l] + acc[2][l];
+        let a13 = acc[1][l] + acc[3][l];
+        *o = a02 + a13;
+    }
+    // _mm256 reduce: t = lo + hi (4 lanes), then hadd, hadd
+    let t = [r[0] + r[4], r[1] + r[5], r[2] + r[6], r[3] + r[7]];
+    let h = [t[0] + t[1], t[2] + t[3]];
+    let mut sumf = (h[0] + h[1]) as f64;
+    for i in np..n {
+        if let (Some(&xv), Some(&yv)) = (x.get(i), y.get(i)) {
+            sumf += (xv * yv) as f64;
+        }
+    }
+    sumf as f32
+}
+
+fn f16r(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// One query row of `ggml_compute_forward_flash_attn_ext_f16_one_chunk` (batches of < 64 query
+/// rows, f16 KV cache): Q rounded to f16, scores by [`dot_f16`], online softmax with libm `expf`
+/// and the output accumulated in **f16** (`ggml_vec_mad_f16` / `ggml_vec_scale_f16` round every
+/// update), `S = fma(S, ms, vs)` (contracted); finally `o · (1/S)` in f32.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_row_one_chunk(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    off: usize,
+    n_kv: usize,
+    scale: f32,
+    out: &mut [f32],
+    qh: &mut Vec<f32>,
+) {
+    let dk = q.len();
+    let dv = out.len();
+    qh.clear();
+    qh.extend(q.iter().map(|&x| f16r(x)));
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    for p in 0..n_kv {
+        let kr = k
+            .get(p * stride + off..p * stride + off + dk)
+            .unwrap_or_default();
+        let sc = dot_f16(kr, qh) * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if sc > m {
+            let m_old = m;
+            m = sc;
+            ms = (m_old - m).exp();
+            out.iter_mut().for_each(|o| *o = f16r(*o * ms));
+        } else {
+            vs = (sc - m).exp();
+        }
+        let vr = v
+            .get(p * stride + off..p * stride + off + dv)
+            .unwrap_or_default();
+        for (o, &vd) in out.iter_mut().zip(vr) {
+            *o = f16r(vd.mul_add(vs, *o));
+        }
+        s = s.mul_add(ms, vs);
+    }
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    out.iter_mut().for_each(|o| *o *= inv);
+}
