@@ -52,6 +52,7 @@
 //! kept in memory; header and tables are written by [`TernWriter::finish`].
 
 pub mod container;
+pub mod delta;
 pub mod encoding;
 pub mod error;
 pub mod ggml;
