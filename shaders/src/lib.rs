@@ -1,0 +1,236 @@
+//! # tern-shaders: every WGSL kernel of the GPU engine, registered in one table
+//!
+//! Kernels are real `.wgsl` files under `shaders/wgsl/`, pulled in with `include_str!` here and
+//! nowhere else. [`Shader`] lists them; [`Shader::source`] is the text handed to wgpu (the shared
+//! helpers of `common.wgsl` prepended); [`Shader::variants`] lists every combination of
+//! `override` constants a launcher may ask for, so the CPU-only test in this crate can validate
+//! each one with naga (parse, validate, resolve the overrides, validate again, write SPIR-V).
+//!
+//! A variant's [`Variant::label`] is the pipeline label and the pipeline-cache key text used by
+//! `tern-gpu` (e.g. `ternary_gemv_2bit_f32_tpr32`).
+//!
+//! This crate has no dependencies: it is data. `tern-gpu` compiles the pipelines.
+
+/// One WGSL kernel file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Shader {
+    /// BitNet b1.58 INT8 absmax per-token activation quantization (bit-exact).
+    ActQuantInt8,
+    /// Ternary GEMV/GEMM on packed 2-bit / base-3 codes with INT8 activations (bit-exact).
+    TernaryGemv,
+    /// Q8_0 / Q4_0 / Q4_1 GEMV/GEMM with f32 activations.
+    GgmlGemv,
+    /// NeuZip rANS decode into a scratch buffer (bit-exact).
+    NeuzipDecode,
+    /// RMSNorm over rows.
+    RmsNorm,
+    /// Rotary position embedding (both pairings), host-computed cos/sin.
+    Rope,
+    /// SwiGLU, ReLU² GLU, residual add.
+    Elementwise,
+    /// Greedy sampling: argmax of each row of logits.
+    Argmax,
+}
+
+const COMMON: &str = include_str!("../wgsl/common.wgsl");
+
+/// Values of the `override` constants of one pipeline (name, value), in declaration order.
+pub type Constants = &'static [(&'static str, f64)];
+
+/// One compiled form of a shader: its label (also the cache key text) and its override values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Variant {
+    pub shader: Shader,
+    pub label: &'static str,
+    pub constants: Constants,
+}
+
+macro_rules! variants {
+    ($shader:expr; $( $label:literal => [$( $k:literal = $v:expr ),*] ),* $(,)?) => {
+        &[$( Variant { shader: $shader, label: $label, constants: &[$( ($k, $v as f64) ),*] } ),*]
+    };
+}
+
+const ACT_QUANT_VARIANTS: &[Variant] = variants![Shader::ActQuantInt8; "act_quant_int8" => []];
+
+const TERNARY_VARIANTS: &[Variant] = variants![Shader::TernaryGemv;
+    "ternary_gemv_2bit_f32_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32],
+    "ternary_gemv_2bit_f16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32],
+    "ternary_gemv_2bit_bf16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32],
+    "ternary_gemv_base3_f32_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32],
+    "ternary_gemv_base3_f16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32],
+    "ternary_gemv_base3_bf16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32],
+];
+
+const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
+    "ggml_gemv_q8_0_tpr32" => ["QTYPE" = 0, "TPR" = 32],
+    "ggml_gemv_q4_0_tpr32" => ["QTYPE" = 1, "TPR" = 32],
+    "ggml_gemv_q4_1_tpr32" => ["QTYPE" = 2, "TPR" = 32],
+];
+
+const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
+const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
+const ROPE_VARIANTS: &[Variant] = variants![Shader::Rope;
+    "rope_normal" => ["NEOX" = 0],
+    "rope_neox" => ["NEOX" = 1],
+];
+const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
+    "swiglu" => ["OP" = 0],
+    "relu2_glu" => ["OP" = 1],
+    "add" => ["OP" = 2],
+];
+const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
+
+impl Shader {
+    /// Every shader, in a fixed order.
+    pub const ALL: [Shader; 8] = [
+        Shader::ActQuantInt8,
+        Shader::TernaryGemv,
+        Shader::GgmlGemv,
+        Shader::NeuzipDecode,
+        Shader::RmsNorm,
+        Shader::Rope,
+        Shader::Elementwise,
+        Shader::Argmax,
+    ];
+
+    /// The file name under `shaders/wgsl/`.
+    pub fn file(self) -> &'static str {
+        match self {
+            Shader::ActQuantInt8 => "act_quant_int8.wgsl",
+            Shader::TernaryGemv => "ternary_gemv.wgsl",
+            Shader::GgmlGemv => "ggml_gemv.wgsl",
+            Shader::NeuzipDecode => "neuzip_decode.wgsl",
+            Shader::RmsNorm => "rmsnorm.wgsl",
+            Shader::Rope => "rope.wgsl",
+            Shader::Elementwise => "elementwise.wgsl",
+            Shader::Argmax => "argmax.wgsl",
+        }
+    }
+
+    /// The kernel's own text (without the shared helpers).
+    pub fn kernel_source(self) -> &'static str {
+        match self {
+            Shader::ActQuantInt8 => include_str!("../wgsl/act_quant_int8.wgsl"),
+            Shader::TernaryGemv => include_str!("../wgsl/ternary_gemv.wgsl"),
+            Shader::GgmlGemv => include_str!("../wgsl/ggml_gemv.wgsl"),
+            Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
+            Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
+            Shader::Rope => include_str!("../wgsl/rope.wgsl"),
+            Shader::Elementwise => include_str!("../wgsl/elementwise.wgsl"),
+            Shader::Argmax => include_str!("../wgsl/argmax.wgsl"),
+        }
+    }
+
+    /// The full module text: `common.wgsl` then the kernel.
+    pub fn source(self) -> String {
+        let k = self.kernel_source();
+        let mut s = String::with_capacity(COMMON.len() + k.len() + 1);
+        s.push_str(COMMON);
+        s.push('\n');
+        s.push_str(k);
+        s
+    }
+
+    /// The compute entry point (every kernel uses `main`).
+    pub fn entry_point(self) -> &'static str {
+        "main"
+    }
+
+    /// Every variant a launcher can request.
+    pub fn variants(self) -> &'static [Variant] {
+        match self {
+            Shader::ActQuantInt8 => ACT_QUANT_VARIANTS,
+            Shader::TernaryGemv => TERNARY_VARIANTS,
+            Shader::GgmlGemv => GGML_VARIANTS,
+            Shader::NeuzipDecode => NEUZIP_VARIANTS,
+            Shader::RmsNorm => RMSNORM_VARIANTS,
+            Shader::Rope => ROPE_VARIANTS,
+            Shader::Elementwise => ELEMENTWISE_VARIANTS,
+            Shader::Argmax => ARGMAX_VARIANTS,
+        }
+    }
+
+    /// The variant with this label.
+    pub fn variant(self, label: &str) -> Option<&'static Variant> {
+        self.variants().iter().find(|v| v.label == label)
+    }
+}
+
+/// Every variant of every shader.
+pub fn all_variants() -> impl Iterator<Item = &'static Variant> {
+    Shader::ALL.into_iter().flat_map(|s| s.variants().iter())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+    /// Parse, validate, resolve overrides, validate again and translate to SPIR-V: every variant.
+    /// Capabilities are WebGPU's defaults (no f16, no subgroups): what every adapter has.
+    #[test]
+    fn every_variant_validates_with_naga() {
+        let mut count = 0;
+        for shader in Shader::ALL {
+            let src = shader.source();
+            let module = naga::front::wgsl::parse_str(&src)
+                .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
+            let mut v = Validator::new(ValidationFlags::all(), Capabilities::empty());
+            let info = v
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
+            assert!(!shader.variants().is_empty());
+            for var in shader.variants() {
+                let mut pc = naga::back::PipelineConstants::default();
+                for &(k, val) in var.constants {
+                    assert!(
+                        module
+                            .overrides
+                            .iter()
+                            .any(|(_, o)| o.name.as_deref() == Some(k)),
+                        "{}: no override named {k}",
+                        var.label
+                    );
+                    pc.insert(k.to_string(), val);
+                }
+                let ep = Some((naga::ShaderStage::Compute, shader.entry_point()));
+                let (m2, i2) =
+                    naga::back::pipeline_constants::process_overrides(&module, &info, ep, &pc)
+                        .unwrap_or_else(|e| panic!("{}: overrides: {e}", var.label));
+                let mut v2 = Validator::new(ValidationFlags::all(), Capabilities::empty());
+                v2.validate(&m2)
+                    .unwrap_or_else(|e| panic!("{}: {}", var.label, e.emit_to_string(&src)));
+                let opts = naga::back::spv::Options::default();
+                naga::back::spv::write_vec(&m2, &i2, &opts, None)
+                    .unwrap_or_else(|e| panic!("{}: SPIR-V: {e}", var.label));
+                count += 1;
+            }
+            // Workgroup memory stays within WebGPU's guaranteed 16 KiB (16352 B on downlevel).
+            let wg_bytes: u32 = module
+                .global_variables
+                .iter()
+                .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                .map(|(_, g)| module.types[g.ty].inner.size(module.to_ctx()))
+                .sum();
+            assert!(
+                wg_bytes <= 16352,
+                "{}: {wg_bytes} B of workgroup memory",
+                shader.file()
+            );
+        }
+        assert_eq!(count, all_variants().count());
+    }
+
+    #[test]
+    fn labels_are_unique_and_found() {
+        let mut labels: Vec<&str> = all_variants().map(|v| v.label).collect();
+        let n = labels.len();
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), n);
+        for v in all_variants() {
+            assert_eq!(v.shader.variant(v.label), Some(v));
+        }
+    }
+}

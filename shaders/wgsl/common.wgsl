@@ -1,0 +1,71 @@
+// Shared helpers, prepended to every kernel by the registry (tern-shaders `Shader::source`).
+
+// Correctly rounded f32 division (round to nearest, ties to even) for normal operands with a
+// normal quotient: WGSL (and Vulkan's OpFDiv) only promise 2.5 ULP for `a / b`, and the CPU
+// reference divides exactly, so kernels that must match it bit for bit divide with this. Zero,
+// subnormal, infinite and NaN operands, and quotients that leave the normal range, fall back to
+// `a / b` (the reference's inputs never get there: activation scales are ≥ 127/amax with amax
+// clamped, see act_quant_int8.wgsl).
+fn div_rn(a: f32, b: f32) -> f32 {
+    let ua = bitcast<u32>(a);
+    let ub = bitcast<u32>(b);
+    let ea = (ua >> 23u) & 0xffu;
+    let eb = (ub >> 23u) & 0xffu;
+    if (ea == 0u || eb == 0u || ea == 255u || eb == 255u) {
+        return a / b;
+    }
+    let sign = (ua ^ ub) & 0x80000000u;
+    let ma = (ua & 0x7fffffu) | 0x800000u;
+    let mb = (ub & 0x7fffffu) | 0x800000u;
+    // q = floor(ma / mb · 2^25), 26 quotient bits by restoring division; r stays < 2^25.
+    var r = ma;
+    var q = 0u;
+    for (var i = 0u; i < 26u; i = i + 1u) {
+        q = q << 1u;
+        if (r >= mb) {
+            r = r - mb;
+            q = q | 1u;
+        }
+        r = r << 1u;
+    }
+    var e = i32(ea) - i32(eb) + 126;
+    var sh = 1u;
+    if (q >= 0x2000000u) {
+        sh = 2u;
+        e = e + 1;
+    }
+    var m = q >> sh;
+    let guard = (q >> (sh - 1u)) & 1u;
+    let rest = (q & ((1u << (sh - 1u)) - 1u)) | r;
+    if (guard == 1u && (rest != 0u || (m & 1u) == 1u)) {
+        m = m + 1u;
+    }
+    if (m == 0x1000000u) {
+        m = m >> 1u;
+        e = e + 1;
+    }
+    if (e <= 0 || e >= 255) {
+        return a / b;
+    }
+    return bitcast<f32>(sign | (u32(e) << 23u) | (m & 0x7fffffu));
+}
+
+// Byte `i` of a byte stream held in an array<u32> is `(a[i >> 2] >> ((i & 3) * 8)) & 0xff`;
+// kernels inline that with their own buffer (WGSL cannot pass storage pointers around portably).
+
+// IEEE binary16 bits (low 16 bits of h) to f32, exactly, with integer operations only
+// (`unpack2x16float` needs a capability that downlevel adapters lack).
+fn f16_bits_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        // ±0 or subnormal: m · 2^-24, exact in f32.
+        let mag = f32(m) * 5.9604644775390625e-8;
+        return bitcast<f32>(sign | bitcast<u32>(mag));
+    }
+    if (e == 31u) {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}

@@ -1,0 +1,171 @@
+// Ternary GEMV/GEMM with INT8 activations (BitNet b1.58), reading tern's packed codes directly
+// (runtime/format/src/ternary.rs): y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t.
+// Integer inner sums (i32, exact and order-free), then f32 in the reference's order: groups in
+// increasing order starting from 0.0, then one correctly rounded division by s_t. Matches
+// tern_reference's `TernaryWeights::dot_int` path bit for bit on drivers that do not contract
+// `acc · scale + sum` into an FMA (the grouped case only; per-tensor scale has no addition).
+//
+// Override constants:
+//   LAYOUT      0 = 2bit (16 codes per u32, code = trit + 1 at bits 2j), 1 = base3 (20 trits per
+//               u32, 5 per byte, TQ1_0 fixed point: digit n = ((byte · 3^n) mod 256 · 3) >> 8)
+//   SCALE_TYPE  0 = f32, 1 = f16, 2 = bf16
+//   TPR         invocations per row (divides 256); rows per workgroup = 256 / TPR
+//
+// Bindings (logical shapes):
+//   w   : one part of the weight: [rows_part][words_per_row] u32 codes, then the part's scales
+//         (at word `scale_word_offset`; group 0: one scale, else [rows_part][groups_per_row])
+//   xq  : [n_tokens][act_stride] u32, int8 activations packed 4 per word (act_quant_int8)
+//   xs  : [n_tokens] f32 activation multipliers
+//   y   : [n_tokens][out_stride] f32; this part writes columns row0 .. row0 + rows_part
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    words_per_row: u32,
+    group: u32,
+    groups_per_row: u32,
+    scale_word_offset: u32,
+    act_stride: u32,
+    out_stride: u32,
+    row0: u32,
+    n_tokens: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+override LAYOUT: u32 = 0u;
+override SCALE_TYPE: u32 = 0u;
+override TPR: u32 = 32u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> xq: array<u32>;
+@group(0) @binding(3) var<storage, read> xs: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+const WG: u32 = 256u;
+// Per-row, per-group integer sums: rows_per_wg · groups_per_row ≤ GSUM (checked by the launcher).
+const GSUM: u32 = 2048u;
+var<workgroup> gsum: array<atomic<i32>, GSUM>;
+
+fn act(base: u32, c: u32) -> i32 {
+    let word = xq[base + (c >> 2u)];
+    return extractBits(bitcast<i32>(word), 8u * (c & 3u), 8u);
+}
+
+fn scale_at(i: u32) -> f32 {
+    let o = p.scale_word_offset;
+    if (SCALE_TYPE == 0u) {
+        return bitcast<f32>(w[o + i]);
+    }
+    let word = w[o + (i >> 1u)];
+    let h = (word >> (16u * (i & 1u))) & 0xffffu;
+    if (SCALE_TYPE == 1u) {
+        return f16_bits_to_f32(h);
+    }
+    return bitcast<f32>(h << 16u);
+}
+
+// Trit of element j (0..16 or 0..20) of code word cw (the per-element path of grouped scales).
+fn trit(cw: u32, j: u32) -> i32 {
+    if (LAYOUT == 0u) {
+        return i32((cw >> (2u * j)) & 3u) - 1;
+    }
+    let byte = (cw >> (8u * (j / 5u))) & 0xffu;
+    var pw = 1u;
+    for (var k = 0u; k < j % 5u; k = k + 1u) {
+        pw = pw * 3u;
+    }
+    return i32((((byte * pw) & 0xffu) * 3u) >> 8u) - 1;
+}
+
+// Σ trit · act over the first n elements of code word cw (columns c0 .. c0 + n).
+fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
+    var acc = 0i;
+    if (LAYOUT == 0u) {
+        // 16 codes pair with 4 activation words (c0 is a multiple of 16).
+        for (var aw = 0u; aw < 4u; aw = aw + 1u) {
+            let a = bitcast<i32>(xq[abase + (c0 >> 2u) + aw]);
+            for (var b = 0u; b < 4u; b = b + 1u) {
+                let j = aw * 4u + b;
+                let t = i32((cw >> (2u * j)) & 3u) - 1;
+                let xv = extractBits(a, 8u * b, 8u);
+                acc = acc + select(0, t * xv, j < n);
+            }
+        }
+    } else {
+        // 4 bytes of 5 trits pair with 5 activation words (c0 is a multiple of 20).
+        for (var k = 0u; k < 4u; k = k + 1u) {
+            let byte = (cw >> (8u * k)) & 0xffu;
+            var pw = 1u;
+            for (var m = 0u; m < 5u; m = m + 1u) {
+                let j = k * 5u + m;
+                let t = i32((((byte * pw) & 0xffu) * 3u) >> 8u) - 1;
+                pw = pw * 3u;
+                acc = acc + select(0, t * act(abase, c0 + j), j < n);
+            }
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let rpw = WG / TPR;
+    let lrow = lid / TPR;
+    let lane = lid % TPR;
+    let row = wg.x * rpw + lrow;
+    let tok = wg.y;
+    let gpr = p.groups_per_row;
+    for (var i = lid; i < rpw * gpr; i = i + WG) {
+        atomicStore(&gsum[i], 0);
+    }
+    workgroupBarrier();
+    let epw = select(20u, 16u, LAYOUT == 0u);
+    if (row < p.rows && tok < p.n_tokens) {
+        let abase = tok * p.act_stride;
+        let wbase = row * p.words_per_row;
+        var acc = 0i;
+        var cur = 0u; // group that acc belongs to
+        for (var wi = lane; wi < p.words_per_row; wi = wi + TPR) {
+            let cw = w[wbase + wi];
+            let c0 = wi * epw;
+            let n = min(epw, p.cols - c0);
+            var g0 = 0u;
+            var g1 = 0u;
+            if (p.group != 0u) {
+                g0 = c0 / p.group;
+                g1 = (c0 + n - 1u) / p.group;
+            }
+            if (g0 == g1) {
+                if (g0 != cur) {
+                    atomicAdd(&gsum[lrow * gpr + cur], acc);
+                    acc = 0;
+                    cur = g0;
+                }
+                acc = acc + word_dot(cw, abase, c0, n);
+            } else {
+                for (var j = 0u; j < n; j = j + 1u) {
+                    let g = (c0 + j) / p.group;
+                    if (g != cur) {
+                        atomicAdd(&gsum[lrow * gpr + cur], acc);
+                        acc = 0;
+                        cur = g;
+                    }
+                    acc = acc + trit(cw, j) * act(abase, c0 + j);
+                }
+            }
+        }
+        atomicAdd(&gsum[lrow * gpr + cur], acc);
+    }
+    workgroupBarrier();
+    if (lane == 0u && row < p.rows && tok < p.n_tokens) {
+        // The reference's order: sum = 0.0, then + acc_g · scale_g for g = 0, 1, ...
+        var sum = 0.0;
+        for (var g = 0u; g < gpr; g = g + 1u) {
+            let si = select(row * gpr + g, 0u, p.group == 0u);
+            sum = sum + f32(atomicLoad(&gsum[lrow * gpr + g])) * scale_at(si);
+        }
+        y[tok * p.out_stride + p.row0 + row] = div_rn(sum, xs[tok]);
+    }
+}
