@@ -1,5 +1,6 @@
 //! `tern`: pack, inspect, run, chat and tokenize models.
 
+mod delta;
 mod inspect;
 mod models;
 mod pack;
@@ -35,6 +36,8 @@ enum Cmd {
     Chat(run::ChatArgs),
     /// Print a text's token ids as a JSON array.
     Tokenize(run::TokenizeArgs),
+    /// Fine-tune deltas: create, apply, inspect (.ternd files against a base .tern).
+    Delta(delta::DeltaArgs),
     /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
     FetchDefault,
 }
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::run(a),
         Cmd::Chat(a) => run::chat(a),
         Cmd::Tokenize(a) => run::tokenize(a),
+        Cmd::Delta(a) => delta::run(a),
         Cmd::FetchDefault => models::default_model().map(|p| {
             println!("{}", p.display());
             ExitCode::SUCCESS
