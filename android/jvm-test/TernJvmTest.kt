@@ -1,0 +1,138 @@
+// Desktop-JVM test of the Kotlin wrapper against the Linux libtern.so (built with the `jni`
+// feature), run by tests/c/run.sh:
+//   java -Djava.library.path=target/release -cp ... dev.tern.TernJvmTestKt MODEL PROMPT N EXPECTED.txt
+// Compiles with Debian's Kotlin 1.3.31 and needs no coroutines (the Flow wrapper, TernFlow.kt,
+// needs kotlinx-coroutines >= 1.3, which Debian does not package).
+package dev.tern
+
+import java.io.File
+import java.util.concurrent.atomic.AtomicInteger
+
+private var passed = 0
+private var failed = 0
+
+private fun check(cond: Boolean, what: String) {
+    if (cond) passed++ else {
+        failed++
+        System.err.println("FAIL: $what")
+    }
+}
+
+private fun status(block: () -> Unit): Int =
+    try {
+        block()
+        0
+    } catch (e: TernException) {
+        e.status
+    }
+
+fun main(args: Array<String>) {
+    require(args.size == 4) { "usage: TernJvmTest MODEL PROMPT N_TOKENS EXPECTED.txt" }
+    val (modelPath, prompt, nText, expectedPath) = args
+    val n = nText.toInt()
+    // The expected text is `tern run`'s stdout: the generation plus a newline.
+    val expected = File(expectedPath).readText().removeSuffix("\n")
+
+    Tern.ensureLoaded() // checks the ABI version
+    println("tern ${Tern.version()} (ABI ${Tern.ABI_VERSION}) on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")
+
+    // Errors arrive as TernException with the C status.
+    check(status { TernModel("/nonexistent/model.tern").close() } == TernException.IO, "missing file -> IO")
+    check(status { TernModel(modelPath, 2).close() } == TernException.UNSUPPORTED, "GPU -> UNSUPPORTED")
+    check(Tern.liveHandles() == 0L, "no handle after failed loads")
+
+    val model = TernModel(modelPath)
+    val session = TernSession(model, 256)
+    try {
+        // Greedy, blocking: equals `tern run`.
+        val sb = StringBuilder()
+        session.generateBlocking(prompt, Sampling(), n) { piece -> sb.append(piece); true }
+        println("greedy: $sb")
+        check(sb.toString() == expected, "greedy text equals tern run's: got [$sb], want [$expected]")
+
+        // The same through a PieceStream (a background thread, as the Flow uses it).
+        val streamed = StringBuilder()
+        val stream = session.stream(prompt, Sampling(), n)
+        try {
+            while (true) {
+                val p = stream.poll(20)
+                if (p != null) streamed.append(p) else if (stream.isFinished) break
+            }
+        } finally {
+            stream.close()
+        }
+        check(streamed.toString() == expected, "streamed text equals tern run's")
+
+        // The callback stops generation.
+        val count = AtomicInteger(0)
+        session.generateBlocking("Once upon a time", Sampling(), 64) { count.incrementAndGet() < 3 }
+        check(count.get() == 3, "callback stop after 3 pieces (got ${count.get()})")
+
+        // Closing a stream early cancels the generation promptly.
+        val early = session.stream("Once upon a time, in a land far away,", Sampling(), -1)
+        val first = early.next()
+        val t0 = System.nanoTime()
+        early.close()
+        val ms = (System.nanoTime() - t0) / 1e6
+        println("stream closed early after \"$first\": generation stopped in ${"%.0f".format(ms)} ms")
+        check(first != null && ms < 2000, "early close stops the generation")
+
+        // cancel() from another thread ends a blocking generation with CANCELLED.
+        val started = java.util.concurrent.CountDownLatch(1)
+        val canceller = Thread {
+            started.await()
+            session.cancel()
+        }
+        canceller.start()
+        val st = status {
+            session.generateBlocking("Once upon a time, in a land far away,", Sampling(), -1) {
+                started.countDown()
+                true
+            }
+        }
+        canceller.join()
+        check(st == TernException.CANCELLED, "cancel -> CANCELLED (got $st)")
+
+        // Bad arguments.
+        check(status { session.generateBlocking("", Sampling(), 4) { true } } == TernException.INVALID_ARGUMENT, "empty prompt")
+        check(status { session.generateBlocking("Hi", Sampling(topP = 0f), 4) { true } } == TernException.INVALID_ARGUMENT, "top_p = 0")
+
+        // Seeded sampling is reproducible.
+        val s1 = StringBuilder()
+        val s2 = StringBuilder()
+        val sampling = Sampling(temperature = 0.8f, topK = 40, topP = 0.95f, seed = 7)
+        session.generateBlocking("Once upon a time", sampling, 12) { s1.append(it); true }
+        session.reset()
+        session.generateBlocking("Once upon a time", sampling, 12) { s2.append(it); true }
+        check(s1.toString() == s2.toString() && s1.isNotEmpty(), "seeded sampling reproducible")
+
+        // Scoring.
+        val sc = session.score("The cat sat on the mat. It was a sunny day.")
+        println("score: ${sc.tokens} tokens, total ${sc.totalLogprob}, perplexity ${sc.perplexity}")
+        check(sc.tokens > 5 && sc.totalLogprob < 0, "score")
+
+        // Chat template + generation.
+        val chat = model.applyChatTemplate(listOf(ChatMessage("user", "What is the capital of France?")))
+        check(chat.contains("<|im_start|>assistant"), "chat template")
+        val answer = StringBuilder()
+        session.generateBlocking(chat, Sampling(), 24) { answer.append(it); true }
+        println("chat: $answer")
+        check(answer.contains("Paris"), "chat answer mentions Paris")
+    } finally {
+        session.close()
+        model.close()
+    }
+    session.close() // twice is fine
+    model.close()
+    var closedUse = false
+    try {
+        session.score("x")
+    } catch (e: IllegalStateException) {
+        closedUse = true
+    }
+    check(closedUse, "use after close -> IllegalStateException")
+    check(Tern.liveHandles() == 0L, "every handle freed (live: ${Tern.liveHandles()})")
+
+    println("$passed passed, $failed failed")
+    System.exit(if (failed == 0) 0 else 1)
+}

@@ -1,0 +1,34 @@
+package dev.tern
+
+/**
+ * The JNI entry points (Rust, `ffi/src/jni.rs`, feature `jni`). Each one calls the C ABI and
+ * throws [TernException] for a status other than `TERN_OK`. Handles are `Long`s (0 = none).
+ * Use [TernModel] and [TernSession] instead.
+ */
+internal object Native {
+    @JvmStatic external fun abiVersion(): Int
+    @JvmStatic external fun version(): String
+    @JvmStatic external fun liveHandles(): Long
+    @JvmStatic external fun modelLoad(path: String, device: Int, useThreads: Boolean): Long
+    @JvmStatic external fun modelFree(model: Long)
+    @JvmStatic external fun sessionNew(model: Long, nCtx: Int): Long
+    @JvmStatic external fun sessionFree(session: Long)
+    @JvmStatic external fun sessionReset(session: Long)
+    @JvmStatic external fun cancel(session: Long)
+    @JvmStatic external fun generate(
+        session: Long, prompt: String,
+        temperature: Float, topK: Int, topP: Float, minP: Float,
+        repeatPenalty: Float, repeatLastN: Int, seed: Long,
+        maxTokens: Int, callback: PieceCallback
+    )
+    /** `[total log-probability, scored tokens]`. */
+    @JvmStatic external fun score(session: Long, text: String): DoubleArray
+    @JvmStatic external fun chatApply(
+        model: Long, roles: Array<String>, contents: Array<String>, addGenerationPrompt: Boolean
+    ): String
+}
+
+/** Receives generated text; return false to stop. Called on the generating thread. */
+interface PieceCallback {
+    fun onPiece(piece: String): Boolean
+}
