@@ -126,7 +126,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(_) => {
             let s = std::str::from_utf8(text).unwrap();
             let ids = tok.encode_with(s, false, parse_special).unwrap();
-            assert_eq!(tok.decode(&ids).unwrap(), s, "round trip");
+            // SentencePiece spells spaces as U+2581, so a literal U+2581 in the text decodes as
+            // a space: the round trip is exact only without it.
+            if !s.contains('\u{2581}') {
+                assert_eq!(tok.decode(&ids).unwrap(), s, "round trip");
+            }
             let mut sd = StreamDecoder::new();
             let mut streamed = Vec::new();
             for &id in &ids {

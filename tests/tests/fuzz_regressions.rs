@@ -448,7 +448,10 @@ fn tokenize_body(data: &[u8]) {
         Ok(_) => {
             let s = std::str::from_utf8(text).unwrap();
             let ids = tok.encode_with(s, false, parse_special).unwrap();
-            assert_eq!(tok.decode(&ids).unwrap(), s, "round trip");
+            // Mirrors the fuzz target: SentencePiece decodes a literal U+2581 as a space.
+            if !s.contains('\u{2581}') {
+                assert_eq!(tok.decode(&ids).unwrap(), s, "round trip");
+            }
             let mut sd = StreamDecoder::new();
             let mut streamed = Vec::new();
             for &id in &ids {
