@@ -12,7 +12,7 @@
 //! seeds in `fuzz/regressions/tern_read/`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -1372,84 +1372,6 @@ fn verify_catches_a_flipped_bit_at_every_byte() {
 // ------------------------------------------------------------------------------------------------
 // The CLI: `tern inspect --verify` and `--json`
 
-/// Newest modification time of the sources the `tern` binary is built from.
-fn newest_source(root: &Path) -> std::time::SystemTime {
-    fn walk(d: &Path, newest: &mut std::time::SystemTime) {
-        let Ok(rd) = std::fs::read_dir(d) else { return };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, newest);
-            } else if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
-                *newest = (*newest).max(m);
-            }
-        }
-    }
-    let mut newest = std::time::UNIX_EPOCH;
-    for d in [
-        "cli/src",
-        "runtime/format/src",
-        "runtime/import/src",
-        "runtime/reference/src",
-        "runtime/engine/src",
-    ] {
-        walk(&root.join(d), &mut newest);
-    }
-    newest
-}
-
-/// The `tern` binary: `$TERN_BIN`, else the newest of `<target>/{debug,release}/tern` if it is
-/// newer than every source file, else `cargo build --bin tern` in this test's profile.
-fn tern_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("TERN_BIN") {
-            return p.into();
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap()
-            .to_path_buf();
-        let name = format!("tern{}", std::env::consts::EXE_SUFFIX);
-        // The test executable is <target>/<profile>/deps/<name>.
-        let exe = std::env::current_exe().unwrap();
-        let target = exe
-            .ancestors()
-            .nth(3)
-            .map_or_else(|| root.join("target"), Path::to_path_buf);
-        let profile = if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        };
-        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let newest = ["debug", "release"]
-            .iter()
-            .map(|pr| target.join(pr).join(&name))
-            .filter_map(|p| mtime(&p).map(|t| (t, p)))
-            .max();
-        if let Some((t, p)) = newest {
-            if t >= newest_source(&root) {
-                return p;
-            }
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "--bin", "tern"])
-            .current_dir(&root)
-            .env("CARGO_TARGET_DIR", &target);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        assert!(
-            cmd.status().expect("run cargo build").success(),
-            "cargo build --bin tern failed"
-        );
-        target.join(profile).join(&name)
-    })
-    .clone()
-}
-
 #[test]
 fn cli_inspect_verify_and_json() {
     let dir = tern_tests::scratch("tern_malformed_cli");
@@ -1470,7 +1392,7 @@ fn cli_inspect_verify_and_json() {
     let truncated = dir.join("truncated.tern");
     std::fs::write(&truncated, &valid()[..5000]).unwrap();
 
-    let bin = tern_bin();
+    let bin = tern_tests::tern_bin();
     let run = |args: &[&str], file: &Path| {
         let out = Command::new(&bin)
             .arg("inspect")
