@@ -82,9 +82,8 @@ pub unsafe extern "C" fn tern_chat_apply(
             &text_of(tok.eos()),
         )
         .map_err(|e| Error::new(tern_status::TERN_TEMPLATE, e.to_string()))?;
-        let c = CString::new(rendered).map_err(|_| {
-            Error::invalid("the rendered conversation contains a NUL byte")
-        })?;
+        let c = CString::new(rendered)
+            .map_err(|_| Error::invalid("the rendered conversation contains a NUL byte"))?;
         // SAFETY: non-NULL and writable (caller's contract).
         unsafe { out_text.write(c.into_raw()) };
         Ok(())

@@ -14,7 +14,9 @@ use jni::JNIEnv;
 
 use crate::chat::{tern_chat_apply, tern_chat_message, tern_string_free};
 use crate::model::{tern_model, tern_model_free, tern_model_load};
-use crate::options::{tern_model_options_default, tern_sampling_default, tern_session_options_default};
+use crate::options::{
+    tern_model_options_default, tern_sampling_default, tern_session_options_default,
+};
 use crate::session::{
     tern_cancel, tern_generate, tern_score, tern_session, tern_session_free, tern_session_new,
     tern_session_reset,
@@ -90,7 +92,11 @@ fn guard<'local, T>(
 /// A Java string as a C string; throws (and returns None) when it is null or holds a NUL.
 fn c_string(env: &mut JNIEnv, s: &JString, name: &str) -> Option<CString> {
     if s.is_null() {
-        throw(env, tern_status::TERN_NULL_ARGUMENT as i32, &format!("{name} is null"));
+        throw(
+            env,
+            tern_status::TERN_NULL_ARGUMENT as i32,
+            &format!("{name} is null"),
+        );
         return None;
     }
     let text: String = match env.get_string(s) {
@@ -118,7 +124,9 @@ pub extern "system" fn Java_dev_tern_Native_abiVersion(_env: JNIEnv, _class: JCl
 #[no_mangle]
 pub extern "system" fn Java_dev_tern_Native_version(mut env: JNIEnv, _class: JClass) -> jstring {
     guard(&mut env, std::ptr::null_mut(), |env| {
-        env.new_string(env!("CARGO_PKG_VERSION")).ok().map(|s| s.into_raw())
+        env.new_string(env!("CARGO_PKG_VERSION"))
+            .ok()
+            .map(|s| s.into_raw())
     })
 }
 
@@ -250,7 +258,11 @@ pub extern "system" fn Java_dev_tern_Native_generate<'local>(
     guard(&mut env, (), |env| {
         let prompt = c_string(env, &prompt, "prompt")?;
         if callback.is_null() {
-            throw(env, tern_status::TERN_NULL_ARGUMENT as i32, "callback is null");
+            throw(
+                env,
+                tern_status::TERN_NULL_ARGUMENT as i32,
+                "callback is null",
+            );
             return None;
         }
         let mut p = tern_sampling_default();
@@ -291,19 +303,31 @@ pub extern "system" fn Java_dev_tern_Native_score(
         let text = c_string(env, &text, "text")?;
         let (mut total, mut n) = (0.0f64, 0usize);
         // SAFETY: live session handle (or 0), valid string and out-parameters.
-        let s = unsafe { tern_score(session as *mut tern_session, text.as_ptr(), &mut total, &mut n) };
+        let s = unsafe {
+            tern_score(
+                session as *mut tern_session,
+                text.as_ptr(),
+                &mut total,
+                &mut n,
+            )
+        };
         if !check(env, s) {
             return None;
         }
         let arr = env.new_double_array(2).ok()?;
-        env.set_double_array_region(&arr, 0, &[total, n as f64]).ok()?;
+        env.set_double_array_region(&arr, 0, &[total, n as f64])
+            .ok()?;
         Some(arr.into_raw())
     })
 }
 
 fn strings(env: &mut JNIEnv, arr: &JObjectArray, name: &str) -> Option<Vec<CString>> {
     if arr.is_null() {
-        throw(env, tern_status::TERN_NULL_ARGUMENT as i32, &format!("{name} is null"));
+        throw(
+            env,
+            tern_status::TERN_NULL_ARGUMENT as i32,
+            &format!("{name} is null"),
+        );
         return None;
     }
     let n = env.get_array_length(arr).ok()?;
@@ -360,7 +384,9 @@ pub extern "system" fn Java_dev_tern_Native_chatApply(
             return None;
         }
         // SAFETY: tern_chat_apply wrote a NUL-terminated string, freed right after the copy.
-        let text = unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned();
+        let text = unsafe { CStr::from_ptr(out) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: `out` came from tern_chat_apply and is freed once.
         unsafe { tern_string_free(out) };
         env.new_string(text).ok().map(|s| s.into_raw())

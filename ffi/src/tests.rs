@@ -1,1 +1,232 @@
-//! Unit tests of the pieces that need no model (the C test in tests/c covers the model paths).
+//! Unit tests of the boundary machinery, and of scoring and generation on SmolLM2 against the
+//! engine called directly. The C test (`tests/c`) covers the ABI from C.
+
+use std::ffi::{CStr, CString};
+use std::ptr;
+
+use tern_engine::{EngineError, GenerateOptions, Model, SamplingParams, Session};
+
+use crate::options::{read_versioned, tern_sampling, tern_session_options};
+use crate::status::{boundary, engine_status, Error};
+use crate::*;
+
+fn last_error() -> String {
+    // SAFETY: tern_last_error never returns NULL and its string is NUL-terminated.
+    unsafe { CStr::from_ptr(tern_last_error()) }
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn versions_and_status_names() {
+    assert_eq!(tern_abi_version(), TERN_ABI_VERSION);
+    // SAFETY: static NUL-terminated string.
+    let v = unsafe { CStr::from_ptr(tern_version()) };
+    assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+    for (code, name) in [
+        (0, "TERN_OK"),
+        (2, "TERN_NULL_ARGUMENT"),
+        (8, "TERN_CANCELLED"),
+        (13, "TERN_NUMERIC"),
+        (14, "TERN_UNKNOWN"),
+        (-5, "TERN_UNKNOWN"),
+    ] {
+        // SAFETY: static NUL-terminated strings.
+        let s = unsafe { CStr::from_ptr(tern_status_name(code)) };
+        assert_eq!(s.to_str().unwrap(), name);
+    }
+    assert_eq!(tern_status::TERN_NUMERIC as i32, 13);
+}
+
+#[test]
+fn panics_become_internal_and_last_error_is_per_thread() {
+    let s = boundary("tern_test", || panic!("boom"));
+    assert_eq!(s, tern_status::TERN_INTERNAL);
+    assert!(last_error().contains("boom"), "{}", last_error());
+    // Another thread sees its own (empty) message.
+    let other = std::thread::spawn(last_error).join().unwrap();
+    assert_eq!(other, "");
+    // A success clears it; a failure sets it.
+    assert_eq!(boundary("tern_test", || Ok(())), tern_status::TERN_OK);
+    assert_eq!(last_error(), "");
+    let s = boundary("tern_test", || Err(Error::invalid("bad\0value")));
+    assert_eq!(s, tern_status::TERN_INVALID_ARGUMENT);
+    assert_eq!(last_error(), "tern_test: bad\\0value");
+}
+
+#[test]
+fn engine_errors_map_to_stable_statuses() {
+    use tern_status::*;
+    assert_eq!(engine_status(&EngineError::Cancelled), TERN_CANCELLED);
+    assert_eq!(
+        engine_status(&EngineError::PromptTooLong { prompt: 9, ctx: 8 }),
+        TERN_CONTEXT_FULL
+    );
+    assert_eq!(engine_status(&EngineError::NoTokenizer), TERN_NO_TOKENIZER);
+    let io = std::io::Error::new(std::io::ErrorKind::NotFound, "x");
+    assert_eq!(engine_status(&EngineError::Io(io)), TERN_IO);
+    let f = tern_format::FormatError::UnsupportedVersion {
+        found: 2,
+        supported: 1,
+    };
+    assert_eq!(engine_status(&EngineError::Format(f)), TERN_UNSUPPORTED);
+}
+
+#[test]
+fn versioned_structs() {
+    // NULL: the defaults.
+    // SAFETY: NULL is allowed.
+    let d = unsafe { read_versioned::<tern_sampling>(ptr::null(), tern_sampling_default()) };
+    assert_eq!(d.unwrap(), tern_sampling_default());
+    // Too small.
+    let mut small = tern_session_options_default();
+    small.struct_size = 4;
+    // SAFETY: a valid struct.
+    let e = unsafe { read_versioned(&small, tern_session_options_default()) }.unwrap_err();
+    assert_eq!(e.status, tern_status::TERN_INVALID_ARGUMENT);
+    // A caller with a newer, larger struct: the known fields are read, the rest ignored.
+    #[repr(C)]
+    struct Newer {
+        base: tern_session_options,
+        extra: u64,
+    }
+    let newer = Newer {
+        base: tern_session_options {
+            struct_size: std::mem::size_of::<Newer>() as u32,
+            n_ctx: 77,
+        },
+        extra: u64::MAX,
+    };
+    // SAFETY: `newer` holds struct_size readable bytes.
+    let got = unsafe { read_versioned(&newer.base, tern_session_options_default()) }.unwrap();
+    assert_eq!(got.n_ctx, 77);
+    assert_eq!(
+        got.struct_size as usize,
+        std::mem::size_of::<tern_session_options>()
+    );
+}
+
+fn default_model_path() -> String {
+    let out = std::process::Command::new(tern_tests::tern_bin())
+        .arg("fetch-default")
+        .output()
+        .expect("run tern fetch-default");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// `tern_score` (chunked, 64 tokens per forward call) equals the log-softmax of one `eval_all`
+/// over the whole text, computed here independently; `tern_generate` equals the engine's greedy
+/// generation.
+#[test]
+fn score_and_generate_match_the_engine() {
+    let path = default_model_path();
+    let text = "The cat sat on the mat. It was a sunny day, and the children played in the park \
+                until their parents called them home for dinner. After dinner they read books, \
+                talked about their day and went to bed early, because school started at eight the \
+                next morning and nobody wanted to be late again. On Saturday the family drove to \
+                the seaside, where the children built a castle of sand and their grandmother told \
+                them stories about the old lighthouse on the hill.";
+
+    let model = Model::open(std::path::Path::new(&path)).unwrap();
+    let ids = model.tokenize(text, true).unwrap();
+    assert!(
+        ids.len() > 64 + 10,
+        "{} tokens: need more than one chunk",
+        ids.len()
+    );
+    let mut s = Session::new(&model, 256).unwrap();
+    let logits = s.eval_all(&ids).unwrap();
+    let nv = model.n_vocab();
+    let mut want = 0.0f64;
+    for p in 0..ids.len() - 1 {
+        let row = &logits[p * nv..(p + 1) * nv];
+        let max = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+        let lse = max
+            + row
+                .iter()
+                .map(|&x| (x as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        want += row[ids[p + 1] as usize] as f64 - lse;
+    }
+    let mut expected_text = String::new();
+    let mut s2 = Session::new(&model, 256).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 20,
+        ..Default::default()
+    };
+    s2.generate(
+        &model.tokenize("Once upon a time", true).unwrap(),
+        &SamplingParams::greedy(),
+        &opts,
+        &mut |p| {
+            expected_text.push_str(p);
+            true
+        },
+    )
+    .unwrap();
+
+    let cpath = CString::new(path).unwrap();
+    let mut m = ptr::null_mut();
+    let mut sess = ptr::null_mut();
+    let so = tern_session_options {
+        n_ctx: 256,
+        ..tern_session_options_default()
+    };
+    // SAFETY: valid arguments; handles freed below.
+    unsafe {
+        assert_eq!(
+            tern_model_load(cpath.as_ptr(), ptr::null(), &mut m),
+            tern_status::TERN_OK
+        );
+        assert_eq!(tern_session_new(m, &so, &mut sess), tern_status::TERN_OK);
+    }
+    let (mut total, mut n) = (0.0, 0usize);
+    let ctext = CString::new(text).unwrap();
+    // SAFETY: live handle, valid outputs.
+    let st = unsafe { tern_score(sess, ctext.as_ptr(), &mut total, &mut n) };
+    assert_eq!(st, tern_status::TERN_OK);
+    assert_eq!(n, ids.len() - 1);
+    assert!(
+        (total - want).abs() < 1e-6 * want.abs(),
+        "tern_score {total} vs eval_all {want}"
+    );
+
+    unsafe extern "C" fn collect(
+        p: *const std::ffi::c_char,
+        len: usize,
+        ud: *mut std::ffi::c_void,
+    ) -> i32 {
+        // SAFETY: tern passes len bytes at p; ud is the String below.
+        let (bytes, out) = unsafe {
+            (
+                std::slice::from_raw_parts(p.cast::<u8>(), len),
+                &mut *ud.cast::<String>(),
+            )
+        };
+        out.push_str(std::str::from_utf8(bytes).unwrap());
+        0
+    }
+    let mut got = String::new();
+    let prompt = CString::new("Once upon a time").unwrap();
+    // SAFETY: live handle, valid callback and user data.
+    let st = unsafe {
+        tern_generate(
+            sess,
+            prompt.as_ptr(),
+            ptr::null(),
+            20,
+            Some(collect),
+            (&mut got as *mut String).cast(),
+        )
+    };
+    assert_eq!(st, tern_status::TERN_OK);
+    assert_eq!(got, expected_text);
+    // SAFETY: freed once.
+    unsafe {
+        tern_session_free(sess);
+        tern_model_free(m);
+    }
+}

@@ -1,0 +1,156 @@
+// Swift wrapper over tern's C ABI (include/tern.h, module TernFFI). Classes free their handles on
+// deinit; generation is an AsyncThrowingStream whose consumer's Task cancellation calls
+// tern_cancel. Mirrors tests/c/test_tern.c; see ios/README.md for what has been verified where.
+import Foundation
+import TernFFI
+
+/// A failed tern call: the C `tern_status` number and `tern_last_error()`'s message.
+public struct TernError: Error, CustomStringConvertible {
+    public let status: UInt32
+    public let message: String
+    public var description: String { "tern status \(status): \(message)" }
+
+    /// Read on the thread that made the failed call (the last error is thread-local).
+    init(_ status: tern_status) {
+        self.status = status.rawValue
+        self.message = String(cString: tern_last_error())
+    }
+
+    init(status: UInt32, message: String) {
+        self.status = status
+        self.message = message
+    }
+
+    public static let cancelled = TERN_CANCELLED.rawValue
+    public static let io = TERN_IO.rawValue
+    public static let corruptFile = TERN_CORRUPT_FILE.rawValue
+    public static let contextFull = TERN_CONTEXT_FULL.rawValue
+}
+
+public enum Tern {
+    /// The C ABI version this wrapper was written for.
+    public static let abiVersion: UInt32 = 1
+
+    /// Checks, once per process, that the linked library implements `abiVersion`.
+    static func checkABI() throws {
+        let linked = tern_abi_version()
+        guard linked == abiVersion, linked == UInt32(TERN_ABI_VERSION) else {
+            throw TernError(
+                status: TERN_UNSUPPORTED.rawValue,
+                message: "libtern implements C ABI \(linked), this wrapper needs \(abiVersion)")
+        }
+    }
+
+    public static var version: String { String(cString: tern_version()) }
+}
+
+@inline(__always)
+func check(_ s: tern_status) throws {
+    if s != TERN_OK { throw TernError(s) }
+}
+
+/// A loaded `.tern` model, shareable by sessions and threads. Freed on deinit.
+public final class Model: @unchecked Sendable {
+    let handle: OpaquePointer
+
+    public init(path: String, device: UInt32 = UInt32(TERN_DEVICE_AUTO), useThreads: Bool = true) throws {
+        try Tern.checkABI()
+        var o = tern_model_options_default()
+        o.device = device
+        o.use_threads = useThreads ? 1 : 0
+        var out: OpaquePointer?
+        try check(tern_model_load(path, &o, &out))
+        handle = out!  // ok: set on TERN_OK
+    }
+
+    deinit { tern_model_free(handle) }
+
+    /// Render a conversation with the model's chat template into a prompt for `Session.generate`.
+    public func applyChatTemplate(_ messages: [(role: String, content: String)],
+                                  addGenerationPrompt: Bool = true) throws -> String {
+        let strings = messages.flatMap { [strdup($0.role), strdup($0.content)] }
+        defer { strings.forEach { free($0) } }
+        let msgs = (0..<messages.count).map { i in
+            tern_chat_message(role: UnsafePointer(strings[2 * i]), content: UnsafePointer(strings[2 * i + 1]))
+        }
+        var out: UnsafeMutablePointer<CChar>?
+        try check(tern_chat_apply(handle, msgs, msgs.count, addGenerationPrompt ? 1 : 0, &out))
+        defer { tern_string_free(out) }
+        return String(cString: out!)  // ok: set on TERN_OK
+    }
+}
+
+/// Shared between a generation thread and the stream's termination handler.
+private final class Pieces: @unchecked Sendable {
+    let continuation: AsyncThrowingStream<String, Error>.Continuation
+    private let lock = NSLock()
+    private var _stopped = false
+    var stopped: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _stopped }
+        set { lock.lock(); _stopped = newValue; lock.unlock() }
+    }
+    init(_ c: AsyncThrowingStream<String, Error>.Continuation) { continuation = c }
+}
+
+/// One conversation (a KV cache) on a model. One call at a time; `cancel()` from anywhere.
+public final class Session: @unchecked Sendable {
+    let handle: OpaquePointer
+    public let model: Model
+
+    /// `contextSize` 0 = the model's training context.
+    public init(model: Model, contextSize: UInt32 = 0) throws {
+        var o = tern_session_options_default()
+        o.n_ctx = contextSize
+        var out: OpaquePointer?
+        try check(tern_session_new(model.handle, &o, &out))
+        handle = out!  // ok: set on TERN_OK
+        self.model = model
+    }
+
+    deinit { tern_session_free(handle) }
+
+    /// Generate after `prompt` (the whole context), greedily by default. Cancelling the consuming
+    /// Task (or breaking out of the loop) cancels the native generation.
+    public func generate(_ prompt: String, sampling: tern_sampling = tern_sampling_default(),
+                         maxTokens: Int32 = 256) -> AsyncThrowingStream<String, Error> {
+        AsyncThrowingStream { continuation in
+            let pieces = Pieces(continuation)
+            continuation.onTermination = { termination in
+                if case .cancelled = termination {
+                    pieces.stopped = true
+                    tern_cancel(self.handle)
+                }
+            }
+            let thread = Thread {
+                var params = sampling
+                let box = Unmanaged.passRetained(pieces)
+                let status = tern_generate(self.handle, prompt, &params, maxTokens, { piece, len, ud in
+                    let pieces = Unmanaged<Pieces>.fromOpaque(ud!).takeUnretainedValue()
+                    let bytes = UnsafeRawBufferPointer(start: piece, count: len)
+                    pieces.continuation.yield(String(decoding: bytes, as: UTF8.self))
+                    return pieces.stopped ? 1 : 0
+                }, box.toOpaque())
+                box.release()
+                if status == TERN_OK {
+                    continuation.finish()
+                } else {
+                    continuation.finish(throwing: TernError(status))
+                }
+            }
+            thread.start()
+        }
+    }
+
+    /// Total natural-log probability of `text`'s tokens after the first, and how many were scored.
+    public func score(_ text: String) throws -> (totalLogprob: Double, tokens: Int) {
+        var total = 0.0
+        var n = 0
+        try check(tern_score(handle, text, &total, &n))
+        return (total, n)
+    }
+
+    public func reset() throws { try check(tern_session_reset(handle)) }
+
+    /// Make a running generation or score end with `TERN_CANCELLED`. Any thread.
+    public func cancel() { tern_cancel(handle) }
+}
