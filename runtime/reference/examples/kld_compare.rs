@@ -51,8 +51,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|i| rd(tok_off + 4 * (c * n_ctx + i)) as u32)
             .collect();
         let mut cache = KvCache::new(&model, n_ctx)?;
+        let tf = Instant::now();
         let hidden = model.forward_hidden(&tokens, &mut cache, LogitsWanted::All)?;
+        let tl = Instant::now();
         let logits = model.logits(&hidden[first * n_embd..(first + n_pos) * n_embd])?;
+        eprintln!(
+            "forward {:.2} s, head {:.2} s",
+            (tl - tf).as_secs_f64(),
+            tl.elapsed().as_secs_f64()
+        );
         let (mut ca, mut ck) = (0usize, 0.0f64);
         for j in 0..n_pos {
             let row = &raw[off..off + 2 * nv];

@@ -24,6 +24,7 @@ fn c(bits: u32) -> f32 {
 
 /// One lane of `ggml_v_expf` (vec.h, AVX2 + FMA): a degree-5 polynomial after range reduction by
 /// `2^n`, with the overflow/underflow branches of the vector code.
+#[inline(always)]
 pub fn expf(x: f32) -> f32 {
     let r = c(0x4b40_0000); // 0x1.8p23
     let z = x.mul_add(c(0x3fb8_aa3b), r);
@@ -69,6 +70,7 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
 
 /// `hsum_float_8` (x86 quants.c) and sgemm's `hsum(__m256)`: fold the high half onto the low, then
 /// `(l0 + l2) + (l1 + l3)`.
+#[inline(always)]
 pub fn hsum8(a: &[f32; 8]) -> f32 {
     let r = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
     let (s0, s1) = (r[0] + r[2], r[1] + r[3]);
@@ -141,7 +143,10 @@ pub fn rope(
 fn lanes(w: &[i8], a: &[i8; QK]) -> [f32; 8] {
     let mut out = [0.0f32; 8];
     for ((o, w4), a4) in out.iter_mut().zip(w.chunks_exact(4)).zip(a.chunks_exact(4)) {
-        let s: i32 = w4.iter().zip(a4).map(|(&x, &y)| x as i32 * y as i32).sum();
+        let mut s = 0i32;
+        for (&x, &y) in w4.iter().zip(a4) {
+            s += x as i32 * y as i32;
+        }
         *o = s as f32;
     }
     out
@@ -150,6 +155,7 @@ fn lanes(w: &[i8], a: &[i8; QK]) -> [f32; 8] {
 /// Q4_1 weights (unpacked: quants `q` 0..15, scales `d`, minimums `m`) · Q8_1 activations, as
 /// `ggml_vec_dot_q4_1_q8_1` (arch/x86/quants.c, AVX2): per block `acc = fma(d_w·d_a, lanes, acc)`,
 /// `summs = fma(m_w, s_a, summs)` (contracted), result `hsum8(acc) + summs`.
+#[inline(always)]
 pub fn dot_q4_1_q8_1(q: &[i8], d: &[f32], m: &[f32], act: &[ActBlock]) -> f32 {
     let mut acc = [0.0f32; 8];
     let mut summs = 0.0f32;
@@ -167,6 +173,7 @@ pub fn dot_q4_1_q8_1(q: &[i8], d: &[f32], m: &[f32], act: &[ActBlock]) -> f32 {
 /// Q8_0 (or Q4_0 as `nibble − 8`) weights · Q8_0 activations as llamafile's `tinyBLAS_Q0_AVX`
 /// (every tile shape does the same per-output arithmetic): `acc = fma(d_w·d_a, lanes, acc)`,
 /// result `hsum8(acc)`.
+#[inline(always)]
 pub fn dot_q8_0_q8_0_tinyblas(q: &[i8], d: &[f32], act: &[ActBlock]) -> f32 {
     let mut acc = [0.0f32; 8];
     for ((qb, &dw), a) in q.chunks_exact(QK).zip(d).zip(act) {
@@ -224,11 +231,16 @@ pub fn attn_row_tiled(
                 f32::NEG_INFINITY
             };
         }
-        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let mut tile_max = f32::NEG_INFINITY;
+        for &x in kq.iter() {
+            tile_max = tile_max.max(x);
+        }
         let m_new = m.max(tile_max);
         if m_new > m {
             let ms = (m - m_new).exp();
-            out.iter_mut().for_each(|o| *o *= ms);
+            for o in out.iter_mut() {
+                *o *= ms;
+            }
             s *= ms;
         }
         m = m_new;
@@ -254,12 +266,147 @@ pub fn attn_row_tiled(
         t0 += FA_TILE;
     }
     let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    out.iter_mut().for_each(|o| *o *= inv);
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+crate::simd::multiversion! {
+    /// A block of consecutive query rows of one head through [`attn_row_tiled`]'s arithmetic, with
+    /// each K tile transposed once for the whole block (llama.cpp packs `K_f32[d][kv]` the same way)
+    /// so the score chains run 64 positions side by side. Row `r` of `q` (stride `q_stride`, head
+    /// offset `q_off`) sits at position `pos0 + r` and sees positions `0..=pos0 + r`; `out` is
+    /// `[rows][head_dim]`. Results are bit-identical to [`attn_row_tiled`] row by row.
+    pub fn attn_block_tiled(
+        q: &[f32],
+        q_stride: usize,
+        q_off: usize,
+        pos0: usize,
+        k: &[f32],
+        v: &[f32],
+        stride: usize,
+        off: usize,
+        head_dim: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        attn_block_tiled_impl(q, q_stride, q_off, pos0, k, v, stride, off, head_dim, scale, out)
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attn_block_tiled_impl(
+    q: &[f32],
+    q_stride: usize,
+    q_off: usize,
+    pos0: usize,
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    off: usize,
+    hd: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let rows = out.len() / hd.max(1);
+    if rows == 0 || hd == 0 {
+        return;
+    }
+    let mut m = vec![f32::NEG_INFINITY; rows];
+    let mut s = vec![0.0f32; rows];
+    out.fill(0.0);
+    let last = pos0 + rows - 1;
+    let mut kt = vec![0.0f32; hd * FA_TILE];
+    let mut t0 = 0;
+    while t0 <= last {
+        let nt = FA_TILE.min(last + 1 - t0);
+        // transpose the tile: kt[d][tk]
+        kt.fill(0.0);
+        for tk in 0..nt {
+            let p = t0 + tk;
+            let kr = k
+                .get(p * stride + off..p * stride + off + hd)
+                .unwrap_or_default();
+            for (d, &kv) in kr.iter().enumerate() {
+                if let Some(slot) = kt.get_mut(d * FA_TILE + tk) {
+                    *slot = kv;
+                }
+            }
+        }
+        for r in 0..rows {
+            let pr = pos0 + r;
+            if t0 > pr {
+                continue;
+            }
+            let valid = FA_TILE.min(pr + 1 - t0);
+            let qr = q
+                .get(r * q_stride + q_off..r * q_stride + q_off + hd)
+                .unwrap_or_default();
+            let mut kq = [0.0f32; FA_TILE];
+            for (&qd, ktd) in qr.iter().zip(kt.chunks_exact(FA_TILE)) {
+                for (acc, &kv) in kq.iter_mut().zip(ktd) {
+                    *acc = qd.mul_add(kv, *acc);
+                }
+            }
+            for (tk, x) in kq.iter_mut().enumerate() {
+                *x = if tk < valid {
+                    *x * scale
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+            let mut tile_max = f32::NEG_INFINITY;
+            for &x in kq.iter() {
+                tile_max = tile_max.max(x);
+            }
+            let (Some(mr), Some(sr)) = (m.get_mut(r), s.get_mut(r)) else {
+                continue;
+            };
+            let orow = out.get_mut(r * hd..(r + 1) * hd).unwrap_or_default();
+            let m_new = mr.max(tile_max);
+            if m_new > *mr {
+                let ms = (*mr - m_new).exp();
+                for o in orow.iter_mut() {
+                    *o *= ms;
+                }
+                *sr *= ms;
+            }
+            *mr = m_new;
+            let mut sum = 0.0f64;
+            for g in kq.chunks_exact_mut(8) {
+                let mut e = [0.0f32; 8];
+                for (ei, x) in e.iter_mut().zip(g.iter_mut()) {
+                    *x = expf(*x - m_new);
+                    *ei = *x;
+                }
+                sum += hsum8(&e) as f64;
+            }
+            *sr = (*sr as f64 + sum) as f32;
+            for (tk, &p) in kq.iter().enumerate().take(valid) {
+                let pos = t0 + tk;
+                let vr = v
+                    .get(pos * stride + off..pos * stride + off + hd)
+                    .unwrap_or_default();
+                for (o, &vd) in orow.iter_mut().zip(vr) {
+                    *o = p.mul_add(vd, *o);
+                }
+            }
+        }
+        t0 += FA_TILE;
+    }
+    for (orow, &sr) in out.chunks_exact_mut(hd).zip(&s) {
+        let inv = if sr == 0.0 { 0.0 } else { 1.0 / sr };
+        for o in orow.iter_mut() {
+            *o *= inv;
+        }
+    }
 }
 
 /// `ggml_vec_dot_f16` (vec.cpp, AVX2 + F16C): four 8-lane accumulators over steps of 32 elements
 /// (`sum[j] = fma(x, y, sum[j])`), reduced as `GGML_F32x8_REDUCE` ((0+2)+(1+3) lane-wise, then the
 /// 8 lanes), plus a scalar double tail.
+#[inline(always)]
 pub fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let np = n / 32 * 32;
@@ -292,16 +439,34 @@ pub fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
     sumf as f32
 }
 
+#[inline(always)]
 fn f16r(x: f32) -> f32 {
     f16::from_f32(x).to_f32()
 }
 
-/// One query row of `ggml_compute_forward_flash_attn_ext_f16_one_chunk` (batches of < 64 query
-/// rows, f16 KV cache): Q rounded to f16, scores by [`dot_f16`], online softmax with libm `expf`
-/// and the output accumulated in **f16** (`ggml_vec_mad_f16` / `ggml_vec_scale_f16` round every
-/// update), `S = fma(S, ms, vs)` (contracted); finally `o · (1/S)` in f32.
+crate::simd::multiversion! {
+    /// One query row of `ggml_compute_forward_flash_attn_ext_f16_one_chunk` (batches of < 64 query
+    /// rows, f16 KV cache): Q rounded to f16, scores by [`dot_f16`], online softmax with libm `expf`
+    /// and the output accumulated in **f16** (`ggml_vec_mad_f16` / `ggml_vec_scale_f16` round every
+    /// update), `S = fma(S, ms, vs)` (contracted); finally `o · (1/S)` in f32.
+    pub fn attn_row_one_chunk(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        stride: usize,
+        off: usize,
+        n_kv: usize,
+        scale: f32,
+        out: &mut [f32],
+        qh: &mut Vec<f32>,
+    ) {
+        attn_row_one_chunk_impl(q, k, v, stride, off, n_kv, scale, out, qh)
+    }
+}
+
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn attn_row_one_chunk(
+fn attn_row_one_chunk_impl(
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -328,7 +493,9 @@ pub fn attn_row_one_chunk(
             let m_old = m;
             m = sc;
             ms = (m_old - m).exp();
-            out.iter_mut().for_each(|o| *o = f16r(*o * ms));
+            for o in out.iter_mut() {
+                *o = f16r(*o * ms);
+            }
         } else {
             vs = (sc - m).exp();
         }
@@ -341,5 +508,85 @@ pub fn attn_row_one_chunk(
         s = s.mul_add(ms, vs);
     }
     let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    out.iter_mut().for_each(|o| *o *= inv);
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+/// The two hot block dots written with AVX2 intrinsics on the packed blocks (no unpacking), the
+/// same instructions as ggml's: integer lane sums are exact and the float steps are the same
+/// operations in the same order, so they return the same bits as [`dot_q4_1_q8_1`] and
+/// [`dot_q8_0_q8_0_tinyblas`] (tests check it).
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::ActBlock;
+
+    #[inline(always)]
+    fn f16_at(b: &[u8], i: usize) -> f32 {
+        match b.get(i..i + 2) {
+            Some(&[lo, hi]) => half::f16::from_le_bytes([lo, hi]).to_f32(),
+            _ => f32::NAN,
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum8(x: __m256) -> f32 {
+        let r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        _mm_cvtss_f32(r)
+    }
+
+    /// [`super::dot_q4_1_q8_1`] on 20-byte Q4_1 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_q4_1_q8_1(blocks: &[u8], act: &[ActBlock]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0.0f32;
+        let mask = _mm_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        for (b, a) in blocks.chunks_exact(20).zip(act) {
+            let Some(qs) = b.get(4..20) else { continue };
+            summs = f16_at(b, 2).mul_add(a.s, summs);
+            let dd = f16_at(b, 0) * a.d;
+            // SAFETY: `qs` holds 16 bytes and `a.qs` 32 bytes; unaligned loads.
+            let (raw, qy) = unsafe {
+                (
+                    _mm_loadu_si128(qs.as_ptr().cast()),
+                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
+                )
+            };
+            let lo = _mm_and_si128(raw, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+            let qx = _mm256_set_m128i(hi, lo);
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qx, qy), ones);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
+        }
+        hsum8(acc) + summs
+    }
+
+    /// [`super::dot_q8_0_q8_0_tinyblas`] on 34-byte Q8_0 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dot_q8_0_q8_0(blocks: &[u8], act: &[ActBlock]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let ones = _mm256_set1_epi16(1);
+        for (b, a) in blocks.chunks_exact(34).zip(act) {
+            let Some(qs) = b.get(2..34) else { continue };
+            let dd = f16_at(b, 0) * a.d;
+            // SAFETY: `qs` and `a.qs` hold 32 bytes each; unaligned loads.
+            let (w, y) = unsafe {
+                (
+                    _mm256_loadu_si256(qs.as_ptr().cast()),
+                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
+                )
+            };
+            let p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w)),
+                ones,
+            );
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p), acc);
+        }
+        hsum8(acc)
+    }
 }

@@ -29,6 +29,7 @@ use crate::error::{ReferenceError, Result};
 /// Elements per block of every type handled here.
 pub const QK: usize = 32;
 
+#[inline(always)]
 fn f16_at(b: &[u8], i: usize) -> f32 {
     match (b.get(i), b.get(i + 1)) {
         (Some(&lo), Some(&hi)) => f16::from_le_bytes([lo, hi]).to_f32(),
@@ -56,6 +57,7 @@ pub fn check_row(bt: BlockType, blocks: &[u8], n: usize) -> Result<()> {
 }
 
 /// Dequantize one row of blocks into `out` (the plain definition the dots are tested against).
+#[inline(always)]
 pub fn dequantize_row(bt: BlockType, blocks: &[u8], out: &mut [f32]) -> Result<()> {
     check_row(bt, blocks, out.len())?;
     for (b, o) in blocks
@@ -232,6 +234,7 @@ pub fn dot_q4_1_q8_1(blocks: &[u8], act: &[ActBlock]) -> f32 {
 /// Unpack one row of blocks into integer quants `q` (Q4_0: `nibble − 8`, Q4_1: `nibble`, Q8_0:
 /// as stored), per-block scales `d` and, for Q4_1, per-block minimums `m` (the matmul decodes each
 /// row once and reuses it for every token). Malformed input leaves zeros.
+#[inline(always)]
 pub fn unpack_row(
     bt: BlockType,
     blocks: &[u8],

@@ -13,6 +13,7 @@ use crate::error::{check_len, ReferenceError, Result};
 /// Summation order: 8 interleaved partial sums (lane `j % 8`), added pairwise at the end, then the
 /// tail. This order lets the compiler vectorize the loop; it is part of the definition, so results
 /// are the same on every machine.
+#[inline(always)]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let ca = a.chunks_exact(8);

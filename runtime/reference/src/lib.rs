@@ -38,6 +38,7 @@ pub mod kv;
 pub mod matmul;
 pub mod model;
 pub mod quant;
+mod simd;
 
 pub use error::{ReferenceError, Result};
 pub use kernels::{attention, dot_f32, relu2_glu, rmsnorm, rope, silu, softmax, swiglu};

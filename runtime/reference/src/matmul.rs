@@ -212,10 +212,7 @@ impl Matrix {
             let r0 = ci * CHUNK;
             let r1 = (r0 + CHUNK).min(self.rows);
             let mut out = vec![0.0f32; (r1 - r0) * n];
-            let mut sc = Scratch::default();
-            for (r, o) in (r0..r1).zip(out.chunks_exact_mut(n.max(1))) {
-                self.row_dots(r, &acts, n, o, &mut sc);
-            }
+            self.rows_dots(r0, r1, &acts, n, &mut out);
             out
         };
         let blocks: Vec<Vec<f32>> = par_map(n_chunks, opts.parallel, run);
@@ -263,8 +260,14 @@ impl Matrix {
         Ok(Acts::F32(x.to_vec()))
     }
 
+    /// Rows `r0..r1` (all tokens each) into `out` `[r1 - r0][n]`, with AVX2 + FMA when available.
+    fn rows_dots(&self, r0: usize, r1: usize, acts: &Acts, n: usize, out: &mut [f32]) {
+        rows_dots(self, r0, r1, acts, n, out)
+    }
+
     /// All tokens' dot products with row `r` (shapes were checked by the caller). The row is
     /// decoded once into `sc` and reused for every token.
+    #[inline(always)]
     fn row_dots(&self, r: usize, acts: &Acts, n: usize, out: &mut [f32], sc: &mut Scratch) {
         let c = self.cols;
         let bt = self.block_type();
@@ -276,7 +279,9 @@ impl Matrix {
         match (&self.data, acts, bt) {
             (WeightData::F32(w), Acts::F32(x), _) => {
                 let wr = w.get(r * c..(r + 1) * c).unwrap_or_default();
-                outs.for_each(|(t, o)| *o = dot_f32(wr, xrow(x, t, c)));
+                for (t, o) in outs {
+                    *o = dot_f32(wr, xrow(x, t, c));
+                }
             }
             // f32 activations: dequantize the row, then an f32 dot per token
             (_, Acts::F32(x), Some(bt)) => {
@@ -289,7 +294,9 @@ impl Matrix {
                 if ggml_dot::dequantize_row(bt, blocks, &mut sc.w).is_err() {
                     sc.w.fill(f32::NAN);
                 }
-                outs.for_each(|(t, o)| *o = dot_f32(&sc.w, xrow(x, t, c)));
+                for (t, o) in outs {
+                    *o = dot_f32(&sc.w, xrow(x, t, c));
+                }
             }
             // llama.cpp style: integer block dots with Q8_0 / Q8_1 activation blocks
             (_, Acts::Blocks(a), Some(bt)) => {
@@ -298,15 +305,30 @@ impl Matrix {
                     .bytes()
                     .get(r * nb * bb..(r + 1) * nb * bb)
                     .unwrap_or_default();
+                #[cfg(target_arch = "x86_64")]
+                if crate::simd::avx2_fma() && bt != BlockType::Q4_0 {
+                    for (t, o) in outs {
+                        let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
+                        // SAFETY: avx2_fma() checked the CPU features these functions use.
+                        *o = unsafe {
+                            if bt == BlockType::Q4_1 {
+                                ggml_cpu::x86::dot_q4_1_q8_1(blocks, at)
+                            } else {
+                                ggml_cpu::x86::dot_q8_0_q8_0(blocks, at)
+                            }
+                        };
+                    }
+                    return;
+                }
                 ggml_dot::unpack_row(bt, blocks, &mut sc.q, &mut sc.d, &mut sc.m);
-                outs.for_each(|(t, o)| {
+                for (t, o) in outs {
                     let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
                     *o = if bt == BlockType::Q4_1 {
                         ggml_cpu::dot_q4_1_q8_1(&sc.q, &sc.d, &sc.m, at)
                     } else {
                         ggml_cpu::dot_q8_0_q8_0_tinyblas(&sc.q, &sc.d, at)
                     };
-                });
+                }
             }
             (WeightData::Ternary(tw), Acts::Int { q, s }, _) => outs.for_each(|(t, o)| {
                 let st = s.get(t).copied().unwrap_or(1.0);
@@ -333,6 +355,15 @@ impl Matrix {
         match &self.data {
             WeightData::Q8_0(b) | WeightData::Q4_0(b) | WeightData::Q4_1(b) => b,
             _ => &[],
+        }
+    }
+}
+
+crate::simd::multiversion! {
+    fn rows_dots(m: &Matrix, r0: usize, r1: usize, acts: &Acts, n: usize, out: &mut [f32]) {
+        let mut sc = Scratch::default();
+        for (r, o) in (r0..r1).zip(out.chunks_exact_mut(n.max(1))) {
+            m.row_dots(r, acts, n, o, &mut sc);
         }
     }
 }

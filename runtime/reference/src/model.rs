@@ -358,52 +358,76 @@ impl Model {
             }
             let (kc, vc) = cache.layer(li);
             let llama_ops = self.opts.llama_cpp_ops;
-            let run = |i: usize| -> Result<Vec<f32>> {
-                let mut out = vec![0.0f32; q_dim];
-                let qi = q.get(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                if llama_ops {
-                    let scale = 1.0 / (hd as f32).sqrt();
-                    let group = n_head / n_head_kv;
-                    let mut qh = Vec::new();
-                    for (h, (qr, or)) in qi
-                        .chunks_exact(hd)
-                        .zip(out.chunks_exact_mut(hd))
-                        .enumerate()
-                    {
-                        let off = (h / group) * hd;
-                        if n >= ggml_cpu::FA_TILE {
-                            ggml_cpu::attn_row_tiled(
-                                qr,
-                                kc,
-                                vc,
-                                kv_dim,
-                                off,
-                                p0 + i + 1,
-                                scale,
-                                or,
-                            );
-                        } else {
+            let scale = 1.0 / (hd as f32).sqrt();
+            let group = n_head / n_head_kv;
+            if llama_ops && n >= ggml_cpu::FA_TILE {
+                // llama.cpp's tiled flash attention: blocks of 64 query rows × heads
+                let n_blocks = n.div_ceil(ggml_cpu::FA_TILE);
+                let run = |job: usize| -> Vec<f32> {
+                    let (b, h) = (job / n_head, job % n_head);
+                    let i0 = b * ggml_cpu::FA_TILE;
+                    let i1 = (i0 + ggml_cpu::FA_TILE).min(n);
+                    let mut out = vec![0.0f32; (i1 - i0) * hd];
+                    let qb = q.get(i0 * q_dim..i1 * q_dim).unwrap_or_default();
+                    ggml_cpu::attn_block_tiled(
+                        qb,
+                        q_dim,
+                        h * hd,
+                        p0 + i0,
+                        kc,
+                        vc,
+                        kv_dim,
+                        (h / group) * hd,
+                        hd,
+                        scale,
+                        &mut out,
+                    );
+                    out
+                };
+                for (job, blk) in par_map(n_blocks * n_head, mm.parallel, run)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let (b, h) = (job / n_head, job % n_head);
+                    for (r, row) in blk.chunks_exact(hd).enumerate() {
+                        let i = b * ggml_cpu::FA_TILE + r;
+                        if let Some(d) = o.get_mut(i * q_dim + h * hd..i * q_dim + (h + 1) * hd) {
+                            d.copy_from_slice(row);
+                        }
+                    }
+                }
+            } else {
+                let run = |i: usize| -> Result<Vec<f32>> {
+                    let mut out = vec![0.0f32; q_dim];
+                    let qi = q.get(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
+                    if llama_ops {
+                        let mut qh = Vec::new();
+                        for (h, (qr, or)) in qi
+                            .chunks_exact(hd)
+                            .zip(out.chunks_exact_mut(hd))
+                            .enumerate()
+                        {
                             ggml_cpu::attn_row_one_chunk(
                                 qr,
                                 kc,
                                 vc,
                                 kv_dim,
-                                off,
+                                (h / group) * hd,
                                 p0 + i + 1,
                                 scale,
                                 or,
                                 &mut qh,
                             );
                         }
+                    } else {
+                        attention(qi, kc, vc, p0 + i + 1, n_head, n_head_kv, hd, &mut out)?;
                     }
-                } else {
-                    attention(qi, kc, vc, p0 + i + 1, n_head, n_head_kv, hd, &mut out)?;
-                }
-                Ok(out)
-            };
-            for (i, r) in par_map(n, mm.parallel, run).into_iter().enumerate() {
-                if let Some(d) = o.get_mut(i * q_dim..(i + 1) * q_dim) {
-                    d.copy_from_slice(&r?);
+                    Ok(out)
+                };
+                for (i, r) in par_map(n, mm.parallel, run).into_iter().enumerate() {
+                    if let Some(d) = o.get_mut(i * q_dim..(i + 1) * q_dim) {
+                        d.copy_from_slice(&r?);
+                    }
                 }
             }
             let attn_in = match &layer.attn_sub_norm {
