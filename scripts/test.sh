@@ -27,6 +27,9 @@ cargo fmt --all -- --check
 echo "== unit + integration tests (release)"
 cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed)' || { echo "tests FAILED"; exit 1; }
 
+echo "== C ABI: header, C test under sanitizers, Kotlin on the JVM"
+bash tests/c/run.sh
+
 echo "== cross-compile the runtime for Android and iOS (compile only: no NDK/Xcode linking here)"
 for t in aarch64-linux-android aarch64-apple-ios; do
   rustup target add "$t" >/dev/null 2>&1 || true
