@@ -1,0 +1,570 @@
+//! The device layer: adapter choice, mobile limits, capabilities, allocation with error scopes,
+//! readback, device-lost and uncaptured-error handling.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{GpuError, Result};
+use crate::pipeline::{KernelKey, PipelineCache};
+use crate::pool::BufferPool;
+
+/// Which device the caller wants (`--device gpu|cpu|auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DevicePreference {
+    /// The best adapter there is; `NoAdapter` when none, so the caller falls back to the CPU.
+    #[default]
+    Auto,
+    /// A GPU adapter is required (a software rasterizer such as lavapipe counts only when
+    /// [`GpuOptions::allow_software`] is set).
+    Gpu,
+    /// No GPU: [`GpuContext::new`] returns [`GpuError::CpuRequested`].
+    Cpu,
+}
+
+/// Largest storage binding tern ever asks for: 128 MiB, what mobile GPUs (and WebGPU's defaults)
+/// give. Larger tensors are split into several bindings.
+pub const MAX_BINDING_BYTES: u64 = 128 << 20;
+/// Workgroup memory the kernels may use (WebGPU guarantees 16 KiB; wgpu's downlevel is 16352 B).
+pub const WORKGROUP_MEMORY_BYTES: u32 = 16352;
+
+/// Knobs of [`GpuContext::with_options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuOptions {
+    pub preference: DevicePreference,
+    /// Accept a CPU-emulated adapter (lavapipe, SwiftShader, WARP). On by default so CI runs
+    /// the kernels on lavapipe.
+    pub allow_software: bool,
+    /// Split tensors into bindings of at most this many bytes (rounded down to 256) instead of the
+    /// adapter's limit; lets a test cross the split without allocating 128 MiB.
+    pub binding_limit: Option<u64>,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            preference: DevicePreference::Auto,
+            allow_software: true,
+            binding_limit: None,
+        }
+    }
+}
+
+/// What the adapter is and has, recorded once.
+#[derive(Debug, Clone)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    /// Native f16 in shaders (`SHADER_F16`); only requested when present. No kernel needs it.
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub timestamp_query: bool,
+}
+
+/// An open GPU device with its queue, limits, pipeline cache and buffer pool.
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: AdapterSummary,
+    /// The limits the device was opened with (mobile-sized; see [`GpuContext::with_options`]).
+    pub limits: wgpu::Limits,
+    binding_limit: u64,
+    pipelines: PipelineCache,
+    pub(crate) pool: BufferPool,
+    lost: Arc<Mutex<Option<String>>>,
+    lost_flag: Arc<AtomicBool>,
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("info", &self.info)
+            .field("binding_limit", &self.binding_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+fn device_type_name(t: wgpu::DeviceType) -> &'static str {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => "discrete",
+        wgpu::DeviceType::IntegratedGpu => "integrated",
+        wgpu::DeviceType::VirtualGpu => "virtual",
+        wgpu::DeviceType::Cpu => "cpu",
+        wgpu::DeviceType::Other => "other",
+    }
+}
+
+impl GpuContext {
+    /// Open the preferred device with default options.
+    pub fn new(preference: DevicePreference) -> Result<Self> {
+        Self::with_options(GpuOptions {
+            preference,
+            ..GpuOptions::default()
+        })
+    }
+
+    /// Open a device. Limits are `wgpu::Limits::downlevel_defaults()` (what mobile GPUs give:
+    /// 4 storage buffers per stage, 16352 B of workgroup memory, 256 invocations) with the storage
+    /// binding at most 128 MiB and the buffer size at most the adapter's; features: only
+    /// `SHADER_F16` and `TIMESTAMP_QUERY`, each when the adapter has it.
+    pub fn with_options(opts: GpuOptions) -> Result<Self> {
+        if opts.preference == DevicePreference::Cpu {
+            return Err(GpuError::CpuRequested);
+        }
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        }))
+        .map_err(|e| GpuError::NoAdapter(format!(": {e}")))?;
+        let ai = adapter.get_info();
+        if ai.device_type == wgpu::DeviceType::Cpu && !opts.allow_software {
+            return Err(GpuError::NoAdapter(format!(
+                " (only the software adapter `{}`, and software adapters are not allowed)",
+                ai.name
+            )));
+        }
+        let name = ai.name.clone();
+        let unsupported = |detail: String| GpuError::Unsupported {
+            adapter: name.clone(),
+            detail,
+        };
+        let down = adapter.get_downlevel_capabilities();
+        if !down.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) {
+            return Err(unsupported("no compute shaders".into()));
+        }
+        let al = adapter.limits();
+        let mut limits = wgpu::Limits::downlevel_defaults();
+        limits.max_storage_buffer_binding_size =
+            al.max_storage_buffer_binding_size.min(MAX_BINDING_BYTES);
+        limits.max_buffer_size = al
+            .max_buffer_size
+            .min(limits.max_buffer_size.max(MAX_BINDING_BYTES));
+        limits.min_storage_buffer_offset_alignment = al.min_storage_buffer_offset_alignment;
+        limits.min_uniform_buffer_offset_alignment = al.min_uniform_buffer_offset_alignment;
+        let needs: [(&str, u32, u32); 4] = [
+            (
+                "storage buffers per shader stage",
+                al.max_storage_buffers_per_shader_stage,
+                4,
+            ),
+            (
+                "invocations per workgroup",
+                al.max_compute_invocations_per_workgroup,
+                256,
+            ),
+            ("workgroup size x", al.max_compute_workgroup_size_x, 256),
+            (
+                "workgroup memory bytes",
+                al.max_compute_workgroup_storage_size,
+                WORKGROUP_MEMORY_BYTES,
+            ),
+        ];
+        for (what, have, need) in needs {
+            if have < need {
+                return Err(unsupported(format!("{what}: {have} < {need}")));
+            }
+        }
+        if al.max_storage_buffer_binding_size < (1 << 20) {
+            return Err(unsupported(format!(
+                "storage bindings of only {} bytes",
+                al.max_storage_buffer_binding_size
+            )));
+        }
+        let af = adapter.features();
+        let mut features = wgpu::Features::empty();
+        for f in [wgpu::Features::SHADER_F16, wgpu::Features::TIMESTAMP_QUERY] {
+            if af.contains(f) {
+                features |= f;
+            }
+        }
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("tern"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+
+        // wgpu's default for an error nobody captured is to panic: record it instead.
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&uncaptured);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            log::error!("uncaptured wgpu error: {e}");
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        let lost = Arc::new(Mutex::new(None));
+        let lost_flag = Arc::new(AtomicBool::new(false));
+        let (l2, f2) = (Arc::clone(&lost), Arc::clone(&lost_flag));
+        device.set_device_lost_callback(move |reason, msg| {
+            log::error!("GPU device lost ({reason:?}): {msg}");
+            if let Ok(mut g) = l2.lock() {
+                *g = Some(format!("{reason:?}: {msg}"));
+            }
+            f2.store(true, Ordering::SeqCst);
+        });
+
+        let mut binding_limit = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
+        if let Some(b) = opts.binding_limit {
+            binding_limit = binding_limit.min(b.max(256));
+        }
+        binding_limit = binding_limit / 256 * 256;
+        let info = AdapterSummary {
+            name: ai.name,
+            backend: format!("{:?}", ai.backend),
+            device_type: device_type_name(ai.device_type).into(),
+            driver: format!("{} {}", ai.driver, ai.driver_info)
+                .trim()
+                .to_string(),
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: af.contains(wgpu::Features::SUBGROUP),
+            timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        };
+        log::info!(
+            "GPU: {} ({}, {}), binding limit {} B",
+            info.name,
+            info.backend,
+            info.device_type,
+            binding_limit
+        );
+        Ok(GpuContext {
+            device,
+            queue,
+            info,
+            limits,
+            binding_limit,
+            pipelines: PipelineCache::default(),
+            pool: BufferPool::default(),
+            lost,
+            lost_flag,
+            uncaptured,
+        })
+    }
+
+    /// Largest byte size of one storage binding (tensors above it are split).
+    pub fn binding_limit(&self) -> u64 {
+        self.binding_limit
+    }
+
+    /// `Err(DeviceLost)` once the device is gone; every launcher calls this first.
+    pub fn check_alive(&self) -> Result<()> {
+        if self.lost_flag.load(Ordering::SeqCst) {
+            let msg = self
+                .lost
+                .lock()
+                .ok()
+                .and_then(|g| g.clone())
+                .unwrap_or_default();
+            return Err(GpuError::DeviceLost(msg));
+        }
+        Ok(())
+    }
+
+    /// Errors wgpu raised outside an error scope since the last call, as one typed error.
+    pub fn take_uncaptured(&self) -> Result<()> {
+        let mut v = match self.uncaptured.lock() {
+            Ok(v) => v,
+            Err(p) => p.into_inner(),
+        };
+        if v.is_empty() {
+            return Ok(());
+        }
+        let detail = v.join("; ");
+        v.clear();
+        Err(GpuError::Wgpu {
+            what: "a submitted command".into(),
+            detail,
+        })
+    }
+
+    /// A storage buffer of `size` bytes (at least 4), allocated inside error scopes so that
+    /// running out of memory or exceeding a limit is a typed error, not a panic.
+    pub fn create_buffer(
+        &self,
+        what: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer> {
+        self.check_alive()?;
+        let size = size.max(4).div_ceil(4) * 4;
+        if size > self.limits.max_buffer_size {
+            return Err(GpuError::TooLarge {
+                what: what.into(),
+                detail: format!(
+                    "{size} bytes, the adapter's buffers hold at most {}",
+                    self.limits.max_buffer_size
+                ),
+            });
+        }
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(what),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        let v = pollster::block_on(val.pop());
+        let o = pollster::block_on(oom.pop());
+        if let Some(e) = o {
+            log::warn!("out of GPU memory for {what} ({size} B): {e}");
+            return Err(GpuError::OutOfMemory {
+                what: what.into(),
+                bytes: size,
+            });
+        }
+        if let Some(e) = v {
+            return Err(GpuError::Wgpu {
+                what: format!("allocating {what}"),
+                detail: e.to_string(),
+            });
+        }
+        Ok(buf)
+    }
+
+    /// A storage buffer holding `data` (padded with zeros to a multiple of 4 bytes).
+    pub fn upload(&self, what: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let buf = self.create_buffer(
+            what,
+            data.len() as u64,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+        )?;
+        self.write(&buf, data);
+        Ok(buf)
+    }
+
+    /// Write `data` at offset 0 of `buf` (zero-padded to a multiple of 4).
+    pub fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            self.queue
+                .write_buffer(buf, 0, data.get(..whole).unwrap_or_default());
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            for (t, &b) in tail.iter_mut().zip(data.get(whole..).unwrap_or_default()) {
+                *t = b;
+            }
+            self.queue.write_buffer(buf, whole as u64, &tail);
+        }
+    }
+
+    /// A storage buffer of `size` bytes, zeroed (wgpu zero-initializes new buffers).
+    pub fn zeroed(&self, what: &str, size: u64) -> Result<wgpu::Buffer> {
+        self.create_buffer(
+            what,
+            size,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+        )
+    }
+
+    /// A small uniform buffer with `data`.
+    pub(crate) fn uniform(&self, data: &[u8]) -> Result<wgpu::Buffer> {
+        let buf = self.create_buffer(
+            "params",
+            data.len() as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        )?;
+        self.write(&buf, data);
+        Ok(buf)
+    }
+
+    /// A command encoder.
+    pub fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tern"),
+            })
+    }
+
+    /// Submit and wait until the GPU is done (the synchronous path used by tests and benches).
+    pub fn submit_wait(&self, enc: wgpu::CommandEncoder) -> Result<()> {
+        self.check_alive()?;
+        let idx = self.queue.submit([enc.finish()]);
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(idx),
+                timeout: None,
+            })
+            .map_err(|e| GpuError::Wgpu {
+                what: "waiting for the GPU".into(),
+                detail: e.to_string(),
+            })?;
+        self.check_alive()?;
+        self.take_uncaptured()
+    }
+
+    /// Copy `len` bytes from `offset` of `buf` back to the host (submits and waits).
+    pub fn read_bytes(&self, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.check_alive()?;
+        let size = len.div_ceil(4) * 4;
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.create_buffer(
+            "readback",
+            size,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let mut enc = self.encoder();
+        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
+        self.submit_wait(enc)?;
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Readback {
+                what: "buffer".into(),
+                detail: e.to_string(),
+            })?;
+        let mapped = rx.recv().map_err(|e| GpuError::Readback {
+            what: "buffer".into(),
+            detail: e.to_string(),
+        })?;
+        mapped.map_err(|e| GpuError::Readback {
+            what: "buffer".into(),
+            detail: e.to_string(),
+        })?;
+        let view = slice.get_mapped_range().map_err(|e| GpuError::Readback {
+            what: "buffer".into(),
+            detail: e.to_string(),
+        })?;
+        let mut out = view.to_vec();
+        drop(view);
+        staging.unmap();
+        out.truncate(len as usize); // ok: len ≤ size = out.len()
+        Ok(out)
+    }
+
+    /// `n` f32 values from the start of `buf`.
+    pub fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
+        let b = self.read_bytes(buf, 0, (n * 4) as u64)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// `n` u32 values from the start of `buf`.
+    pub fn read_u32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<u32>> {
+        let b = self.read_bytes(buf, 0, (n * 4) as u64)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// The compute pipeline for `key`, compiled on first use (shader errors become typed errors).
+    pub fn pipeline(&self, key: KernelKey) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.check_alive()?;
+        self.pipelines.get(&self.device, key)
+    }
+
+    /// Number of pipelines compiled so far (each key once).
+    pub fn pipelines_compiled(&self) -> usize {
+        self.pipelines.len()
+    }
+
+    /// Bind `buffers` (binding 0, 1, ...) to `key`'s pipeline and record one dispatch.
+    pub(crate) fn dispatch(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        key: KernelKey,
+        buffers: &[&wgpu::Buffer],
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
+        let max = self.limits.max_compute_workgroups_per_dimension;
+        if groups.0 > max || groups.1 > max || groups.2 > max {
+            return Err(GpuError::TooLarge {
+                what: key.to_string(),
+                detail: format!("{groups:?} workgroups (at most {max} per dimension)"),
+            });
+        }
+        if groups.0 == 0 || groups.1 == 0 || groups.2 == 0 {
+            return Ok(());
+        }
+        let pipeline = self.pipeline(key)?;
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let label = key.to_string();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&label),
+            layout: &layout,
+            entries: &entries,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Wgpu {
+                what: format!("binding {label}"),
+                detail: e.to_string(),
+            });
+        }
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(&label),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        Ok(())
+    }
+}
+
+/// Split `n_rows` rows of `row_bytes` bytes each into consecutive row ranges whose bytes (plus
+/// `extra(rows)` bytes of per-part data, e.g. scales) fit in `limit`. Errors when one row alone
+/// does not fit.
+pub fn split_rows(
+    what: &str,
+    n_rows: u64,
+    row_bytes: u64,
+    limit: u64,
+    extra: impl Fn(u64) -> u64,
+) -> Result<Vec<std::ops::Range<u64>>> {
+    let fits = |rows: u64| rows.saturating_mul(row_bytes).saturating_add(extra(rows)) <= limit;
+    if n_rows > 0 && !fits(1) {
+        return Err(GpuError::TooLarge {
+            what: what.into(),
+            detail: format!("one row is {row_bytes} bytes, a binding holds at most {limit}"),
+        });
+    }
+    let mut per = if row_bytes == 0 {
+        n_rows.max(1)
+    } else {
+        (limit / row_bytes).max(1)
+    };
+    while per > 1 && !fits(per) {
+        per -= 1.max(per / 16);
+    }
+    let per = per.max(1);
+    let mut out = Vec::new();
+    let mut r = 0;
+    while r < n_rows {
+        let e = (r + per).min(n_rows);
+        out.push(r..e);
+        r = e;
+    }
+    Ok(out)
+}

@@ -1,0 +1,242 @@
+//! Typed pipeline-cache keys (the key's `Display` is the pipeline label) and the cache.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use tern_format::{FloatType, TernaryLayout};
+use tern_shaders::{Shader, Variant};
+
+use crate::error::{GpuError, Result};
+
+/// ggml block types the GEMV kernel reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    Q8_0,
+    Q4_0,
+    Q4_1,
+}
+
+impl GgmlType {
+    /// Bytes of one 32-element block.
+    pub fn block_bytes(self) -> u64 {
+        match self {
+            GgmlType::Q8_0 => 34,
+            GgmlType::Q4_0 => 18,
+            GgmlType::Q4_1 => 20,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            GgmlType::Q8_0 => "q8_0",
+            GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q4_1 => "q4_1",
+        }
+    }
+}
+
+/// Elementwise ops of `elementwise.wgsl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EltOp {
+    SwiGlu,
+    Relu2Glu,
+    Add,
+}
+
+/// One compiled pipeline: shader plus override values. `Display` gives the label
+/// (e.g. `ternary_gemv_2bit_f32_tpr32`), which is also the registry's variant label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    ActQuantInt8,
+    TernaryGemv {
+        layout: TernaryLayout,
+        scale_type: FloatType,
+    },
+    GgmlGemv(GgmlType),
+    NeuzipDecode,
+    RmsNorm,
+    Rope {
+        neox: bool,
+    },
+    Elementwise(EltOp),
+    Argmax,
+}
+
+impl fmt::Display for KernelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelKey::ActQuantInt8 => f.write_str("act_quant_int8"),
+            KernelKey::TernaryGemv { layout, scale_type } => {
+                let l = match layout {
+                    TernaryLayout::Bits2 => "2bit",
+                    TernaryLayout::Base3 => "base3",
+                };
+                let s = match scale_type {
+                    FloatType::F32 => "f32",
+                    FloatType::F16 => "f16",
+                    FloatType::Bf16 => "bf16",
+                };
+                write!(f, "ternary_gemv_{l}_{s}_tpr32")
+            }
+            KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
+            KernelKey::NeuzipDecode => f.write_str("neuzip_decode"),
+            KernelKey::RmsNorm => f.write_str("rmsnorm"),
+            KernelKey::Rope { neox } => {
+                f.write_str(if *neox { "rope_neox" } else { "rope_normal" })
+            }
+            KernelKey::Elementwise(op) => f.write_str(match op {
+                EltOp::SwiGlu => "swiglu",
+                EltOp::Relu2Glu => "relu2_glu",
+                EltOp::Add => "add",
+            }),
+            KernelKey::Argmax => f.write_str("argmax"),
+        }
+    }
+}
+
+impl KernelKey {
+    /// The shader file this key compiles.
+    pub fn shader(self) -> Shader {
+        match self {
+            KernelKey::ActQuantInt8 => Shader::ActQuantInt8,
+            KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
+            KernelKey::GgmlGemv(_) => Shader::GgmlGemv,
+            KernelKey::NeuzipDecode => Shader::NeuzipDecode,
+            KernelKey::RmsNorm => Shader::RmsNorm,
+            KernelKey::Rope { .. } => Shader::Rope,
+            KernelKey::Elementwise(_) => Shader::Elementwise,
+            KernelKey::Argmax => Shader::Argmax,
+        }
+    }
+
+    /// The registry variant (override values) with this key's label; every key has one, which
+    /// a unit test checks, so the naga test covers every pipeline a launcher can build.
+    pub fn variant(self) -> Result<&'static Variant> {
+        let label = self.to_string();
+        self.shader().variant(&label).ok_or_else(|| GpuError::Wgpu {
+            what: label.clone(),
+            detail: "no such variant in tern-shaders".into(),
+        })
+    }
+}
+
+/// Shader modules and pipelines, each built once.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
+    pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl PipelineCache {
+    pub(crate) fn len(&self) -> usize {
+        self.pipelines.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    pub(crate) fn get(
+        &self,
+        device: &wgpu::Device,
+        key: KernelKey,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        fn poisoned<E>(_: E) -> GpuError {
+            GpuError::Wgpu {
+                what: "pipeline cache".into(),
+                detail: "lock poisoned".into(),
+            }
+        }
+        if let Some(p) = self.pipelines.lock().map_err(poisoned)?.get(&key) {
+            return Ok(Arc::clone(p));
+        }
+        let variant = key.variant()?;
+        let shader = key.shader();
+        let module = {
+            let mut mods = self.modules.lock().map_err(poisoned)?;
+            match mods.get(&shader) {
+                Some(m) => Arc::clone(m),
+                None => {
+                    let src = shader.source();
+                    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+                    let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(shader.file()),
+                        source: wgpu::ShaderSource::Wgsl(src.into()),
+                    });
+                    if let Some(e) = pollster::block_on(scope.pop()) {
+                        return Err(GpuError::Wgpu {
+                            what: format!("compiling {}", shader.file()),
+                            detail: e.to_string(),
+                        });
+                    }
+                    let m = Arc::new(m);
+                    mods.insert(shader, Arc::clone(&m));
+                    m
+                }
+            }
+        };
+        let label = key.to_string();
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&label),
+            layout: None,
+            module: &module,
+            entry_point: Some(shader.entry_point()),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: variant.constants,
+                zero_initialize_workgroup_memory: true,
+            },
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Wgpu {
+                what: format!("pipeline {label}"),
+                detail: e.to_string(),
+            });
+        }
+        let p = Arc::new(pipeline);
+        self.pipelines
+            .lock()
+            .map_err(poisoned)?
+            .insert(key, Arc::clone(&p));
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key a launcher can make names a registry variant (so naga validated it).
+    #[test]
+    fn every_key_has_a_registered_variant() {
+        let mut keys = vec![
+            KernelKey::ActQuantInt8,
+            KernelKey::NeuzipDecode,
+            KernelKey::RmsNorm,
+            KernelKey::Rope { neox: false },
+            KernelKey::Rope { neox: true },
+            KernelKey::Argmax,
+        ];
+        for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
+            for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+                keys.push(KernelKey::TernaryGemv { layout, scale_type });
+            }
+        }
+        for t in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+            keys.push(KernelKey::GgmlGemv(t));
+        }
+        for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
+            keys.push(KernelKey::Elementwise(op));
+        }
+        for k in &keys {
+            let v = k.variant().unwrap();
+            assert_eq!(v.label, k.to_string());
+        }
+        assert_eq!(keys.len(), tern_shaders::all_variants().count());
+        assert_eq!(
+            KernelKey::TernaryGemv {
+                layout: TernaryLayout::Bits2,
+                scale_type: FloatType::F32
+            }
+            .to_string(),
+            "ternary_gemv_2bit_f32_tpr32"
+        );
+    }
+}
