@@ -34,7 +34,8 @@ echo "== cross-compile the runtime for Android and iOS (compile only: no NDK/Xco
 for t in aarch64-linux-android aarch64-apple-ios; do
   rustup target add "$t" >/dev/null 2>&1 || true
   if rustup target list --installed 2>/dev/null | grep -qx "$t"; then
-    cargo check -q --target "$t" -p tern-format -p tern-import -p tern-reference -p tern-engine -p tern-ffi
+    cargo check -q --target "$t" -p tern-format -p tern-import -p tern-reference -p tern-engine -p tern-gpu -p tern-ffi
+    [ "$t" = aarch64-linux-android ] && cargo check -q --target "$t" -p tern-ffi --features jni
   else
     echo "   (target $t not installable here: skipped)"
   fi
