@@ -35,7 +35,7 @@ for t in aarch64-linux-android aarch64-apple-ios; do
   rustup target add "$t" >/dev/null 2>&1 || true
   if rustup target list --installed 2>/dev/null | grep -qx "$t"; then
     cargo check -q --target "$t" -p tern-format -p tern-import -p tern-reference -p tern-engine -p tern-gpu -p tern-ffi
-    [ "$t" = aarch64-linux-android ] && cargo check -q --target "$t" -p tern-ffi --features jni
+    if [ "$t" = aarch64-linux-android ]; then cargo check -q --target "$t" -p tern-ffi --features jni; fi
   else
     echo "   (target $t not installable here: skipped)"
   fi

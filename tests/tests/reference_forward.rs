@@ -336,7 +336,7 @@ fn llama_deterministic_across_runs_and_threads() {
             parallel: false,
             ..Default::default()
         },
-        kv_f16: false,
+        ..Default::default()
     });
     let c = prefill_all(&model, &TOKENS);
     assert_eq!(a, c, "serial and parallel must be bit-identical");

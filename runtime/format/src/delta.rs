@@ -50,7 +50,8 @@
 //!    | 56..64 | `u64` xxh3-64 of bytes 0..56 |
 //! 2. **Index**: UTF-8 JSON ([`Index`]): the tuned file's size and xxh3, the offset and size of its
 //!    data section, the `prefix` (bytes `0..data_offset`: header and padding) and `suffix` (bytes
-//!    after the data section: metadata, directory, section table) as payload references, and per
+//!    after the data section: metadata, directory, section table) as payload references and the
+//!    xxh3 of prefix ‖ suffix (checked after rebuilding, with every tensor's checksum), and per
 //!    tuned tensor (directory order) its [`TensorInfo`], the checksum of the base tensor it needs
 //!    (none for copies), the method (`chunks`, or `neuzip` with the NeuZip parameters to re-encode)
 //!    and its payload reference `{offset, size, checksum}` (absolute offset, xxh3-64).
@@ -81,7 +82,8 @@
 //! ## Validation
 //! [`DeltaFile::from_bytes`] checks the header, the index checksum, every payload's range and
 //! checksum and every chunk table (kinds allowed for the tensor's encoding, ranges tiling the
-//! target, whole elements/rows/blocks) before anything is decoded. Applying checks the base identity
+//! target, whole elements/rows/blocks), and that every byte outside header, index and payloads
+//! is zero, before anything is decoded. Applying checks the base identity
 //! and each base tensor's checksum first; every chunk decoder bounds-checks its stream; every
 //! reconstructed tensor's checksum must equal the tuned one; a mismatch is a typed error, never a
 //! silently wrong model.
@@ -179,6 +181,9 @@ pub struct Index {
     pub prefix: Blob,
     /// Tuned bytes `data_offset + data_size..tuned_size`.
     pub suffix: Blob,
+    /// xxh3-64 of the tuned file's prefix followed by its suffix: with the tensors' checksums, an
+    /// end-to-end check of the rebuilt image that does not hash the whole file.
+    pub skeleton_hash: u64,
     pub tensors: Vec<Record>,
 }
 
@@ -200,6 +205,13 @@ pub fn base_identity(base: &TernFile) -> Result<u64> {
         );
     }
     Ok(h.digest())
+}
+
+fn skeleton_hash(prefix: &[u8], suffix: &[u8]) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(prefix);
+    h.update(suffix);
+    h.digest()
 }
 
 fn usize_of(x: u64) -> Result<usize> {
@@ -984,6 +996,7 @@ pub fn create(base: &TernFile, tuned: &TernFile, threads: usize) -> Result<(Vec<
         data_size: data.size,
         prefix: blob(&payloads[0]),
         suffix: blob(&payloads[1]),
+        skeleton_hash: skeleton_hash(&payloads[0], &payloads[1]),
         tensors: records,
     };
     // The index's length depends on the offsets it holds: fix the offsets with a generous index
@@ -1252,6 +1265,18 @@ impl DeltaFile {
                 return Err(malformed(format!("{} and {} overlap", w[0].2, w[1].2)));
             }
         }
+        // Every byte outside the header, index and payloads must be zero padding, so a flipped
+        // bit anywhere in the file is detected.
+        let mut at = iend;
+        for (s, e, _) in ranges.iter().map(|(s, e, w)| (*s, *e, w)).chain([(len, len, &String::new())]) {
+            if s > at && b[at as usize..s as usize].iter().any(|&x| x != 0) {
+                return Err(FormatError::NonZeroPadding {
+                    what: "delta padding between payloads".into(),
+                    offset: at,
+                });
+            }
+            at = at.max(e);
+        }
         Ok(DeltaFile {
             data,
             base_id,
@@ -1336,8 +1361,17 @@ impl DeltaFile {
         let d0 = usize_of(idx.data_offset)?;
         let d1 = d0 + usize_of(idx.data_size)?; // ok: validated at open to fit tuned_size
         let blob = |x: &Blob| &b[x.offset as usize..(x.offset + x.size) as usize]; // ok: validated
-        image[..d0].copy_from_slice(blob(&idx.prefix));
-        image[d1..].copy_from_slice(blob(&idx.suffix));
+        let (pre, suf) = (blob(&idx.prefix), blob(&idx.suffix));
+        let computed = skeleton_hash(pre, suf);
+        if computed != idx.skeleton_hash {
+            return Err(FormatError::Checksum {
+                what: "tuned file header and tables rebuilt from the delta".into(),
+                stored: idx.skeleton_hash,
+                computed,
+            });
+        }
+        image[..d0].copy_from_slice(pre);
+        image[d1..].copy_from_slice(suf);
         // Split the data section into one slice per tensor (validated not to overlap).
         let mut order: Vec<usize> = (0..idx.tensors.len()).collect();
         order.sort_unstable_by_key(|&i| idx.tensors[i].info.offset);
@@ -1559,27 +1593,58 @@ fn decode_chunks(
 }
 
 #[doc(hidden)]
-/// Fuzzing entry: decode `data` as one chunk of every kind against a fixed pseudo-random base
-/// (must never panic).
-pub fn fuzz_chunk(data: &[u8]) {
-    let Some((&sel, rest)) = data.split_first() else {
+/// Fuzzing entry (`fuzz/fuzz_targets/delta_decode.rs`): first byte even → [`fuzz_chunk`] on the
+/// rest; odd → the rest as a `.ternd` file: validated, then every `chunks` record decoded against
+/// a zero base of its size (at most 16 MiB). Must never panic.
+pub fn fuzz_input(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let base: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    if mode % 2 == 0 {
+        return fuzz_chunk(rest);
+    }
+    let Ok(d) = DeltaFile::from_bytes(rest.to_vec()) else {
+        return;
+    };
+    let _ = d.tensor_sizes();
+    for (r, chunks) in d.index.tensors.iter().zip(&d.chunks) {
+        if r.method != Method::Chunks || r.info.size > 1 << 24 {
+            continue;
+        }
+        let Ok(ctx) = ctx_of(&r.info, r.method) else {
+            continue;
+        };
+        let base = vec![0u8; r.info.size as usize]; // ok: ≤ 16 MiB
+        let mut out = vec![0u8; base.len()];
+        let _ = decode_chunks(d.bytes(), chunks, ctx, &base, &mut out, 1);
+    }
+}
+
+/// The context and base bytes [`fuzz_chunk`] uses for selector byte `sel`.
+fn fuzz_setup(sel: u8) -> (Ctx, Vec<u8>) {
     let len = (usize::from(sel >> 3) + 1) * 40;
+    let mut base: Vec<u8> = (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
     let ctx = match sel % 4 {
         0 => Ctx::Float(Width::W16),
-        1 => Ctx::Ternary {
-            layout: if sel & 4 != 0 {
-                TernaryLayout::Base3
-            } else {
-                TernaryLayout::Bits2
-            },
-            cols: 37,
-            row_bytes: 40,
-            codes_len: 4000,
-            scale: Width::W32,
-        },
+        1 => {
+            let base3 = sel & 4 != 0;
+            if !base3 {
+                base.iter_mut().for_each(|b| *b &= 0x55); // valid 2-bit codes (0 or 1)
+            }
+            Ctx::Ternary {
+                layout: if base3 {
+                    TernaryLayout::Base3
+                } else {
+                    TernaryLayout::Bits2
+                },
+                cols: if base3 { 200 } else { 160 },
+                row_bytes: 40,
+                codes_len: len,
+                scale: Width::W32,
+            }
+        }
         2 => Ctx::Ggml(GgmlLayout {
             block_bytes: 20,
             scales: [0, 2],
@@ -1587,8 +1652,58 @@ pub fn fuzz_chunk(data: &[u8]) {
         }),
         _ => Ctx::Other,
     };
-    let mut out = vec![0u8; len];
+    (ctx, base)
+}
+
+#[doc(hidden)]
+/// Fuzzing entry: the first byte selects a tensor context and base ([`fuzz_setup`]); the rest is
+/// decoded as one chunk of every kind. Must never panic.
+pub fn fuzz_chunk(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let (ctx, base) = fuzz_setup(sel);
+    let mut out = vec![0u8; base.len()];
     for kind in [K_FM16, K_FM32, K_SPARSE, K_TERNARY, K_GGML] {
-        let _ = decode_chunk(kind, ctx, rest, &base[..len], &mut out);
+        let _ = decode_chunk(kind, ctx, rest, &base, &mut out);
     }
+}
+
+#[doc(hidden)]
+/// Valid inputs for `fuzz_input` (fuzz seeds): one chunk of each kind, each prefixed by the
+/// even mode byte and its selector.
+pub fn fuzz_seeds() -> Vec<(String, Vec<u8>)> {
+    let mut seeds = Vec::new();
+    for (name, sel, kind) in [
+        ("fm16", 0u8 | 3 << 3, K_FM16),
+        ("fm32", 3 | 2 << 3, K_FM32),
+        ("sparse", 3 | 5 << 3, K_SPARSE),
+        ("ternary_2bit", 1 | 4 << 3, K_TERNARY),
+        ("ternary_base3", 1 | 4 | 4 << 3, K_TERNARY),
+        ("ggml", 2 | 6 << 3, K_GGML),
+    ] {
+        let (ctx, base) = fuzz_setup(sel);
+        let mut tuned = base.clone();
+        for (i, t) in tuned.iter_mut().enumerate() {
+            if i % 7 == 3 {
+                *t = match ctx {
+                    Ctx::Ternary {
+                        layout: TernaryLayout::Bits2,
+                        ..
+                    } => *t ^ 0x01,
+                    Ctx::Ternary { .. } => 128,
+                    _ => t.wrapping_add(1),
+                };
+            }
+        }
+        if let Some(d) = encode_chunk(kind, ctx, &base, &tuned) {
+            let mut out = vec![0u8; base.len()];
+            if decode_chunk(kind, ctx, &d, &base, &mut out).is_ok() && out == tuned {
+                let mut v = vec![0u8, sel];
+                v.extend_from_slice(&d);
+                seeds.push((format!("seed_chunk_{name}.bin"), v));
+            }
+        }
+    }
+    seeds
 }

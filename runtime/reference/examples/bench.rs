@@ -1,6 +1,6 @@
 //! Prefill and decode speed of the reference forward pass on a `.tern` file, llama-bench style.
 //!
-//! `cargo run --release -p tern-reference --example bench -- MODEL.tern [n_prompt=64] [n_gen=32] [--serial]`
+//! `cargo run --release -p tern-reference --example bench -- MODEL.tern [n_prompt=64] [n_gen=32] [--serial] [--llama]`
 
 use std::time::Instant;
 
@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let mut model = Model::load(&file)?;
     println!("load: {:.2} s", t.elapsed().as_secs_f64());
+    if args.iter().any(|a| a == "--llama") {
+        model.set_options(ForwardOptions::llama_cpp_like());
+    }
     if serial {
         model.set_options(ForwardOptions {
             matmul: MatmulOptions {

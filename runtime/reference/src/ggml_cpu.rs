@@ -590,3 +590,115 @@ pub(crate) mod x86 {
         hsum8(acc)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ggml_dot::{quantize_row_q8_0, quantize_row_q8_1, unpack_row};
+    use tern_format::ggml::BlockType;
+
+    fn rng(seed: u64) -> impl FnMut() -> f32 {
+        let mut st = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        move || {
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            (st >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    fn blocks(bt: BlockType, nb: usize, seed: u64) -> Vec<u8> {
+        let mut r = rng(seed);
+        let mut out = Vec::new();
+        for _ in 0..nb {
+            out.extend(f16::from_f32(0.01 + 0.02 * r().abs()).to_le_bytes());
+            if bt == BlockType::Q4_1 {
+                out.extend(f16::from_f32(-0.1 * r().abs()).to_le_bytes());
+            }
+            let nq = if bt == BlockType::Q4_1 { 16 } else { 32 };
+            for _ in 0..nq {
+                out.push(((r() + 1.0) * 127.9) as u8);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn expf_is_close_to_libm_and_handles_the_ends() {
+        let mut r = rng(1);
+        for _ in 0..10_000 {
+            let x = r() * 80.0;
+            let (a, b) = (expf(x), x.exp());
+            assert!((a - b).abs() <= 4.0 * f32::EPSILON * b, "{x}: {a} vs {b}");
+        }
+        assert_eq!(expf(f32::NEG_INFINITY), 0.0);
+        assert_eq!(expf(0.0), 1.0);
+        assert_eq!(expf(-200.0), 0.0);
+        assert!(expf(200.0).is_infinite());
+        assert!((silu(1.0) - 1.0 / (1.0 + (-1.0f32).exp())).abs() < 1e-6);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn intrinsic_block_dots_equal_the_scalar_emulation() {
+        if !crate::simd::avx2_fma() {
+            eprintln!("no AVX2/FMA here: nothing to compare");
+            return;
+        }
+        for seed in 0..20u64 {
+            let nb = 1 + seed as usize % 20;
+            let mut r = rng(seed + 100);
+            let x: Vec<f32> = (0..nb * QK)
+                .map(|i| r() * (1.0 + (i % 5) as f32 * 3.0))
+                .collect();
+            let (mut q, mut d, mut m) = (Vec::new(), Vec::new(), Vec::new());
+            let b = blocks(BlockType::Q4_1, nb, seed);
+            let a = quantize_row_q8_1(&x).unwrap();
+            unpack_row(BlockType::Q4_1, &b, &mut q, &mut d, &mut m);
+            // SAFETY: AVX2 + FMA checked above.
+            let fast = unsafe { x86::dot_q4_1_q8_1(&b, &a) };
+            assert_eq!(fast.to_bits(), dot_q4_1_q8_1(&q, &d, &m, &a).to_bits());
+            let b = blocks(BlockType::Q8_0, nb, seed);
+            let a = quantize_row_q8_0(&x).unwrap();
+            unpack_row(BlockType::Q8_0, &b, &mut q, &mut d, &mut m);
+            // SAFETY: AVX2 + FMA checked above.
+            let fast = unsafe { x86::dot_q8_0_q8_0(&b, &a) };
+            assert_eq!(fast.to_bits(), dot_q8_0_q8_0_tinyblas(&q, &d, &a).to_bits());
+        }
+    }
+
+    #[test]
+    fn block_attention_equals_row_attention_bitwise() {
+        let (hd, n_head_kv, n) = (16, 2, 150);
+        let stride = hd * n_head_kv;
+        let mut r = rng(7);
+        let k: Vec<f32> = (0..n * stride).map(|_| f16r(r())).collect();
+        let v: Vec<f32> = (0..n * stride).map(|_| f16r(r())).collect();
+        let q: Vec<f32> = (0..n * hd).map(|_| r() * 3.0).collect();
+        let pos0 = 70; // rows at positions 70..150 cross tiles 1 and 2
+        let rows = n - pos0;
+        let mut blk = vec![0.0; rows * hd];
+        let qb = &q[pos0 * hd..];
+        attn_block_tiled(qb, hd, 0, pos0, &k, &v, stride, hd, hd, 0.25, &mut blk);
+        for (i, got) in blk.chunks_exact(hd).enumerate() {
+            let mut want = vec![0.0; hd];
+            let qr = &qb[i * hd..(i + 1) * hd];
+            attn_row_tiled(qr, &k, &v, stride, hd, pos0 + i + 1, 0.25, &mut want);
+            assert_eq!(got, &want[..], "row {i}");
+        }
+        // one-chunk kernel: a convex combination of the v rows (f16 accumulation noise only)
+        let mut o = vec![0.0; hd];
+        attn_row_one_chunk(
+            &q[..hd],
+            &k,
+            &v,
+            stride,
+            0,
+            1,
+            0.25,
+            &mut o,
+            &mut Vec::new(),
+        );
+        assert_eq!(&o[..], &v[..hd]);
+    }
+}

@@ -1,7 +1,7 @@
 //! # tern-reference: plain CPU kernels and the whole forward pass
 //!
 //! The oracle every GPU kernel is checked against, and the CPU fallback. One plain function per op,
-//! f32 accumulation, no unsafe, no GPU:
+//! f32 accumulation, no GPU:
 //!
 //! * [`kernels`]: [`rmsnorm`], [`rope`] (adjacent and NeoX pairing), [`softmax`], [`attention`]
 //!   (causal GQA over the cache), [`swiglu`], [`relu2_glu`], [`dot_f32`];
@@ -9,6 +9,9 @@
 //!   [`topk50_int8`] (formulas, sources and the TopK tie rule in the module doc);
 //! * [`ggml_dot`]: Q8_0 / Q4_0 / Q4_1 row dots with f32 activations, and llama.cpp-style Q8_0/Q8_1
 //!   activation quantization with integer block dots;
+//! * [`ggml_cpu`]: llama.cpp's x86 CPU arithmetic reproduced bit for bit (lane-ordered Q4_1/Q8_0
+//!   dots, double-accumulated RMSNorm, f32-iterated RoPE angles, its vectorized `expf`, both CPU
+//!   flash-attention kernels), used by [`ForwardOptions::llama_cpp_like`];
 //! * [`matmul`]: a weight [`Matrix`] in any `.tern` encoding and `y = W·x` batched over tokens;
 //! * [`Model`] + [`KvCache`]: load a `.tern` file, validate it against its hyperparameters, run
 //!   batched prefill and decode.
@@ -28,7 +31,14 @@
 //! [`ReferenceError`]. The KV cache is allocated once and written in place. Every output element is
 //! computed by the same sequential code whatever the batch size or thread count, so a batched
 //! prefill equals token-by-token decode bit for bit, and the `parallel` feature (rayon over matrix
-//! rows and attention queries) changes speed only.
+//! rows and attention queries) changes speed only. So does the run-time AVX2 + FMA dispatch of the
+//! hot loops (`simd`: the same exactly rounded operations in the same order; its feature-checked
+//! calls and the intrinsic block dots are the crate's only `unsafe`).
+//!
+//! **Numerics.** The default options are the reference semantics (f32 activations, f32 KV cache,
+//! plain softmax attention). [`ForwardOptions::llama_cpp_like`] instead reproduces llama.cpp's CPU
+//! backend with default settings, bit for bit for llama-family Q4_1/Q8_0 models (tests/tests/
+//! llamacpp_agreement.rs: identical logits over the GPL-3 text, identical greedy generations).
 
 pub mod error;
 pub mod ggml_cpu;
