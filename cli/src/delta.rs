@@ -68,8 +68,10 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
         } => {
             let t0 = Instant::now();
             let b = TernFile::open(&base).with_context(|| format!("opening {}", base.display()))?;
-            let t = TernFile::open(&tuned).with_context(|| format!("opening {}", tuned.display()))?;
-            let (bytes, rep) = delta::create(&b, &t, threads.unwrap_or_else(delta::default_threads))?;
+            let t =
+                TernFile::open(&tuned).with_context(|| format!("opening {}", tuned.display()))?;
+            let (bytes, rep) =
+                delta::create(&b, &t, threads.unwrap_or_else(delta::default_threads))?;
             std::fs::write(&output, &bytes)
                 .with_context(|| format!("writing {}", output.display()))?;
             if per_tensor {
@@ -93,7 +95,11 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
                 e.2 += 1;
             }
             for (m, (tb, db, n)) in by {
-                eprintln!("  {m:<13} {n:>4} tensors  {:>10.2} MB -> {:>10.2} MB", mb(tb), mb(db));
+                eprintln!(
+                    "  {m:<13} {n:>4} tensors  {:>10.2} MB -> {:>10.2} MB",
+                    mb(tb),
+                    mb(db)
+                );
             }
             println!(
                 "{}: {:.2} MB = {:.2}% of the tuned file ({:.2} MB), made in {:.2}s",
@@ -113,7 +119,8 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
         } => {
             let t0 = Instant::now();
             let b = TernFile::open(&base).with_context(|| format!("opening {}", base.display()))?;
-            let d = DeltaFile::open(&delta).with_context(|| format!("opening {}", delta.display()))?;
+            let d =
+                DeltaFile::open(&delta).with_context(|| format!("opening {}", delta.display()))?;
             let t1 = Instant::now();
             let n = d
                 .apply_to_file(&b, &output, threads.unwrap_or_else(delta::default_threads))
@@ -132,10 +139,14 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
             base,
             threads,
         } => {
-            let d = DeltaFile::open(&delta).with_context(|| format!("opening {}", delta.display()))?;
+            let d =
+                DeltaFile::open(&delta).with_context(|| format!("opening {}", delta.display()))?;
             let idx = d.index();
             println!("base identity  {:#018x}", d.base_id());
-            println!("tuned file     {} bytes, xxh3 {:#018x}", idx.tuned_size, idx.tuned_hash);
+            println!(
+                "tuned file     {} bytes, xxh3 {:#018x}",
+                idx.tuned_size, idx.tuned_hash
+            );
             println!(
                 "delta          {} bytes ({:.2}% of the tuned file), {} tensors",
                 d.len(),

@@ -386,7 +386,9 @@ fn parse_chunks(
             .filter(|&x| x <= p.len())
             .ok_or_else(|| bad(format!("data of {len} bytes beyond the payload")))?;
         let pad_end = end.div_ceil(4) * 4;
-        if p.get(end..pad_end.min(p.len())).is_some_and(|z| z.iter().any(|&x| x != 0)) {
+        if p.get(end..pad_end.min(p.len()))
+            .is_some_and(|z| z.iter().any(|&x| x != 0))
+        {
             return Err(bad("non-zero padding".into()));
         }
         let whole = |unit: usize| unit > 0 && out.start % unit == 0 && olen % unit == 0;
@@ -880,7 +882,12 @@ fn encode_tensor(
     };
     let base_ck = Some(binfo.checksum);
     if bbytes == tuned {
-        return Ok((base_ck, Method::Chunks, assemble(&[(K_BASE, 0..tuned.len(), Vec::new())]), "base"));
+        return Ok((
+            base_ck,
+            Method::Chunks,
+            assemble(&[(K_BASE, 0..tuned.len(), Vec::new())]),
+            "base",
+        ));
     }
     // NeuZip: FM-Delta on the decoded floats, re-encoded on apply.
     if let Encoding::NeuZip {
@@ -888,8 +895,10 @@ fn encode_tensor(
         mantissa_bits,
     } = info.encoding
     {
-        let (Ok(rb), Ok(rt)) = (decode_neuzip_raw(binfo, bbytes), decode_neuzip_raw(info, tuned))
-        else {
+        let (Ok(rb), Ok(rt)) = (
+            decode_neuzip_raw(binfo, bbytes),
+            decode_neuzip_raw(info, tuned),
+        ) else {
             return copy();
         };
         let row_len = usize_of(info.shape.last().copied().unwrap_or(1).max(1))?;
@@ -899,7 +908,9 @@ fn encode_tensor(
                 block_symbols: p.block_symbols,
             };
             let ctx = Ctx::Float(float_width(dtype));
-            if let Some(payload) = encode_payload(plan_chunks(ctx, rt.len()), ctx, &rb, &rt, threads)? {
+            if let Some(payload) =
+                encode_payload(plan_chunks(ctx, rt.len()), ctx, &rb, &rt, threads)?
+            {
                 if payload.len() < tuned.len() {
                     return Ok((base_ck, method, payload, "neuzip"));
                 }
@@ -926,20 +937,34 @@ fn encode_tensor(
             continue;
         }
         // Decode what we encoded: the codec must reproduce the tensor exactly.
-        let chunks = parse_chunks(&payload, 0..payload.len(), tuned.len(), ctx, true, &info.name)?;
+        let chunks = parse_chunks(
+            &payload,
+            0..payload.len(),
+            tuned.len(),
+            ctx,
+            true,
+            &info.name,
+        )?;
         let mut out = vec![0u8; tuned.len()];
         let ok = decode_chunks(&payload, &chunks, ctx, bbytes, &mut out, threads).is_ok()
             && out == tuned;
         if ok {
             return Ok((base_ck, Method::Chunks, payload, label));
         }
-        log::debug!("tensor {:?}: {label} does not reproduce it, trying the next", info.name);
+        log::debug!(
+            "tensor {:?}: {label} does not reproduce it, trying the next",
+            info.name
+        );
     }
     copy()
 }
 
 /// Make a delta that turns `base` into `tuned`. Returns the `.ternd` bytes and a report.
-pub fn create(base: &TernFile, tuned: &TernFile, threads: usize) -> Result<(Vec<u8>, CreateReport)> {
+pub fn create(
+    base: &TernFile,
+    tuned: &TernFile,
+    threads: usize,
+) -> Result<(Vec<u8>, CreateReport)> {
     let tb = tuned.file_bytes();
     let data = tuned
         .sections()
@@ -1019,7 +1044,9 @@ pub fn create(base: &TernFile, tuned: &TernFile, threads: usize) -> Result<(Vec<
     let mut json = serde_json::to_vec(&index)
         .map_err(|e| FormatError::InvalidArgument(format!("delta index: {e}")))?;
     if json.len() > est {
-        return Err(FormatError::InvalidArgument("delta index estimate too small".into()));
+        return Err(FormatError::InvalidArgument(
+            "delta index estimate too small".into(),
+        ));
     }
     json.resize(est, b' '); // JSON allows trailing whitespace
     let mut out = vec![0u8; HEADER_SIZE];
@@ -1153,8 +1180,13 @@ impl DeltaFile {
             });
         }
         let hsize = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
-        let (base_id, ioff, isize, ihash, fsize) =
-            (u64_at(b, 16), u64_at(b, 24), u64_at(b, 32), u64_at(b, 40), u64_at(b, 48));
+        let (base_id, ioff, isize, ihash, fsize) = (
+            u64_at(b, 16),
+            u64_at(b, 24),
+            u64_at(b, 32),
+            u64_at(b, 40),
+            u64_at(b, 48),
+        );
         if fsize > len {
             return Err(trunc("delta", 0, fsize));
         }
@@ -1189,7 +1221,10 @@ impl DeltaFile {
                 return Err(if end > len {
                     trunc(&what, blob.offset, end)
                 } else {
-                    malformed(format!("{what}: bytes {}..{end} overlap the index", blob.offset))
+                    malformed(format!(
+                        "{what}: bytes {}..{end} overlap the index",
+                        blob.offset
+                    ))
                 });
             }
             let r = blob.offset as usize..end as usize; // ok: ≤ len
@@ -1268,7 +1303,12 @@ impl DeltaFile {
         // Every byte outside the header, index and payloads must be zero padding, so a flipped
         // bit anywhere in the file is detected.
         let mut at = iend;
-        for (s, e, _) in ranges.iter().map(|(s, e, w)| (*s, *e, w)).chain([(len, len, &String::new())]) {
+        for (s, e, _) in
+            ranges
+                .iter()
+                .map(|(s, e, w)| (*s, *e, w))
+                .chain([(len, len, &String::new())])
+        {
             if s > at && b[at as usize..s as usize].iter().any(|&x| x != 0) {
                 return Err(FormatError::NonZeroPadding {
                     what: "delta padding between payloads".into(),
@@ -1431,7 +1471,12 @@ impl DeltaFile {
             .tensors
             .iter()
             .enumerate()
-            .map(|(i, r)| (i, &d[r.info.offset as usize..(r.info.offset + r.info.size) as usize])) // ok: validated
+            .map(|(i, r)| {
+                (
+                    i,
+                    &d[r.info.offset as usize..(r.info.offset + r.info.size) as usize],
+                )
+            }) // ok: validated
             .collect();
         par_map(checks, threads, |(i, bytes)| {
             let info = &idx.tensors[i].info;
@@ -1450,13 +1495,16 @@ impl DeltaFile {
 
     fn decode_neuzip(&self, i: usize, base: &[u8], out: &mut [u8]) -> Result<()> {
         let r = &self.index.tensors[i];
-        let (Method::NeuZip {
-            lanes,
-            block_symbols,
-        }, Encoding::NeuZip {
-            dtype,
-            mantissa_bits,
-        }) = (r.method, &r.info.encoding)
+        let (
+            Method::NeuZip {
+                lanes,
+                block_symbols,
+            },
+            Encoding::NeuZip {
+                dtype,
+                mantissa_bits,
+            },
+        ) = (r.method, &r.info.encoding)
         else {
             return Err(malformed("neuzip record"));
         };
@@ -1501,13 +1549,14 @@ impl DeltaFile {
         let image = self.apply_with(base, threads)?;
         let f = TernFile::from_bytes(image)?;
         let same = f.tensors().len() == self.index.tensors.len()
-            && f
-                .tensors()
+            && f.tensors()
                 .iter()
                 .zip(&self.index.tensors)
                 .all(|(a, r)| *a == r.info);
         if !same {
-            return Err(malformed("the rebuilt directory differs from the delta's records"));
+            return Err(malformed(
+                "the rebuilt directory differs from the delta's records",
+            ));
         }
         Ok(f)
     }

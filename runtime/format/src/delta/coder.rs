@@ -481,7 +481,9 @@ pub(crate) fn sparse_decode(
         let g1 = ((1u64 << k) | u64::from(raw.get(k))) as usize; // ok: < 2^32
         let i = next + g1 - 1;
         if i >= n {
-            return Err(corrupt(format!("change at {i} beyond the chunk's {n} elements")));
+            return Err(corrupt(format!(
+                "change at {i} beyond the chunk's {n} elements"
+            )));
         }
         apply(i, v)?;
         next = i + 1;
@@ -495,7 +497,17 @@ mod tests {
 
     #[test]
     fn map_is_order_preserving_and_invertible() {
-        let xs = [-3.0f32, -1.0, -1e-30, -0.0, 0.0, 1e-30, 0.5, 2.0, f32::INFINITY];
+        let xs = [
+            -3.0f32,
+            -1.0,
+            -1e-30,
+            -0.0,
+            0.0,
+            1e-30,
+            0.5,
+            2.0,
+            f32::INFINITY,
+        ];
         let m: Vec<u32> = xs.iter().map(|x| Width::W32.map(x.to_bits())).collect();
         assert!(m.windows(2).all(|w| w[0] < w[1]), "{m:x?}");
         for x in [0u32, 1, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff, 0x3f80_0000] {
@@ -506,7 +518,8 @@ mod tests {
             assert!(y <= 0xffff);
             assert_eq!(Width::W16.unmap(y), u32::from(x));
         }
-        let h = [-2.0f32, -0.5, 0.0, 0.25, 3.0].map(|v| u32::from(half::bf16::from_f32(v).to_bits()));
+        let h =
+            [-2.0f32, -0.5, 0.0, 0.25, 3.0].map(|v| u32::from(half::bf16::from_f32(v).to_bits()));
         let m: Vec<u32> = h.iter().map(|&x| Width::W16.map(x)).collect();
         assert!(m.windows(2).all(|w| w[0] < w[1]));
     }
@@ -532,8 +545,16 @@ mod tests {
                     2 => rnd(),
                     _ => b.wrapping_add(1),
                 };
-                w.store(&mut base, i, b & if w == Width::W16 { 0xffff } else { u32::MAX });
-                w.store(&mut tuned, i, t & if w == Width::W16 { 0xffff } else { u32::MAX });
+                w.store(
+                    &mut base,
+                    i,
+                    b & if w == Width::W16 { 0xffff } else { u32::MAX },
+                );
+                w.store(
+                    &mut tuned,
+                    i,
+                    t & if w == Width::W16 { 0xffff } else { u32::MAX },
+                );
             }
             let mut enc = Vec::new();
             fm_encode(w, &base, &tuned, &mut enc);
