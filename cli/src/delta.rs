@@ -171,3 +171,24 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
         }
     }
 }
+
+/// Load `base` with the fine-tune delta `delta` applied in memory (`tern run BASE --delta D`).
+pub fn load_with_delta(
+    base: &std::path::Path,
+    delta: &std::path::Path,
+) -> Result<tern_engine::session::Model> {
+    let t0 = Instant::now();
+    let f = delta::open_with_delta(base, delta)
+        .with_context(|| format!("applying {} to {}", delta.display(), base.display()))?;
+    let t1 = Instant::now();
+    let m = tern_engine::session::Model::from_file(&f)
+        .with_context(|| format!("loading {} + {}", base.display(), delta.display()))?;
+    log::info!(
+        "loaded {} + delta {} in {:.2}s (delta applied in {:.2}s)",
+        base.display(),
+        delta.display(),
+        t0.elapsed().as_secs_f64(),
+        (t1 - t0).as_secs_f64()
+    );
+    Ok(m)
+}

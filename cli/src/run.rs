@@ -85,6 +85,9 @@ pub struct RunArgs {
     /// Do not parse special tokens (like <|im_start|>) in the prompt text.
     #[arg(long)]
     pub no_special: bool,
+    /// A fine-tune delta (.ternd) to apply to MODEL in memory (`tern delta create`).
+    #[arg(long)]
+    pub delta: Option<PathBuf>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -103,7 +106,10 @@ fn load(model: Option<&Path>) -> Result<Model> {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     check_device(&a.sampling.device)?;
-    let model = load(a.model.as_deref())?;
+    let model = match &a.delta {
+        Some(d) => crate::delta::load_with_delta(&crate::models::resolve(a.model.as_deref())?, d)?,
+        None => load(a.model.as_deref())?,
+    };
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
         (None, Some(t)) => t.clone(),
