@@ -226,3 +226,117 @@ fn smollm2_greedy_matches_llama_cpp() {
         "only {ok}/10 prompts match llama.cpp for ≥ 16 tokens: {prefixes:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// BitNet b1.58 (TQ2_0 by llama-quantize) against llama.cpp's CPU logits
+
+/// Tolerance on the per-position NMSE = ‖tern − llama‖² / ‖llama‖² of the logits, derived from the
+/// one numerical difference that is not f32 rounding: the activation quantizers.
+///
+/// * tern (BitNet b1.58): every BitLinear input is quantized per token, int8 absmax over the whole
+///   row: step Δ_t = max|x| / 127 over `n` elements.
+/// * llama.cpp: `TQ2_0 · Q8_K` dots quantize per 256-element block: step Δ_b = max_block|x| / 127.
+///   (Its own model has no activation quantizer of its own; the Q8_K blocks are the only one.)
+///
+/// Rounding noise is uniform, variance Δ²/12 per element, and the two grids differ, so the
+/// difference of the two quantized inputs has variance ≈ (Δ_t² + Δ_b²)/12 ≤ Δ_t²/6. Through a
+/// matrix with independent-looking weights the output error relative to the output has the same
+/// ratio as at the input: ε = (Δ_t²/6) / mean(x²) = (max|x| / rms(x))² / (6·127²). For activation
+/// rows of 256…7000 roughly Gaussian values max/rms ≈ 3…4, so ε ≈ 1–1.6e-4 per quantized input.
+/// Each layer has 4 quantized inputs (qkv, attention output, gate/up, down), and errors injected
+/// into the residual stream add in power, so after L layers NMSE ≈ 4·L·ε ≈ L · 5e-4. The test
+/// allows twice that: `tol(L) = L · 1e-3`. (The rest — llama.cpp's f16 KV cache, its vectorized
+/// `expf`, RMSNorm's double sum — is ~1e-7 relative.) Measured: tiny (L = 2) 3.4e-4…1.1e-3,
+/// 2B-shaped (L = 30) 6.7e-3…1.4e-2. Top-1 is reported, not asserted: these random-weight models
+/// have nearly flat logits, where top-1 flips on noise of any size.
+fn bitnet_tolerance(n_layer: usize) -> f64 {
+    n_layer as f64 * 1e-3
+}
+
+fn bitnet_compare(gguf: &std::path::Path, golden: &[f32], positions: &[usize], scratch: &str) {
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tern_tests::golden("bitnet_llamacpp/golden.json")).unwrap(),
+    )
+    .unwrap();
+    let tokens: Vec<u32> = meta["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let out = tern_tests::scratch(scratch).join("model.tern");
+    let opts = tern_import::PackOptions::default();
+    tern_import::gguf_import::import_gguf(gguf, &out, &opts, &mut |_, _, _| {}).unwrap();
+    let file = TernFile::open(&out).unwrap();
+    let model = Model::load(&file).unwrap();
+    let (n_vocab, n_layer) = (
+        model.hparams().n_vocab as usize,
+        model.hparams().n_layer as usize,
+    );
+    assert_eq!(golden.len(), positions.len() * n_vocab);
+    let mut cache = KvCache::new(&model, tokens.len()).unwrap();
+    let logits = model
+        .forward(&tokens, &mut cache, LogitsWanted::All)
+        .unwrap();
+    let tol = bitnet_tolerance(n_layer);
+    let mut top1 = 0;
+    for (g, &p) in golden.chunks_exact(n_vocab).zip(positions) {
+        let ours = &logits[p * n_vocab..(p + 1) * n_vocab];
+        let err: f64 = ours
+            .iter()
+            .zip(g)
+            .map(|(&a, &b)| ((a - b) as f64).powi(2))
+            .sum();
+        let sig: f64 = g.iter().map(|&b| (b as f64).powi(2)).sum();
+        let nmse = err / sig;
+        top1 += (argmax(ours) == argmax(g)) as usize;
+        eprintln!(
+            "position {p}: NMSE {nmse:.2e} (tolerance {tol:.1e}), top-1 {} vs {}",
+            argmax(ours),
+            argmax(g)
+        );
+        assert!(nmse <= tol, "position {p}: NMSE {nmse} > {tol}");
+    }
+    eprintln!(
+        "{n_layer} layers: top-1 agreement {top1}/{}",
+        positions.len()
+    );
+}
+
+/// Tiny BitNet (2 layers) quantized to TQ2_0 by llama-quantize; runs in CI.
+#[test]
+fn bitnet_tiny_tq2_0_matches_llama_cpp() {
+    let raw = std::fs::read(tern_tests::golden("bitnet_llamacpp/tiny_logits_f32.bin")).unwrap();
+    let golden: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let gguf = tern_tests::golden("bitnet_llamacpp/tiny-tq2_0-f16emb.gguf");
+    bitnet_compare(
+        &gguf,
+        &golden,
+        &(0..8).collect::<Vec<_>>(),
+        "bitnet_tiny_llamacpp",
+    );
+}
+
+/// The BitNet-b1.58-2B4T-shaped random model (30 layers, 2.4B parameters with the embedding),
+/// TQ2_0 + F16 embedding. Needs /root/bench/synth-tq2-f16emb.gguf (1.2 GB, not in the repository);
+/// skipped without it. ~1 min and ~4 GB of RAM.
+#[test]
+fn bitnet_2b_tq2_0_matches_llama_cpp() {
+    let gguf = std::path::Path::new("/root/bench/synth-tq2-f16emb.gguf");
+    if !gguf.exists() {
+        eprintln!(
+            "skipped: {} is absent (see tests/golden/bitnet_llamacpp/PROVENANCE.md)",
+            gguf.display()
+        );
+        return;
+    }
+    let raw = std::fs::read(tern_tests::golden("bitnet_llamacpp/synth2b_logits_f16.bin")).unwrap();
+    let golden: Vec<f32> = raw
+        .chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
+    bitnet_compare(gguf, &golden, &[0, 3, 5, 7], "bitnet_2b_llamacpp");
+}
