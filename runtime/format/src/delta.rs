@@ -1366,6 +1366,7 @@ impl DeltaFile {
     /// to the tuned file the delta was made from ([`DeltaFile::apply_to_file`] also checks its hash).
     pub fn apply_with(&self, base: &TernFile, threads: usize) -> Result<Vec<u8>> {
         self.check_base(base)?;
+        let t0 = std::time::Instant::now();
         let b = self.bytes();
         let idx = &self.index;
         // Resolve every base tensor first (checksums verified) — nothing is decoded before this.
@@ -1397,6 +1398,7 @@ impl DeltaFile {
             }
             base_bytes.push(v.bytes);
         }
+        let t_base = t0.elapsed();
         let mut image = vec![0u8; usize_of(idx.tuned_size)?];
         let d0 = usize_of(idx.data_offset)?;
         let d1 = d0 + usize_of(idx.data_size)?; // ok: validated at open to fit tuned_size
@@ -1465,6 +1467,7 @@ impl DeltaFile {
             Job::Chunk(kind, ctx, data, base, out) => decode_chunk(kind, ctx, data, base, out),
             Job::NeuZip(i, out) => self.decode_neuzip(i, base_bytes[i], out),
         })?;
+        let t_decode = t0.elapsed();
         // Every tensor's checksum.
         let d = &image[d0..d1];
         let checks: Vec<(usize, &[u8])> = idx
@@ -1490,6 +1493,12 @@ impl DeltaFile {
             }
             Ok(())
         })?;
+        log::debug!(
+            "delta applied: base tensors checked {:.3}s, decoded {:.3}s, checksums {:.3}s",
+            t_base.as_secs_f64(),
+            (t_decode - t_base).as_secs_f64(),
+            (t0.elapsed() - t_decode).as_secs_f64()
+        );
         Ok(image)
     }
 

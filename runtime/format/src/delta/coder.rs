@@ -341,7 +341,7 @@ impl Width {
             Width::W32 => u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]),
         }
     }
-    #[inline]
+    #[cfg(test)]
     fn store(self, b: &mut [u8], i: usize, v: u32) {
         match self {
             Width::W16 => b[2 * i..2 * i + 2].copy_from_slice(&(v as u16).to_le_bytes()), // ok: v < 2^16
@@ -415,23 +415,47 @@ pub(crate) fn fm_decode(w: Width, c: &mut Cursor<'_>, base: &[u8], out: &mut [u8
     let mut syms = vec![0u8; n];
     get_stream(c, &mut syms, w.alphabet())?;
     let mut raw = BitReader::read(c)?;
+    match w {
+        Width::W16 => fm_apply::<2>(w, &syms, &mut raw, base, out),
+        Width::W32 => fm_apply::<4>(w, &syms, &mut raw, base, out),
+    }
+    raw.finish()
+}
+
+/// The FM-Delta reconstruction loop for `B`-byte elements (`B` = `w.bytes()`); equal elements
+/// (the common case of a light fine-tune) are copied without mapping.
+#[inline(always)]
+fn fm_apply<const B: usize>(
+    w: Width,
+    syms: &[u8],
+    raw: &mut BitReader<'_>,
+    base: &[u8],
+    out: &mut [u8],
+) {
     let nb = w.bits();
     let mask = if nb == 32 { u32::MAX } else { (1 << nb) - 1 };
-    for (i, &s) in syms.iter().enumerate() {
-        let p = w.map(w.load(base, i));
+    for ((&s, b), o) in syms
+        .iter()
+        .zip(base.chunks_exact(B))
+        .zip(out.chunks_exact_mut(B))
+    {
         let s = u32::from(s);
-        let r = if s == nb {
-            p
-        } else if s > nb {
+        if s == nb {
+            o.copy_from_slice(b);
+            continue;
+        }
+        let mut x = [0u8; 4];
+        x[..B].copy_from_slice(b);
+        let p = w.map(u32::from_le_bytes(x));
+        let r = if s > nb {
             let k = s - nb - 1;
             p.wrapping_add((1 << k) | raw.get(k)) & mask
         } else {
             let k = nb - 1 - s;
             p.wrapping_sub((1 << k) | raw.get(k)) & mask
         };
-        w.store(out, i, w.unmap(r));
+        o.copy_from_slice(&w.unmap(r).to_le_bytes()[..B]);
     }
-    raw.finish()
 }
 
 // ------------------------------------------------------------------------------------------------
