@@ -26,6 +26,13 @@ impl Model {
         Self::from_file(&file)
     }
 
+    /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory; nothing is
+    /// written to disk. A delta made against another base is refused before anything is used.
+    pub fn open_with_delta(base: &Path, delta: &Path) -> Result<Self> {
+        let file = tern_format::delta::open_with_delta(base, delta)?;
+        Self::from_file(&file)
+    }
+
     pub fn from_file(file: &TernFile) -> Result<Self> {
         let meta = file.meta().clone();
         let net = tern_reference::Model::load(file)?;
