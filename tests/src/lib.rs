@@ -37,15 +37,30 @@ pub fn tern_bin() -> PathBuf {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let exe = std::env::current_exe().expect("current exe");
         // The test executable is <target>/<profile>/deps/<name>.
-        let target = exe.ancestors().nth(3).map_or_else(|| root.join("target"), Path::to_path_buf);
-        let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
-        let mut cmd = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        cmd.args(["build", "-q", "--bin", "tern"]).current_dir(&root).env("CARGO_TARGET_DIR", &target);
+        let target = exe
+            .ancestors()
+            .nth(3)
+            .map_or_else(|| root.join("target"), Path::to_path_buf);
+        let profile = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
+        let mut cmd =
+            std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cmd.args(["build", "-q", "--bin", "tern"])
+            .current_dir(&root)
+            .env("CARGO_TARGET_DIR", &target);
         if !cfg!(debug_assertions) {
             cmd.arg("--release");
         }
-        assert!(cmd.status().expect("run cargo build").success(), "cargo build --bin tern failed");
-        target.join(profile).join(format!("tern{}", std::env::consts::EXE_SUFFIX))
+        assert!(
+            cmd.status().expect("run cargo build").success(),
+            "cargo build --bin tern failed"
+        );
+        target
+            .join(profile)
+            .join(format!("tern{}", std::env::consts::EXE_SUFFIX))
     })
     .clone()
 }

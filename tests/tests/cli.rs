@@ -8,27 +8,59 @@ fn model() -> &'static std::path::Path {
     static P: OnceLock<std::path::PathBuf> = OnceLock::new();
     P.get_or_init(|| {
         let out = tern_tests::scratch("cli").join("smol.tern");
-        tern_import::import_path(&tern_tests::smollm2_gguf(), &out, &Default::default(), &mut |_, _, _| {}).unwrap();
+        tern_import::import_path(
+            &tern_tests::smollm2_gguf(),
+            &out,
+            &Default::default(),
+            &mut |_, _, _| {},
+        )
+        .unwrap();
         out
     })
 }
 
 fn tern(args: &[&str]) -> (bool, String, String) {
-    let o = Command::new(tern_tests::tern_bin()).args(args).output().unwrap();
-    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    let o = Command::new(tern_tests::tern_bin())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn run_streams_only_generated_text_and_matches_the_engine() {
     let m = model().to_str().unwrap();
-    let (ok, out, err) = tern(&["run", m, "-p", "The capital of France is", "-n", "8", "--device", "cpu"]);
+    let (ok, out, err) = tern(&[
+        "run",
+        m,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--device",
+        "cpu",
+    ]);
     assert!(ok, "{err}");
     // stdout holds exactly the generated text (plus a final newline); timings went to stderr.
     let model = tern_engine::Model::open(model()).unwrap();
     let mut s = tern_engine::Session::new(&model, 64).unwrap();
     let ids = model.tokenize("The capital of France is", true).unwrap();
-    let opts = tern_engine::GenerateOptions { max_tokens: 8, ..Default::default() };
-    let r = s.generate(&ids, &tern_engine::SamplingParams::greedy(), &opts, &mut |_| true).unwrap();
+    let opts = tern_engine::GenerateOptions {
+        max_tokens: 8,
+        ..Default::default()
+    };
+    let r = s
+        .generate(
+            &ids,
+            &tern_engine::SamplingParams::greedy(),
+            &opts,
+            &mut |_| true,
+        )
+        .unwrap();
     assert_eq!(out, format!("{}\n", r.text));
     assert!(err.contains("t/s"), "{err}");
     // --tokens gives the same.
@@ -43,7 +75,16 @@ fn dump_logits_writes_prompt_logits_as_npy() {
     let m = model().to_str().unwrap();
     let dir = tern_tests::scratch("cli_npy");
     let npy = dir.join("l.npy");
-    let (ok, out, err) = tern(&["run", m, "-p", "Hello world", "-n", "0", "--dump-logits", npy.to_str().unwrap()]);
+    let (ok, out, err) = tern(&[
+        "run",
+        m,
+        "-p",
+        "Hello world",
+        "-n",
+        "0",
+        "--dump-logits",
+        npy.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     assert!(out.trim().is_empty(), "-n 0 generates nothing: {out:?}");
     let b = std::fs::read(&npy).unwrap();
@@ -53,13 +94,22 @@ fn dump_logits_writes_prompt_logits_as_npy() {
     assert_eq!((10 + hl) % 64, 0);
     let model = tern_engine::Model::open(model()).unwrap();
     let ids = model.tokenize("Hello world", true).unwrap();
-    assert!(header.contains(&format!("'shape': ({}, 49152)", ids.len())), "{header}");
-    let vals: Vec<f32> = b[10 + hl..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert!(
+        header.contains(&format!("'shape': ({}, 49152)", ids.len())),
+        "{header}"
+    );
+    let vals: Vec<f32> = b[10 + hl..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(vals.len(), ids.len() * 49152);
     // Same numbers as the engine.
     let mut s = tern_engine::Session::new(&model, 64).unwrap();
     let want = s.eval_all(&ids).unwrap();
-    assert!(vals.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(vals
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
 }
 
 #[test]
@@ -71,20 +121,39 @@ fn tokenize_prints_json_ids() {
     assert_eq!(ids, vec![19556, 905, 17, 216, 33, 34, 35]);
     let (_, special, _) = tern(&["tokenize", m, "-p", "<|im_start|>"]);
     let (_, plain, _) = tern(&["tokenize", m, "-p", "<|im_start|>", "--no-special"]);
-    assert_eq!(serde_json::from_str::<Vec<u32>>(special.trim()).unwrap().len(), 1);
-    assert!(serde_json::from_str::<Vec<u32>>(plain.trim()).unwrap().len() > 1);
+    assert_eq!(
+        serde_json::from_str::<Vec<u32>>(special.trim())
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        serde_json::from_str::<Vec<u32>>(plain.trim())
+            .unwrap()
+            .len()
+            > 1
+    );
 }
 
 #[test]
 fn bad_arguments_fail_cleanly() {
     let m = model().to_str().unwrap();
     for (args, needle) in [
-        (vec!["run", m, "--tokens", "1,99999999", "-n", "1"], "vocabulary"),
+        (
+            vec!["run", m, "--tokens", "1,99999999", "-n", "1"],
+            "vocabulary",
+        ),
         (vec!["run", m, "-p", "hi", "--device", "tpu"], "--device"),
         (vec!["run", m, "-p", "hi", "--temp=-2"], "temperature"),
         (vec!["run", "/nonexistent.tern", "-p", "hi"], "nonexistent"),
-        (vec!["run", m, "-p", "hello there my dear friend", "-c", "2"], "context"),
-        (vec!["pack", "/nonexistent.gguf", "-o", "/tmp/x.tern"], "nonexistent"),
+        (
+            vec!["run", m, "-p", "hello there my dear friend", "-c", "2"],
+            "context",
+        ),
+        (
+            vec!["pack", "/nonexistent.gguf", "-o", "/tmp/x.tern"],
+            "nonexistent",
+        ),
     ] {
         let (ok, _, err) = tern(&args);
         assert!(!ok, "{args:?} should fail");

@@ -19,7 +19,11 @@ fn gen(prompt: &str, n: usize, stop: &[&str]) -> (String, StopReason, Vec<String
     let m = model();
     let mut s = Session::new(m, 256).unwrap();
     let ids = m.tokenize(prompt, true).unwrap();
-    let opts = GenerateOptions { max_tokens: n, stop_tokens: vec![], stop_strings: stop.iter().map(|s| s.to_string()).collect() };
+    let opts = GenerateOptions {
+        max_tokens: n,
+        stop_tokens: vec![],
+        stop_strings: stop.iter().map(|s| s.to_string()).collect(),
+    };
     let mut pieces = Vec::new();
     let r = s
         .generate(&ids, &SamplingParams::greedy(), &opts, &mut |p| {
@@ -57,7 +61,10 @@ fn callback_can_stop_and_cancel_flag_cancels() {
     let m = model();
     let mut s = Session::new(m, 128).unwrap();
     let ids = m.tokenize("Once upon a time", true).unwrap();
-    let opts = GenerateOptions { max_tokens: 50, ..Default::default() };
+    let opts = GenerateOptions {
+        max_tokens: 50,
+        ..Default::default()
+    };
     let mut n = 0;
     let r = s
         .generate(&ids, &SamplingParams::greedy(), &opts, &mut |_| {
@@ -81,27 +88,54 @@ fn callback_can_stop_and_cancel_flag_cancels() {
 fn bad_input_gives_clear_errors() {
     let m = model();
     let mut s = Session::new(m, 16).unwrap();
-    let opts = GenerateOptions { max_tokens: 4, ..Default::default() };
+    let opts = GenerateOptions {
+        max_tokens: 4,
+        ..Default::default()
+    };
     let g = SamplingParams::greedy();
     // Unknown token id.
-    let e = s.generate(&[1, 49152], &g, &opts, &mut |_| true).unwrap_err();
-    assert!(e.to_string().contains("49152") && e.to_string().contains("vocabulary"), "{e}");
+    let e = s
+        .generate(&[1, 49152], &g, &opts, &mut |_| true)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("49152") && e.to_string().contains("vocabulary"),
+        "{e}"
+    );
     // Empty prompt.
     let e = s.generate(&[], &g, &opts, &mut |_| true).unwrap_err();
     assert!(e.to_string().contains("empty prompt"), "{e}");
     // Prompt longer than the context.
     let long: Vec<u32> = (0..40).map(|i| 100 + i).collect();
     let e = s.generate(&long, &g, &opts, &mut |_| true).unwrap_err();
-    assert!(matches!(e, EngineError::PromptTooLong { prompt: 40, ctx: 16 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            EngineError::PromptTooLong {
+                prompt: 40,
+                ctx: 16
+            }
+        ),
+        "{e}"
+    );
     // The session survives all of that.
     let ids = m.tokenize("Hi", true).unwrap();
     assert!(s.generate(&ids, &g, &opts, &mut |_| true).is_ok());
     // Non-UTF-8 text.
-    let e = m.tokenizer().unwrap().encode_bytes(b"abc\xff\xfe", true).unwrap_err();
+    let e = m
+        .tokenizer()
+        .unwrap()
+        .encode_bytes(b"abc\xff\xfe", true)
+        .unwrap_err();
     assert!(e.to_string().to_lowercase().contains("utf-8"), "{e}");
     // Bad sampling parameters.
-    let bad = SamplingParams { temperature: -1.0, ..SamplingParams::greedy() };
-    assert!(matches!(s.generate(&ids, &bad, &opts, &mut |_| true), Err(EngineError::InvalidArgument(_))));
+    let bad = SamplingParams {
+        temperature: -1.0,
+        ..SamplingParams::greedy()
+    };
+    assert!(matches!(
+        s.generate(&ids, &bad, &opts, &mut |_| true),
+        Err(EngineError::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -119,7 +153,8 @@ fn model_without_tokenizer_refuses_text() {
     let full = tern_format::TernFile::open(&tmp).unwrap();
     for t in full.tensors() {
         let v = full.tensor(&t.name).unwrap();
-        w.add_tensor(&t.name, &t.shape, t.encoding.clone(), v.bytes).unwrap();
+        w.add_tensor(&t.name, &t.shape, t.encoding.clone(), v.bytes)
+            .unwrap();
     }
     w.finish().unwrap();
     let m = Model::open(&f).unwrap();
@@ -128,7 +163,12 @@ fn model_without_tokenizer_refuses_text() {
     assert!(e.to_string().contains("--tokens"), "{e}");
     // Token ids still work.
     let mut s = Session::new(&m, 32).unwrap();
-    let opts = GenerateOptions { max_tokens: 3, ..Default::default() };
-    let r = s.generate(&[1, 2, 3], &SamplingParams::greedy(), &opts, &mut |_| true).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 3,
+        ..Default::default()
+    };
+    let r = s
+        .generate(&[1, 2, 3], &SamplingParams::greedy(), &opts, &mut |_| true)
+        .unwrap();
     assert_eq!(r.tokens.len(), 3);
 }

@@ -12,7 +12,10 @@ fn check(gguf_name: &str, layout: TernaryLayout) {
     let src = tern_tests::golden(&format!("ggml/{gguf_name}"));
     let dir = tern_tests::scratch(&format!("ternary_import_{gguf_name}_{layout:?}"));
     let out = dir.join("m.tern");
-    let opts = PackOptions { ternary: layout, ..PackOptions::default() };
+    let opts = PackOptions {
+        ternary: layout,
+        ..PackOptions::default()
+    };
     tern_import::import_path(&src, &out, &opts, &mut |_, _, _| {}).unwrap();
     let g = GgufFile::open(&src).unwrap();
     let f = TernFile::open(&out).unwrap();
@@ -38,7 +41,14 @@ fn check(gguf_name: &str, layout: TernaryLayout) {
         };
         n_ternary += 1;
         let v = f.tensor(&gt.name).unwrap();
-        let Encoding::Ternary { layout: l, group, scale_type } = v.info.encoding else { panic!("{} not ternary", gt.name) };
+        let Encoding::Ternary {
+            layout: l,
+            group,
+            scale_type,
+        } = v.info.encoding
+        else {
+            panic!("{} not ternary", gt.name)
+        };
         assert_eq!(l, layout);
         let shape = gt.shape();
         let (rows, cols) = (shape[0], shape[1]);
@@ -46,13 +56,27 @@ fn check(gguf_name: &str, layout: TernaryLayout) {
         let mut row = vec![0i8; cols as usize];
         for i in 0..rows {
             r.row_trits(i as usize, &mut row).unwrap();
-            assert_eq!(&row[..], &trits[(i * cols) as usize..((i + 1) * cols) as usize], "{} row {i}", gt.name);
+            assert_eq!(
+                &row[..],
+                &trits[(i * cols) as usize..((i + 1) * cols) as usize],
+                "{} row {i}",
+                gt.name
+            );
         }
         // Scales: every element's scale equals its source block's (per-tensor when all agree).
         for e in (0..n).step_by(97) {
             let (i, c) = ((e as u64) / cols, (e as u64) % cols);
-            let want = if block_scales.len() == 1 { block_scales[0] } else { block_scales[e / 256] };
-            assert_eq!(r.scale_at(i as usize, c as usize).unwrap().to_bits(), want.to_bits(), "{} scale at {e}", gt.name);
+            let want = if block_scales.len() == 1 {
+                block_scales[0]
+            } else {
+                block_scales[e / 256]
+            };
+            assert_eq!(
+                r.scale_at(i as usize, c as usize).unwrap().to_bits(),
+                want.to_bits(),
+                "{} scale at {e}",
+                gt.name
+            );
         }
         // Values: identical to llama.cpp's dequantization (TQ) / trit × scale (I2_S).
         let ours = v.to_f32().unwrap();
@@ -60,13 +84,24 @@ fn check(gguf_name: &str, layout: TernaryLayout) {
             GgmlType::I2_S => tern_format::ggml::i2s_dequantize(bytes, n).unwrap(),
             t => tern_format::ggml::dequantize(t.block_type().unwrap(), bytes, n).unwrap(),
         };
-        assert!(ours.iter().zip(&theirs).all(|(a, b)| a.to_bits() == b.to_bits()), "{} values", gt.name);
+        assert!(
+            ours.iter()
+                .zip(&theirs)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{} values",
+            gt.name
+        );
     }
-    assert!(n_ternary >= 14, "{gguf_name}: only {n_ternary} ternary tensors");
+    assert!(
+        n_ternary >= 14,
+        "{gguf_name}: only {n_ternary} ternary tensors"
+    );
     // The packed model runs on the CPU reference (finite logits).
     let m = tern_reference::Model::load(&f).unwrap();
     let mut kv = tern_reference::KvCache::new(&m, 16).unwrap();
-    let logits = m.forward(&[1, 5, 9], &mut kv, tern_reference::LogitsWanted::Last).unwrap();
+    let logits = m
+        .forward(&[1, 5, 9], &mut kv, tern_reference::LogitsWanted::Last)
+        .unwrap();
     assert!(logits.iter().all(|x| x.is_finite()));
 }
 
@@ -92,8 +127,10 @@ fn i2_s_both_layouts() {
 /// byte and dequantizes it exactly as llama.cpp does.
 #[test]
 fn q6_k_embeddings_are_kept_and_decode_like_llama_cpp() {
-    let golden: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(tern_tests::golden("ggml/q6k.json")).unwrap()).unwrap();
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tern_tests::golden("ggml/q6k.json")).unwrap(),
+    )
+    .unwrap();
     let mut checked = 0;
     for name in ["tiny-tq2_0.gguf", "tiny-tq1_0.gguf"] {
         let src = tern_tests::golden(&format!("ggml/{name}"));
@@ -108,7 +145,12 @@ fn q6_k_embeddings_are_kept_and_decode_like_llama_cpp() {
             let vals = v.to_f32().unwrap();
             let bytes: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
             let want = &golden[format!("{name}:{}", gt.name)]["sha256"];
-            assert_eq!(want.as_str().unwrap(), sha256_hex(&bytes), "{name} {}", gt.name);
+            assert_eq!(
+                want.as_str().unwrap(),
+                sha256_hex(&bytes),
+                "{name} {}",
+                gt.name
+            );
             checked += 1;
         }
     }
@@ -119,11 +161,17 @@ fn sha256_hex(data: &[u8]) -> String {
     // Shell out to Python's hashlib rather than adding a hashing dependency for one test.
     use std::io::Write;
     let mut p = std::process::Command::new("python3")
-        .args(["-c", "import hashlib,sys;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"])
+        .args([
+            "-c",
+            "import hashlib,sys;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     p.stdin.take().unwrap().write_all(data).unwrap();
-    String::from_utf8(p.wait_with_output().unwrap().stdout).unwrap().trim().to_string()
+    String::from_utf8(p.wait_with_output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string()
 }

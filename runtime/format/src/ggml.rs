@@ -497,10 +497,15 @@ pub fn dequantize_q6_k_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     if out.len() % Q6_K_ELEMS != 0 || bytes.len() != out.len() / Q6_K_ELEMS * Q6_K_BYTES {
         return Err(FormatError::malformed(
             "q6_K",
-            format!("{} bytes for {} elements (256 elements per 210-byte block)", bytes.len(), out.len()),
+            format!(
+                "{} bytes for {} elements (256 elements per 210-byte block)",
+                bytes.len(),
+                out.len()
+            ),
         ));
     }
-    let blocks: &[BlockQ6K] = bytemuck::try_cast_slice(bytes).map_err(|e| FormatError::malformed("q6_K", format!("{e:?}")))?;
+    let blocks: &[BlockQ6K] = bytemuck::try_cast_slice(bytes)
+        .map_err(|e| FormatError::malformed("q6_K", format!("{e:?}")))?;
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(Q6_K_ELEMS)) {
         let d = f16_to_f32(b.d);
         for half in 0..2 {

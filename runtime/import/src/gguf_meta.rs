@@ -164,8 +164,17 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
     let bpe_bos = matches!(
         pre,
         Some(
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
-                | "jina-v5-nano" | "tekken" | "chameleon"
+            "llama3"
+                | "llama-v3"
+                | "llama-bpe"
+                | "falcon3"
+                | "falcon-h1"
+                | "pixtral"
+                | "midm-2.0"
+                | "lfm2"
+                | "jina-v5-nano"
+                | "tekken"
+                | "chameleon"
         )
     );
     Ok(Some(TokenizerSpec {
@@ -180,7 +189,9 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
         unk: id("tokenizer.ggml.unknown_token_id")?,
         pad: id("tokenizer.ggml.padding_token_id")?,
         eot: id("tokenizer.ggml.eot_token_id")?,
-        add_bos: g.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(spm || bpe_bos),
+        add_bos: g
+            .opt_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(spm || bpe_bos),
         add_eos: g.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
         add_space_prefix: g
             .opt_bool("tokenizer.ggml.add_space_prefix")?

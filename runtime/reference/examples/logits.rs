@@ -7,7 +7,8 @@ use tern_reference::{ForwardOptions, KvCache, LogitsWanted, Model};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (model_path, out) = (
-        args.first().ok_or("usage: logits MODEL OUT [--llama] TOKEN...")?,
+        args.first()
+            .ok_or("usage: logits MODEL OUT [--llama] TOKEN...")?,
         args.get(1).ok_or("missing OUT")?,
     );
     let file = tern_format::TernFile::open(model_path.as_ref())?;
@@ -22,6 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     let mut cache = KvCache::new(&model, tokens.len())?;
     let y = model.forward(&tokens, &mut cache, LogitsWanted::All)?;
-    std::fs::write(out, y.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>())?;
+    std::fs::write(
+        out,
+        y.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>(),
+    )?;
     Ok(())
 }
