@@ -574,7 +574,7 @@ impl Plan {
         }
         let rows = n / row_len;
         let expect_blocks = if bpr == 1 {
-            if u64::from(block_len) != u64::from(rpb) * row_len {
+            if u64::from(rpb).checked_mul(row_len) != Some(u64::from(block_len)) {
                 return Err(bad(format!(
                     "block_len {block_len} is not {rpb} rows of {row_len}"
                 )));
