@@ -54,7 +54,7 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
       mkdir -p "fuzz/corpus/$t"
       cp -n fuzz/regressions/"$t"/* "fuzz/corpus/$t/" 2>/dev/null || true
       echo "-- $t"
-      (cd fuzz && cargo $tc fuzz run -s none -O "$t" "corpus/$t" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 | tail -2)
+      (cd fuzz && cargo $tc fuzz run -s none -O "$t" "corpus/$t" -- -seed=1 -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 | tail -2)
     done
   else
     echo "   (cargo fuzz cannot build the targets with this toolchain: fuzzing skipped; corpora ran in cargo test)"
