@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{GpuError, Result};
 use crate::pipeline::{KernelKey, PipelineCache};
+use crate::plan::Recorder;
 use crate::pool::BufferPool;
 
 /// Which device the caller wants (`--device gpu|cpu|auto`).
@@ -484,7 +485,7 @@ impl GpuContext {
     /// Bind `buffers` (binding 0, 1, ...) to `key`'s pipeline and record one dispatch.
     pub(crate) fn dispatch(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        enc: &mut impl Recorder,
         key: KernelKey,
         buffers: &[&wgpu::Buffer],
         groups: (u32, u32, u32),
@@ -522,13 +523,7 @@ impl GpuContext {
                 detail: e.to_string(),
             });
         }
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(&label),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        enc.record_dispatch(key, &pipeline, bg, groups);
         Ok(())
     }
 }

@@ -22,6 +22,7 @@ pub mod context;
 pub mod error;
 pub mod ops;
 pub mod pipeline;
+pub mod plan;
 mod pool;
 
 pub use context::{
@@ -30,3 +31,4 @@ pub use context::{
 };
 pub use error::{GpuError, Result};
 pub use pipeline::{EltOp, GgmlType, KernelKey};
+pub use plan::{Plan, Recorder};

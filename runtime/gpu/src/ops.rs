@@ -7,6 +7,7 @@ use tern_format::{neuzip, ternary, FloatType, TernaryLayout};
 use crate::context::{split_rows, GpuContext};
 use crate::error::{GpuError, Result};
 use crate::pipeline::{EltOp, GgmlType, KernelKey};
+use crate::plan::Recorder;
 
 /// Rows per workgroup of the GEMV kernels (256 invocations, 32 per row).
 const GEMV_ROWS_PER_WG: u64 = 8;
@@ -82,7 +83,7 @@ pub fn act_stride_words(cols: u64) -> u64 {
 /// `tern_reference::quant::quantize_act_int8`).
 pub fn quantize_act_int8(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     x: &wgpu::Buffer,
     n_tokens: u64,
     cols: u64,
@@ -247,7 +248,7 @@ impl TernaryWeight {
 /// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32.
 pub fn ternary_gemv(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     w: &TernaryWeight,
     a: &ActInt8,
     y: &wgpu::Buffer,
@@ -385,7 +386,7 @@ impl GgmlWeight {
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`.
 pub fn ggml_gemv(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     w: &GgmlWeight,
     x: &wgpu::Buffer,
     n_tokens: u64,
@@ -604,10 +605,10 @@ impl NeuzipTensor {
     }
 
     /// Record the decode of every chunk into its output buffer.
-    pub fn decode(&self, ctx: &GpuContext, enc: &mut wgpu::CommandEncoder) -> Result<()> {
-        enc.clear_buffer(&self.status, 0, None);
+    pub fn decode(&self, ctx: &GpuContext, enc: &mut impl Recorder) -> Result<()> {
+        enc.record_clear(&self.status);
         for c in &self.chunks {
-            enc.clear_buffer(&c.out, 0, None);
+            enc.record_clear(&c.out);
             let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
             ctx.dispatch(
                 enc,
@@ -666,7 +667,7 @@ struct Quad {
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     x: &wgpu::Buffer,
     weight: &wgpu::Buffer,
     out: &wgpu::Buffer,
@@ -698,18 +699,67 @@ pub fn rmsnorm(
     )
 }
 
+/// cos/sin table of [`rope_with_table`] for `positions`: `[n_tokens][rope_dim / 2]` pairs of
+/// f32 (cos, sin), computed in f64 and rounded to f32 as the reference does.
+pub fn rope_table(positions: &[u64], rope_dim: u64, theta: f32) -> Vec<u8> {
+    let half = rope_dim / 2;
+    let mut cs = Vec::with_capacity((positions.len() as u64 * half * 8) as usize);
+    for &pos in positions {
+        for i in 0..half {
+            let inv_freq = f64::from(theta).powf(-2.0 * i as f64 / rope_dim as f64);
+            let angle = pos as f64 * inv_freq;
+            cs.extend_from_slice(&(angle.cos() as f32).to_le_bytes());
+            cs.extend_from_slice(&(angle.sin() as f32).to_le_bytes());
+        }
+    }
+    cs
+}
+
 /// Rotary embedding in place on `x` = `[n_tokens][n_heads][head_dim]`, token `t` at position
 /// `positions[t]`. cos/sin are computed here in f64 and rounded to f32, as the reference does.
 #[allow(clippy::too_many_arguments)]
 pub fn rope(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     x: &wgpu::Buffer,
     n_heads: u64,
     head_dim: u64,
     rope_dim: u64,
     positions: &[u64],
     theta: f32,
+    neox: bool,
+) -> Result<()> {
+    let cs = rope_table(positions, rope_dim, theta);
+    if cs.is_empty() {
+        return Ok(());
+    }
+    check_binding(ctx, "rope cos/sin", cs.len() as u64)?;
+    let csb = ctx.upload("rope cos/sin", &cs)?;
+    rope_with_table(
+        ctx,
+        enc,
+        x,
+        &csb,
+        n_heads,
+        head_dim,
+        rope_dim,
+        positions.len() as u64,
+        neox,
+    )
+}
+
+/// [`rope`] with a caller-owned cos/sin table ([`rope_table`]) that may be rewritten between
+/// executions of a recorded [`crate::Plan`].
+#[allow(clippy::too_many_arguments)]
+pub fn rope_with_table(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    x: &wgpu::Buffer,
+    table: &wgpu::Buffer,
+    n_heads: u64,
+    head_dim: u64,
+    rope_dim: u64,
+    n_tokens: u64,
     neox: bool,
 ) -> Result<()> {
     const OP: &str = "rope";
@@ -719,7 +769,6 @@ pub fn rope(
             format!("rope_dim {rope_dim} must be even and ≤ head_dim {head_dim}"),
         ));
     }
-    let n_tokens = positions.len() as u64;
     let bytes = n_tokens
         .saturating_mul(n_heads)
         .saturating_mul(head_dim)
@@ -730,17 +779,7 @@ pub fn rope(
     if half == 0 || n_tokens == 0 {
         return Ok(());
     }
-    let mut cs = Vec::with_capacity((n_tokens * half * 8) as usize);
-    for &pos in positions {
-        for i in 0..half {
-            let inv_freq = f64::from(theta).powf(-2.0 * i as f64 / rope_dim as f64);
-            let angle = pos as f64 * inv_freq;
-            cs.extend_from_slice(&(angle.cos() as f32).to_le_bytes());
-            cs.extend_from_slice(&(angle.sin() as f32).to_le_bytes());
-        }
-    }
-    check_binding(ctx, "rope cos/sin", cs.len() as u64)?;
-    let csb = ctx.upload("rope cos/sin", &cs)?;
+    check_buffer(OP, "cos/sin table", table, n_tokens * half * 8)?;
     let p = Quad {
         a: u32_of(OP, "n_heads", n_heads)?,
         b: u32_of(OP, "head_dim", head_dim)?,
@@ -752,7 +791,7 @@ pub fn rope(
     ctx.dispatch(
         enc,
         KernelKey::Rope { neox },
-        &[&params, x, &csb],
+        &[&params, x, table],
         (gx, p.a, p.d),
     )
 }
@@ -760,7 +799,7 @@ pub fn rope(
 /// `out = op(a, b)` over `n` elements (SwiGLU, ReLU² GLU, residual add).
 pub fn elementwise(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     op: EltOp,
     a: &wgpu::Buffer,
     b: &wgpu::Buffer,
@@ -792,7 +831,7 @@ pub fn elementwise(
 /// Greedy sampling: `out[r]` = index of the largest of row `r`'s `n` logits (first on ties).
 pub fn argmax(
     ctx: &GpuContext,
-    enc: &mut wgpu::CommandEncoder,
+    enc: &mut impl Recorder,
     logits: &wgpu::Buffer,
     n: u64,
     n_rows: u64,
