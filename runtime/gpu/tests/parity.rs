@@ -705,6 +705,17 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
             Box::new(move |x, r| run_argmax(x, r, rows, n)),
         );
     }
+    // Kernel families in their own files under `tests/parity/` add their cases here.
+    for (name, split, f) in extra_cases() {
+        add(name, split, f);
+    }
+    v
+}
+
+/// Cases of the kernel families in `tests/parity/*.rs` (one `extend` line per file).
+fn extra_cases() -> Vec<(String, bool, CaseFn)> {
+    #[allow(unused_mut)]
+    let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     v
 }
 
