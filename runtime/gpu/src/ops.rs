@@ -79,6 +79,72 @@ pub fn act_stride_words(cols: u64) -> u64 {
     cols.div_ceil(80) * 20
 }
 
+impl ActInt8 {
+    /// Buffers for `n_tokens` rows of `cols` activations, filled by [`quantize_act_int8_into`].
+    pub fn alloc(ctx: &GpuContext, n_tokens: u64, cols: u64) -> Result<Self> {
+        const OP: &str = "quantize_act_int8";
+        let stride = act_stride_words(cols);
+        let qb = n_tokens.saturating_mul(stride).saturating_mul(4);
+        check_binding(ctx, "int8 activations", qb)?;
+        Ok(ActInt8 {
+            q: ctx.zeroed("int8 activations", qb)?,
+            s: ctx.zeroed("activation scales", n_tokens * 4)?,
+            n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
+            cols: u32_of(OP, "cols", cols)?,
+            stride: u32_of(OP, "stride", stride)?,
+        })
+    }
+
+    /// The same buffers seen as holding only the first `n_tokens` rows.
+    pub fn prefix(&self, n_tokens: u32) -> Result<Self> {
+        if n_tokens > self.n_tokens {
+            return Err(GpuError::shape(
+                "quantize_act_int8",
+                format!("{n_tokens} rows asked of {}", self.n_tokens),
+            ));
+        }
+        Ok(ActInt8 {
+            q: self.q.clone(),
+            s: self.s.clone(),
+            n_tokens,
+            cols: self.cols,
+            stride: self.stride,
+        })
+    }
+}
+
+/// Quantize `a.n_tokens` rows of `a.cols` f32 activations from `x` into `a`'s buffers.
+pub fn quantize_act_int8_into(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    x: &wgpu::Buffer,
+    a: &ActInt8,
+) -> Result<()> {
+    const OP: &str = "quantize_act_int8";
+    let (n_tokens, cols) = (u64::from(a.n_tokens), u64::from(a.cols));
+    if cols == 0 {
+        return Err(GpuError::shape(OP, "zero columns"));
+    }
+    let xb = n_tokens.saturating_mul(cols).saturating_mul(4);
+    check_buffer(OP, "x", x, xb)?;
+    check_binding(ctx, "activations", xb)?;
+    check_buffer(OP, "q", &a.q, n_tokens * u64::from(a.stride) * 4)?;
+    check_buffer(OP, "s", &a.s, n_tokens * 4)?;
+    let p = ActParams {
+        cols: a.cols,
+        q_stride: a.stride,
+        n_tokens: a.n_tokens,
+        _pad: 0,
+    };
+    let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    ctx.dispatch(
+        enc,
+        KernelKey::ActQuantInt8,
+        &[&params, x, &a.q, &a.s],
+        (p.n_tokens, 1, 1),
+    )
+}
+
 /// Quantize `n_tokens` rows of `cols` f32 activations in `x` (bit-exact with
 /// `tern_reference::quant::quantize_act_int8`).
 pub fn quantize_act_int8(
