@@ -14,7 +14,10 @@
 //!   flash-attention kernels), used by [`ForwardOptions::llama_cpp_like`];
 //! * [`matmul`]: a weight [`Matrix`] in any `.tern` encoding and `y = W·x` batched over tokens;
 //! * [`Model`] + [`KvCache`]: load a `.tern` file, validate it against its hyperparameters, run
-//!   batched prefill and decode.
+//!   batched prefill and decode;
+//! * [`cce`]: fused Cut-Cross-Entropy scoring ([`Model::score_hidden`]): per-token log-probabilities
+//!   from hidden states with the head matmul and an online log-sum-exp over vocab blocks, never an
+//!   `[n, n_vocab]` logit matrix.
 //!
 //! ```no_run
 //! use tern_reference::{KvCache, LogitsWanted, Model};
@@ -40,6 +43,7 @@
 //! backend with default settings, bit for bit for llama-family Q4_1/Q8_0 models (tests/tests/
 //! llamacpp_agreement.rs: identical logits over the GPL-3 text, identical greedy generations).
 
+pub mod cce;
 pub mod error;
 pub mod ggml_cpu;
 pub mod ggml_dot;
@@ -50,6 +54,7 @@ pub mod model;
 pub mod quant;
 mod simd;
 
+pub use cce::CceOptions;
 pub use error::{ReferenceError, Result};
 pub use kernels::{attention, dot_f32, relu2_glu, rmsnorm, rope, silu, softmax, swiglu};
 pub use kv::KvCache;

@@ -80,6 +80,21 @@ impl Default for MatmulOptions {
     }
 }
 
+/// Activations of a block of tokens prepared once by [`Matrix::prepare_acts`] (float, quantized
+/// integers, or llama.cpp activation blocks, as the matrix's encoding and options ask), then shared
+/// by every [`Matrix::row_tile`].
+pub struct PreparedActs {
+    acts: Acts,
+    n: usize,
+}
+
+impl PreparedActs {
+    /// Number of tokens.
+    pub fn tokens(&self) -> usize {
+        self.n
+    }
+}
+
 /// Activations prepared once per matmul (per token), then shared by all rows.
 enum Acts {
     F32(Vec<f32>),
@@ -225,6 +240,51 @@ impl Matrix {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Prepare the activations of `x.len() / cols` tokens once, exactly as [`Matrix::matmul`]
+    /// does, for [`Matrix::row_tile`] calls over any subset of the rows (used by the fused scorer
+    /// in [`crate::cce`], which never holds all rows' outputs at once).
+    pub fn prepare_acts(
+        &self,
+        x: &[f32],
+        act: ActQuant,
+        opts: &MatmulOptions,
+    ) -> Result<PreparedActs> {
+        if self.cols == 0 || x.len() % self.cols != 0 {
+            return Err(ReferenceError::shape(
+                "prepare_acts",
+                format!("input of {} is not whole rows of {}", x.len(), self.cols),
+            ));
+        }
+        let n = x.len() / self.cols;
+        Ok(PreparedActs {
+            acts: self.prepare(x, n, act, opts)?,
+            n,
+        })
+    }
+
+    /// Rows `r0..r1` of `W·x` for every prepared token, into `out` laid out `[r1 - r0][n]`
+    /// (row-major by weight row). The same code and order as [`Matrix::matmul`], so each value is
+    /// bit-identical to the matching element of the full product. Runs on the calling thread.
+    pub fn row_tile(
+        &self,
+        r0: usize,
+        r1: usize,
+        acts: &PreparedActs,
+        out: &mut [f32],
+    ) -> Result<()> {
+        if r0 > r1 || r1 > self.rows {
+            return Err(ReferenceError::shape(
+                "row_tile",
+                format!("rows {r0}..{r1} of {}", self.rows),
+            ));
+        }
+        check_len("row_tile", "out", out.len(), (r1 - r0) * acts.n)?;
+        if acts.n > 0 {
+            self.rows_dots(r0, r1, &acts.acts, acts.n, out);
         }
         Ok(())
     }

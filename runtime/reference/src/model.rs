@@ -505,10 +505,15 @@ impl Model {
         }
     }
 
+    /// The output head `[n_vocab, n_embd]`: `output.weight`, or the token embeddings when tied.
+    pub fn head(&self) -> &Matrix {
+        self.output.as_ref().unwrap_or(&self.tok_embd)
+    }
+
     /// Logits `[n, n_vocab]` from final hidden states `[n, n_embd]` (output of
     /// [`Model::forward_hidden`]). The output head takes float activations.
     pub fn logits(&self, hidden: &[f32]) -> Result<Vec<f32>> {
-        let head = self.output.as_ref().unwrap_or(&self.tok_embd);
+        let head = self.head();
         let n = hidden.len() / u(self.hp.n_embd).max(1);
         let mut y = vec![0.0f32; n * head.rows];
         if n > 0 {
