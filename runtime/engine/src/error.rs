@@ -18,6 +18,19 @@ pub enum EngineError {
     InvalidArgument(String),
     #[error("the prompt has {prompt} tokens but the context holds {ctx}: shorten it or raise the context size")]
     PromptTooLong { prompt: usize, ctx: usize },
+    #[error("nothing to score: {0}")]
+    NothingToScore(String),
+    #[error("{tokens} tokens are too few for perplexity with a context of {n_ctx}: at least {needed} are needed (two windows, as llama-perplexity requires); use a longer text or a smaller -c")]
+    TooFewTokens {
+        tokens: usize,
+        n_ctx: usize,
+        needed: usize,
+    },
+    #[error("a context of {requested} tokens is larger than the model's training context ({n_ctx_train})")]
+    ContextTooLarge {
+        requested: usize,
+        n_ctx_train: usize,
+    },
     #[error("numeric problem: {0}")]
     Numeric(String),
     #[error("cancelled")]

@@ -6,9 +6,13 @@
 pub mod chat;
 pub mod error;
 pub mod sampler;
+pub mod score;
 pub mod session;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use sampler::{Sampler, SamplingParams};
+pub use score::{
+    NoObserver, Perplexity, PerplexityOptions, ScoreObserver, ScoreOptions, WindowScore,
+};
 pub use session::{GenerateOptions, GenerateOutput, Model, Session, StopReason};

@@ -1,0 +1,328 @@
+//! Scoring and perplexity without logit matrices.
+//!
+//! [`Model::score`] returns `log p(tokens[i+1] | tokens[..=i])` for every `i` in `0..n-1`: the
+//! tokens are run through the forward pass in batches with a fresh KV cache, and each batch's final
+//! hidden states go to the fused Cut-Cross-Entropy scorer ([`tern_reference::cce`]), which computes
+//! the head product tile by tile with an online log-sum-exp. No `[n, n_vocab]` logit matrix is ever
+//! held: the extra memory of the scoring stage is a few hundred KB whatever the text length.
+//!
+//! [`Model::perplexity`] follows `llama-perplexity` (llama.cpp `tools/perplexity/perplexity.cpp`,
+//! default mode): the text is tokenized with BOS (when the model adds one) and without parsing
+//! special tokens; it must have at least `2·c` tokens; it is cut into `⌊tokens / c⌋` windows of `c`
+//! tokens, each evaluated with an empty cache and its first token replaced by BOS when the model
+//! adds one. Two figures come back:
+//!
+//! * `ppl`: `exp(mean NLL)` over every predicted token of every window (positions `0..c-1` predict
+//!   tokens `1..c`);
+//! * `ppl_second_half`: llama-perplexity's number, over only the second half of each window
+//!   (positions `c/2 .. c-2` predict tokens `c/2+1 .. c-1`, `c - 1 - c/2` per window), so that every
+//!   scored token has at least `c/2` tokens of context.
+
+use tern_reference::{CceOptions, KvCache, LogitsWanted};
+
+use crate::error::{EngineError, Result};
+use crate::session::Model;
+
+/// Options of [`Model::score_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScoreOptions {
+    /// Tokens per forward call (0 = 512, llama.cpp's default micro-batch).
+    pub batch: usize,
+    /// Most tokens one call may score (0 = the model's training context).
+    pub max_tokens: usize,
+    /// Block sizes of the fused scorer.
+    pub cce: CceOptions,
+}
+
+/// Hooks into a long scoring run: progress, cancellation, and the bounds of each scoring stage
+/// (head product + log-sum-exp, after the forward pass of a batch) for memory measurements.
+pub trait ScoreObserver {
+    /// A batch's hidden states are ready and the scoring stage starts.
+    fn scoring_started(&mut self) {}
+    /// The scoring stage of that batch is done.
+    fn scoring_finished(&mut self) {}
+    /// `done` of `total` tokens have been run.
+    fn progress(&mut self, _done: usize, _total: usize) {}
+    /// Return `true` to stop with [`EngineError::Cancelled`] (checked before every batch).
+    fn cancelled(&mut self) -> bool {
+        false
+    }
+}
+
+/// An observer that does nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+impl ScoreObserver for NoObserver {}
+
+/// Options of [`Model::perplexity`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerplexityOptions {
+    /// Window size `c` (llama-perplexity's `-c`).
+    pub n_ctx: usize,
+    /// Tokens per forward call (0 = `min(c, 512)`).
+    pub batch: usize,
+    /// Score only these windows (indices into the `⌊tokens / c⌋` windows); `None` = all.
+    pub windows: Option<Vec<usize>>,
+    /// Block sizes of the fused scorer.
+    pub cce: CceOptions,
+}
+
+impl Default for PerplexityOptions {
+    fn default() -> Self {
+        Self {
+            n_ctx: 512,
+            batch: 0,
+            windows: None,
+            cce: CceOptions::default(),
+        }
+    }
+}
+
+/// One window's negative log-likelihood sums.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowScore {
+    /// Window index (tokens `index·c .. (index+1)·c`).
+    pub index: usize,
+    /// `−Σ log p` over all `c − 1` predicted tokens.
+    pub nll: f64,
+    /// `−Σ log p` over the second half (`c − 1 − c/2` tokens).
+    pub nll_second_half: f64,
+    /// `Σ (log p)²` over the second half (for llama-perplexity's uncertainty estimate).
+    pub nll2_second_half: f64,
+}
+
+/// The result of [`Model::perplexity`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Perplexity {
+    /// `exp(mean NLL)` over every predicted token.
+    pub ppl: f64,
+    /// `exp(mean NLL)` over the second half of each window: llama-perplexity's figure.
+    pub ppl_second_half: f64,
+    /// llama-perplexity's ± on `ppl_second_half`: `ppl · sqrt(var(NLL) / (count − 1))`.
+    pub ppl_second_half_stderr: f64,
+    /// Tokens of the input (the tokenized text, BOS included when the model adds one).
+    pub tokens: usize,
+    /// Window size.
+    pub n_ctx: usize,
+    /// Tokens counted in `ppl` and in `ppl_second_half`.
+    pub scored: usize,
+    pub scored_second_half: usize,
+    /// Per window, in the order scored.
+    pub windows: Vec<WindowScore>,
+}
+
+impl Model {
+    /// `log p(tokens[i+1] | tokens[..=i])` for `i` in `0..n-1` (natural log; `n − 1` values; the
+    /// first token is context only). Fresh KV cache, batches of 512 tokens, at most the model's
+    /// training context.
+    pub fn score(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.score_with(tokens, &ScoreOptions::default(), &mut NoObserver)
+    }
+
+    /// [`Model::score`] with options and an observer.
+    pub fn score_with(
+        &self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(EngineError::NothingToScore("no tokens given".into()));
+        }
+        self.check_tokens(tokens)?;
+        let limit = if opts.max_tokens == 0 {
+            self.meta().hparams.n_ctx_train as usize
+        } else {
+            opts.max_tokens
+        };
+        if tokens.len() > limit {
+            return Err(EngineError::PromptTooLong {
+                prompt: tokens.len(),
+                ctx: limit,
+            });
+        }
+        // The last token predicts nothing that is scored: run only the first n − 1.
+        let n_in = tokens.len() - 1;
+        if n_in == 0 {
+            return Ok(Vec::new());
+        }
+        let batch = if opts.batch == 0 { 512 } else { opts.batch };
+        let net = self.net();
+        let mut cache = KvCache::new(net, n_in)?;
+        let mut out = Vec::with_capacity(n_in);
+        let mut start = 0;
+        while start < n_in {
+            if obs.cancelled() {
+                return Err(EngineError::Cancelled);
+            }
+            let end = (start + batch).min(n_in);
+            let (Some(inputs), Some(targets)) =
+                (tokens.get(start..end), tokens.get(start + 1..end + 1))
+            else {
+                break; // unreachable: end + 1 ≤ n_in + 1 = tokens.len()
+            };
+            let hidden = net.forward_hidden(inputs, &mut cache, LogitsWanted::All)?;
+            obs.scoring_started();
+            let lp = net.score_hidden_with(&hidden, targets, &opts.cce);
+            obs.scoring_finished();
+            drop(hidden);
+            let lp = lp?;
+            if let Some(i) = lp.iter().position(|v| !v.is_finite()) {
+                return Err(EngineError::Numeric(format!(
+                    "non-finite log-probability at position {}",
+                    start + i
+                )));
+            }
+            out.extend_from_slice(&lp);
+            start = end;
+            obs.progress(start, n_in);
+        }
+        Ok(out)
+    }
+
+    /// Tokenize a text for [`Model::perplexity`] as llama-perplexity does: BOS when the model adds
+    /// one, special-token text kept as plain text.
+    pub fn perplexity_tokens(&self, text: &str) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Err(EngineError::NothingToScore("the text is empty".into()));
+        }
+        self.tokenizer()?
+            .encode_with(text, true, false)
+            .map_err(|e| EngineError::Tokenizer(e.to_string()))
+    }
+
+    /// llama-perplexity-compatible perplexity of `tokens` (see the module doc). Errors: no tokens,
+    /// fewer than `2·c` tokens, `c` larger than the training context or below 4, a window index
+    /// out of range.
+    pub fn perplexity(
+        &self,
+        tokens: &[u32],
+        opts: &PerplexityOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Perplexity> {
+        let c = opts.n_ctx;
+        let n_ctx_train = self.meta().hparams.n_ctx_train as usize;
+        if c < 4 {
+            return Err(EngineError::InvalidArgument(format!(
+                "context {c} is too small: windows need at least 4 tokens"
+            )));
+        }
+        if c > n_ctx_train {
+            return Err(EngineError::ContextTooLarge {
+                requested: c,
+                n_ctx_train,
+            });
+        }
+        if tokens.is_empty() {
+            return Err(EngineError::NothingToScore("no tokens given".into()));
+        }
+        let needed = 2 * c;
+        if tokens.len() < needed {
+            return Err(EngineError::TooFewTokens {
+                tokens: tokens.len(),
+                n_ctx: c,
+                needed,
+            });
+        }
+        self.check_tokens(tokens)?;
+        let n_windows = tokens.len() / c;
+        let selected: Vec<usize> = match &opts.windows {
+            Some(w) => {
+                if let Some(&bad) = w.iter().find(|&&i| i >= n_windows) {
+                    return Err(EngineError::InvalidArgument(format!(
+                        "window {bad} does not exist: the text has {n_windows} windows of {c} tokens"
+                    )));
+                }
+                w.clone()
+            }
+            None => (0..n_windows).collect(),
+        };
+        if selected.is_empty() {
+            return Err(EngineError::NothingToScore("no windows selected".into()));
+        }
+        let bos = self
+            .tokenizer()
+            .ok()
+            .filter(|t| t.add_bos())
+            .and_then(|t| t.bos());
+        let first = c / 2;
+        let score_opts = ScoreOptions {
+            batch: if opts.batch == 0 {
+                c.min(512)
+            } else {
+                opts.batch
+            },
+            max_tokens: c,
+            cce: opts.cce,
+        };
+        let total = selected.len() * (c - 1);
+        let mut windows = Vec::with_capacity(selected.len());
+        for (k, &w) in selected.iter().enumerate() {
+            let mut win = tokens
+                .get(w * c..(w + 1) * c)
+                .map(<[u32]>::to_vec)
+                .unwrap_or_default();
+            if let (Some(b), Some(t0)) = (bos, win.first_mut()) {
+                *t0 = b;
+            }
+            let mut sub = Offset {
+                inner: obs,
+                done: k * (c - 1),
+                total,
+            };
+            let lp = self.score_with(&win, &score_opts, &mut sub)?;
+            let second = lp.get(first..).unwrap_or_default();
+            windows.push(WindowScore {
+                index: w,
+                nll: -lp.iter().map(|&v| v as f64).sum::<f64>(),
+                nll_second_half: -second.iter().map(|&v| v as f64).sum::<f64>(),
+                nll2_second_half: second.iter().map(|&v| (v as f64).powi(2)).sum::<f64>(),
+            });
+        }
+        let scored = windows.len() * (c - 1);
+        let scored_second_half = windows.len() * (c - 1 - first);
+        let nll: f64 = windows.iter().map(|w| w.nll).sum();
+        let nll_h: f64 = windows.iter().map(|w| w.nll_second_half).sum();
+        let nll2_h: f64 = windows.iter().map(|w| w.nll2_second_half).sum();
+        let mean_h = nll_h / scored_second_half as f64;
+        let var = nll2_h / scored_second_half as f64 - mean_h * mean_h;
+        let ppl_second_half = mean_h.exp();
+        let stderr = if var > 0.0 && scored_second_half > 1 {
+            ppl_second_half * (var / (scored_second_half - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        Ok(Perplexity {
+            ppl: (nll / scored as f64).exp(),
+            ppl_second_half,
+            ppl_second_half_stderr: stderr,
+            tokens: tokens.len(),
+            n_ctx: c,
+            scored,
+            scored_second_half,
+            windows,
+        })
+    }
+}
+
+/// Reports a window's progress as part of the whole run.
+struct Offset<'a> {
+    inner: &'a mut dyn ScoreObserver,
+    done: usize,
+    total: usize,
+}
+
+impl ScoreObserver for Offset<'_> {
+    fn scoring_started(&mut self) {
+        self.inner.scoring_started();
+    }
+    fn scoring_finished(&mut self) {
+        self.inner.scoring_finished();
+    }
+    fn progress(&mut self, done: usize, _total: usize) {
+        self.inner.progress(self.done + done, self.total);
+    }
+    fn cancelled(&mut self) -> bool {
+        self.inner.cancelled()
+    }
+}
