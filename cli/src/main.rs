@@ -1,10 +1,13 @@
-//! `tern`: pack, inspect, run, chat and tokenize models.
+//! `tern`: pack, inspect, run, chat and tokenize models; score text and measure perplexity.
 
+mod alloc;
 mod delta;
 mod inspect;
 mod models;
 mod pack;
+mod perplexity;
 mod run;
+mod score;
 
 use std::process::ExitCode;
 
@@ -38,6 +41,10 @@ enum Cmd {
     Tokenize(run::TokenizeArgs),
     /// Fine-tune deltas: create, apply, inspect (.ternd files against a base .tern).
     Delta(delta::DeltaArgs),
+    /// Perplexity of a text file (llama-perplexity-compatible windows), without logit matrices.
+    Perplexity(perplexity::PerplexityArgs),
+    /// Rank candidate continuations of a context by log-likelihood (JSON).
+    Score(score::ScoreArgs),
     /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
     FetchDefault,
 }
@@ -59,6 +66,8 @@ fn main() -> ExitCode {
         Cmd::Chat(a) => run::chat(a),
         Cmd::Tokenize(a) => run::tokenize(a),
         Cmd::Delta(a) => delta::run(a),
+        Cmd::Perplexity(a) => perplexity::run(a),
+        Cmd::Score(a) => score::run(a),
         Cmd::FetchDefault => models::default_model().map(|p| {
             println!("{}", p.display());
             ExitCode::SUCCESS

@@ -16,3 +16,5 @@ pub use score::{
     NoObserver, Perplexity, PerplexityOptions, ScoreObserver, ScoreOptions, WindowScore,
 };
 pub use session::{GenerateOptions, GenerateOutput, Model, Session, StopReason};
+/// The CPU forward pass's numerical options ([`Model::set_forward_options`]).
+pub use tern_reference::ForwardOptions;
