@@ -76,6 +76,9 @@ pub struct GpuContext {
     lost: Arc<Mutex<Option<String>>>,
     lost_flag: Arc<AtomicBool>,
     uncaptured: Arc<Mutex<Vec<String>>>,
+    /// Bytes of every buffer this context created (buffers are long-lived: weights, caches,
+    /// scratch, plans' parameters), so this is the peak of what it holds.
+    allocated: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -250,6 +253,7 @@ impl GpuContext {
             lost,
             lost_flag,
             uncaptured,
+            allocated: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -331,7 +335,13 @@ impl GpuContext {
                 detail: e.to_string(),
             });
         }
+        self.allocated.fetch_add(size, Ordering::Relaxed);
         Ok(buf)
+    }
+
+    /// Bytes of all buffers created so far (see the field's doc).
+    pub fn allocated_peak(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
     }
 
     /// A storage buffer holding `data` (padded with zeros to a multiple of 4 bytes).

@@ -447,6 +447,11 @@ impl GgmlWeight {
     pub fn parts(&self) -> usize {
         self.parts.len()
     }
+
+    /// `(first row, rows, buffer)` of each part, for kernels in other modules (`cce`).
+    pub(crate) fn part_views(&self) -> impl Iterator<Item = (u64, u64, &wgpu::Buffer)> {
+        self.parts.iter().map(|p| (p.row0, p.rows, &p.buffer))
+    }
 }
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`.
@@ -525,6 +530,8 @@ struct NzChunk {
     /// Elements `elems` of the tensor; the output buffer starts at element `params.out_base`.
     elems: std::ops::Range<u64>,
     out: wgpu::Buffer,
+    /// Bytes of this chunk's decoded output.
+    out_bytes: u64,
 }
 
 /// A NeuZip blob on the GPU, cut into chunks of whole blocks whose compressed data and decoded
@@ -535,11 +542,25 @@ pub struct NeuzipTensor {
     meta: wgpu::Buffer,
     status: wgpu::Buffer,
     chunks: Vec<NzChunk>,
+    /// Uploaded with [`NeuzipTensor::upload_compressed`]: no output buffers of its own; decode
+    /// with [`NeuzipTensor::decode_into`].
+    compressed_only: bool,
 }
 
 impl NeuzipTensor {
-    /// Parse and validate `blob` (`Plan::parse`) and upload it in chunks.
+    /// Parse and validate `blob` (`Plan::parse`) and upload it in chunks, each with an output
+    /// buffer of its own (the tensor decoded stays resident after [`NeuzipTensor::decode`]).
     pub fn upload(ctx: &GpuContext, blob: &[u8]) -> Result<Self> {
+        Self::upload_impl(ctx, blob, false)
+    }
+
+    /// Upload only the compressed data: decode just in time with
+    /// [`NeuzipTensor::decode_into`] into a scratch shared with other tensors.
+    pub fn upload_compressed(ctx: &GpuContext, blob: &[u8]) -> Result<Self> {
+        Self::upload_impl(ctx, blob, true)
+    }
+
+    fn upload_impl(ctx: &GpuContext, blob: &[u8], compressed_only: bool) -> Result<Self> {
         const OP: &str = "neuzip upload";
         let plan = neuzip::Plan::parse(blob)?;
         let (man, exp_bits, width): (u32, u32, u32) = match plan.dtype {
@@ -652,7 +673,8 @@ impl NeuzipTensor {
                 n_blocks: b1 - b0,
                 data: ctx.upload("neuzip data", &data)?,
                 elems: e0..e1,
-                out: ctx.zeroed("neuzip output", obytes)?,
+                out: ctx.zeroed("neuzip output", if compressed_only { 4 } else { obytes })?,
+                out_bytes: obytes,
             });
             b0 = b1;
         }
@@ -662,6 +684,7 @@ impl NeuzipTensor {
             meta,
             status,
             chunks,
+            compressed_only,
         })
     }
 
@@ -670,8 +693,78 @@ impl NeuzipTensor {
         self.chunks.len()
     }
 
+    /// Decoded bytes of each chunk (the scratch [`NeuzipTensor::decode_into`] needs).
+    pub fn chunk_output_bytes(&self) -> Vec<u64> {
+        self.chunks.iter().map(|c| c.out_bytes).collect()
+    }
+
+    /// Decoded bytes of the whole tensor (all chunks).
+    pub fn output_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.out_bytes).sum()
+    }
+
+    /// Rows of each chunk's output as `(first row, rows, element offset in the chunk's buffer)`
+    /// for a matrix of `row_len` columns; an error when a chunk does not hold whole rows.
+    pub fn row_spans(&self, row_len: u64) -> Result<Vec<(u64, u64, u64)>> {
+        let mut v = Vec::with_capacity(self.chunks.len());
+        for c in &self.chunks {
+            let (e0, e1) = (c.elems.start, c.elems.end);
+            if row_len == 0 || e0 % row_len != 0 || e1 % row_len != 0 {
+                return Err(GpuError::shape(
+                    "neuzip rows",
+                    format!("chunk {e0}..{e1} does not hold whole rows of {row_len}"),
+                ));
+            }
+            v.push((
+                e0 / row_len,
+                (e1 - e0) / row_len,
+                e0 - u64::from(c.params.out_base),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// Record the decode of every chunk into `outs[i]` (caller-owned scratch, at least
+    /// [`NeuzipTensor::chunk_output_bytes`] each).
+    pub fn decode_into(
+        &self,
+        ctx: &GpuContext,
+        enc: &mut impl Recorder,
+        outs: &[wgpu::Buffer],
+    ) -> Result<()> {
+        if outs.len() < self.chunks.len() {
+            return Err(GpuError::shape(
+                "neuzip decode",
+                format!(
+                    "{} scratch buffers for {} chunks",
+                    outs.len(),
+                    self.chunks.len()
+                ),
+            ));
+        }
+        enc.record_clear(&self.status);
+        for (c, out) in self.chunks.iter().zip(outs) {
+            check_buffer("neuzip decode", "scratch", out, c.out_bytes)?;
+            enc.record_clear(out);
+            let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+            ctx.dispatch(
+                enc,
+                KernelKey::NeuzipDecode,
+                &[&params, &self.meta, &c.data, out, &self.status],
+                (c.n_blocks, 1, 1),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Record the decode of every chunk into its output buffer.
     pub fn decode(&self, ctx: &GpuContext, enc: &mut impl Recorder) -> Result<()> {
+        if self.compressed_only {
+            return Err(GpuError::shape(
+                "neuzip decode",
+                "uploaded compressed-only: use decode_into with a scratch",
+            ));
+        }
         enc.record_clear(&self.status);
         for c in &self.chunks {
             enc.record_clear(&c.out);
