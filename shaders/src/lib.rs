@@ -18,8 +18,12 @@ pub enum Shader {
     ActQuantInt8,
     /// Ternary GEMV/GEMM on packed 2-bit / base-3 codes with INT8 activations (bit-exact).
     TernaryGemv,
-    /// Q8_0 / Q4_0 / Q4_1 GEMV/GEMM with f32 activations.
+    /// Q8_0 / Q4_0 / Q4_1 / Q6_K GEMV/GEMM with f32 activations.
     GgmlGemv,
+    /// Tiled ternary GEMM (64 rows × 32 tokens per workgroup) for prefill (bit-exact).
+    TernaryGemm,
+    /// Tiled Q8_0 / Q4_0 / Q4_1 / Q6_K GEMM (64 rows × 32 tokens per workgroup) for prefill.
+    GgmlGemm,
     /// NeuZip rANS decode into a scratch buffer (bit-exact).
     NeuzipDecode,
     /// RMSNorm over rows.
@@ -66,6 +70,23 @@ const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
     "ggml_gemv_q8_0_tpr32" => ["QTYPE" = 0, "TPR" = 32],
     "ggml_gemv_q4_0_tpr32" => ["QTYPE" = 1, "TPR" = 32],
     "ggml_gemv_q4_1_tpr32" => ["QTYPE" = 2, "TPR" = 32],
+    "ggml_gemv_q6_k_tpr32" => ["QTYPE" = 3, "TPR" = 32],
+];
+
+const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
+    "ternary_gemm_2bit_f32_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0],
+    "ternary_gemm_2bit_f16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1],
+    "ternary_gemm_2bit_bf16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2],
+    "ternary_gemm_base3_f32_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0],
+    "ternary_gemm_base3_f16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1],
+    "ternary_gemm_base3_bf16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2],
+];
+
+const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
+    "ggml_gemm_q8_0_64x32" => ["QTYPE" = 0],
+    "ggml_gemm_q4_0_64x32" => ["QTYPE" = 1],
+    "ggml_gemm_q4_1_64x32" => ["QTYPE" = 2],
+    "ggml_gemm_q6_k_64x32" => ["QTYPE" = 3],
 ];
 
 const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
@@ -83,10 +104,12 @@ const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 8] = [
+    pub const ALL: [Shader; 10] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
+        Shader::TernaryGemm,
+        Shader::GgmlGemm,
         Shader::NeuzipDecode,
         Shader::RmsNorm,
         Shader::Rope,
@@ -100,6 +123,8 @@ impl Shader {
             Shader::ActQuantInt8 => "act_quant_int8.wgsl",
             Shader::TernaryGemv => "ternary_gemv.wgsl",
             Shader::GgmlGemv => "ggml_gemv.wgsl",
+            Shader::TernaryGemm => "ternary_gemm.wgsl",
+            Shader::GgmlGemm => "ggml_gemm.wgsl",
             Shader::NeuzipDecode => "neuzip_decode.wgsl",
             Shader::RmsNorm => "rmsnorm.wgsl",
             Shader::Rope => "rope.wgsl",
@@ -114,6 +139,8 @@ impl Shader {
             Shader::ActQuantInt8 => include_str!("../wgsl/act_quant_int8.wgsl"),
             Shader::TernaryGemv => include_str!("../wgsl/ternary_gemv.wgsl"),
             Shader::GgmlGemv => include_str!("../wgsl/ggml_gemv.wgsl"),
+            Shader::TernaryGemm => include_str!("../wgsl/ternary_gemm.wgsl"),
+            Shader::GgmlGemm => include_str!("../wgsl/ggml_gemm.wgsl"),
             Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
             Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
             Shader::Rope => include_str!("../wgsl/rope.wgsl"),
@@ -143,6 +170,8 @@ impl Shader {
             Shader::ActQuantInt8 => ACT_QUANT_VARIANTS,
             Shader::TernaryGemv => TERNARY_VARIANTS,
             Shader::GgmlGemv => GGML_VARIANTS,
+            Shader::TernaryGemm => TERNARY_GEMM_VARIANTS,
+            Shader::GgmlGemm => GGML_GEMM_VARIANTS,
             Shader::NeuzipDecode => NEUZIP_VARIANTS,
             Shader::RmsNorm => RMSNORM_VARIANTS,
             Shader::Rope => ROPE_VARIANTS,

@@ -6,14 +6,18 @@
 // nibble = element j, high nibble = element j + 16). f32 accumulation in a different order than
 // the reference's `dot_f32`: NMSE against it is ~1e-14, the parity bound is 1e-6.
 //
-// Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1; TPR invocations per row (divides 256).
-// Bindings: w [rows_part][blocks_per_row] blocks (bytes); x [n_tokens][cols] f32;
+// Q6_K (256-element super-blocks of 210 bytes: ql[128], qh[64], scales[16] i8, d f16) is read in
+// 32-column units (one eighth of a super-block each, see `q6k_unit_dot`), x = (d·sc)·q as ggml.
+//
+// Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
+// (divides 256).
+// Bindings: w [rows_part] rows of blocks (bytes; blocks_per_row = cols / 32 units); x [n_tokens][cols] f32;
 //           y [n_tokens][out_stride] f32, this part writes columns row0 .. row0 + rows.
 
 struct Params {
     rows: u32,
     cols: u32,
-    blocks_per_row: u32,
+    blocks_per_row: u32, // 32-column units per row (cols / 32)
     out_stride: u32,
     row0: u32,
     n_tokens: u32,
@@ -55,6 +59,41 @@ fn block_bytes() -> u32 {
         return 18u;
     }
     return 20u;
+}
+
+// Bytes of one row of blocks.
+fn row_bytes() -> u32 {
+    if (QTYPE == 3u) {
+        return p.blocks_per_row / 8u * 210u;
+    }
+    return p.blocks_per_row * block_bytes();
+}
+
+// Q6_K: Σ over the 32 elements of unit kc (quarter kc % 4 of half kc / 4) of the super-block at
+// byte `off` times x[xb .. xb + 32] (dequantize_row_q6_K: element l of the quarter takes ql's low
+// nibble (quarters 0, 1) or high nibble (2, 3) of byte 64·half + 32·(kc % 2) + l, bits 2·qd of qh
+// byte 32·half + l, scale 8·half + l / 16 + 2·qd).
+fn q6k_unit_dot(off: u32, kc: u32, xb: u32) -> f32 {
+    let hf = kc / 4u;
+    let qd = kc % 4u;
+    let d = f16_at(off + 208u);
+    var acc = 0.0;
+    for (var s = 0u; s < 2u; s = s + 1u) {
+        let scb = load32(off + 192u + hf * 8u + s + 2u * qd) & 0xffu;
+        let dsc = d * f32(extractBits(bitcast<i32>(scb), 0u, 8u));
+        for (var k = 0u; k < 4u; k = k + 1u) {
+            let l = 16u * s + 4u * k;
+            let qlw = load32(off + hf * 64u + (qd & 1u) * 32u + l);
+            let qhw = load32(off + 128u + hf * 32u + l);
+            for (var b = 0u; b < 4u; b = b + 1u) {
+                let qlb = (qlw >> (8u * b)) & 0xffu;
+                let lo = select(qlb & 0xfu, qlb >> 4u, qd >= 2u);
+                let hi = (qhw >> (8u * b + 2u * qd)) & 3u;
+                acc = acc + (dsc * f32(i32(lo | (hi << 4u)) - 32)) * x[xb + l + b];
+            }
+        }
+    }
+    return acc;
 }
 
 // Σ over the 32 elements of the block at byte `off` times x[xb .. xb + 32].
@@ -109,9 +148,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var acc = 0.0;
     if (row < p.rows && tok < p.n_tokens) {
         let bb = block_bytes();
-        let rbase = row * p.blocks_per_row * bb;
+        let rbase = row * row_bytes();
         for (var b = lane; b < p.blocks_per_row; b = b + TPR) {
-            acc = acc + block_dot(rbase + b * bb, tok * p.cols + b * 32u);
+            if (QTYPE == 3u) {
+                acc = acc + q6k_unit_dot(rbase + (b / 8u) * 210u, b % 8u, tok * p.cols + b * 32u);
+            } else {
+                acc = acc + block_dot(rbase + b * bb, tok * p.cols + b * 32u);
+            }
         }
     }
     partial[lid] = acc;

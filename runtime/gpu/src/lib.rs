@@ -20,6 +20,7 @@
 
 pub mod context;
 pub mod error;
+pub mod gemm;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;

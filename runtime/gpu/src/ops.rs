@@ -14,11 +14,11 @@ const GEMV_ROWS_PER_WG: u64 = 8;
 /// Per-row group sums the ternary kernel keeps in workgroup memory (`GSUM` / rows per workgroup).
 pub const TERNARY_MAX_GROUPS_PER_ROW: u64 = 2048 / GEMV_ROWS_PER_WG;
 
-fn u32_of(op: &'static str, what: &str, v: u64) -> Result<u32> {
+pub(crate) fn u32_of(op: &'static str, what: &str, v: u64) -> Result<u32> {
     u32::try_from(v).map_err(|_| GpuError::shape(op, format!("{what} = {v} does not fit in u32")))
 }
 
-fn check_binding(ctx: &GpuContext, what: &str, bytes: u64) -> Result<()> {
+pub(crate) fn check_binding(ctx: &GpuContext, what: &str, bytes: u64) -> Result<()> {
     if bytes > ctx.binding_limit() {
         return Err(GpuError::TooLarge {
             what: what.into(),
@@ -31,7 +31,12 @@ fn check_binding(ctx: &GpuContext, what: &str, bytes: u64) -> Result<()> {
     Ok(())
 }
 
-fn check_buffer(op: &'static str, what: &str, buf: &wgpu::Buffer, need: u64) -> Result<()> {
+pub(crate) fn check_buffer(
+    op: &'static str,
+    what: &str,
+    buf: &wgpu::Buffer,
+    need: u64,
+) -> Result<()> {
     if buf.size() < need {
         return Err(GpuError::shape(
             op,
@@ -208,12 +213,13 @@ struct TernaryParams {
     _pad1: u32,
 }
 
+/// One binding of a row-split weight (also read by the tiled GEMMs in `gemm.rs`).
 #[derive(Debug)]
-struct Part {
-    row0: u64,
-    rows: u64,
-    buffer: wgpu::Buffer,
-    scale_word_offset: u64,
+pub(crate) struct Part {
+    pub(crate) row0: u64,
+    pub(crate) rows: u64,
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) scale_word_offset: u64,
 }
 
 /// A ternary weight on the GPU, in tern's packed layout, split by rows into bindings of at most
@@ -225,7 +231,7 @@ pub struct TernaryWeight {
     pub cols: u64,
     pub group: u32,
     pub scale_type: FloatType,
-    parts: Vec<Part>,
+    pub(crate) parts: Vec<Part>,
 }
 
 impl TernaryWeight {
@@ -395,11 +401,12 @@ pub struct GgmlWeight {
     pub qtype: GgmlType,
     pub rows: u64,
     pub cols: u64,
-    parts: Vec<Part>,
+    pub(crate) parts: Vec<Part>,
 }
 
 impl GgmlWeight {
-    /// Upload `rows × cols` elements of `qtype` blocks (`cols % 32 == 0`).
+    /// Upload `rows × cols` elements of `qtype` blocks (`cols` a multiple of the block:
+    /// 32 elements, 256 for Q6_K).
     pub fn upload(
         ctx: &GpuContext,
         qtype: GgmlType,
@@ -408,14 +415,15 @@ impl GgmlWeight {
         bytes: &[u8],
     ) -> Result<Self> {
         const OP: &str = "ggml upload";
-        if cols == 0 || cols % 32 != 0 || rows == 0 {
+        let be = qtype.block_elems();
+        if cols == 0 || cols % be != 0 || rows == 0 {
             return Err(GpuError::shape(
                 OP,
-                format!("{rows} × {cols} (columns must be a positive multiple of 32)"),
+                format!("{rows} × {cols} (columns must be a positive multiple of {be})"),
             ));
         }
         u32_of(OP, "rows", rows)?;
-        let row_bytes = cols / 32 * qtype.block_bytes();
+        let row_bytes = cols / be * qtype.block_bytes();
         if rows.checked_mul(row_bytes) != Some(bytes.len() as u64) {
             return Err(GpuError::shape(
                 OP,

@@ -9,21 +9,31 @@ use tern_shaders::{Shader, Variant};
 
 use crate::error::{GpuError, Result};
 
-/// ggml block types the GEMV kernel reads.
+/// ggml block types the GEMV/GEMM kernels read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GgmlType {
     Q8_0,
     Q4_0,
     Q4_1,
+    /// 256-element super-blocks of 210 bytes (tern keeps llama-quantize's q6_K embeddings).
+    Q6K,
 }
 
 impl GgmlType {
-    /// Bytes of one 32-element block.
+    /// Bytes of one block ([`GgmlType::block_elems`] elements).
     pub fn block_bytes(self) -> u64 {
         match self {
             GgmlType::Q8_0 => 34,
             GgmlType::Q4_0 => 18,
             GgmlType::Q4_1 => 20,
+            GgmlType::Q6K => 210,
+        }
+    }
+    /// Elements of one block (a row's length must be a multiple).
+    pub fn block_elems(self) -> u64 {
+        match self {
+            GgmlType::Q6K => 256,
+            _ => 32,
         }
     }
     fn name(self) -> &'static str {
@@ -31,6 +41,7 @@ impl GgmlType {
             GgmlType::Q8_0 => "q8_0",
             GgmlType::Q4_0 => "q4_0",
             GgmlType::Q4_1 => "q4_1",
+            GgmlType::Q6K => "q6_k",
         }
     }
 }
@@ -53,6 +64,11 @@ pub enum KernelKey {
         scale_type: FloatType,
     },
     GgmlGemv(GgmlType),
+    TernaryGemm {
+        layout: TernaryLayout,
+        scale_type: FloatType,
+    },
+    GgmlGemm(GgmlType),
     NeuzipDecode,
     RmsNorm,
     Rope {
@@ -62,23 +78,33 @@ pub enum KernelKey {
     Argmax,
 }
 
+fn ternary_names(layout: TernaryLayout, scale_type: FloatType) -> (&'static str, &'static str) {
+    let l = match layout {
+        TernaryLayout::Bits2 => "2bit",
+        TernaryLayout::Base3 => "base3",
+    };
+    let s = match scale_type {
+        FloatType::F32 => "f32",
+        FloatType::F16 => "f16",
+        FloatType::Bf16 => "bf16",
+    };
+    (l, s)
+}
+
 impl fmt::Display for KernelKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KernelKey::ActQuantInt8 => f.write_str("act_quant_int8"),
             KernelKey::TernaryGemv { layout, scale_type } => {
-                let l = match layout {
-                    TernaryLayout::Bits2 => "2bit",
-                    TernaryLayout::Base3 => "base3",
-                };
-                let s = match scale_type {
-                    FloatType::F32 => "f32",
-                    FloatType::F16 => "f16",
-                    FloatType::Bf16 => "bf16",
-                };
+                let (l, s) = ternary_names(*layout, *scale_type);
                 write!(f, "ternary_gemv_{l}_{s}_tpr32")
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
+            KernelKey::TernaryGemm { layout, scale_type } => {
+                let (l, s) = ternary_names(*layout, *scale_type);
+                write!(f, "ternary_gemm_{l}_{s}_64x32")
+            }
+            KernelKey::GgmlGemm(t) => write!(f, "ggml_gemm_{}_64x32", t.name()),
             KernelKey::NeuzipDecode => f.write_str("neuzip_decode"),
             KernelKey::RmsNorm => f.write_str("rmsnorm"),
             KernelKey::Rope { neox } => {
@@ -101,6 +127,8 @@ impl KernelKey {
             KernelKey::ActQuantInt8 => Shader::ActQuantInt8,
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
             KernelKey::GgmlGemv(_) => Shader::GgmlGemv,
+            KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
+            KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
             KernelKey::RmsNorm => Shader::RmsNorm,
             KernelKey::Rope { .. } => Shader::Rope,
@@ -217,10 +245,17 @@ mod tests {
         for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
             for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
                 keys.push(KernelKey::TernaryGemv { layout, scale_type });
+                keys.push(KernelKey::TernaryGemm { layout, scale_type });
             }
         }
-        for t in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        for t in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q6K,
+        ] {
             keys.push(KernelKey::GgmlGemv(t));
+            keys.push(KernelKey::GgmlGemm(t));
         }
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
             keys.push(KernelKey::Elementwise(op));

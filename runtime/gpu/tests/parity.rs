@@ -22,6 +22,9 @@ use tern_gpu::ops::{self, act_stride_words};
 use tern_gpu::{EltOp, GgmlType, GpuContext, GpuError, GpuOptions};
 use tern_reference::{MatmulOptions, Matrix};
 
+#[path = "parity/gemm.rs"]
+mod gemm;
+
 const SPLIT_LIMIT: u64 = 64 << 10;
 
 fn context(binding_limit: Option<u64>) -> Option<GpuContext> {
@@ -260,16 +263,26 @@ fn run_ternary(
     score("ternary", Check::Exact, &got, &want).map(|s| format!("{s}, {} binding(s)", w.parts()))
 }
 
-/// Random ggml blocks: f16 scale(s) in a sane range, random quants.
+/// Random ggml blocks: f16 scale(s) in a sane range, random quants. Q6_K: random 6-bit quants
+/// and i8 sub-block scales, a small finite f16 `d` last (as llama-quantize's outputs look).
 fn random_blocks(rng: &mut Rng, qtype: GgmlType, n_blocks: usize) -> Vec<u8> {
     let mut out = Vec::new();
     for _ in 0..n_blocks {
+        if qtype == GgmlType::Q6K {
+            for _ in 0..208 {
+                out.push(rng.next() as u8);
+            }
+            let d = half::f16::from_f32(0.0001 + rng.unit() * 0.001);
+            out.extend_from_slice(&d.to_le_bytes());
+            continue;
+        }
         let d = half::f16::from_f32(0.001 + rng.unit() * 0.05).to_le_bytes();
         out.extend_from_slice(&d);
         let (extra, nq) = match qtype {
             GgmlType::Q8_0 => (None, 32),
             GgmlType::Q4_0 => (None, 16),
             GgmlType::Q4_1 => (Some(half::f16::from_f32(-0.2 + rng.unit() * 0.1)), 16),
+            GgmlType::Q6K => (None, 0), // handled above
         };
         if let Some(m) = extra {
             out.extend_from_slice(&m.to_le_bytes());
@@ -286,6 +299,7 @@ fn ggml_encoding(q: GgmlType) -> Encoding {
         GgmlType::Q8_0 => Encoding::Q8_0,
         GgmlType::Q4_0 => Encoding::Q4_0,
         GgmlType::Q4_1 => Encoding::Q4_1,
+        GgmlType::Q6K => Encoding::Q6K,
     }
 }
 
@@ -324,7 +338,7 @@ fn run_ggml(
     cols: usize,
     tokens: usize,
 ) -> Result<String, String> {
-    let bytes = random_blocks(rng, qtype, rows * cols / 32);
+    let bytes = random_blocks(rng, qtype, rows * cols / qtype.block_elems() as usize);
     run_ggml_bytes(ctx, rng, qtype, rows, cols, tokens, &bytes)
 }
 
@@ -716,6 +730,7 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
 fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
+    v.extend(gemm::cases());
     v
 }
 

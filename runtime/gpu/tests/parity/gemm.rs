@@ -1,0 +1,273 @@
+//! Tiled GEMMs (`tern_gpu::gemm`) and Q6_K against `tern-reference`'s `Matrix::matmul`.
+//!
+//! Ternary GEMM: bit-exact (as the GEMV). ggml GEMM and the Q6_K GEMV: NMSE ≤ 1e-10 (f32 sums in
+//! another order than `dot_f32` give ~1e-14; a wrong nibble, scale or index gives ≥ ~1e-3).
+//! Shapes: 1 row / 1 token, rows and tokens that are not multiples of the 64 × 32 tile, several
+//! token tiles, 2B4T's 2560 columns, every kind of scale-group boundary of the ternary kernel
+//! (none, on 16-column sub-steps, inside packed words, group 1), and `split` cases whose parts
+//! start mid-tile.
+
+use super::*;
+use tern_gpu::gemm;
+
+/// Which launcher a case runs.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    Gemm,
+    Gemv,
+    /// `*_matmul` (GEMV or GEMM by token count).
+    Matmul,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_ternary_gemm(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    path: Path,
+    layout: TernaryLayout,
+    scale_type: FloatType,
+    rows: usize,
+    cols: usize,
+    group: u32,
+    tokens: usize,
+) -> Result<String, String> {
+    let trits: Vec<i8> = (0..rows * cols)
+        .map(|_| (rng.next() % 3) as i8 - 1)
+        .collect();
+    let ns = ternary::scale_count(rows as u64, cols as u64, group).unwrap() as usize;
+    let scales: Vec<f32> = (0..ns).map(|_| 0.01 + rng.unit() * 0.5).collect();
+    let bytes = ternary::pack(
+        layout,
+        rows as u64,
+        cols as u64,
+        &trits,
+        group,
+        scale_type,
+        &scales,
+    )
+    .unwrap();
+    let enc_t = Encoding::Ternary {
+        layout,
+        group,
+        scale_type,
+    };
+    let m = Matrix::from_encoded("w", rows, cols, &enc_t, &bytes).unwrap();
+    let x = activations(rng, tokens, cols);
+    let mut want = vec![0f32; tokens * rows];
+    m.matmul(&x, ActQuant::Int8, &MatmulOptions::default(), &mut want)
+        .unwrap();
+
+    let e = |e: GpuError| e.to_string();
+    let w = ops::TernaryWeight::upload(
+        ctx,
+        layout,
+        rows as u64,
+        cols as u64,
+        group,
+        scale_type,
+        &bytes,
+    )
+    .map_err(e)?;
+    let xb = ctx.upload("x", &f32_bytes(&x)).map_err(e)?;
+    // NaN-filled output: a row or token the kernel forgets to write cannot pass.
+    let y = ctx
+        .upload("y", &f32_bytes(&vec![f32::NAN; tokens * rows]))
+        .map_err(e)?;
+    let mut enc = ctx.encoder();
+    let a = ops::quantize_act_int8(ctx, &mut enc, &xb, tokens as u64, cols as u64).map_err(e)?;
+    match path {
+        Path::Gemm => gemm::ternary_gemm(ctx, &mut enc, &w, &a, &y),
+        Path::Gemv => ops::ternary_gemv(ctx, &mut enc, &w, &a, &y),
+        Path::Matmul => gemm::ternary_matmul(ctx, &mut enc, &w, &a, &y),
+    }
+    .map_err(e)?;
+    ctx.submit_wait(enc).map_err(e)?;
+    let got = ctx.read_f32(&y, tokens * rows).map_err(e)?;
+    score("ternary gemm", Check::Exact, &got, &want)
+        .map(|s| format!("{s}, {} binding(s)", w.parts()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_ggml_gemm(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    path: Path,
+    qtype: GgmlType,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+) -> Result<String, String> {
+    let bytes = random_blocks(rng, qtype, rows * cols / qtype.block_elems() as usize);
+    let m = Matrix::from_encoded("w", rows, cols, &ggml_encoding(qtype), &bytes).unwrap();
+    let x = activations(rng, tokens, cols);
+    let mut want = vec![0f32; tokens * rows];
+    m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut want)
+        .unwrap();
+    let e = |e: GpuError| e.to_string();
+    let w = ops::GgmlWeight::upload(ctx, qtype, rows as u64, cols as u64, &bytes).map_err(e)?;
+    let xb = ctx.upload("x", &f32_bytes(&x)).map_err(e)?;
+    let y = ctx
+        .upload("y", &f32_bytes(&vec![f32::NAN; tokens * rows]))
+        .map_err(e)?;
+    let mut enc = ctx.encoder();
+    let n = tokens as u64;
+    match path {
+        Path::Gemm => gemm::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
+        Path::Gemv => ops::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
+        Path::Matmul => gemm::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y),
+    }
+    .map_err(e)?;
+    ctx.submit_wait(enc).map_err(e)?;
+    let got = ctx.read_f32(&y, tokens * rows).map_err(e)?;
+    score("ggml gemm", Check::Nmse(1e-10), &got, &want)
+        .map(|s| format!("{s}, {} binding(s)", w.parts()))
+}
+
+pub fn cases() -> Vec<(String, bool, CaseFn)> {
+    let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
+    let mut add = |name: String, split: bool, f: CaseFn| v.push((name, split, f));
+
+    // Ternary GEMM: every layout × scale type over the tile-boundary shapes (group 0), then the
+    // scale-group boundaries on f16 scales.
+    for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
+        for st in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+            for (rows, cols, tokens) in [
+                (1, 32, 1),
+                (33, 96, 7),
+                (70, 2560, 9),
+                (640, 2560, 33),
+                (257, 1000, 64),
+            ] {
+                add(
+                    format!("ternary_gemm {layout:?} {st:?} {rows}×{cols} tokens {tokens}"),
+                    false,
+                    Box::new(move |x, r| {
+                        run_ternary_gemm(x, r, Path::Gemm, layout, st, rows, cols, 0, tokens)
+                    }),
+                );
+            }
+        }
+        for (rows, cols, group, tokens) in [
+            (9, 1000, 40, 5),    // inside packed words (40 % 16 ≠ 0)
+            (17, 96, 32, 7),     // on 16-column sub-steps
+            (5, 80, 1, 3),       // every column
+            (65, 640, 64, 40),   // sub-steps, two token tiles
+            (40, 1280, 160, 33), // whole K steps (base3) / sub-steps (2bit)
+            (3, 2560, 128, 2),   // whole K steps (2bit)
+            (7, 60, 12, 4),      // inside words, cols not a multiple of 16
+        ] {
+            add(
+                format!("ternary_gemm {layout:?} F16 {rows}×{cols} group {group} tokens {tokens}"),
+                false,
+                Box::new(move |x, r| {
+                    run_ternary_gemm(
+                        x,
+                        r,
+                        Path::Gemm,
+                        layout,
+                        FloatType::F16,
+                        rows,
+                        cols,
+                        group,
+                        tokens,
+                    )
+                }),
+            );
+        }
+        // Parts of ~100 rows (64 KiB bindings): part boundaries fall inside row tiles. (x and y
+        // must fit a 64 KiB binding too, which leaves room for one token tile only.)
+        add(
+            format!("ternary_gemm {layout:?} f32 300×2560 tokens 6 split"),
+            true,
+            Box::new(move |x, r| {
+                run_ternary_gemm(x, r, Path::Gemm, layout, FloatType::F32, 300, 2560, 0, 6)
+            }),
+        );
+        add(
+            format!("ternary_gemm {layout:?} bf16 600×640 group 64 tokens 12 split"),
+            true,
+            Box::new(move |x, r| {
+                run_ternary_gemm(x, r, Path::Gemm, layout, FloatType::Bf16, 600, 640, 64, 12)
+            }),
+        );
+        for tokens in [1, 3, 4, 40] {
+            add(
+                format!("ternary_matmul {layout:?} f32 70×2560 tokens {tokens}"),
+                false,
+                Box::new(move |x, r| {
+                    run_ternary_gemm(
+                        x,
+                        r,
+                        Path::Matmul,
+                        layout,
+                        FloatType::F32,
+                        70,
+                        2560,
+                        0,
+                        tokens,
+                    )
+                }),
+            );
+        }
+    }
+
+    // ggml GEMM (and the Q6_K GEMV).
+    for q in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q6K,
+    ] {
+        let shapes: [(usize, usize, usize); 5] = if q == GgmlType::Q6K {
+            [
+                (1, 256, 1),
+                (33, 512, 7),
+                (70, 2560, 9),
+                (640, 2560, 33),
+                (257, 1024, 64),
+            ]
+        } else {
+            [
+                (1, 32, 1),
+                (33, 96, 7),
+                (70, 2560, 9),
+                (640, 2560, 33),
+                (257, 1024, 64),
+            ]
+        };
+        for (rows, cols, tokens) in shapes {
+            add(
+                format!("ggml_gemm {q:?} {rows}×{cols} tokens {tokens}"),
+                false,
+                Box::new(move |x, r| run_ggml_gemm(x, r, Path::Gemm, q, rows, cols, tokens)),
+            );
+        }
+        add(
+            format!("ggml_gemm {q:?} 500×1024 tokens 15 split"),
+            true,
+            Box::new(move |x, r| run_ggml_gemm(x, r, Path::Gemm, q, 500, 1024, 15)),
+        );
+        for tokens in [2, 5] {
+            add(
+                format!("ggml_matmul {q:?} 33×512 tokens {tokens}"),
+                false,
+                Box::new(move |x, r| run_ggml_gemm(x, r, Path::Matmul, q, 33, 512, tokens)),
+            );
+        }
+    }
+    for (rows, cols, tokens) in [(1, 256, 1), (31, 576 / 64 * 256, 1), (257, 1536, 2)] {
+        add(
+            format!("ggml_gemv Q6K {rows}×{cols} tokens {tokens}"),
+            false,
+            Box::new(move |x, r| {
+                run_ggml_gemm(x, r, Path::Gemv, GgmlType::Q6K, rows, cols, tokens)
+            }),
+        );
+    }
+    add(
+        "ggml_gemv Q6K 300×2560 tokens 2 split".into(),
+        true,
+        Box::new(move |x, r| run_ggml_gemm(x, r, Path::Gemv, GgmlType::Q6K, 300, 2560, 2)),
+    );
+    v
+}
