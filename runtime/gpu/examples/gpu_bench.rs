@@ -1,9 +1,13 @@
-//! GPU throughput of the NeuZip decoder and the ternary GEMV at BitNet b1.58 2B4T's shapes, on
-//! random data (no model files). Prints one JSON line.
+//! GPU throughput of the NeuZip decoder, the ternary GEMV at BitNet b1.58 2B4T's shapes, and
+//! prefill (GEMV vs tiled GEMM at 512 tokens, ternary at 2B4T's and ggml at SmolLM2's shapes, the
+//! Q6_K head, the GEMV/GEMM crossover in tokens), on random data (no model files). Prints one
+//! JSON line.
 //!
 //! ```text
 //! cargo run --release -p tern-gpu --example gpu_bench            # full
-//! cargo run --release -p tern-gpu --example gpu_bench -- --quick # fewer iterations (lavapipe)
+//! cargo run --release -p tern-gpu --example gpu_bench -- --quick # fewer iterations, smaller (lavapipe)
+//! cargo run --release -p tern-gpu --example gpu_bench -- --only prefill   # one section:
+//!                                                  # neuzip | gemv | prefill | act
 //! ```
 //!
 //! Timing: every iteration is recorded into one command encoder first; the timed region is
@@ -14,8 +18,8 @@
 use std::time::Instant;
 
 use tern_format::{neuzip, ternary, FloatType, TernaryLayout};
-use tern_gpu::ops;
-use tern_gpu::{DevicePreference, GpuContext};
+use tern_gpu::{gemm, ops};
+use tern_gpu::{DevicePreference, GgmlType, GpuContext};
 
 struct Rng(u64);
 impl Rng {
@@ -41,8 +45,89 @@ fn timed(ctx: &GpuContext, enc: wgpu::CommandEncoder) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Seconds per call of `f`: one warm-up submission, then `iters` calls recorded into one encoder
+/// and timed as submit + wait.
+fn per_call(
+    ctx: &GpuContext,
+    iters: usize,
+    mut f: impl FnMut(&mut wgpu::CommandEncoder) -> tern_gpu::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut enc = ctx.encoder();
+    f(&mut enc)?;
+    ctx.submit_wait(enc)?;
+    let mut enc = ctx.encoder();
+    for _ in 0..iters {
+        f(&mut enc)?;
+    }
+    Ok(timed(ctx, enc)? / iters as f64)
+}
+
+fn layout_name(l: TernaryLayout) -> &'static str {
+    match l {
+        TernaryLayout::Bits2 => "2bit",
+        TernaryLayout::Base3 => "base3",
+    }
+}
+
+/// A random per-tensor-scale ternary weight and `tokens` rows of quantized activations.
+fn ternary_operands(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    layout: TernaryLayout,
+    rows: u64,
+    cols: u64,
+    tokens: u64,
+) -> anyhow::Result<(ops::TernaryWeight, ops::ActInt8)> {
+    let trits: Vec<i8> = (0..rows * cols)
+        .map(|_| (rng.next() % 3) as i8 - 1)
+        .collect();
+    let bytes = ternary::pack(layout, rows, cols, &trits, 0, FloatType::F32, &[0.02])?;
+    let w = ops::TernaryWeight::upload(ctx, layout, rows, cols, 0, FloatType::F32, &bytes)?;
+    let x: Vec<u8> = (0..tokens * cols)
+        .flat_map(|_| rng.normal().to_le_bytes())
+        .collect();
+    let xb = ctx.upload("x", &x)?;
+    let mut enc = ctx.encoder();
+    let a = ops::quantize_act_int8(ctx, &mut enc, &xb, tokens, cols)?;
+    ctx.submit_wait(enc)?;
+    Ok((w, a))
+}
+
+/// Random ggml blocks (finite f16 scales) for `rows × cols`, uploaded.
+fn ggml_weight(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    q: GgmlType,
+    rows: u64,
+    cols: u64,
+) -> anyhow::Result<ops::GgmlWeight> {
+    let n_blocks = rows * cols / q.block_elems();
+    let mut b = Vec::with_capacity((n_blocks * q.block_bytes()) as usize);
+    for _ in 0..n_blocks {
+        let d = half::f16::from_f32(0.0005 + (rng.next() % 1000) as f32 * 1e-5).to_le_bytes();
+        if q == GgmlType::Q6K {
+            b.extend((0..208).map(|_| rng.next() as u8));
+            b.extend_from_slice(&d);
+            continue;
+        }
+        b.extend_from_slice(&d);
+        if q == GgmlType::Q4_1 {
+            b.extend_from_slice(&half::f16::from_f32(-0.1).to_le_bytes());
+        }
+        let nq = if q == GgmlType::Q8_0 { 32 } else { 16 };
+        b.extend((0..nq).map(|_| rng.next() as u8));
+    }
+    Ok(ops::GgmlWeight::upload(ctx, q, rows, cols, &b)?)
+}
+
 fn main() -> anyhow::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let want = |section: &str| only.as_deref().is_none_or(|o| o == section);
     let ctx = GpuContext::new(DevicePreference::Auto)?;
     let mut rng = Rng(42);
     let mut fields = vec![
@@ -54,6 +139,7 @@ fn main() -> anyhow::Result<()> {
     ];
 
     // NeuZip decode: a bf16 6912 × 2560 weight (lossless), and an f32 2560 × 2560 one.
+    let neuzip_cases = if want("neuzip") { 2 } else { 0 };
     for (name, dtype, k, rows, cols) in [
         (
             "neuzip_bf16_6912x2560",
@@ -63,7 +149,10 @@ fn main() -> anyhow::Result<()> {
             2560usize,
         ),
         ("neuzip_f32_2560x2560", FloatType::F32, 23u8, 2560, 2560),
-    ] {
+    ]
+    .into_iter()
+    .take(neuzip_cases)
+    {
         let (rows, iters) = if quick { (rows / 8, 2) } else { (rows, 20) };
         let vals: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.02).collect();
         let data: Vec<u8> = match dtype {
@@ -93,7 +182,11 @@ fn main() -> anyhow::Result<()> {
     }
 
     // Ternary GEMV (1 token) and GEMM (8 tokens) with INT8 activations at 2B4T's shapes.
-    for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
+    let gemv_layouts = if want("gemv") { 2 } else { 0 };
+    for layout in [TernaryLayout::Bits2, TernaryLayout::Base3]
+        .into_iter()
+        .take(gemv_layouts)
+    {
         for (rows, cols) in [(2560u64, 2560u64), (6912, 2560), (2560, 6912)] {
             for tokens in [1u64, 8] {
                 let iters = if quick { 3 } else { 200 };
@@ -140,8 +233,11 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    if want("prefill") {
+        prefill(&ctx, &mut rng, quick, &mut fields)?;
+    }
     // Activation quantization alone, one token of 6912.
-    {
+    if want("act") {
         let iters = if quick { 3 } else { 500 };
         let x: Vec<u8> = (0..6912).flat_map(|_| rng.normal().to_le_bytes()).collect();
         let xb = ctx.upload("x", &x)?;
@@ -153,5 +249,128 @@ fn main() -> anyhow::Result<()> {
         fields.push(format!("\"act_quant_int8_6912_us\":{:.1}", s * 1e6));
     }
     println!("{{{}}}", fields.join(","));
+    Ok(())
+}
+
+/// Prefill: the GEMV (tokens on grid y, weights re-read per token) against the tiled GEMM on the
+/// same operands, which must agree (bit for bit on ternary). `--quick`: 64 tokens, rows / 8.
+fn prefill(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    quick: bool,
+    fields: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let (tokens, shrink, iters) = if quick {
+        (64u64, 8u64, 1)
+    } else {
+        (512, 1, 10)
+    };
+    let entry = |name: String, work: f64, gemv: f64, gemm: f64| -> String {
+        format!(
+            "\"{name}\":{{\"gemv_ms\":{:.3},\"gemm_ms\":{:.3},\"speedup\":{:.2},\"gemm_gops\":{:.1}}}",
+            gemv * 1e3,
+            gemm * 1e3,
+            gemv / gemm,
+            2.0 * work / gemm / 1e9
+        )
+    };
+    // Ternary with INT8 activations at 2B4T's shapes (q/o, k/v, gate/up, down).
+    for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
+        for (rows, cols) in [(2560u64, 2560u64), (640, 2560), (6912, 2560), (2560, 6912)] {
+            let rows = rows / shrink;
+            let (w, a) = ternary_operands(ctx, rng, layout, rows, cols, tokens)?;
+            let y1 = ctx.zeroed("y", tokens * rows * 4)?;
+            let y2 = ctx.zeroed("y", tokens * rows * 4)?;
+            let t1 = per_call(ctx, iters, |e| ops::ternary_gemv(ctx, e, &w, &a, &y1))?;
+            let t2 = per_call(ctx, iters, |e| gemm::ternary_gemm(ctx, e, &w, &a, &y2))?;
+            let n = (tokens * rows) as usize;
+            anyhow::ensure!(
+                ctx.read_bytes(&y1, 0, n as u64 * 4)? == ctx.read_bytes(&y2, 0, n as u64 * 4)?,
+                "ternary GEMM differs from the GEMV"
+            );
+            let name = format!(
+                "prefill_ternary_{}_{rows}x{cols}_t{tokens}",
+                layout_name(layout)
+            );
+            fields.push(entry(name, (rows * cols * tokens) as f64, t1, t2));
+        }
+    }
+    // ggml at SmolLM2-135M's shapes (q/o, k/v, gate/up, down).
+    for q in [GgmlType::Q8_0, GgmlType::Q4_1] {
+        for (rows, cols) in [(576u64, 576u64), (192, 576), (1536, 576), (576, 1536)] {
+            let w = ggml_weight(ctx, rng, q, rows, cols)?;
+            let x: Vec<u8> = (0..tokens * cols)
+                .flat_map(|_| rng.normal().to_le_bytes())
+                .collect();
+            let xb = ctx.upload("x", &x)?;
+            let y1 = ctx.zeroed("y", tokens * rows * 4)?;
+            let y2 = ctx.zeroed("y", tokens * rows * 4)?;
+            let t1 = per_call(ctx, iters, |e| ops::ggml_gemv(ctx, e, &w, &xb, tokens, &y1))?;
+            let t2 = per_call(ctx, iters, |e| {
+                gemm::ggml_gemm(ctx, e, &w, &xb, tokens, &y2)
+            })?;
+            let n = (tokens * rows) as usize;
+            let (a, b) = (ctx.read_f32(&y1, n)?, ctx.read_f32(&y2, n)?);
+            let err: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(u, v)| f64::from(u - v).powi(2))
+                .sum();
+            let den: f64 = a.iter().map(|u| f64::from(*u).powi(2)).sum();
+            anyhow::ensure!(err <= 1e-10 * den, "ggml GEMM differs from the GEMV");
+            let name = format!("prefill_ggml_{q:?}_{rows}x{cols}_t{tokens}").to_lowercase();
+            fields.push(entry(name, (rows * cols * tokens) as f64, t1, t2));
+        }
+    }
+    // The Q6_K head of 2B4T (128256 × 2560): one token by the GEMV, 64 by both.
+    {
+        let (rows, cols, nt) = (128256 / shrink, 2560u64, 64u64);
+        let w = ggml_weight(ctx, rng, GgmlType::Q6K, rows, cols)?;
+        let x: Vec<u8> = (0..nt * cols)
+            .flat_map(|_| rng.normal().to_le_bytes())
+            .collect();
+        let xb = ctx.upload("x", &x)?;
+        let y = ctx.zeroed("y", nt * rows * 4)?;
+        let t1 = per_call(ctx, iters, |e| ops::ggml_gemv(ctx, e, &w, &xb, 1, &y))?;
+        fields.push(format!(
+            "\"head_q6_k_{rows}x{cols}_t1_gemv\":{{\"ms\":{:.3},\"weight_gb_per_s\":{:.1}}}",
+            t1 * 1e3,
+            (rows * cols / 256 * 210) as f64 / t1 / 1e9
+        ));
+        let t1 = per_call(ctx, iters, |e| ops::ggml_gemv(ctx, e, &w, &xb, nt, &y))?;
+        let t2 = per_call(ctx, iters, |e| gemm::ggml_gemm(ctx, e, &w, &xb, nt, &y))?;
+        fields.push(entry(
+            format!("head_q6_k_{rows}x{cols}_t{nt}"),
+            (rows * cols * nt) as f64,
+            t1,
+            t2,
+        ));
+    }
+    // Where the GEMM starts to win (gemm::GEMM_MIN_TOKENS): 2bit 6912 × 2560 by token count.
+    {
+        let (rows, cols) = (6912 / shrink, 2560u64);
+        let counts: &[u64] = if quick {
+            &[1, 4, 16]
+        } else {
+            &[1, 2, 4, 8, 16, 32, 64]
+        };
+        let mut pts = Vec::new();
+        for &nt in counts {
+            let (w, a) = ternary_operands(ctx, rng, TernaryLayout::Bits2, rows, cols, nt)?;
+            let y = ctx.zeroed("y", nt * rows * 4)?;
+            let it = if quick { 1 } else { 50 };
+            let t1 = per_call(ctx, it, |e| ops::ternary_gemv(ctx, e, &w, &a, &y))?;
+            let t2 = per_call(ctx, it, |e| gemm::ternary_gemm(ctx, e, &w, &a, &y))?;
+            pts.push(format!(
+                "\"t{nt}\":{{\"gemv_us\":{:.1},\"gemm_us\":{:.1}}}",
+                t1 * 1e6,
+                t2 * 1e6
+            ));
+        }
+        fields.push(format!(
+            "\"gemm_crossover_2bit_{rows}x{cols}\":{{{}}}",
+            pts.join(",")
+        ));
+    }
     Ok(())
 }
