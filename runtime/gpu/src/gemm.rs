@@ -30,8 +30,11 @@ pub const GEMM_TILE_ROWS: u64 = 64;
 /// Tokens per GEMM workgroup (`TT` in the shaders).
 pub const GEMM_TILE_TOKENS: u64 = 32;
 /// From this many tokens on, [`ternary_matmul`] / [`ggml_matmul`] use the GEMM. Below it the
-/// GEMV's per-token weight re-reads cost less than a mostly empty 32-token tile. A first guess,
-/// to be tuned from `gpu_bench`'s `gemm_crossover` numbers on real GPUs.
+/// GEMV's per-token weight re-reads cost less than a mostly empty 32-token tile. Measured on an
+/// H100 (`gpu_bench --only prefill`, 2bit 6912 × 2560): GEMV 62 µs at 1 token, ~+27 µs per
+/// token; GEMM ~75 µs flat up to 32 tokens (one row tile per SM, latency-bound). On 640-row
+/// matrices the GEMM has only 10 workgroups and the GEMV wins up to ~16 tokens; 4 is the
+/// compromise.
 pub const GEMM_MIN_TOKENS: u64 = 4;
 
 /// Same layout as the GEMV's parameters (ternary_gemv.wgsl / ternary_gemm.wgsl `Params`).
