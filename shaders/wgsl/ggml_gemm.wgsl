@@ -71,19 +71,56 @@ fn row_bytes() -> u32 {
     return p.blocks_per_row * 20u;
 }
 
-// Elements h·8 .. h·8 + 8 of 32-column unit `u` of the row starting at byte `rb`.
-fn dequant8(rb: u32, u: u32, h: u32) -> array<f32, 8> {
-    var v: array<f32, 8>;
+// Q8_0: the 4 int8 of qw times d.
+fn q8x4(qw: u32, d: f32) -> vec4<f32> {
+    let q = bitcast<i32>(qw);
+    return vec4<f32>(
+        f32(extractBits(q, 0u, 8u)) * d,
+        f32(extractBits(q, 8u, 8u)) * d,
+        f32(extractBits(q, 16u, 8u)) * d,
+        f32(extractBits(q, 24u, 8u)) * d
+    );
+}
+
+// Q4_0 / Q4_1: the nibbles at bit sh of the 4 bytes of qw.
+fn q4x4(qw: u32, sh: u32, d: f32, m: f32) -> vec4<f32> {
+    let q = vec4<f32>(
+        f32((qw >> sh) & 0xfu),
+        f32((qw >> (8u + sh)) & 0xfu),
+        f32((qw >> (16u + sh)) & 0xfu),
+        f32((qw >> (24u + sh)) & 0xfu)
+    );
+    if (QTYPE == 1u) {
+        return (q - 8.0) * d;
+    }
+    return q * d + m;
+}
+
+// Q6_K: 4 elements from ql word qlw (low or high nibbles), qh word qhw (bits 2·qd), (d·sc).
+fn q6x4(qlw: u32, qhw: u32, qd: u32, dsc: f32) -> vec4<f32> {
+    let sh = select(0u, 4u, qd >= 2u);
+    var q: vec4<f32>;
+    q.x = f32(i32(((qlw >> sh) & 0xfu) | (((qhw >> (2u * qd)) & 3u) << 4u)) - 32);
+    q.y = f32(i32(((qlw >> (8u + sh)) & 0xfu) | (((qhw >> (8u + 2u * qd)) & 3u) << 4u)) - 32);
+    q.z = f32(i32(((qlw >> (16u + sh)) & 0xfu) | (((qhw >> (16u + 2u * qd)) & 3u) << 4u)) - 32);
+    q.w = f32(i32(((qlw >> (24u + sh)) & 0xfu) | (((qhw >> (24u + 2u * qd)) & 3u) << 4u)) - 32);
+    return dsc * q;
+}
+
+// Elements h·8 .. h·8 + 8 of 32-column unit `u` of the row starting at byte `rb`, as two vec4s.
+struct Eight {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+fn dequant8(rb: u32, u: u32, h: u32) -> Eight {
     if (QTYPE == 0u) {
         let off = rb + u * 34u;
         let d = f16_at(off);
-        for (var k = 0u; k < 2u; k = k + 1u) {
-            let qw = bitcast<i32>(load32(off + 2u + 8u * h + 4u * k));
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                v[4u * k + b] = f32(extractBits(qw, 8u * b, 8u)) * d;
-            }
-        }
-    } else if (QTYPE == 3u) {
+        let qo = off + 2u + 8u * h;
+        return Eight(q8x4(load32(qo), d), q8x4(load32(qo + 4u), d));
+    }
+    if (QTYPE == 3u) {
         // Q6_K: unit u is quarter qd of half hf of super-block u / 8 (dequantize_row_q6_K).
         let off = rb + (u / 8u) * 210u;
         let kc = u % 8u;
@@ -93,41 +130,26 @@ fn dequant8(rb: u32, u: u32, h: u32) -> array<f32, 8> {
         let d = f16_at(off + 208u);
         let scb = load32(off + 192u + hf * 8u + l0 / 16u + 2u * qd) & 0xffu;
         let dsc = d * f32(extractBits(bitcast<i32>(scb), 0u, 8u));
-        for (var k = 0u; k < 2u; k = k + 1u) {
-            let qlw = load32(off + hf * 64u + (qd & 1u) * 32u + l0 + 4u * k);
-            let qhw = load32(off + 128u + hf * 32u + l0 + 4u * k);
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                let qlb = (qlw >> (8u * b)) & 0xffu;
-                let lo = select(qlb & 0xfu, qlb >> 4u, qd >= 2u);
-                let hi = (qhw >> (8u * b + 2u * qd)) & 3u;
-                v[4u * k + b] = dsc * f32(i32(lo | (hi << 4u)) - 32);
-            }
-        }
-    } else {
-        // Q4_0 / Q4_1: byte j of qs holds element j (low nibble) and j + 16 (high nibble).
-        let bb = select(20u, 18u, QTYPE == 1u);
-        let off = rb + u * bb;
-        let d = f16_at(off);
-        var m = 0.0;
-        var qoff = off + 2u;
-        if (QTYPE == 2u) {
-            m = f16_at(off + 2u);
-            qoff = off + 4u;
-        }
-        let sh = 4u * (h / 2u);
-        for (var k = 0u; k < 2u; k = k + 1u) {
-            let qw = load32(qoff + 8u * (h % 2u) + 4u * k);
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                let q = f32((qw >> (8u * b + sh)) & 0xfu);
-                if (QTYPE == 1u) {
-                    v[4u * k + b] = (q - 8.0) * d;
-                } else {
-                    v[4u * k + b] = q * d + m;
-                }
-            }
-        }
+        let ql = off + hf * 64u + (qd & 1u) * 32u + l0;
+        let qh = off + 128u + hf * 32u + l0;
+        return Eight(
+            q6x4(load32(ql), load32(qh), qd, dsc),
+            q6x4(load32(ql + 4u), load32(qh + 4u), qd, dsc)
+        );
     }
-    return v;
+    // Q4_0 / Q4_1: byte j of qs holds element j (low nibble) and j + 16 (high nibble).
+    let bb = select(20u, 18u, QTYPE == 1u);
+    let off = rb + u * bb;
+    let d = f16_at(off);
+    var m = 0.0;
+    var qoff = off + 2u;
+    if (QTYPE == 2u) {
+        m = f16_at(off + 2u);
+        qoff = off + 4u;
+    }
+    let sh = 4u * (h / 2u);
+    let qo = qoff + 8u * (h % 2u);
+    return Eight(q4x4(load32(qo), sh, d, m), q4x4(load32(qo + 4u), sh, d, m));
 }
 
 @compute @workgroup_size(256)
@@ -144,16 +166,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     // Staging role: token lid / 8, vec4 lid % 8 of each step.
     let xl = lid / 8u;
     let xq = lid % 8u;
-    var acc: array<f32, 8>; // [2 i + j]: row tr + 16 i, token tt + 16 j
+    // Rows tr + 16 i (component i), tokens tt (acc0) and tt + 16 (acc1).
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
 
     for (var u = 0u; u < p.blocks_per_row; u = u + 1u) {
-        var v: array<f32, 8>;
+        var v = Eight(vec4<f32>(0.0), vec4<f32>(0.0));
         if (r0 + dr < p.rows) {
             v = dequant8((r0 + dr) * rb, u, dh);
         }
         // Element e = 8 dh + i of the unit goes to wt[e / 4][dr], component e % 4.
-        wt[(2u * dh) * TR + dr] = vec4<f32>(v[0], v[1], v[2], v[3]);
-        wt[(2u * dh + 1u) * TR + dr] = vec4<f32>(v[4], v[5], v[6], v[7]);
+        wt[(2u * dh) * TR + dr] = v.lo;
+        wt[(2u * dh + 1u) * TR + dr] = v.hi;
         var xv = vec4<f32>(0.0);
         if (t0 + xl < p.n_tokens) {
             xv = x[(t0 + xl) * cols4 + u * 8u + xq];
@@ -163,21 +187,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         for (var q = 0u; q < 8u; q = q + 1u) {
             let a0 = xt[q * TT + tt];
             let a1 = xt[q * TT + tt + 16u];
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let wv = wt[q * TR + tr + 16u * i];
-                acc[2u * i] = acc[2u * i] + dot(wv, a0);
-                acc[2u * i + 1u] = acc[2u * i + 1u] + dot(wv, a1);
-            }
+            let wb = q * TR + tr;
+            let w0 = wt[wb];
+            let w1 = wt[wb + 16u];
+            let w2 = wt[wb + 32u];
+            let w3 = wt[wb + 48u];
+            acc0 = acc0 + vec4<f32>(dot(w0, a0), dot(w1, a0), dot(w2, a0), dot(w3, a0));
+            acc1 = acc1 + vec4<f32>(dot(w0, a1), dot(w1, a1), dot(w2, a1), dot(w3, a1));
         }
         workgroupBarrier();
     }
 
     for (var i = 0u; i < 4u; i = i + 1u) {
         let row = r0 + tr + 16u * i;
-        for (var j = 0u; j < 2u; j = j + 1u) {
-            let tok = t0 + tt + 16u * j;
-            if (row < p.rows && tok < p.n_tokens) {
-                y[tok * p.out_stride + p.row0 + row] = acc[2u * i + j];
+        if (row < p.rows) {
+            let t_0 = t0 + tt;
+            let t_1 = t_0 + 16u;
+            if (t_0 < p.n_tokens) {
+                y[t_0 * p.out_stride + p.row0 + row] = acc0[i];
+            }
+            if (t_1 < p.n_tokens) {
+                y[t_1 * p.out_stride + p.row0 + row] = acc1[i];
             }
         }
     }
