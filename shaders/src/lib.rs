@@ -34,6 +34,12 @@ pub enum Shader {
     Elementwise,
     /// Greedy sampling: argmax of each row of logits.
     Argmax,
+    /// Write a batch's keys or values into the KV cache at the step's position.
+    KvStore,
+    /// Causal GQA attention over the KV cache (decode and prefill), online softmax.
+    Attention,
+    /// f32 / f16 / bf16 matrix GEMV/GEMM (decoded NeuZip tensors, raw float heads).
+    FloatGemv,
 }
 
 const COMMON: &str = include_str!("../wgsl/common.wgsl");
@@ -101,10 +107,17 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
     "add" => ["OP" = 2],
 ];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
+const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store" => []];
+const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_wg128" => []];
+const FLOAT_GEMV_VARIANTS: &[Variant] = variants![Shader::FloatGemv;
+    "float_gemv_f32" => ["DTYPE" = 0],
+    "float_gemv_f16" => ["DTYPE" = 1],
+    "float_gemv_bf16" => ["DTYPE" = 2],
+];
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 10] = [
+    pub const ALL: [Shader; 13] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -115,6 +128,9 @@ impl Shader {
         Shader::Rope,
         Shader::Elementwise,
         Shader::Argmax,
+        Shader::KvStore,
+        Shader::Attention,
+        Shader::FloatGemv,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -130,6 +146,9 @@ impl Shader {
             Shader::Rope => "rope.wgsl",
             Shader::Elementwise => "elementwise.wgsl",
             Shader::Argmax => "argmax.wgsl",
+            Shader::KvStore => "kv_store.wgsl",
+            Shader::Attention => "attention.wgsl",
+            Shader::FloatGemv => "float_gemv.wgsl",
         }
     }
 
@@ -146,6 +165,9 @@ impl Shader {
             Shader::Rope => include_str!("../wgsl/rope.wgsl"),
             Shader::Elementwise => include_str!("../wgsl/elementwise.wgsl"),
             Shader::Argmax => include_str!("../wgsl/argmax.wgsl"),
+            Shader::KvStore => include_str!("../wgsl/kv_store.wgsl"),
+            Shader::Attention => include_str!("../wgsl/attention.wgsl"),
+            Shader::FloatGemv => include_str!("../wgsl/float_gemv.wgsl"),
         }
     }
 
@@ -177,6 +199,9 @@ impl Shader {
             Shader::Rope => ROPE_VARIANTS,
             Shader::Elementwise => ELEMENTWISE_VARIANTS,
             Shader::Argmax => ARGMAX_VARIANTS,
+            Shader::KvStore => KV_STORE_VARIANTS,
+            Shader::Attention => ATTENTION_VARIANTS,
+            Shader::FloatGemv => FLOAT_GEMV_VARIANTS,
         }
     }
 

@@ -18,9 +18,12 @@
 //! Every kernel has a CPU counterpart in `tern-reference`; `tests/parity.rs` runs each over a
 //! table of shapes (bit-exact on the integer and decoder paths, NMSE ≤ 1e-6 on float paths).
 
+pub mod attn;
 pub mod context;
 pub mod error;
+pub mod float_ops;
 pub mod gemm;
+pub mod model;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;

@@ -732,6 +732,30 @@ impl NeuzipTensor {
         Ok(v)
     }
 
+    /// The decoded tensor (after [`NeuzipTensor::decode`]) as float-matrix parts over the
+    /// chunks' own output buffers.
+    pub fn float_parts(&self, row_len: u64) -> Result<Vec<crate::float_ops::FloatPart>> {
+        if self.compressed_only {
+            return Err(GpuError::shape(
+                "neuzip rows",
+                "uploaded compressed-only: no output buffers",
+            ));
+        }
+        Ok(self
+            .row_spans(row_len)?
+            .into_iter()
+            .zip(&self.chunks)
+            .map(
+                |((row0, rows, elem_offset), c)| crate::float_ops::FloatPart {
+                    buffer: c.out.clone(),
+                    row0,
+                    rows,
+                    elem_offset,
+                },
+            )
+            .collect())
+    }
+
     /// Record the decode of every chunk into `outs[i]` (caller-owned scratch, at least
     /// [`NeuzipTensor::chunk_output_bytes`] each).
     pub fn decode_into(

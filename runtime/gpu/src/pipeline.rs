@@ -76,6 +76,9 @@ pub enum KernelKey {
     },
     Elementwise(EltOp),
     Argmax,
+    KvStore,
+    Attention,
+    FloatGemv(FloatType),
 }
 
 fn ternary_names(layout: TernaryLayout, scale_type: FloatType) -> (&'static str, &'static str) {
@@ -116,6 +119,13 @@ impl fmt::Display for KernelKey {
                 EltOp::Add => "add",
             }),
             KernelKey::Argmax => f.write_str("argmax"),
+            KernelKey::KvStore => f.write_str("kv_store"),
+            KernelKey::Attention => f.write_str("attention_wg128"),
+            KernelKey::FloatGemv(t) => f.write_str(match t {
+                FloatType::F32 => "float_gemv_f32",
+                FloatType::F16 => "float_gemv_f16",
+                FloatType::Bf16 => "float_gemv_bf16",
+            }),
         }
     }
 }
@@ -134,6 +144,9 @@ impl KernelKey {
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
             KernelKey::Argmax => Shader::Argmax,
+            KernelKey::KvStore => Shader::KvStore,
+            KernelKey::Attention => Shader::Attention,
+            KernelKey::FloatGemv(_) => Shader::FloatGemv,
         }
     }
 
@@ -241,6 +254,11 @@ mod tests {
             KernelKey::Rope { neox: false },
             KernelKey::Rope { neox: true },
             KernelKey::Argmax,
+            KernelKey::KvStore,
+            KernelKey::Attention,
+            KernelKey::FloatGemv(FloatType::F32),
+            KernelKey::FloatGemv(FloatType::F16),
+            KernelKey::FloatGemv(FloatType::Bf16),
         ];
         for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
             for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {

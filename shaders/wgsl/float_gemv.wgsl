@@ -1,0 +1,65 @@
+// Float GEMV/GEMM: y[t][row0 + r] = Σ_c W[r][c] · x[t][c] for a row-major f32 / f16 / bf16 matrix
+// part (decoded NeuZip chunks, raw float heads). 8 rows per workgroup, 32 invocations per row
+// striding over the columns, then a workgroup reduction. Element e of the part is at element
+// `elem_offset + r · cols + c` of `w` (16-bit types two per u32 word, low half first).
+// Bindings: params; w (u32 words); x [n_tokens][cols] f32; y [n_tokens][out_stride] f32.
+
+override DTYPE: u32 = 0u; // 0 = f32, 1 = f16, 2 = bf16
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    elem_offset: u32,
+    out_stride: u32,
+    row0: u32,
+    n_tokens: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+const TPR: u32 = 32u;
+const RPW: u32 = 8u;
+var<workgroup> partial: array<f32, 256>;
+
+fn elem(i: u32) -> f32 {
+    if (DTYPE == 0u) {
+        return bitcast<f32>(w[i]);
+    }
+    let word = w[i >> 1u];
+    let hw = select(word & 0xffffu, word >> 16u, (i & 1u) == 1u);
+    if (DTYPE == 1u) {
+        return f16_bits_to_f32(hw);
+    }
+    return bitcast<f32>(hw << 16u);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let r = wg.x * RPW + lid / TPR;
+    let lane = lid % TPR;
+    let t = wg.y;
+    var acc = 0.0;
+    if (r < p.rows) {
+        let base = p.elem_offset + r * p.cols;
+        let xb = t * p.cols;
+        for (var c = lane; c < p.cols; c = c + TPR) {
+            acc = acc + elem(base + c) * x[xb + c];
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s = s >> 1u) {
+        if (lane < s) {
+            partial[lid] = partial[lid] + partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && r < p.rows) {
+        y[t * p.out_stride + p.row0 + r] = partial[lid];
+    }
+}
