@@ -348,6 +348,25 @@ fn cce_equals_materialized_log_softmax_smollm2() {
     let tokens = engine.perplexity_tokens(&text).unwrap();
     let tokens = &tokens[..200];
     let mut model = Model::load(&file).unwrap();
+    {
+        // timing of the two paths (default blocks), for the report
+        let mut cache = KvCache::new(&model, tokens.len()).unwrap();
+        let n = tokens.len() - 1;
+        let hidden = model
+            .forward_hidden(&tokens[..n], &mut cache, LogitsWanted::All)
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        model.score_hidden(&hidden, &tokens[1..]).unwrap();
+        let t1 = std::time::Instant::now();
+        model
+            .score_hidden_materialized(&hidden, &tokens[1..])
+            .unwrap();
+        eprintln!(
+            "SmolLM2 head for {n} positions: fused {:.2}s, materialized {:.2}s",
+            (t1 - t0).as_secs_f64(),
+            t1.elapsed().as_secs_f64()
+        );
+    }
     let d = cce_vs_materialized(&mut model, tokens, "SmolLM2 f32");
     assert!(d <= 1e-4, "f32 numerics: {d}");
     model.set_options(ForwardOptions::llama_cpp_like());
