@@ -156,7 +156,11 @@ pub(crate) fn engine_status(e: &EngineError) -> tern_status {
     match e {
         E::Format(f) => format_status(f),
         E::Reference(r) => reference_status(r),
-        E::Tokenizer(_) | E::InvalidArgument(_) => TERN_INVALID_ARGUMENT,
+        E::Tokenizer(_)
+        | E::InvalidArgument(_)
+        | E::NothingToScore(_)
+        | E::TooFewTokens { .. }
+        | E::ContextTooLarge { .. } => TERN_INVALID_ARGUMENT,
         E::Template(_) => TERN_TEMPLATE,
         E::NoTokenizer => TERN_NO_TOKENIZER,
         E::PromptTooLong { .. } => TERN_CONTEXT_FULL,
