@@ -176,12 +176,13 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
 pub fn load_with_delta(
     base: &std::path::Path,
     delta: &std::path::Path,
+    opts: &tern_engine::LoadOptions,
 ) -> Result<tern_engine::session::Model> {
     let t0 = Instant::now();
     let f = delta::open_with_delta(base, delta)
         .with_context(|| format!("applying {} to {}", delta.display(), base.display()))?;
     let t1 = Instant::now();
-    let m = tern_engine::session::Model::from_file(&f)
+    let m = tern_engine::session::Model::from_file_with(&f, opts)
         .with_context(|| format!("loading {} + {}", base.display(), delta.display()))?;
     log::info!(
         "loaded {} + delta {} in {:.2}s (delta applied in {:.2}s)",

@@ -1,6 +1,7 @@
 //! `tern`: pack, inspect, run, chat and tokenize models; score text and measure perplexity.
 
 mod alloc;
+mod bench;
 mod delta;
 mod inspect;
 mod models;
@@ -45,6 +46,8 @@ enum Cmd {
     Perplexity(perplexity::PerplexityArgs),
     /// Rank candidate continuations of a context by log-likelihood (JSON).
     Score(score::ScoreArgs),
+    /// Benchmark prefill and decode (llama-bench style) with a memory breakdown.
+    Bench(bench::BenchArgs),
     /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
     FetchDefault,
 }
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Cmd::Delta(a) => delta::run(a),
         Cmd::Perplexity(a) => perplexity::run(a),
         Cmd::Score(a) => score::run(a),
+        Cmd::Bench(a) => bench::run(a),
         Cmd::FetchDefault => models::default_model().map(|p| {
             println!("{}", p.display());
             ExitCode::SUCCESS

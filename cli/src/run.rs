@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use tern_engine::chat::{render_chat, ChatMessage};
-use tern_engine::session::{GenerateOptions, Model, Session};
+use tern_engine::session::{Device, GenerateOptions, LoadOptions, Model, Session};
 use tern_engine::SamplingParams;
 
 #[derive(Args, Clone)]
@@ -36,9 +36,14 @@ pub struct SamplingArgs {
     /// Context size in tokens (0 = the model's training context).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub ctx: usize,
-    /// Device: cpu, gpu or auto.
+    /// Device: cpu, gpu (the GPU engine; software adapters such as lavapipe count) or auto
+    /// (a hardware GPU when present, else the CPU).
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// GPU memory budget for weights (bytes, or with K/M/G): NeuZip tensors that do not fit
+    /// decoded stay compressed and are decoded just in time. The plan is printed with -v.
+    #[arg(long)]
+    pub max_memory: Option<String>,
 }
 
 impl SamplingArgs {
@@ -55,15 +60,41 @@ impl SamplingArgs {
     }
 }
 
-/// The device to run on. This build has the CPU backend; the GPU engine is a separate piece of work.
-fn check_device(d: &str) -> Result<()> {
-    match d {
-        "cpu" | "auto" => Ok(()),
-        "gpu" => {
-            bail!("--device gpu: this build has no GPU backend yet; use --device cpu (or auto)")
-        }
-        other => bail!("--device {other:?}: expected cpu, gpu or auto"),
+impl SamplingArgs {
+    /// The backend and memory budget asked for.
+    pub fn load_options(&self) -> Result<LoadOptions> {
+        let device: Device = self.device.parse()?;
+        Ok(LoadOptions {
+            device,
+            max_memory: self.max_memory.as_deref().map(parse_bytes).transpose()?,
+        })
     }
+}
+
+/// `123`, `512M`, `1.5G` (binary units: K = 1024) → bytes.
+pub fn parse_bytes(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'B' => 1,
+                _ => bail!("--max-memory {s:?}: use bytes or a K/M/G suffix"),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("--max-memory {s:?}: not a number"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        bail!("--max-memory {s:?}: must be a non-negative size");
+    }
+    Ok((v * mul as f64) as u64)
 }
 
 #[derive(Args)]
@@ -92,23 +123,45 @@ pub struct RunArgs {
     pub sampling: SamplingArgs,
 }
 
-fn load(model: Option<&Path>) -> Result<Model> {
+pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
     let path = crate::models::resolve(model)?;
     let t0 = std::time::Instant::now();
-    let m = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let m = Model::open_with(&path, opts).with_context(|| format!("loading {}", path.display()))?;
     log::info!(
-        "loaded {} in {:.2}s",
+        "loaded {} in {:.2}s on {}",
         path.display(),
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        m.device_name()
     );
+    log_plan(&m);
     Ok(m)
 }
 
+/// Log the GPU memory plan (with -v).
+pub fn log_plan(m: &Model) {
+    if let Some(g) = m.gpu() {
+        let p = g.memory_plan();
+        log::info!(
+            "GPU memory plan (budget {}): weights {:.1} MiB, jit scratch {:.1} MiB",
+            p.budget
+                .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
+                .unwrap_or_else(|| "none".into()),
+            p.weight_bytes() as f64 / 1048576.0,
+            p.jit_scratch_bytes as f64 / 1048576.0
+        );
+        for (enc, bytes) in p.by_encoding() {
+            log::info!("  {enc:<28} {:>10.2} MiB", bytes as f64 / 1048576.0);
+        }
+    }
+}
+
 pub fn run(a: RunArgs) -> Result<ExitCode> {
-    check_device(&a.sampling.device)?;
+    let lo = a.sampling.load_options()?;
     let model = match &a.delta {
-        Some(d) => crate::delta::load_with_delta(&crate::models::resolve(a.model.as_deref())?, d)?,
-        None => load(a.model.as_deref())?,
+        Some(d) => {
+            crate::delta::load_with_delta(&crate::models::resolve(a.model.as_deref())?, d, &lo)?
+        }
+        None => load(a.model.as_deref(), &lo)?,
     };
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
@@ -219,8 +272,7 @@ pub struct ChatArgs {
 }
 
 pub fn chat(a: ChatArgs) -> Result<ExitCode> {
-    check_device(&a.sampling.device)?;
-    let model = load(a.model.as_deref())?;
+    let model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
     let tok = model.tokenizer()?;
     let template = model
         .meta()

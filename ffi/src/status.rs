@@ -167,6 +167,23 @@ pub(crate) fn engine_status(e: &EngineError) -> tern_status {
         E::Numeric(_) => TERN_NUMERIC,
         E::Cancelled => TERN_CANCELLED,
         E::Io(io) => io_status(io),
+        E::Gpu(g) => gpu_status(g),
+    }
+}
+
+fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
+    use tern_gpu::GpuError as G;
+    match e {
+        G::OutOfMemory { .. } => TERN_OUT_OF_MEMORY,
+        G::CpuRequested | G::NoAdapter(_) | G::Unsupported { .. } | G::TooLarge { .. } => {
+            TERN_UNSUPPORTED
+        }
+        G::Corrupt { .. } => TERN_CORRUPT_FILE,
+        G::Format(f) => format_status(f),
+        G::Shape { .. } => TERN_INVALID_ARGUMENT,
+        G::RequestDevice(_) | G::DeviceLost(_) | G::Wgpu { .. } | G::Readback { .. } => {
+            TERN_INTERNAL
+        }
     }
 }
 

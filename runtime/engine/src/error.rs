@@ -8,6 +8,8 @@ pub enum EngineError {
     Format(#[from] tern_format::FormatError),
     #[error(transparent)]
     Reference(#[from] tern_reference::ReferenceError),
+    #[error(transparent)]
+    Gpu(#[from] tern_gpu::GpuError),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("chat template: {0}")]

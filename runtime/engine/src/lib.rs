@@ -15,6 +15,8 @@ pub use sampler::{Sampler, SamplingParams};
 pub use score::{
     NoObserver, Perplexity, PerplexityOptions, ScoreObserver, ScoreOptions, WindowScore,
 };
-pub use session::{GenerateOptions, GenerateOutput, Model, Session, StopReason};
+pub use session::{
+    Device, GenerateOptions, GenerateOutput, LoadOptions, Model, Session, StopReason,
+};
 /// The CPU forward pass's numerical options ([`Model::set_forward_options`]).
 pub use tern_reference::ForwardOptions;

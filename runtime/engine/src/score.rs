@@ -147,7 +147,7 @@ impl Model {
             return Ok(Vec::new());
         }
         let batch = if opts.batch == 0 { 512 } else { opts.batch };
-        let net = self.net();
+        let net = self.net()?;
         let mut cache = KvCache::new(net, n_in)?;
         let mut out = Vec::with_capacity(n_in);
         let mut start = 0;

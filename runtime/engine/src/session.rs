@@ -12,18 +12,64 @@ use crate::error::{EngineError, Result};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
-/// A loaded model: weights for the CPU reference backend, tokenizer, metadata.
+/// Which backend runs the model (`--device cpu|gpu|auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    /// The CPU reference.
+    #[default]
+    Cpu,
+    /// The GPU engine (a software adapter such as lavapipe is accepted); an error when there is
+    /// no usable adapter or the model has tensors without GPU kernels.
+    Gpu,
+    /// A hardware GPU when there is one and the model runs on it; else the CPU reference.
+    Auto,
+}
+
+impl std::str::FromStr for Device {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "gpu" => Ok(Device::Gpu),
+            "auto" => Ok(Device::Auto),
+            o => Err(EngineError::InvalidArgument(format!(
+                "device `{o}`: use cpu, gpu or auto"
+            ))),
+        }
+    }
+}
+
+/// Options of [`Model::open_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    pub device: Device,
+    /// GPU memory the weights may take (`--max-memory`): NeuZip tensors beyond it stay
+    /// compressed and are decoded just in time.
+    pub max_memory: Option<u64>,
+}
+
+enum Backend {
+    Cpu(tern_reference::Model),
+    Gpu(Arc<tern_gpu::model::GpuModel>),
+}
+
+/// A loaded model: weights for the CPU reference or the GPU engine, tokenizer, metadata.
 pub struct Model {
     meta: ModelMeta,
-    net: tern_reference::Model,
+    backend: Backend,
     tokenizer: Option<Tokenizer>,
 }
 
 impl Model {
-    /// Open and validate a `.tern` file and load its weights.
+    /// Open and validate a `.tern` file and load its weights for the CPU reference.
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, &LoadOptions::default())
+    }
+
+    /// Open a `.tern` file for the backend `opts.device` asks for.
+    pub fn open_with(path: &Path, opts: &LoadOptions) -> Result<Self> {
         let file = TernFile::open(path)?;
-        Self::from_file(&file)
+        Self::from_file_with(&file, opts)
     }
 
     /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory; nothing is
@@ -34,8 +80,22 @@ impl Model {
     }
 
     pub fn from_file(file: &TernFile) -> Result<Self> {
+        Self::from_file_with(file, &LoadOptions::default())
+    }
+
+    pub fn from_file_with(file: &TernFile, opts: &LoadOptions) -> Result<Self> {
         let meta = file.meta().clone();
-        let net = tern_reference::Model::load(file)?;
+        let backend = match opts.device {
+            Device::Cpu => Backend::Cpu(tern_reference::Model::load(file)?),
+            Device::Gpu => Backend::Gpu(Arc::new(load_gpu(file, opts, true)?)),
+            Device::Auto => match load_gpu(file, opts, false) {
+                Ok(m) => Backend::Gpu(Arc::new(m)),
+                Err(e) => {
+                    log::info!("GPU not used ({e}); running on the CPU");
+                    Backend::Cpu(tern_reference::Model::load(file)?)
+                }
+            },
+        };
         let tokenizer = match &meta.tokenizer {
             Some(spec) => Some(
                 Tokenizer::from_spec(spec).map_err(|e| EngineError::Tokenizer(e.to_string()))?,
@@ -44,23 +104,50 @@ impl Model {
         };
         Ok(Self {
             meta,
-            net,
+            backend,
             tokenizer,
         })
+    }
+
+    /// "cpu", or "gpu (adapter name, backend)".
+    pub fn device_name(&self) -> String {
+        match &self.backend {
+            Backend::Cpu(_) => "cpu".into(),
+            Backend::Gpu(g) => {
+                let i = &g.context().info;
+                format!("gpu ({}, {})", i.name, i.backend)
+            }
+        }
+    }
+
+    /// The GPU model, when the model was loaded for the GPU.
+    pub fn gpu(&self) -> Option<&Arc<tern_gpu::model::GpuModel>> {
+        match &self.backend {
+            Backend::Gpu(g) => Some(g),
+            Backend::Cpu(_) => None,
+        }
     }
 
     pub fn meta(&self) -> &ModelMeta {
         &self.meta
     }
 
-    /// The CPU forward pass.
-    pub fn net(&self) -> &tern_reference::Model {
-        &self.net
+    /// The CPU forward pass (an error when the model was loaded for the GPU).
+    pub fn net(&self) -> Result<&tern_reference::Model> {
+        match &self.backend {
+            Backend::Cpu(n) => Ok(n),
+            Backend::Gpu(_) => Err(EngineError::InvalidArgument(
+                "this model was loaded for the GPU; the CPU forward pass is not loaded".into(),
+            )),
+        }
     }
 
-    /// Numerical options of the CPU forward pass (e.g. llama.cpp-like activation quantization).
+    /// Numerical options of the CPU forward pass (e.g. llama.cpp-like activation quantization);
+    /// no effect on the GPU backend.
     pub fn set_forward_options(&mut self, o: ForwardOptions) {
-        self.net.set_options(o);
+        if let Backend::Cpu(n) = &mut self.backend {
+            n.set_options(o);
+        }
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
@@ -129,9 +216,17 @@ pub struct GenerateOutput {
 }
 
 /// One conversation's state: KV cache and the tokens in it.
+enum State {
+    Cpu(KvCache),
+    Gpu(tern_gpu::model::GpuSession),
+}
+
+/// Tokens per GPU batch (prefill chunk).
+const GPU_BATCH: u64 = 512;
+
 pub struct Session<'m> {
     model: &'m Model,
-    cache: KvCache,
+    cache: State,
     history: Vec<u32>,
     cancel: Arc<AtomicBool>,
 }
@@ -144,7 +239,14 @@ impl<'m> Session<'m> {
         } else {
             n_ctx
         };
-        let cache = KvCache::new(&model.net, n_ctx)?;
+        let cache = match &model.backend {
+            Backend::Cpu(net) => State::Cpu(KvCache::new(net, n_ctx)?),
+            Backend::Gpu(g) => State::Gpu(tern_gpu::model::GpuSession::new(
+                Arc::clone(g),
+                n_ctx as u64,
+                GPU_BATCH,
+            )?),
+        };
         Ok(Self {
             model,
             cache,
@@ -163,19 +265,36 @@ impl<'m> Session<'m> {
     }
 
     pub fn n_ctx(&self) -> usize {
-        self.cache.capacity()
+        match &self.cache {
+            State::Cpu(c) => c.capacity(),
+            State::Gpu(g) => g.n_ctx() as usize,
+        }
+    }
+
+    /// The GPU session, when the model runs on the GPU.
+    pub fn gpu(&mut self) -> Option<&mut tern_gpu::model::GpuSession> {
+        match &mut self.cache {
+            State::Gpu(g) => Some(g),
+            State::Cpu(_) => None,
+        }
     }
 
     /// Forget everything.
     pub fn reset(&mut self) {
-        self.cache.clear();
+        match &mut self.cache {
+            State::Cpu(c) => c.clear(),
+            State::Gpu(g) => g.truncate(0),
+        }
         self.history.clear();
     }
 
     /// Keep only the first `n` tokens of the cache.
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.history.len());
-        self.cache.truncate(n);
+        match &mut self.cache {
+            State::Cpu(c) => c.truncate(n),
+            State::Gpu(g) => g.truncate(n as u64),
+        }
         self.history.truncate(n);
     }
 
@@ -192,10 +311,10 @@ impl<'m> Session<'m> {
             ));
         }
         self.model.check_tokens(tokens)?;
-        if self.history.len() + tokens.len() > self.cache.capacity() {
+        if self.history.len() + tokens.len() > self.n_ctx() {
             return Err(EngineError::PromptTooLong {
                 prompt: self.history.len() + tokens.len(),
-                ctx: self.cache.capacity(),
+                ctx: self.n_ctx(),
             });
         }
         Ok(())
@@ -204,10 +323,11 @@ impl<'m> Session<'m> {
     /// Run `tokens` and return the logits of every one of them, `[tokens.len(), n_vocab]`.
     pub fn eval_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_room(tokens)?;
-        let l = self
-            .model
-            .net
-            .forward(tokens, &mut self.cache, LogitsWanted::All)?;
+        let l = match (&self.model.backend, &mut self.cache) {
+            (Backend::Cpu(net), State::Cpu(c)) => net.forward(tokens, c, LogitsWanted::All)?,
+            (_, State::Gpu(g)) => g.eval_all(tokens)?,
+            _ => return Err(EngineError::InvalidArgument("backend mismatch".into())),
+        };
         self.history.extend_from_slice(tokens);
         Ok(l)
     }
@@ -215,10 +335,11 @@ impl<'m> Session<'m> {
     /// Run `tokens` and return the logits of the last one.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_room(tokens)?;
-        let l = self
-            .model
-            .net
-            .forward(tokens, &mut self.cache, LogitsWanted::Last)?;
+        let l = match (&self.model.backend, &mut self.cache) {
+            (Backend::Cpu(net), State::Cpu(c)) => net.forward(tokens, c, LogitsWanted::Last)?,
+            (_, State::Gpu(g)) => g.eval(tokens)?,
+            _ => return Err(EngineError::InvalidArgument("backend mismatch".into())),
+        };
         self.history.extend_from_slice(tokens);
         Ok(l)
     }
@@ -319,7 +440,7 @@ impl<'m> Session<'m> {
                     break;
                 }
             }
-            if self.history.len() >= self.cache.capacity() {
+            if self.history.len() >= self.n_ctx() {
                 out.stop = StopReason::Context;
                 break;
             }
@@ -331,6 +452,25 @@ impl<'m> Session<'m> {
         out.decode_secs = t1.elapsed().as_secs_f64();
         Ok(out)
     }
+}
+
+fn load_gpu(
+    file: &TernFile,
+    opts: &LoadOptions,
+    allow_software: bool,
+) -> Result<tern_gpu::model::GpuModel> {
+    let ctx = tern_gpu::GpuContext::with_options(tern_gpu::GpuOptions {
+        preference: tern_gpu::DevicePreference::Gpu,
+        allow_software,
+        binding_limit: None,
+    })?;
+    Ok(tern_gpu::model::GpuModel::load(
+        Arc::new(ctx),
+        file,
+        tern_gpu::model::GpuModelOptions {
+            max_memory: opts.max_memory,
+        },
+    )?)
 }
 
 /// The largest char boundary ≤ `i`.

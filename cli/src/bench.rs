@@ -1,0 +1,261 @@
+//! `tern bench`: llama-bench-style throughput (pp / tg tests, t/s ± sd over repetitions) plus a
+//! memory breakdown and the dispatches per decoded token. Every timed region ends with the
+//! results on the host (logits read back), so GPU work is waited for inside it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use serde_json::json;
+use tern_engine::session::Session;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A .tern model; default: SmolLM2-135M-Instruct.
+    pub model: Option<PathBuf>,
+    /// Prompt tokens of the prefill test (pp<P>; 0 = skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens of the decode test (tg<N>; 0 = skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Tokens already in the KV cache before each test (llama-bench `-d`).
+    #[arg(short = 'd', long = "depth", default_value_t = 0)]
+    pub depth: usize,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Per-kernel GPU timestamps of one decode step (needs TIMESTAMP_QUERY).
+    #[arg(long)]
+    pub profile: bool,
+    /// Device: cpu, gpu or auto.
+    #[arg(long, default_value = "gpu")]
+    pub device: String,
+    /// GPU memory budget for weights (bytes or K/M/G), as for `tern run`.
+    #[arg(long)]
+    pub max_memory: Option<String>,
+}
+
+/// Mean and sample standard deviation.
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let m = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
+/// Deterministic pseudo-random token ids (speed does not depend on them).
+fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % vocab.max(1) as u64) as u32
+        })
+        .collect()
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / 1048576.0
+}
+
+pub fn run(a: BenchArgs) -> Result<ExitCode> {
+    if a.reps == 0 {
+        bail!("-r must be at least 1");
+    }
+    let lo = tern_engine::LoadOptions {
+        device: a.device.parse()?,
+        max_memory: a
+            .max_memory
+            .as_deref()
+            .map(crate::run::parse_bytes)
+            .transpose()?,
+    };
+    let path = crate::models::resolve(a.model.as_deref())?;
+    let t0 = Instant::now();
+    let model = crate::run::load(Some(&path), &lo)?;
+    let load_secs = t0.elapsed().as_secs_f64();
+    let vocab = model.n_vocab();
+    let n_ctx = (a.depth + a.n_prompt.max(a.n_gen) + 1).max(64);
+    if n_ctx > model.meta().hparams.n_ctx_train as usize {
+        log::warn!(
+            "depth + test length {n_ctx} exceeds the training context {}",
+            model.meta().hparams.n_ctx_train
+        );
+    }
+    let mut s = Session::new(&model, n_ctx)?;
+    let depth_toks = tokens(a.depth, vocab, 7);
+
+    let mut results = Vec::new();
+    let mut run_test =
+        |name: String, n: usize, f: &mut dyn FnMut(&mut Session) -> Result<()>| -> Result<()> {
+            let mut ts = Vec::with_capacity(a.reps);
+            // One warm-up (pipelines compiled, plans recorded), not timed.
+            for rep in 0..=a.reps {
+                s.reset();
+                if !depth_toks.is_empty() {
+                    s.eval(&depth_toks)?;
+                }
+                let t = Instant::now();
+                f(&mut s)?;
+                let dt = t.elapsed().as_secs_f64();
+                if rep > 0 {
+                    ts.push(n as f64 / dt);
+                }
+            }
+            let (m, sd) = mean_sd(&ts);
+            results.push((name, n, m, sd, ts));
+            Ok(())
+        };
+    if a.n_prompt > 0 {
+        let p = tokens(a.n_prompt, vocab, 1);
+        run_test(format!("pp{}", a.n_prompt), a.n_prompt, &mut |s| {
+            s.eval(&p).map(|_| ()).map_err(Into::into)
+        })?;
+    }
+    if a.n_gen > 0 {
+        let g = tokens(a.n_gen, vocab, 2);
+        run_test(format!("tg{}", a.n_gen), a.n_gen, &mut |s| {
+            for &t in &g {
+                s.eval(&[t])?;
+            }
+            Ok(())
+        })?;
+    }
+
+    // Memory and dispatches.
+    let file_bytes: u64 = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut mem = serde_json::Map::new();
+    let mut dispatches = None;
+    let mut profile = None;
+    if let Some(g) = model.gpu() {
+        let plan = g.memory_plan();
+        let by_enc: serde_json::Map<String, serde_json::Value> = plan
+            .by_encoding()
+            .into_iter()
+            .map(|(k, v)| (k, json!(v)))
+            .collect();
+        mem.insert("weights_by_encoding".into(), json!(by_enc));
+        mem.insert("weights".into(), json!(plan.weight_bytes()));
+        mem.insert("jit_scratch".into(), json!(plan.jit_scratch_bytes));
+        mem.insert("budget".into(), json!(plan.budget));
+        let tensors: Vec<_> = plan
+            .tensors
+            .iter()
+            .filter(|t| t.placement != "resident")
+            .map(|t| json!({"name": t.name, "encoding": t.encoding, "placement": t.placement, "bytes": t.gpu_bytes}))
+            .collect();
+        mem.insert("non_resident_tensors".into(), json!(tensors));
+        if let Some(gs) = s.gpu() {
+            let sm = gs.memory();
+            mem.insert("kv".into(), json!(sm.kv_bytes));
+            mem.insert("scratch".into(), json!(sm.scratch_bytes));
+            dispatches = Some(gs.dispatches_per_token()?);
+            if a.profile {
+                s.reset();
+                if let Some(gs) = s.gpu() {
+                    gs.eval(&tokens(a.depth.max(1), vocab, 3))?;
+                    profile = Some(gs.profile_decode_step(1)?);
+                }
+            }
+        }
+        mem.insert(
+            "gpu_allocated_peak".into(),
+            json!(g.context().allocated_peak()),
+        );
+    } else {
+        mem.insert("weights".into(), json!(file_bytes));
+    }
+
+    let device = model.device_name();
+    if a.json {
+        let tests: Vec<_> = results
+            .iter()
+            .map(|(name, n, m, sd, ts)| {
+                json!({"test": name, "n_tokens": n, "depth": a.depth, "avg_ts": m, "stddev_ts": sd, "samples_ts": ts})
+            })
+            .collect();
+        let prof = profile.as_ref().map(|p: &Vec<(String, u32, f64)>| {
+            p.iter()
+                .map(|(k, c, us)| json!({"kernel": k, "dispatches": c, "us": us}))
+                .collect::<Vec<_>>()
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "model": path.display().to_string(),
+                "file_bytes": file_bytes,
+                "device": device,
+                "load_secs": load_secs,
+                "reps": a.reps,
+                "tests": tests,
+                "memory": mem,
+                "dispatches_per_token": dispatches,
+                "profile_us_per_token": prof,
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    println!("| model | size | device | test | t/s |");
+    println!("| --- | ---: | --- | ---: | ---: |");
+    for (test, _, m, sd, _) in &results {
+        let t = if a.depth > 0 {
+            format!("{test} @ d{}", a.depth)
+        } else {
+            test.clone()
+        };
+        println!(
+            "| {name} | {:.1} MiB | {device} | {t} | {m:.2} ± {sd:.2} |",
+            mib(file_bytes)
+        );
+    }
+    println!();
+    println!("memory:");
+    for (k, v) in &mem {
+        match v {
+            serde_json::Value::Number(n) => {
+                println!("  {k:<24} {:>10.2} MiB", mib(n.as_u64().unwrap_or(0)))
+            }
+            serde_json::Value::Object(o) => {
+                println!("  {k}:");
+                for (e, b) in o {
+                    println!("    {e:<30} {:>10.2} MiB", mib(b.as_u64().unwrap_or(0)));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(d) = dispatches {
+        println!("dispatches per decoded token: {d}");
+    }
+    if let Some(p) = profile {
+        let total: f64 = p.iter().map(|x| x.2).sum();
+        println!("GPU time of one decode step: {total:.1} µs");
+        for (k, c, us) in p {
+            println!(
+                "  {k:<36} {c:>5} × {:>9.1} µs  {:>5.1}%",
+                us,
+                100.0 * us / total.max(1e-9)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
