@@ -315,13 +315,15 @@ impl Loader<'_> {
                     Lin::Jit(self.jit.len() - 1)
                 }
             }
-            e => return Err(GpuError::shape(
-                "load",
-                format!(
+            e => {
+                return Err(GpuError::shape(
+                    "load",
+                    format!(
                     "tensor `{name}` is {}: the GPU engine has no kernel for it (use --device cpu)",
                     e.name()
                 ),
-            )),
+                ))
+            }
         };
         Ok(lin)
     }
