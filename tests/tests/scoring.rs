@@ -431,6 +431,33 @@ fn engine_score_equals_session_logits() {
         assert!(d <= 1e-5, "batch {batch}: {d}");
     }
     assert_eq!(model.score(&tokens[..1]).unwrap(), Vec::<f32>::new());
+    // in a caller's (reused, non-empty) cache: same values, the cache holds the inputs afterwards
+    let net = model.net().unwrap();
+    let mut cache = KvCache::new(net, 100).unwrap();
+    net.forward(&[5, 6, 7], &mut cache, LogitsWanted::None)
+        .unwrap();
+    let c = model
+        .score_in_cache(
+            &mut cache,
+            &tokens,
+            &ScoreOptions::default(),
+            &mut NoObserver,
+        )
+        .unwrap();
+    assert_eq!(c, lp);
+    assert_eq!(cache.len(), tokens.len() - 1);
+    let mut small = KvCache::new(net, 10).unwrap();
+    assert!(matches!(
+        model
+            .score_in_cache(
+                &mut small,
+                &tokens,
+                &ScoreOptions::default(),
+                &mut NoObserver
+            )
+            .unwrap_err(),
+        EngineError::PromptTooLong { .. }
+    ));
 }
 
 // ---------------------------------------------------------------------------------------------

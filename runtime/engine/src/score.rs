@@ -146,9 +146,35 @@ impl Model {
         if n_in == 0 {
             return Ok(Vec::new());
         }
-        let batch = if opts.batch == 0 { 512 } else { opts.batch };
+        let mut cache = KvCache::new(self.net()?, n_in)?;
+        self.score_in_cache(&mut cache, tokens, opts, obs)
+    }
+
+    /// [`Model::score_with`] in a caller's KV cache (e.g. a session's preallocated one) instead of
+    /// a fresh one: the cache is cleared first, must hold `tokens.len() − 1` positions, and holds
+    /// `tokens[..n−1]` afterwards (a prefix of them after an error). `opts.max_tokens` is not used:
+    /// the cache's capacity is the limit.
+    pub fn score_in_cache(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(EngineError::NothingToScore("no tokens given".into()));
+        }
+        self.check_tokens(tokens)?;
+        let n_in = tokens.len() - 1;
+        if n_in > cache.capacity() {
+            return Err(EngineError::PromptTooLong {
+                prompt: tokens.len(),
+                ctx: cache.capacity() + 1,
+            });
+        }
         let net = self.net()?;
-        let mut cache = KvCache::new(net, n_in)?;
+        cache.clear();
+        let batch = if opts.batch == 0 { 512 } else { opts.batch };
         let mut out = Vec::with_capacity(n_in);
         let mut start = 0;
         while start < n_in {
@@ -161,7 +187,7 @@ impl Model {
             else {
                 break; // unreachable: end + 1 ≤ n_in + 1 = tokens.len()
             };
-            let hidden = net.forward_hidden(inputs, &mut cache, LogitsWanted::All)?;
+            let hidden = net.forward_hidden(inputs, cache, LogitsWanted::All)?;
             obs.scoring_started();
             let lp = net.score_hidden_with(&hidden, targets, &opts.cce);
             obs.scoring_finished();
