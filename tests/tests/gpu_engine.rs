@@ -90,7 +90,16 @@ fn smollm2_greedy_gpu_equals_cpu() {
     )
     .unwrap();
     let mut same = 0;
-    let cases = golden["cases"].as_array().unwrap();
+    // lavapipe runs this model at ~1 token/s (its per-workgroup cost makes the GEMV kernels slow on
+    // a CPU), so CI checks the first 3 prompts; TERN_GPU_FULL=1 checks all 10.
+    let all = golden["cases"].as_array().unwrap();
+    let full = std::env::var("TERN_GPU_FULL").as_deref() == Ok("1")
+        || !gpu.device_name().contains("llvmpipe");
+    let cases = if full {
+        &all[..]
+    } else {
+        &all[..3.min(all.len())]
+    };
     for case in cases {
         let prompt: Vec<u32> = case["prompt_ids"]
             .as_array()

@@ -22,6 +22,8 @@ use tern_gpu::ops::{self, act_stride_words};
 use tern_gpu::{EltOp, GgmlType, GpuContext, GpuError, GpuOptions};
 use tern_reference::{MatmulOptions, Matrix};
 
+#[path = "parity/attn.rs"]
+mod attn;
 #[path = "parity/gemm.rs"]
 mod gemm;
 
@@ -731,6 +733,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     v.extend(gemm::cases());
+    v.extend(attn::cases());
     v
 }
 
