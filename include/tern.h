@@ -18,13 +18,14 @@
 // when the library loads.
 #define TERN_ABI_VERSION 1
 
-// `tern_model_options.device`: CPU now, the GPU when one is built and usable.
+// `tern_model_options.device`: the CPU reference in this release (the GPU only when asked for).
 #define TERN_DEVICE_AUTO 0
 
 // `tern_model_options.device`: the CPU reference backend.
 #define TERN_DEVICE_CPU 1
 
-// `tern_model_options.device`: the GPU backend (not built yet: `TERN_UNSUPPORTED`).
+// `tern_model_options.device`: the GPU engine (wgpu); `TERN_UNSUPPORTED` when there is no usable
+// adapter or the model has tensors without GPU kernels.
 #define TERN_DEVICE_GPU 2
 
 // `tern_generation_stats.stop_reason`: no generation has run on this session yet.

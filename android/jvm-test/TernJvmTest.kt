@@ -38,7 +38,9 @@ fun main(args: Array<String>) {
 
     // Errors arrive as TernException with the C status.
     check(status { TernModel("/nonexistent/model.tern").close() } == TernException.IO, "missing file -> IO")
-    check(status { TernModel(modelPath, 2).close() } == TernException.UNSUPPORTED, "GPU -> UNSUPPORTED")
+    // The GPU device loads where a Vulkan/Metal adapter exists (lavapipe counts), else UNSUPPORTED.
+    val gpu = status { TernModel(modelPath, 2).close() }
+    check(gpu == 0 || gpu == TernException.UNSUPPORTED, "GPU -> OK or UNSUPPORTED")
     check(Tern.liveHandles() == 0L, "no handle after failed loads")
 
     val model = TernModel(modelPath)

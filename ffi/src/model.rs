@@ -27,21 +27,25 @@ const _: () = {
 
 fn load(path: &str, opts: &tern_model_options) -> Result<Model> {
     match opts.device {
-        TERN_DEVICE_AUTO | TERN_DEVICE_CPU => {}
-        TERN_DEVICE_GPU => {
-            return Err(Error::new(
-                tern_status::TERN_UNSUPPORTED,
-                "device GPU: this build has no GPU backend yet; use TERN_DEVICE_CPU or TERN_DEVICE_AUTO",
-            ))
-        }
+        TERN_DEVICE_AUTO | TERN_DEVICE_CPU | TERN_DEVICE_GPU => {}
         other => {
             return Err(Error::invalid(format!(
                 "device {other}: expected TERN_DEVICE_AUTO (0), TERN_DEVICE_CPU (1) or TERN_DEVICE_GPU (2)"
             )))
         }
     }
+    // AUTO stays on the CPU in this release: the GPU is used when asked for explicitly.
+    let device = if opts.device == TERN_DEVICE_GPU {
+        tern_engine::Device::Gpu
+    } else {
+        tern_engine::Device::Cpu
+    };
     let t0 = std::time::Instant::now();
-    let mut model = Model::open(Path::new(path)).map_err(|e| match e {
+    let lo = tern_engine::LoadOptions {
+        device,
+        max_memory: None,
+    };
+    let mut model = Model::open_with(Path::new(path), &lo).map_err(|e| match e {
         // At load time a tokenizer that does not build is a problem of the file.
         EngineError::Tokenizer(m) => Error::new(
             tern_status::TERN_CORRUPT_FILE,

@@ -13,11 +13,12 @@ use tern_engine::{SamplingParams, StopReason};
 
 use crate::status::{Error, Result};
 
-/// `tern_model_options.device`: CPU now, the GPU when one is built and usable.
+/// `tern_model_options.device`: the CPU reference in this release (the GPU only when asked for).
 pub const TERN_DEVICE_AUTO: u32 = 0;
 /// `tern_model_options.device`: the CPU reference backend.
 pub const TERN_DEVICE_CPU: u32 = 1;
-/// `tern_model_options.device`: the GPU backend (not built yet: `TERN_UNSUPPORTED`).
+/// `tern_model_options.device`: the GPU engine (wgpu); `TERN_UNSUPPORTED` when there is no usable
+/// adapter or the model has tensors without GPU kernels.
 pub const TERN_DEVICE_GPU: u32 = 2;
 
 /// How to load a model. Initialise with `tern_model_options_default()`.

@@ -199,9 +199,9 @@ static void test_load_errors(const char *model_path, const char *tmpdir) {
   o = tern_model_options_default();
   o.device = 7;
   CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_INVALID_ARGUMENT);
-  o.device = TERN_DEVICE_GPU;
-  CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_UNSUPPORTED);
   CHECK(m == NULL);
+  /* TERN_DEVICE_GPU is exercised by the Rust tests (tests/tests/gpu_engine.rs): the Vulkan driver
+     is not loaded under the sanitizers here. */
 }
 
 static tern_session *new_session(tern_model *m, uint32_t n_ctx) {
