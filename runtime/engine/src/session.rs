@@ -33,7 +33,7 @@ impl std::str::FromStr for Device {
             "gpu" => Ok(Device::Gpu),
             "auto" => Ok(Device::Auto),
             o => Err(EngineError::InvalidArgument(format!(
-                "device `{o}`: use cpu, gpu or auto"
+                "--device `{o}`: expected cpu, gpu or auto"
             ))),
         }
     }
