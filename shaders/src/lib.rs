@@ -40,6 +40,12 @@ pub enum Shader {
     Attention,
     /// f32 / f16 / bf16 matrix GEMV/GEMM (decoded NeuZip tensors, raw float heads).
     FloatGemv,
+    /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
+    Cce,
+    /// Fused Cut-Cross-Entropy pass B: merge the partials per position → log p(target).
+    CceCombine,
+    /// log p(target) from a materialized `[n][vocab]` logit matrix (CCE's comparison path).
+    LogSoftmaxTarget,
 }
 
 const COMMON: &str = include_str!("../wgsl/common.wgsl");
@@ -114,10 +120,29 @@ const FLOAT_GEMV_VARIANTS: &[Variant] = variants![Shader::FloatGemv;
     "float_gemv_f16" => ["DTYPE" = 1],
     "float_gemv_bf16" => ["DTYPE" = 2],
 ];
+const CCE_VARIANTS: &[Variant] = variants![Shader::Cce;
+    "cce_q8_0_p64" => ["HEAD" = 0, "TY" = 16],
+    "cce_q4_0_p64" => ["HEAD" = 1, "TY" = 16],
+    "cce_q4_1_p64" => ["HEAD" = 2, "TY" = 16],
+    "cce_q6_k_p64" => ["HEAD" = 3, "TY" = 16],
+    "cce_f32_p64" => ["HEAD" = 4, "TY" = 16],
+    "cce_f16_p64" => ["HEAD" = 5, "TY" = 16],
+    "cce_bf16_p64" => ["HEAD" = 6, "TY" = 16],
+    "cce_q8_0_p16" => ["HEAD" = 0, "TY" = 4],
+    "cce_q4_0_p16" => ["HEAD" = 1, "TY" = 4],
+    "cce_q4_1_p16" => ["HEAD" = 2, "TY" = 4],
+    "cce_q6_k_p16" => ["HEAD" = 3, "TY" = 4],
+    "cce_f32_p16" => ["HEAD" = 4, "TY" = 4],
+    "cce_f16_p16" => ["HEAD" = 5, "TY" = 4],
+    "cce_bf16_p16" => ["HEAD" = 6, "TY" = 4],
+];
+const CCE_COMBINE_VARIANTS: &[Variant] = variants![Shader::CceCombine; "cce_combine" => []];
+const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
+    variants![Shader::LogSoftmaxTarget; "log_softmax_target" => []];
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 13] = [
+    pub const ALL: [Shader; 16] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -131,6 +156,9 @@ impl Shader {
         Shader::KvStore,
         Shader::Attention,
         Shader::FloatGemv,
+        Shader::Cce,
+        Shader::CceCombine,
+        Shader::LogSoftmaxTarget,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -149,6 +177,9 @@ impl Shader {
             Shader::KvStore => "kv_store.wgsl",
             Shader::Attention => "attention.wgsl",
             Shader::FloatGemv => "float_gemv.wgsl",
+            Shader::Cce => "cce.wgsl",
+            Shader::CceCombine => "cce_combine.wgsl",
+            Shader::LogSoftmaxTarget => "log_softmax_target.wgsl",
         }
     }
 
@@ -168,6 +199,9 @@ impl Shader {
             Shader::KvStore => include_str!("../wgsl/kv_store.wgsl"),
             Shader::Attention => include_str!("../wgsl/attention.wgsl"),
             Shader::FloatGemv => include_str!("../wgsl/float_gemv.wgsl"),
+            Shader::Cce => include_str!("../wgsl/cce.wgsl"),
+            Shader::CceCombine => include_str!("../wgsl/cce_combine.wgsl"),
+            Shader::LogSoftmaxTarget => include_str!("../wgsl/log_softmax_target.wgsl"),
         }
     }
 
@@ -202,6 +236,9 @@ impl Shader {
             Shader::KvStore => KV_STORE_VARIANTS,
             Shader::Attention => ATTENTION_VARIANTS,
             Shader::FloatGemv => FLOAT_GEMV_VARIANTS,
+            Shader::Cce => CCE_VARIANTS,
+            Shader::CceCombine => CCE_COMBINE_VARIANTS,
+            Shader::LogSoftmaxTarget => LOG_SOFTMAX_TARGET_VARIANTS,
         }
     }
 

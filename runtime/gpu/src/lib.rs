@@ -19,6 +19,7 @@
 //! table of shapes (bit-exact on the integer and decoder paths, NMSE ≤ 1e-6 on float paths).
 
 pub mod attn;
+pub mod cce;
 pub mod context;
 pub mod error;
 pub mod float_ops;

@@ -79,6 +79,11 @@ pub enum KernelKey {
     KvStore,
     Attention,
     FloatGemv(FloatType),
+    /// Fused CCE pass A over a ggml head / a float head; positions per workgroup (64 or 16).
+    CceGgml(GgmlType, u32),
+    CceFloat(FloatType, u32),
+    CceCombine,
+    LogSoftmaxTarget,
 }
 
 fn ternary_names(layout: TernaryLayout, scale_type: FloatType) -> (&'static str, &'static str) {
@@ -126,6 +131,13 @@ impl fmt::Display for KernelKey {
                 FloatType::F16 => "float_gemv_f16",
                 FloatType::Bf16 => "float_gemv_bf16",
             }),
+            KernelKey::CceGgml(t, bp) => write!(f, "cce_{}_p{bp}", t.name()),
+            KernelKey::CceFloat(t, bp) => {
+                let (_, s) = ternary_names(TernaryLayout::Bits2, *t);
+                write!(f, "cce_{s}_p{bp}")
+            }
+            KernelKey::CceCombine => f.write_str("cce_combine"),
+            KernelKey::LogSoftmaxTarget => f.write_str("log_softmax_target"),
         }
     }
 }
@@ -147,6 +159,9 @@ impl KernelKey {
             KernelKey::KvStore => Shader::KvStore,
             KernelKey::Attention => Shader::Attention,
             KernelKey::FloatGemv(_) => Shader::FloatGemv,
+            KernelKey::CceGgml(..) | KernelKey::CceFloat(..) => Shader::Cce,
+            KernelKey::CceCombine => Shader::CceCombine,
+            KernelKey::LogSoftmaxTarget => Shader::LogSoftmaxTarget,
         }
     }
 
@@ -259,11 +274,18 @@ mod tests {
             KernelKey::FloatGemv(FloatType::F32),
             KernelKey::FloatGemv(FloatType::F16),
             KernelKey::FloatGemv(FloatType::Bf16),
+            KernelKey::CceCombine,
+            KernelKey::LogSoftmaxTarget,
         ];
         for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
             for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
                 keys.push(KernelKey::TernaryGemv { layout, scale_type });
                 keys.push(KernelKey::TernaryGemm { layout, scale_type });
+            }
+        }
+        for bp in [64, 16] {
+            for t in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+                keys.push(KernelKey::CceFloat(t, bp));
             }
         }
         for t in [
@@ -274,6 +296,8 @@ mod tests {
         ] {
             keys.push(KernelKey::GgmlGemv(t));
             keys.push(KernelKey::GgmlGemm(t));
+            keys.push(KernelKey::CceGgml(t, 64));
+            keys.push(KernelKey::CceGgml(t, 16));
         }
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
             keys.push(KernelKey::Elementwise(op));

@@ -24,6 +24,8 @@ use tern_reference::{MatmulOptions, Matrix};
 
 #[path = "parity/attn.rs"]
 mod attn;
+#[path = "parity/cce.rs"]
+mod cce;
 #[path = "parity/gemm.rs"]
 mod gemm;
 
@@ -734,6 +736,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     v.extend(gemm::cases());
     v.extend(attn::cases());
+    v.extend(cce::cases());
     v
 }
 

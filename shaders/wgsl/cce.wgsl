@@ -1,0 +1,274 @@
+// Fused Cut-Cross-Entropy, pass A (arXiv 2411.09009; reference: tern-reference `cce.rs`): for a
+// block of BP positions and TILES tiles of BV head rows (64 × 64, or 16 × 256 for few
+// positions), the logit tile
+// z[p][v] = Σ_k hidden[p][k] · W[v][k] is computed in workgroup memory (never written out), and
+// folded into a running per-position maximum and Σ exp(z − max). Each head row read is used for
+// BP positions, so the head is read ⌈n / BP⌉ times instead of n times.
+//
+// Tiling (SGEMM-style): 256 invocations as TY × TX (16 × 16, or 4 × 64); invocation (ty, tx)
+// owns positions 4·ty .. 4·ty + 3 and head rows 4·tx .. 4·tx + 3 of the tile (16 accumulators).
+// The reduction dimension goes in steps of BK = TY: each invocation dequantizes 4 consecutive
+// elements of one head row (ggml blocks or float rows, decoded in registers) and BP·BK/4 of them
+// load 4 consecutive hidden values of one position; both are stored transposed ([k][position],
+// [k][row]) as vec4 so the inner loop reads one vec4 of each per k.
+//
+// Each invocation keeps its own running (max, sum) for its 4 positions over its columns of every
+// tile; at the end the TX column-invocations of each position are merged in tx order (fixed
+// order: deterministic) and the workgroup writes one partial per position. The invocation whose columns
+// hold a position's target row writes that logit to the target slot (one writer, no atomics).
+// Pass B (cce_combine.wgsl) merges the partials of every vocab block and part in block order.
+//
+// Override constants: HEAD 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K (ggml blocks, byte-packed,
+// dequantized as ggml: q·d, (q − 8)·d, q·d + m, (d·sc)·q), 4 = f32, 5 = f16, 6 = bf16 (row-major
+// elements from element elem_offset of the binding).
+// Bindings: w     this part's head rows (rows × cols);
+//           hidden [*][cols] f32, this chunk's positions start at row pos0;
+//           targets [*] u32 vocab ids (global rows), indexed pos0 + p;
+//           part   scratch [n_blocks][n_pos] (max, sum) pairs, then [n_pos] target logits.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    blocks_per_row: u32,
+    row0: u32,
+    n_pos: u32,
+    pos0: u32,
+    block0: u32,
+    n_blocks: u32,
+    tiles: u32,
+    elem_offset: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+override HEAD: u32 = 0u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> hidden: array<f32>;
+@group(0) @binding(3) var<storage, read> targets: array<u32>;
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
+
+// TY position groups × TX row groups of invocations, 4 × 4 logits each: BP = 4·TY positions and
+// BV = 4·TX head rows per tile; BK = TY keeps both staged tiles at 1024 + 4·TY² floats.
+override TY: u32 = 16u;
+override TX: u32 = 256u / TY;
+override BP: u32 = 4u * TY;
+override BV: u32 = 4u * TX;
+override BK: u32 = TY;
+// Below every logit; finite so that differences stay defined.
+const NEG: f32 = -3.0e38;
+
+// [BK][BP / 4] hidden values and [BK][BV / 4] head values; reused for the final merge.
+var<workgroup> hs: array<vec4<f32>, 256>;
+var<workgroup> ws: array<vec4<f32>, 256>;
+
+// The 4 bytes at byte offset `off` of the head as a little-endian u32.
+fn load32(off: u32) -> u32 {
+    let i = off >> 2u;
+    let sh = (off & 3u) * 8u;
+    let lo = w[i];
+    if (sh == 0u) {
+        return lo;
+    }
+    return (lo >> sh) | (w[i + 1u] << (32u - sh));
+}
+
+fn bf16_bits_to_f32(h: u32) -> f32 {
+    return bitcast<f32>(h << 16u);
+}
+
+// Element e (row-major index) of a 16-bit float head.
+fn half_at(e: u32) -> f32 {
+    let bits = (w[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu;
+    if (HEAD == 5u) {
+        return f16_bits_to_f32(bits);
+    }
+    return bf16_bits_to_f32(bits);
+}
+
+// Elements k .. k + 3 of local head row `row` (k a multiple of 4; ggml: cols a multiple of the
+// block).
+fn head4(row: u32, k: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (HEAD == 3u) {
+        // Q6_K super-block of 256: element e = 128·hf + 32·qd + l; ql byte 64·hf + 32·(qd & 1) + l
+        // (nibble qd / 2), qh byte 32·hf + l (bits 2·qd), scale byte 8·hf + l / 16 + 2·qd, d at 208.
+        let off = (row * p.blocks_per_row + (k >> 8u)) * 210u;
+        let e = k & 255u;
+        let hf = e >> 7u;
+        let qd = (e >> 5u) & 3u;
+        let l = e & 31u;
+        let d = f16_bits_to_f32(load32(off + 208u) & 0xffffu);
+        let scb = load32(off + 192u + hf * 8u + l / 16u + 2u * qd) & 0xffu;
+        let dsc = d * f32(extractBits(bitcast<i32>(scb), 0u, 8u));
+        let qlw = load32(off + hf * 64u + (qd & 1u) * 32u + l);
+        let qhw = load32(off + 128u + hf * 32u + l);
+        let sh = select(0u, 4u, qd >= 2u);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let lo = (qlw >> (8u * i + sh)) & 0xfu;
+            let hi = (qhw >> (8u * i + 2u * qd)) & 3u;
+            v[i] = dsc * f32(i32(lo | (hi << 4u)) - 32);
+        }
+        return v;
+    }
+    if (HEAD <= 2u) {
+        var bb = 34u;
+        if (HEAD == 1u) {
+            bb = 18u;
+        } else if (HEAD == 2u) {
+            bb = 20u;
+        }
+        let off = (row * p.blocks_per_row + (k >> 5u)) * bb;
+        let j = k & 31u;
+        let d = f16_bits_to_f32(load32(off) & 0xffffu);
+        if (HEAD == 0u) {
+            let q = bitcast<i32>(load32(off + 2u + j));
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                v[i] = f32(extractBits(q, 8u * i, 8u)) * d;
+            }
+            return v;
+        }
+        var qoff = off + 2u;
+        var m = 0.0;
+        if (HEAD == 2u) {
+            m = f16_bits_to_f32(load32(off + 2u) & 0xffffu);
+            qoff = off + 4u;
+        }
+        // Byte b of qs: low nibble = element b, high nibble = element b + 16.
+        let q = load32(qoff + (j & 15u));
+        let sh = select(0u, 4u, j >= 16u);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let nib = f32((q >> (8u * i + sh)) & 0xfu);
+            if (HEAD == 1u) {
+                v[i] = (nib - 8.0) * d;
+            } else {
+                v[i] = nib * d + m;
+            }
+        }
+        return v;
+    }
+    let base = p.elem_offset + row * p.cols + k;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (k + i < p.cols) {
+            if (HEAD == 4u) {
+                v[i] = bitcast<f32>(w[base + i]);
+            } else {
+                v[i] = half_at(base + i);
+            }
+        }
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let tx = lid % TX;
+    let ty = lid / TX;
+    let pb = wg.y * BP;
+    // Targets of this invocation's positions (0xffffffff: none).
+    var tgt = vec4<u32>(0xffffffffu);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let q = pb + 4u * ty + i;
+        if (q < p.n_pos) {
+            tgt[i] = targets[p.pos0 + q];
+        }
+    }
+    var m = vec4<f32>(NEG);
+    var s = vec4<f32>(0.0);
+    // Load roles: 4 consecutive k (from lk) of head row `ld` of the tile (every invocation), and
+    // of hidden position `ld` (invocations below BP · BK / 4).
+    let ld = lid / (BK / 4u);
+    let lk = (lid % (BK / 4u)) * 4u;
+    let hp = pb + ld;
+    let hload = lid < BP * BK / 4u && hp < p.n_pos;
+    let hbase = (p.pos0 + hp) * p.cols;
+    let vb = wg.x * p.tiles * BV;
+    var nt = 0u;
+    if (vb < p.rows) {
+        nt = min(p.tiles, (p.rows - vb + BV - 1u) / BV);
+    }
+    for (var t = 0u; t < nt; t = t + 1u) {
+        let v0 = vb + t * BV;
+        var acc0 = vec4<f32>(0.0);
+        var acc1 = vec4<f32>(0.0);
+        var acc2 = vec4<f32>(0.0);
+        var acc3 = vec4<f32>(0.0);
+        for (var k0 = 0u; k0 < p.cols; k0 = k0 + BK) {
+            let k = k0 + lk;
+            var hv = vec4<f32>(0.0);
+            if (hload) {
+                for (var i = 0u; i < 4u; i = i + 1u) {
+                    if (k + i < p.cols) {
+                        hv[i] = hidden[hbase + k + i];
+                    }
+                }
+            }
+            var wv = vec4<f32>(0.0);
+            if (v0 + ld < p.rows && k < p.cols) {
+                wv = head4(v0 + ld, k);
+            }
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                if (lid < BP * BK / 4u) {
+                    hs[(lk + i) * TY + ld / 4u][ld % 4u] = hv[i];
+                }
+                ws[(lk + i) * TX + ld / 4u][ld % 4u] = wv[i];
+            }
+            workgroupBarrier();
+            for (var kk = 0u; kk < BK; kk = kk + 1u) {
+                let a = hs[kk * TY + ty];
+                let b = ws[kk * TX + tx];
+                acc0 = acc0 + a.x * b;
+                acc1 = acc1 + a.y * b;
+                acc2 = acc2 + a.z * b;
+                acc3 = acc3 + a.w * b;
+            }
+            workgroupBarrier();
+        }
+        // Fold the tile into the running (max, sum) of each of the 4 positions.
+        let c0 = v0 + 4u * tx;
+        let valid = vec4<bool>(c0 < p.rows, c0 + 1u < p.rows, c0 + 2u < p.rows, c0 + 3u < p.rows);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            var z = acc0;
+            if (i == 1u) {
+                z = acc1;
+            } else if (i == 2u) {
+                z = acc2;
+            } else if (i == 3u) {
+                z = acc3;
+            }
+            let zm = select(vec4<f32>(NEG), z, valid);
+            let mn = max(m[i], max(max(zm.x, zm.y), max(zm.z, zm.w)));
+            let e = select(vec4<f32>(0.0), exp(z - mn), valid);
+            s[i] = s[i] * exp(m[i] - mn) + ((e.x + e.y) + (e.z + e.w));
+            m[i] = mn;
+            let tl = tgt[i] - (p.row0 + c0);
+            if (tl < 4u && c0 + tl < p.rows) {
+                part[2u * p.n_blocks * p.n_pos + pb + 4u * ty + i] = z[tl];
+            }
+        }
+    }
+    // Merge the TX column-invocations of each position, in tx order.
+    hs[lid] = m;
+    ws[lid] = s;
+    workgroupBarrier();
+    if (lid < BP) {
+        let row = (lid / 4u) * TX;
+        let c = lid % 4u;
+        var mm = NEG;
+        var ss = 0.0;
+        for (var j = 0u; j < TX; j = j + 1u) {
+            let mj = hs[row + j][c];
+            let sj = ws[row + j][c];
+            let mn = max(mm, mj);
+            ss = ss * exp(mm - mn) + sj * exp(mj - mn);
+            mm = mn;
+        }
+        let q = pb + lid;
+        if (q < p.n_pos) {
+            let o = 2u * ((p.block0 + wg.x) * p.n_pos + q);
+            part[o] = mm;
+            part[o + 1u] = ss;
+        }
+    }
+}
