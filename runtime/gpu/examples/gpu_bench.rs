@@ -1,13 +1,14 @@
 //! GPU throughput of the NeuZip decoder, the ternary GEMV at BitNet b1.58 2B4T's shapes, and
 //! prefill (GEMV vs tiled GEMM at 512 tokens, ternary at 2B4T's and ggml at SmolLM2's shapes, the
-//! Q6_K head, the GEMV/GEMM crossover in tokens), on random data (no model files). Prints one
-//! JSON line.
+//! Q6_K head, the GEMV/GEMM crossover in tokens), and scoring (fused Cut-Cross-Entropy vs the
+//! materialized logits at SmolLM2's and 2B4T's head shapes), on random data (no model files).
+//! Prints one JSON line.
 //!
 //! ```text
 //! cargo run --release -p tern-gpu --example gpu_bench            # full
 //! cargo run --release -p tern-gpu --example gpu_bench -- --quick # fewer iterations, smaller (lavapipe)
 //! cargo run --release -p tern-gpu --example gpu_bench -- --only prefill   # one section:
-//!                                                  # neuzip | gemv | prefill | act
+//!                                                  # neuzip | gemv | prefill | act | cce
 //! ```
 //!
 //! Timing: every iteration is recorded into one command encoder first; the timed region is
@@ -18,6 +19,8 @@
 use std::time::Instant;
 
 use tern_format::{neuzip, ternary, FloatType, TernaryLayout};
+use tern_gpu::cce::{self, Head};
+use tern_gpu::float_ops::FloatWeight;
 use tern_gpu::{gemm, ops};
 use tern_gpu::{DevicePreference, GgmlType, GpuContext};
 
@@ -248,7 +251,90 @@ fn main() -> anyhow::Result<()> {
         let s = timed(&ctx, enc)? / iters as f64;
         fields.push(format!("\"act_quant_int8_6912_us\":{:.1}", s * 1e6));
     }
+    if want("cce") {
+        cce_section(&ctx, &mut rng, quick, &mut fields)?;
+    }
     println!("{{{}}}", fields.join(","));
+    Ok(())
+}
+
+/// Scoring `n` positions: the fused CCE scorer (`cce::score`) against the materialized path
+/// (GEMV/GEMM to `[n][n_vocab]` logits in binding-sized chunks, then a log-softmax per row), on
+/// the same operands; both must agree to 1e-3. SmolLM2-135M's head (49152 × 576 Q8_0) and
+/// 2B4T's (128256 × 2560, Q8_0 and bf16 = 656 MB in 6 parts) at 512 and 4096 positions.
+/// `--quick` (lavapipe): 16 and 64 positions, heads with a sixteenth of the rows.
+fn cce_section(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    quick: bool,
+    fields: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let (ns, shrink, iters): (&[u64], u64, usize) = if quick {
+        (&[16, 64], 16, 1)
+    } else {
+        (&[512, 4096], 1, 3)
+    };
+    let shapes: [(&str, u64, u64, Option<FloatType>); 3] = [
+        ("smollm2_q8_0", 49152, 576, None),
+        ("bitnet2b_q8_0", 128256, 2560, None),
+        ("bitnet2b_bf16", 128256, 2560, Some(FloatType::Bf16)),
+    ];
+    for (name, vocab, d, float) in shapes {
+        let vocab = vocab / shrink;
+        let (gw, fw) = match float {
+            None => (Some(ggml_weight(ctx, rng, GgmlType::Q8_0, vocab, d)?), None),
+            Some(t) => {
+                let b: Vec<u8> = (0..vocab * d)
+                    .flat_map(|_| half::bf16::from_f32(rng.normal() * 0.02).to_le_bytes())
+                    .collect();
+                (None, Some(FloatWeight::upload(ctx, t, vocab, d, &b)?))
+            }
+        };
+        let (head, parts) = match (&gw, &fw) {
+            (Some(w), _) => (Head::Ggml(w), w.parts()),
+            (_, Some(w)) => (Head::Float(w), w.parts().len()),
+            _ => anyhow::bail!("no head"),
+        };
+        for &n in ns {
+            let x: Vec<u8> = (0..n * d)
+                .flat_map(|_| rng.normal().to_le_bytes())
+                .collect();
+            let xb = ctx.upload("hidden", &x)?;
+            let t: Vec<u8> = (0..n)
+                .flat_map(|_| ((rng.next() % vocab) as u32).to_le_bytes())
+                .collect();
+            let tb = ctx.upload("targets", &t)?;
+            let o1 = ctx.zeroed("fused", n * 4)?;
+            let o2 = ctx.zeroed("materialized", n * 4)?;
+            let t1 = per_call(ctx, iters, |e| cce::score(ctx, e, &xb, n, head, &tb, &o1))?;
+            let t2 = per_call(ctx, iters, |e| {
+                cce::materialized_logprobs(ctx, e, &xb, n, head, &tb, &o2)
+            })?;
+            let (a, b) = (
+                ctx.read_f32(&o1, n as usize)?,
+                ctx.read_f32(&o2, n as usize)?,
+            );
+            let diff = a
+                .iter()
+                .zip(&b)
+                .map(|(u, v)| f64::from(u - v).abs())
+                .fold(0.0, f64::max);
+            anyhow::ensure!(
+                diff <= 1e-3 && a.iter().all(|v| v.is_finite()),
+                "{name} n {n}: fused and materialized log-probs differ by {diff:.2e}"
+            );
+            let flop = 2.0 * (n * vocab * d) as f64;
+            fields.push(format!(
+                "\"cce_{name}_{vocab}x{d}_n{n}\":{{\"fused_ms\":{:.3},\"materialized_ms\":{:.3},\"speedup\":{:.2},\"fused_gflops\":{:.0},\"fused_scratch_bytes\":{},\"logits_bytes\":{},\"head_parts\":{parts},\"max_abs_diff\":{diff:.1e}}}",
+                t1 * 1e3,
+                t2 * 1e3,
+                t2 / t1,
+                flop / t1 / 1e9,
+                cce::scratch_bytes(ctx, n, head)?,
+                n * vocab * 4,
+            ));
+        }
+    }
     Ok(())
 }
 
