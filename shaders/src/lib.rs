@@ -36,8 +36,14 @@ pub enum Shader {
     Argmax,
     /// Write a batch's keys or values into the KV cache at the step's position.
     KvStore,
-    /// Causal GQA attention over the KV cache (decode and prefill), online softmax.
+    /// Causal GQA attention over the KV cache (decode and prefill), online softmax, split-K.
     Attention,
+    /// Merge of split-K attention partials.
+    AttentionCombine,
+    /// Token-embedding row lookup (float or ggml-block table), bit-exact dequantization.
+    Embed,
+    /// Top-k of a row of logits (per-workgroup selection, then a merge), for GPU sampling.
+    TopK,
     /// f32 / f16 / bf16 matrix GEMV/GEMM (decoded NeuZip tensors, raw float heads).
     FloatGemv,
     /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
@@ -115,26 +121,48 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
 const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store" => []];
 const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_wg128" => []];
+const ATTENTION_COMBINE_VARIANTS: &[Variant] =
+    variants![Shader::AttentionCombine; "attention_combine" => []];
+const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;
+    "embed_f32" => ["SRC" = 0],
+    "embed_f16" => ["SRC" = 1],
+    "embed_bf16" => ["SRC" = 2],
+    "embed_q8_0" => ["SRC" = 3],
+    "embed_q4_0" => ["SRC" = 4],
+    "embed_q4_1" => ["SRC" = 5],
+    "embed_q6_k" => ["SRC" = 6],
+];
+const TOPK_VARIANTS: &[Variant] = variants![Shader::TopK;
+    "topk" => ["MERGE" = 0],
+    "topk_merge" => ["MERGE" = 1],
+];
 const FLOAT_GEMV_VARIANTS: &[Variant] = variants![Shader::FloatGemv;
     "float_gemv_f32" => ["DTYPE" = 0],
     "float_gemv_f16" => ["DTYPE" = 1],
     "float_gemv_bf16" => ["DTYPE" = 2],
 ];
 const CCE_VARIANTS: &[Variant] = variants![Shader::Cce;
-    "cce_q8_0_p64" => ["HEAD" = 0, "TY" = 16],
-    "cce_q4_0_p64" => ["HEAD" = 1, "TY" = 16],
-    "cce_q4_1_p64" => ["HEAD" = 2, "TY" = 16],
-    "cce_q6_k_p64" => ["HEAD" = 3, "TY" = 16],
-    "cce_f32_p64" => ["HEAD" = 4, "TY" = 16],
-    "cce_f16_p64" => ["HEAD" = 5, "TY" = 16],
-    "cce_bf16_p64" => ["HEAD" = 6, "TY" = 16],
-    "cce_q8_0_p16" => ["HEAD" = 0, "TY" = 4],
-    "cce_q4_0_p16" => ["HEAD" = 1, "TY" = 4],
-    "cce_q4_1_p16" => ["HEAD" = 2, "TY" = 4],
-    "cce_q6_k_p16" => ["HEAD" = 3, "TY" = 4],
-    "cce_f32_p16" => ["HEAD" = 4, "TY" = 4],
-    "cce_f16_p16" => ["HEAD" = 5, "TY" = 4],
-    "cce_bf16_p16" => ["HEAD" = 6, "TY" = 4],
+    "cce_q8_0_p128" => ["HEAD" = 0, "TY" = 16, "R" = 2],
+    "cce_q4_0_p128" => ["HEAD" = 1, "TY" = 16, "R" = 2],
+    "cce_q4_1_p128" => ["HEAD" = 2, "TY" = 16, "R" = 2],
+    "cce_q6_k_p128" => ["HEAD" = 3, "TY" = 16, "R" = 2],
+    "cce_f32_p128" => ["HEAD" = 4, "TY" = 16, "R" = 2],
+    "cce_f16_p128" => ["HEAD" = 5, "TY" = 16, "R" = 2],
+    "cce_bf16_p128" => ["HEAD" = 6, "TY" = 16, "R" = 2],
+    "cce_q8_0_p64" => ["HEAD" = 0, "TY" = 16, "R" = 1],
+    "cce_q4_0_p64" => ["HEAD" = 1, "TY" = 16, "R" = 1],
+    "cce_q4_1_p64" => ["HEAD" = 2, "TY" = 16, "R" = 1],
+    "cce_q6_k_p64" => ["HEAD" = 3, "TY" = 16, "R" = 1],
+    "cce_f32_p64" => ["HEAD" = 4, "TY" = 16, "R" = 1],
+    "cce_f16_p64" => ["HEAD" = 5, "TY" = 16, "R" = 1],
+    "cce_bf16_p64" => ["HEAD" = 6, "TY" = 16, "R" = 1],
+    "cce_q8_0_p16" => ["HEAD" = 0, "TY" = 4, "R" = 1],
+    "cce_q4_0_p16" => ["HEAD" = 1, "TY" = 4, "R" = 1],
+    "cce_q4_1_p16" => ["HEAD" = 2, "TY" = 4, "R" = 1],
+    "cce_q6_k_p16" => ["HEAD" = 3, "TY" = 4, "R" = 1],
+    "cce_f32_p16" => ["HEAD" = 4, "TY" = 4, "R" = 1],
+    "cce_f16_p16" => ["HEAD" = 5, "TY" = 4, "R" = 1],
+    "cce_bf16_p16" => ["HEAD" = 6, "TY" = 4, "R" = 1],
 ];
 const CCE_COMBINE_VARIANTS: &[Variant] = variants![Shader::CceCombine; "cce_combine" => []];
 const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
@@ -142,7 +170,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 16] = [
+    pub const ALL: [Shader; 19] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -155,6 +183,9 @@ impl Shader {
         Shader::Argmax,
         Shader::KvStore,
         Shader::Attention,
+        Shader::AttentionCombine,
+        Shader::Embed,
+        Shader::TopK,
         Shader::FloatGemv,
         Shader::Cce,
         Shader::CceCombine,
@@ -176,6 +207,9 @@ impl Shader {
             Shader::Argmax => "argmax.wgsl",
             Shader::KvStore => "kv_store.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::AttentionCombine => "attention_combine.wgsl",
+            Shader::Embed => "embed.wgsl",
+            Shader::TopK => "topk.wgsl",
             Shader::FloatGemv => "float_gemv.wgsl",
             Shader::Cce => "cce.wgsl",
             Shader::CceCombine => "cce_combine.wgsl",
@@ -198,6 +232,9 @@ impl Shader {
             Shader::Argmax => include_str!("../wgsl/argmax.wgsl"),
             Shader::KvStore => include_str!("../wgsl/kv_store.wgsl"),
             Shader::Attention => include_str!("../wgsl/attention.wgsl"),
+            Shader::AttentionCombine => include_str!("../wgsl/attention_combine.wgsl"),
+            Shader::Embed => include_str!("../wgsl/embed.wgsl"),
+            Shader::TopK => include_str!("../wgsl/topk.wgsl"),
             Shader::FloatGemv => include_str!("../wgsl/float_gemv.wgsl"),
             Shader::Cce => include_str!("../wgsl/cce.wgsl"),
             Shader::CceCombine => include_str!("../wgsl/cce_combine.wgsl"),
@@ -235,6 +272,9 @@ impl Shader {
             Shader::Argmax => ARGMAX_VARIANTS,
             Shader::KvStore => KV_STORE_VARIANTS,
             Shader::Attention => ATTENTION_VARIANTS,
+            Shader::AttentionCombine => ATTENTION_COMBINE_VARIANTS,
+            Shader::Embed => EMBED_VARIANTS,
+            Shader::TopK => TOPK_VARIANTS,
             Shader::FloatGemv => FLOAT_GEMV_VARIANTS,
             Shader::Cce => CCE_VARIANTS,
             Shader::CceCombine => CCE_COMBINE_VARIANTS,

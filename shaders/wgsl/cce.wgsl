@@ -49,18 +49,21 @@ override HEAD: u32 = 0u;
 @group(0) @binding(3) var<storage, read> targets: array<u32>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
-// TY position groups × TX row groups of invocations, 4 × 4 logits each: BP = 4·TY positions and
-// BV = 4·TX head rows per tile; BK = TY keeps both staged tiles at 1024 + 4·TY² floats.
+// TY position groups × TX row groups of invocations, (4·R) × 4 logits each: BP = 4·TY·R positions
+// and BV = 4·TX head rows per tile; BK = TY keeps the staged tiles at 4·TY·BP + 1024 floats.
 override TY: u32 = 16u;
+override R: u32 = 1u;
 override TX: u32 = 256u / TY;
-override BP: u32 = 4u * TY;
+override BP: u32 = 4u * TY * R;
 override BV: u32 = 4u * TX;
 override BK: u32 = TY;
+// vec4s of positions per k in `hs`.
+override PV: u32 = TY * R;
 // Below every logit; finite so that differences stay defined.
 const NEG: f32 = -3.0e38;
 
 // [BK][BP / 4] hidden values and [BK][BV / 4] head values; reused for the final merge.
-var<workgroup> hs: array<vec4<f32>, 256>;
+var<workgroup> hs: array<vec4<f32>, 512>;
 var<workgroup> ws: array<vec4<f32>, 256>;
 
 // The 4 bytes at byte offset `off` of the head as a little-endian u32.
@@ -149,6 +152,17 @@ fn head4(row: u32, k: u32) -> vec4<f32> {
         return v;
     }
     let base = p.elem_offset + row * p.cols + k;
+    if (HEAD >= 5u && (base & 1u) == 0u && k + 3u < p.cols) {
+        // 4 halves in 2 aligned words.
+        let w0 = w[base >> 1u];
+        let w1 = w[(base >> 1u) + 1u];
+        if (HEAD == 5u) {
+            return vec4<f32>(f16_bits_to_f32(w0 & 0xffffu), f16_bits_to_f32(w0 >> 16u),
+                             f16_bits_to_f32(w1 & 0xffffu), f16_bits_to_f32(w1 >> 16u));
+        }
+        return vec4<f32>(bitcast<f32>(w0 << 16u), bitcast<f32>(w0 & 0xffff0000u),
+                         bitcast<f32>(w1 << 16u), bitcast<f32>(w1 & 0xffff0000u));
+    }
     for (var i = 0u; i < 4u; i = i + 1u) {
         if (k + i < p.cols) {
             if (HEAD == 4u) {
@@ -166,23 +180,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let tx = lid % TX;
     let ty = lid / TX;
     let pb = wg.y * BP;
-    // Targets of this invocation's positions (0xffffffff: none).
-    var tgt = vec4<u32>(0xffffffffu);
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let q = pb + 4u * ty + i;
-        if (q < p.n_pos) {
-            tgt[i] = targets[p.pos0 + q];
+    // Position group r of this invocation: pb + 4·TY·r + 4·ty + i, i < 4. Targets (0xffffffff:
+    // none), running max and sum per position.
+    var tgt: array<vec4<u32>, 2>;
+    var m: array<vec4<f32>, 2>;
+    var s: array<vec4<f32>, 2>;
+    for (var r = 0u; r < R; r = r + 1u) {
+        tgt[r] = vec4<u32>(0xffffffffu);
+        m[r] = vec4<f32>(NEG);
+        s[r] = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let q = pb + 4u * TY * r + 4u * ty + i;
+            if (q < p.n_pos) {
+                tgt[r][i] = targets[p.pos0 + q];
+            }
         }
     }
-    var m = vec4<f32>(NEG);
-    var s = vec4<f32>(0.0);
-    // Load roles: 4 consecutive k (from lk) of head row `ld` of the tile (every invocation), and
-    // of hidden position `ld` (invocations below BP · BK / 4).
+    // Load roles: 4 consecutive k (from lk) of head row `ld` of the tile (every invocation); and
+    // of hidden position hl[j] (slots lid + 256·j below BP · BK / 4).
     let ld = lid / (BK / 4u);
     let lk = (lid % (BK / 4u)) * 4u;
-    let hp = pb + ld;
-    let hload = lid < BP * BK / 4u && hp < p.n_pos;
-    let hbase = (p.pos0 + hp) * p.cols;
     let vb = wg.x * p.tiles * BV;
     var nt = 0u;
     if (vb < p.rows) {
@@ -190,85 +207,91 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     for (var t = 0u; t < nt; t = t + 1u) {
         let v0 = vb + t * BV;
-        var acc0 = vec4<f32>(0.0);
-        var acc1 = vec4<f32>(0.0);
-        var acc2 = vec4<f32>(0.0);
-        var acc3 = vec4<f32>(0.0);
+        var acc: array<vec4<f32>, 8>;
         for (var k0 = 0u; k0 < p.cols; k0 = k0 + BK) {
-            let k = k0 + lk;
-            var hv = vec4<f32>(0.0);
-            if (hload) {
-                for (var i = 0u; i < 4u; i = i + 1u) {
-                    if (k + i < p.cols) {
-                        hv[i] = hidden[hbase + k + i];
+            for (var j = 0u; j < R; j = j + 1u) {
+                let slot = lid + 256u * j;
+                let hl = slot / (BK / 4u);
+                let hk = k0 + (slot % (BK / 4u)) * 4u;
+                var hv = vec4<f32>(0.0);
+                if (slot < BP * BK / 4u && pb + hl < p.n_pos) {
+                    let hbase = (p.pos0 + pb + hl) * p.cols;
+                    for (var i = 0u; i < 4u; i = i + 1u) {
+                        if (hk + i < p.cols) {
+                            hv[i] = hidden[hbase + hk + i];
+                        }
+                    }
+                }
+                if (slot < BP * BK / 4u) {
+                    for (var i = 0u; i < 4u; i = i + 1u) {
+                        hs[(hk - k0 + i) * PV + hl / 4u][hl % 4u] = hv[i];
                     }
                 }
             }
+            let k = k0 + lk;
             var wv = vec4<f32>(0.0);
             if (v0 + ld < p.rows && k < p.cols) {
                 wv = head4(v0 + ld, k);
             }
             for (var i = 0u; i < 4u; i = i + 1u) {
-                if (lid < BP * BK / 4u) {
-                    hs[(lk + i) * TY + ld / 4u][ld % 4u] = hv[i];
-                }
                 ws[(lk + i) * TX + ld / 4u][ld % 4u] = wv[i];
             }
             workgroupBarrier();
             for (var kk = 0u; kk < BK; kk = kk + 1u) {
-                let a = hs[kk * TY + ty];
                 let b = ws[kk * TX + tx];
-                acc0 = acc0 + a.x * b;
-                acc1 = acc1 + a.y * b;
-                acc2 = acc2 + a.z * b;
-                acc3 = acc3 + a.w * b;
+                for (var r = 0u; r < R; r = r + 1u) {
+                    let a = hs[kk * PV + TY * r + ty];
+                    acc[4u * r] = acc[4u * r] + a.x * b;
+                    acc[4u * r + 1u] = acc[4u * r + 1u] + a.y * b;
+                    acc[4u * r + 2u] = acc[4u * r + 2u] + a.z * b;
+                    acc[4u * r + 3u] = acc[4u * r + 3u] + a.w * b;
+                }
             }
             workgroupBarrier();
         }
-        // Fold the tile into the running (max, sum) of each of the 4 positions.
+        // Fold the tile into the running (max, sum) of each position.
         let c0 = v0 + 4u * tx;
         let valid = vec4<bool>(c0 < p.rows, c0 + 1u < p.rows, c0 + 2u < p.rows, c0 + 3u < p.rows);
-        for (var i = 0u; i < 4u; i = i + 1u) {
-            var z = acc0;
-            if (i == 1u) {
-                z = acc1;
-            } else if (i == 2u) {
-                z = acc2;
-            } else if (i == 3u) {
-                z = acc3;
-            }
-            let zm = select(vec4<f32>(NEG), z, valid);
-            let mn = max(m[i], max(max(zm.x, zm.y), max(zm.z, zm.w)));
-            let e = select(vec4<f32>(0.0), exp(z - mn), valid);
-            s[i] = s[i] * exp(m[i] - mn) + ((e.x + e.y) + (e.z + e.w));
-            m[i] = mn;
-            let tl = tgt[i] - (p.row0 + c0);
-            if (tl < 4u && c0 + tl < p.rows) {
-                part[2u * p.n_blocks * p.n_pos + pb + 4u * ty + i] = z[tl];
+        for (var r = 0u; r < R; r = r + 1u) {
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let z = acc[4u * r + i];
+                let mo = m[r][i];
+                let zm = select(vec4<f32>(NEG), z, valid);
+                let mn = max(mo, max(max(zm.x, zm.y), max(zm.z, zm.w)));
+                let e = select(vec4<f32>(0.0), exp(z - mn), valid);
+                s[r][i] = s[r][i] * exp(mo - mn) + ((e.x + e.y) + (e.z + e.w));
+                m[r][i] = mn;
+                let tl = tgt[r][i] - (p.row0 + c0);
+                if (tl < 4u && c0 + tl < p.rows) {
+                    part[2u * p.n_blocks * p.n_pos + pb + 4u * TY * r + 4u * ty + i] = z[tl];
+                }
             }
         }
     }
-    // Merge the TX column-invocations of each position, in tx order.
-    hs[lid] = m;
-    ws[lid] = s;
-    workgroupBarrier();
-    if (lid < BP) {
-        let row = (lid / 4u) * TX;
-        let c = lid % 4u;
-        var mm = NEG;
-        var ss = 0.0;
-        for (var j = 0u; j < TX; j = j + 1u) {
-            let mj = hs[row + j][c];
-            let sj = ws[row + j][c];
-            let mn = max(mm, mj);
-            ss = ss * exp(mm - mn) + sj * exp(mj - mn);
-            mm = mn;
-        }
-        let q = pb + lid;
-        if (q < p.n_pos) {
-            let o = 2u * ((p.block0 + wg.x) * p.n_pos + q);
-            part[o] = mm;
-            part[o + 1u] = ss;
+    // Merge the TX column-invocations of each position, in tx order, one position group at a time.
+    for (var r = 0u; r < R; r = r + 1u) {
+        workgroupBarrier();
+        hs[lid] = m[r];
+        ws[lid] = s[r];
+        workgroupBarrier();
+        if (lid < 4u * TY) {
+            let row = (lid / 4u) * TX;
+            let c = lid % 4u;
+            var mm = NEG;
+            var ss = 0.0;
+            for (var j = 0u; j < TX; j = j + 1u) {
+                let mj = hs[row + j][c];
+                let sj = ws[row + j][c];
+                let mn = max(mm, mj);
+                ss = ss * exp(mm - mn) + sj * exp(mj - mn);
+                mm = mn;
+            }
+            let q = pb + 4u * TY * r + lid;
+            if (q < p.n_pos) {
+                let o = 2u * ((p.block0 + wg.x) * p.n_pos + q);
+                part[o] = mm;
+                part[o + 1u] = ss;
+            }
         }
     }
 }

@@ -39,6 +39,11 @@ pub const POSITION_BLOCK: u64 = 64;
 /// [`SMALL_MAX_POSITIONS`] positions: a 64-position tile would compute mostly padding.
 pub const SMALL_POSITION_BLOCK: u64 = 16;
 pub const SMALL_MAX_POSITIONS: u64 = 32;
+/// Positions per workgroup from [`LARGE_MIN_POSITIONS`] on: each invocation computes 8 × 4 logits
+/// instead of 4 × 4 (more arithmetic per workgroup-memory read and per barrier; the head is read
+/// `⌈n / 128⌉` times).
+pub const LARGE_POSITION_BLOCK: u64 = 128;
+pub const LARGE_MIN_POSITIONS: u64 = 256;
 /// Head rows one pass-A workgroup folds into its running (max, sum) (8 tiles of 64 rows, or 2 of
 /// 256), giving one partial per position. More rows per workgroup mean less scratch and a
 /// shorter merge, fewer mean more workgroups; at 512 rows a 49152-row head at 512 positions is
@@ -228,13 +233,14 @@ pub fn score(
     let per_pos = (2 * nb + 1) * 4;
     let chunk = positions_per_chunk(ctx, per_pos)?.min(n);
     let scratch = ctx.zeroed("cce partials", chunk * per_pos)?;
-    let bp = if n <= SMALL_MAX_POSITIONS {
-        SMALL_POSITION_BLOCK
+    let (bp, tile_rows) = if n <= SMALL_MAX_POSITIONS {
+        (SMALL_POSITION_BLOCK, 256)
+    } else if n < LARGE_MIN_POSITIONS {
+        (POSITION_BLOCK, 64)
     } else {
-        POSITION_BLOCK
+        (LARGE_POSITION_BLOCK, 64)
     };
     let key = head.key(bp);
-    let tile_rows = 16 * 256 / bp; // BV = 4 · TX = 4 · 256 / (bp / 4)
     let d = head.cols();
     let mut pos0 = 0;
     while pos0 < n {

@@ -78,8 +78,17 @@ pub enum KernelKey {
     Argmax,
     KvStore,
     Attention,
+    /// Merge of split-K attention partials.
+    AttentionCombine,
+    /// Embedding-row lookup from a float table / a ggml-block table.
+    EmbedFloat(FloatType),
+    EmbedGgml(GgmlType),
+    /// Top-k of logits: per-workgroup pass, or the merge of its candidates.
+    TopK {
+        merge: bool,
+    },
     FloatGemv(FloatType),
-    /// Fused CCE pass A over a ggml head / a float head; positions per workgroup (64 or 16).
+    /// Fused CCE pass A over a ggml head / a float head; positions per workgroup (128, 64, 16).
     CceGgml(GgmlType, u32),
     CceFloat(FloatType, u32),
     CceCombine,
@@ -126,6 +135,14 @@ impl fmt::Display for KernelKey {
             KernelKey::Argmax => f.write_str("argmax"),
             KernelKey::KvStore => f.write_str("kv_store"),
             KernelKey::Attention => f.write_str("attention_wg128"),
+            KernelKey::AttentionCombine => f.write_str("attention_combine"),
+            KernelKey::EmbedFloat(t) => f.write_str(match t {
+                FloatType::F32 => "embed_f32",
+                FloatType::F16 => "embed_f16",
+                FloatType::Bf16 => "embed_bf16",
+            }),
+            KernelKey::EmbedGgml(t) => write!(f, "embed_{}", t.name()),
+            KernelKey::TopK { merge } => f.write_str(if *merge { "topk_merge" } else { "topk" }),
             KernelKey::FloatGemv(t) => f.write_str(match t {
                 FloatType::F32 => "float_gemv_f32",
                 FloatType::F16 => "float_gemv_f16",
@@ -158,6 +175,9 @@ impl KernelKey {
             KernelKey::Argmax => Shader::Argmax,
             KernelKey::KvStore => Shader::KvStore,
             KernelKey::Attention => Shader::Attention,
+            KernelKey::AttentionCombine => Shader::AttentionCombine,
+            KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
+            KernelKey::TopK { .. } => Shader::TopK,
             KernelKey::FloatGemv(_) => Shader::FloatGemv,
             KernelKey::CceGgml(..) | KernelKey::CceFloat(..) => Shader::Cce,
             KernelKey::CceCombine => Shader::CceCombine,
@@ -271,6 +291,12 @@ mod tests {
             KernelKey::Argmax,
             KernelKey::KvStore,
             KernelKey::Attention,
+            KernelKey::AttentionCombine,
+            KernelKey::EmbedFloat(FloatType::F32),
+            KernelKey::EmbedFloat(FloatType::F16),
+            KernelKey::EmbedFloat(FloatType::Bf16),
+            KernelKey::TopK { merge: false },
+            KernelKey::TopK { merge: true },
             KernelKey::FloatGemv(FloatType::F32),
             KernelKey::FloatGemv(FloatType::F16),
             KernelKey::FloatGemv(FloatType::Bf16),
@@ -283,7 +309,7 @@ mod tests {
                 keys.push(KernelKey::TernaryGemm { layout, scale_type });
             }
         }
-        for bp in [64, 16] {
+        for bp in [128, 64, 16] {
             for t in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
                 keys.push(KernelKey::CceFloat(t, bp));
             }
@@ -296,6 +322,8 @@ mod tests {
         ] {
             keys.push(KernelKey::GgmlGemv(t));
             keys.push(KernelKey::GgmlGemm(t));
+            keys.push(KernelKey::EmbedGgml(t));
+            keys.push(KernelKey::CceGgml(t, 128));
             keys.push(KernelKey::CceGgml(t, 64));
             keys.push(KernelKey::CceGgml(t, 16));
         }

@@ -9,8 +9,8 @@
 //! log-sum-exp then differs by ~1e-6 and the table measures ≲ 1e-5. An indexing, masking or
 //! merge bug moves a log-prob by ≥ ~1e-2.
 //!
-//! Shapes: n ∈ {1, 7, 17} (the 16-position variant, one or two blocks) and {33, 69, 200} (the
-//! 64-position one; none a multiple of the block), n_vocab ∈ {1, 300, 1017,
+//! Shapes: n ∈ {1, 7, 17} (the 16-position variant, one or two blocks), {33, 69} (the 64-position
+//! one) and {257, 300} (the 128-position one); none a multiple of the block, n_vocab ∈ {1, 300, 1017,
 //! 49152} (partial tiles, partial 512-row vocab blocks), n_embd ∈ {32, 96, 576} (not multiples of
 //! 64), targets including the first and last rows, a zero hidden row (log p = −ln V) and one
 //! position whose target dominates (log p ≈ 0); Q8_0 / Q4_0 / Q4_1 / Q6_K and f32 / f16 / bf16
@@ -169,11 +169,13 @@ fn run_cce(
 pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     use GgmlType::*;
-    let table: [(HeadKind, usize, usize, usize, bool); 18] = [
+    let table: [(HeadKind, usize, usize, usize, bool); 20] = [
         (HeadKind::Ggml(Q8_0), 1, 1, 32, false),
         (HeadKind::Ggml(Q8_0), 7, 300, 96, false),
         (HeadKind::Ggml(Q4_0), 17, 300, 64, false),
         (HeadKind::Ggml(Q8_0), 33, 1017, 96, false),
+        (HeadKind::Ggml(Q4_1), 300, 1017, 64, false),
+        (HeadKind::Float(FloatType::F16), 257, 300, 40, false),
         (HeadKind::Ggml(Q4_1), 69, 1017, 32, false),
         (HeadKind::Ggml(Q8_0), 69, 1017, 576, false),
         (HeadKind::Ggml(Q4_0), 69, 300, 96, false),
@@ -186,7 +188,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         // split: 64 KiB bindings
         (HeadKind::Ggml(Q8_0), 69, 1017, 96, true),
         (HeadKind::Ggml(Q4_1), 7, 49152, 32, true),
-        (HeadKind::Ggml(Q8_0), 200, 49152, 32, true),
+        (HeadKind::Ggml(Q8_0), 300, 49152, 32, true),
         (HeadKind::Float(FloatType::Bf16), 69, 1017, 96, true),
         (HeadKind::Float(FloatType::F32), 7, 1017, 576, true),
     ];
