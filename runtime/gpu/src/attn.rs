@@ -39,9 +39,20 @@ struct AttnParams {
     n_ctx: u32,
     scale: f32,
     n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
+    /// Key chunks per (token, head group): 1 writes `out` directly, more write partials.
+    n_split: u32,
+    /// Workgroups per kv head (query heads of a group, 4 per workgroup).
+    n_hg: u32,
 }
+
+/// Query heads sharing one kv head that one attention workgroup handles (`attention.wgsl`'s GM).
+const HEADS_PER_WG: u64 = 4;
+/// Keys per tile of the attention kernel; a split holds a whole number of tiles.
+const ATTN_TILE: u64 = 128;
+/// Workgroups the split-K attention aims for (enough to fill a desktop GPU; the merge is cheap).
+const ATTN_TARGET_WGS: u64 = 256;
+/// At most this many key chunks per (token, head group).
+const ATTN_MAX_SPLIT: u64 = 64;
 
 fn u32_of(op: &'static str, what: &str, v: u64) -> Result<u32> {
     u32::try_from(v).map_err(|_| GpuError::shape(op, format!("{what} = {v} does not fit in u32")))
@@ -70,6 +81,23 @@ fn binding(ctx: &GpuContext, what: &str, bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// A KV cache of `n_ctx` rows of `row` f32 must fit one binding.
+fn kv_binding(ctx: &GpuContext, n_ctx: u64, row: u64) -> Result<()> {
+    let bytes = n_ctx.saturating_mul(row).saturating_mul(4);
+    if bytes > ctx.binding_limit() {
+        let max_ctx = ctx.binding_limit() / row.saturating_mul(4).max(1);
+        return Err(GpuError::TooLarge {
+            what: "KV cache".into(),
+            detail: format!(
+                "{n_ctx} positions × {row} f32 = {bytes} bytes in one binding, the limit is {} \
+                 bytes: use a context of at most {max_ctx} positions",
+                ctx.binding_limit()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// `cache[(p0 + t)·row ..][..row] = src[t·row ..][..row]` for `t < n_tokens`.
 #[allow(clippy::too_many_arguments)]
 pub fn kv_store(
@@ -88,7 +116,7 @@ pub fn kv_store(
     need(OP, "src", src, sb)?;
     need(OP, "cache", cache, cb)?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
-    binding(ctx, "KV cache", cb)?;
+    kv_binding(ctx, n_ctx, row)?;
     let p = KvParams {
         row: u32_of(OP, "row", row)?,
         n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
@@ -107,8 +135,24 @@ pub fn kv_store(
     )
 }
 
+/// Key chunks for a batch: 1 when the (token, head group) workgroups already fill the GPU,
+/// else enough to reach [`ATTN_TARGET_WGS`], at most one per tile of the cache.
+fn attention_splits(n_tokens: u64, wgs_per_token: u64, n_ctx: u64) -> u64 {
+    let base = n_tokens.saturating_mul(wgs_per_token).max(1);
+    ATTN_TARGET_WGS
+        .div_ceil(base)
+        .min(ATTN_MAX_SPLIT)
+        .min(n_ctx.div_ceil(ATTN_TILE))
+        .max(1)
+}
+
 /// Causal GQA attention: `out[t][h]` = softmax over keys `0..=p0+t` of
 /// `q[t][h] · k[key][h / group] · scale`, applied to `v`.
+///
+/// Split-K: the keys of each (token, head) are cut into chunks processed by separate workgroups
+/// (chosen here from the batch shape; the chunk length follows `p0` on the GPU), whose partial
+/// softmax states a second kernel merges. Partials go to a scratch buffer allocated here, once
+/// per recording (a [`crate::Plan`] keeps it).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     ctx: &GpuContext,
@@ -138,15 +182,25 @@ pub fn attention(
             format!("head_dim {head_dim}: the kernel takes 1..=256"),
         ));
     }
-    let qb = n_tokens * n_head * head_dim * 4;
+    if n_ctx == 0 {
+        return Err(GpuError::shape(OP, "n_ctx is 0"));
+    }
+    let qb = n_tokens
+        .saturating_mul(n_head)
+        .saturating_mul(head_dim)
+        .saturating_mul(4);
     let cb = n_ctx.saturating_mul(n_head_kv * head_dim).saturating_mul(4);
     need(OP, "q", q, qb)?;
     need(OP, "out", out, qb)?;
     need(OP, "k cache", k_cache, cb)?;
     need(OP, "v cache", v_cache, cb)?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
-    binding(ctx, "KV cache", cb)?;
+    kv_binding(ctx, n_ctx, n_head_kv * head_dim)?;
     binding(ctx, "queries", qb)?;
+    let group = n_head / n_head_kv;
+    let n_hg = group.div_ceil(HEADS_PER_WG);
+    let wgs_x = n_head_kv * n_hg;
+    let n_split = attention_splits(n_tokens, wgs_x, n_ctx);
     let p = AttnParams {
         n_head: u32_of(OP, "n_head", n_head)?,
         n_head_kv: u32_of(OP, "n_head_kv", n_head_kv)?,
@@ -154,14 +208,36 @@ pub fn attention(
         n_ctx: u32_of(OP, "n_ctx", n_ctx)?,
         scale,
         n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
-        _pad0: 0,
-        _pad1: 0,
+        n_split: u32_of(OP, "n_split", n_split)?,
+        n_hg: u32_of(OP, "head groups", n_hg)?,
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    let groups = (u32_of(OP, "workgroups", wgs_x)?, p.n_tokens, p.n_split);
+    if n_split == 1 {
+        return ctx.dispatch(
+            enc,
+            KernelKey::Attention,
+            &[&params, step, q, k_cache, v_cache, out],
+            groups,
+        );
+    }
+    let pb = n_tokens
+        .saturating_mul(n_head)
+        .saturating_mul(n_split)
+        .saturating_mul(head_dim + 2)
+        .saturating_mul(4);
+    binding(ctx, "attention partials", pb)?;
+    let partials = ctx.zeroed("attention partials", pb)?;
     ctx.dispatch(
         enc,
         KernelKey::Attention,
-        &[&params, step, q, k_cache, v_cache, out],
+        &[&params, step, q, k_cache, v_cache, &partials],
+        groups,
+    )?;
+    ctx.dispatch(
+        enc,
+        KernelKey::AttentionCombine,
+        &[&params, step, &partials, out],
         (p.n_head, p.n_tokens, 1),
     )
 }

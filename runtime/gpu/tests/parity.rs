@@ -26,6 +26,8 @@ use tern_reference::{MatmulOptions, Matrix};
 mod attn;
 #[path = "parity/cce.rs"]
 mod cce;
+#[path = "parity/float_ops.rs"]
+mod float_ops;
 #[path = "parity/gemm.rs"]
 mod gemm;
 
@@ -737,6 +739,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(gemm::cases());
     v.extend(attn::cases());
     v.extend(cce::cases());
+    v.extend(float_ops::cases());
     v
 }
 
