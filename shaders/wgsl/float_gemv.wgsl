@@ -1,6 +1,7 @@
 // Float GEMV/GEMM: y[t][row0 + r] = Σ_c W[r][c] · x[t][c] for a row-major f32 / f16 / bf16 matrix
 // part (decoded NeuZip chunks, raw float heads). 8 rows per workgroup, 32 invocations per row
-// striding over the columns, then a workgroup reduction. Element e of the part is at element
+// striding over the columns (16-bit types: over u32 words of two elements), then a workgroup
+// reduction. Element e of the part is at element
 // `elem_offset + r · cols + c` of `w` (16-bit types two per u32 word, low half first).
 // Bindings: params; w (u32 words); x [n_tokens][cols] f32; y [n_tokens][out_stride] f32.
 
@@ -47,8 +48,37 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     if (r < p.rows) {
         let base = p.elem_offset + r * p.cols;
         let xb = t * p.cols;
-        for (var c = lane; c < p.cols; c = c + TPR) {
-            acc = acc + elem(base + c) * x[xb + c];
+        if (DTYPE == 0u) {
+            for (var c = lane; c < p.cols; c = c + TPR) {
+                acc = acc + bitcast<f32>(w[base + c]) * x[xb + c];
+            }
+        } else {
+            // 16-bit elements: whole u32 words (two elements) per load, consecutive lanes on
+            // consecutive words. An odd row start takes its first element apart, an odd count
+            // its last.
+            let head = base & 1u;
+            if (head == 1u && lane == 0u && p.cols > 0u) {
+                acc = elem(base) * x[xb];
+            }
+            let m = p.cols - min(head, p.cols);
+            let w0 = (base + head) >> 1u;
+            let x0 = xb + head;
+            for (var i = lane; i < m / 2u; i = i + TPR) {
+                let word = w[w0 + i];
+                var lo: f32;
+                var hi: f32;
+                if (DTYPE == 1u) {
+                    lo = f16_bits_to_f32(word & 0xffffu);
+                    hi = f16_bits_to_f32(word >> 16u);
+                } else {
+                    lo = bitcast<f32>(word << 16u);
+                    hi = bitcast<f32>(word & 0xffff0000u);
+                }
+                acc = acc + lo * x[x0 + 2u * i] + hi * x[x0 + 2u * i + 1u];
+            }
+            if ((m & 1u) == 1u && lane == TPR - 1u) {
+                acc = acc + elem(base + head + m - 1u) * x[x0 + m - 1u];
+            }
         }
     }
     partial[lid] = acc;

@@ -102,6 +102,47 @@ fn run_neuzip_parts(
     ))
 }
 
+/// A matrix in hand-made parts: each part's buffer starts with `pad` junk elements (odd, so the
+/// 16-bit rows start mid-word) and ends mid-word; the GEMV and the lookup read it through
+/// `FloatWeight::from_parts`.
+fn run_offset_parts(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    dtype: FloatType,
+    rows: usize,
+    cols: usize,
+) -> Result<String, String> {
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+    let bytes = to_dtype(dtype, &w);
+    let es = dtype.size();
+    let cuts = [0, rows / 3, rows / 3 + 1, rows];
+    let e = |e: GpuError| e.to_string();
+    let mut parts = Vec::new();
+    for (i, win) in cuts.windows(2).enumerate() {
+        let pad = 2 * i + 1;
+        let mut data = to_dtype(dtype, &vec![1e30; pad]);
+        data.extend_from_slice(&bytes[win[0] * cols * es..win[1] * cols * es]);
+        data.resize(data.len().next_multiple_of(4), 0xff);
+        parts.push(float_ops::FloatPart {
+            buffer: ctx.upload("part", &data).map_err(e)?,
+            row0: win[0] as u64,
+            rows: (win[1] - win[0]) as u64,
+            elem_offset: pad as u64,
+        });
+    }
+    let fw = FloatWeight::from_parts(dtype, rows as u64, cols as u64, parts).map_err(e)?;
+    let g = check_gemv(ctx, rng, &fw, &bytes, 2)?;
+    let ids: Vec<u32> = (0..rows as u32).chain([rows as u32]).collect();
+    let emb = check_embed(
+        ctx,
+        &EmbedTable::Float(&fw),
+        &bytes,
+        Encoding::from(dtype),
+        &ids,
+    )?;
+    Ok(format!("gemv {g}; embed {emb}"))
+}
+
 /// Look `ids` up in `table` (holding `bytes` of `encoding`) and compare bit for bit with the
 /// format's decoding (ids past the table → zeros).
 fn check_embed(
@@ -272,6 +313,15 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             true,
             Box::new(move |c, r| run_neuzip_parts(c, r, dt, rows, cols)),
         ));
+    }
+    for dt in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+        for (rows, cols) in [(7, 37), (10, 64), (3, 1)] {
+            v.push((
+                format!("float parts at odd offsets {dt:?} {rows}×{cols}"),
+                false,
+                Box::new(move |c, r| run_offset_parts(c, r, dt, rows, cols)),
+            ));
+        }
     }
     let float = [FloatType::F32, FloatType::F16, FloatType::Bf16].map(Ok);
     let ggml = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1].map(Err);
