@@ -169,8 +169,33 @@ pub fn attention(
     n_ctx: u64,
     scale: f32,
 ) -> Result<()> {
+    attention_with_split(
+        ctx, enc, step, q, k_cache, v_cache, out, n_tokens, n_head, n_head_kv, head_dim, n_ctx,
+        scale, None,
+    )
+}
+
+/// [`attention`] with the number of key chunks forced (benchmarks; `None` = its choice).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_with_split(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    k_cache: &wgpu::Buffer,
+    v_cache: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    head_dim: u64,
+    n_ctx: u64,
+    scale: f32,
+    forced_split: Option<u64>,
+) -> Result<()> {
     const OP: &str = "attention";
-    if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+    if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
         return Err(GpuError::shape(
             OP,
             format!("n_head {n_head} must be a positive multiple of n_head_kv {n_head_kv}"),
@@ -200,7 +225,16 @@ pub fn attention(
     let group = n_head / n_head_kv;
     let n_hg = group.div_ceil(HEADS_PER_WG);
     let wgs_x = n_head_kv * n_hg;
-    let n_split = attention_splits(n_tokens, wgs_x, n_ctx);
+    let n_split = match forced_split {
+        Some(s) if (1..=ATTN_MAX_SPLIT).contains(&s) => s,
+        Some(s) => {
+            return Err(GpuError::shape(
+                OP,
+                format!("{s} key chunks: 1..={ATTN_MAX_SPLIT}"),
+            ))
+        }
+        None => attention_splits(n_tokens, wgs_x, n_ctx),
+    };
     let p = AttnParams {
         n_head: u32_of(OP, "n_head", n_head)?,
         n_head_kv: u32_of(OP, "n_head_kv", n_head_kv)?,

@@ -230,7 +230,11 @@ fn topk_reference(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
         .filter(|(_, x)| !x.is_nan())
         .map(|(i, &x)| (i as u32, x))
         .collect();
-    v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap().then(a.0.cmp(&b.0)));
+    v.sort_by(|a, b| {
+        b.1.partial_cmp(&a.1)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.0.cmp(&b.0))
+    });
     v.truncate(k);
     v.resize(k, (u32::MAX, f32::NEG_INFINITY));
     v
