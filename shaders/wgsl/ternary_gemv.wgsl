@@ -83,15 +83,15 @@ fn trit(cw: u32, j: u32) -> i32 {
 fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
     var acc = 0i;
     if (LAYOUT == 0u) {
-        // 16 codes pair with 4 activation words (c0 is a multiple of 16).
+        // 16 codes pair with 4 activation words (c0 is a multiple of 16). trit = code − 1, so
+        // Σ trit·x = Σ code·x − Σ x: two packed int8 dot products per activation word. Columns
+        // past `cols` have zero activations (act_quant_int8 pads with zeros), so no mask is needed.
         for (var aw = 0u; aw < 4u; aw = aw + 1u) {
-            let a = bitcast<i32>(xq[abase + (c0 >> 2u) + aw]);
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                let j = aw * 4u + b;
-                let t = i32((cw >> (2u * j)) & 3u) - 1;
-                let xv = extractBits(a, 8u * b, 8u);
-                acc = acc + select(0, t * xv, j < n);
-            }
+            let a = xq[abase + (c0 >> 2u) + aw];
+            let b = (cw >> (8u * aw)) & 0xffu;
+            let codes = (b & 3u) | (((b >> 2u) & 3u) << 8u) | (((b >> 4u) & 3u) << 16u)
+                | (((b >> 6u) & 3u) << 24u);
+            acc = acc + dot4I8Packed(codes, a) - dot4I8Packed(0x01010101u, a);
         }
     } else {
         // 4 bytes of 5 trits pair with 5 activation words (c0 is a multiple of 20).
