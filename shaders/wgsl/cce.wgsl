@@ -175,29 +175,97 @@ fn head4(row: u32, k: u32) -> vec4<f32> {
     return v;
 }
 
+// Running (max, Σ exp) of 4 positions.
+struct Run {
+    m: vec4<f32>,
+    s: vec4<f32>,
+}
+
+// Fold one tile's logits of 4 positions (a0..a3: position i's 4 rows from c0) into `run`; write
+// a target's logit when its row is among them. q0: the positions' first index in the chunk.
+fn fold(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, run: Run, tgt: vec4<u32>,
+        c0: u32, q0: u32) -> Run {
+    let valid = vec4<bool>(c0 < p.rows, c0 + 1u < p.rows, c0 + 2u < p.rows, c0 + 3u < p.rows);
+    var m = run.m;
+    var s = run.s;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        var z = a0;
+        if (i == 1u) {
+            z = a1;
+        } else if (i == 2u) {
+            z = a2;
+        } else if (i == 3u) {
+            z = a3;
+        }
+        let mo = m[i];
+        let zm = select(vec4<f32>(NEG), z, valid);
+        let mn = max(mo, max(max(zm.x, zm.y), max(zm.z, zm.w)));
+        let e = select(vec4<f32>(0.0), exp(z - mn), valid);
+        s[i] = s[i] * exp(mo - mn) + ((e.x + e.y) + (e.z + e.w));
+        m[i] = mn;
+        let tl = tgt[i] - (p.row0 + c0);
+        if (tl < 4u && c0 + tl < p.rows) {
+            part[2u * p.n_blocks * p.n_pos + q0 + i] = z[tl];
+        }
+    }
+    return Run(m, s);
+}
+
+// Targets of positions q0 .. q0 + 3 of the chunk (0xffffffff past the end).
+fn targets4(q0: u32) -> vec4<u32> {
+    var t = vec4<u32>(0xffffffffu);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (q0 + i < p.n_pos) {
+            t[i] = targets[p.pos0 + q0 + i];
+        }
+    }
+    return t;
+}
+
+// Merge the TX column-invocations' runs of position group `r` in tx order and write its partials.
+fn merge(lid: u32, run: Run, q_base: u32, block: u32) {
+    workgroupBarrier();
+    hs[lid] = run.m;
+    ws[lid] = run.s;
+    workgroupBarrier();
+    if (lid < 4u * TY) {
+        let row = (lid / 4u) * TX;
+        let c = lid % 4u;
+        var mm = NEG;
+        var ss = 0.0;
+        for (var j = 0u; j < TX; j = j + 1u) {
+            let mj = hs[row + j][c];
+            let sj = ws[row + j][c];
+            let mn = max(mm, mj);
+            ss = ss * exp(mm - mn) + sj * exp(mj - mn);
+            mm = mn;
+        }
+        let q = q_base + lid;
+        if (q < p.n_pos) {
+            let o = 2u * (block * p.n_pos + q);
+            part[o] = mm;
+            part[o + 1u] = ss;
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let tx = lid % TX;
     let ty = lid / TX;
     let pb = wg.y * BP;
-    // Position group r of this invocation: pb + 4·TY·r + 4·ty + i, i < 4. Targets (0xffffffff:
-    // none), running max and sum per position.
-    var tgt: array<vec4<u32>, 2>;
-    var m: array<vec4<f32>, 2>;
-    var s: array<vec4<f32>, 2>;
-    for (var r = 0u; r < R; r = r + 1u) {
-        tgt[r] = vec4<u32>(0xffffffffu);
-        m[r] = vec4<f32>(NEG);
-        s[r] = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i = i + 1u) {
-            let q = pb + 4u * TY * r + 4u * ty + i;
-            if (q < p.n_pos) {
-                tgt[r][i] = targets[p.pos0 + q];
-            }
-        }
+    // Position group 0 of this invocation: pb + 4·ty + i; group 1 (R = 2): 4·TY further.
+    let q0 = pb + 4u * ty;
+    let q1 = q0 + 4u * TY;
+    let tgt0 = targets4(q0);
+    var tgt1 = vec4<u32>(0xffffffffu);
+    if (R == 2u) {
+        tgt1 = targets4(q1);
     }
+    var run0 = Run(vec4<f32>(NEG), vec4<f32>(0.0));
+    var run1 = run0;
     // Load roles: 4 consecutive k (from lk) of head row `ld` of the tile (every invocation); and
-    // of hidden position hl[j] (slots lid + 256·j below BP · BK / 4).
+    // of hidden position `hl` for slots lid + 256·j below BP · BK / 4.
     let ld = lid / (BK / 4u);
     let lk = (lid % (BK / 4u)) * 4u;
     let vb = wg.x * p.tiles * BV;
@@ -207,24 +275,31 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     for (var t = 0u; t < nt; t = t + 1u) {
         let v0 = vb + t * BV;
-        var acc: array<vec4<f32>, 8>;
+        var acc0 = vec4<f32>(0.0);
+        var acc1 = vec4<f32>(0.0);
+        var acc2 = vec4<f32>(0.0);
+        var acc3 = vec4<f32>(0.0);
+        var acc4 = vec4<f32>(0.0);
+        var acc5 = vec4<f32>(0.0);
+        var acc6 = vec4<f32>(0.0);
+        var acc7 = vec4<f32>(0.0);
         for (var k0 = 0u; k0 < p.cols; k0 = k0 + BK) {
             for (var j = 0u; j < R; j = j + 1u) {
                 let slot = lid + 256u * j;
-                let hl = slot / (BK / 4u);
-                let hk = k0 + (slot % (BK / 4u)) * 4u;
-                var hv = vec4<f32>(0.0);
-                if (slot < BP * BK / 4u && pb + hl < p.n_pos) {
-                    let hbase = (p.pos0 + pb + hl) * p.cols;
-                    for (var i = 0u; i < 4u; i = i + 1u) {
-                        if (hk + i < p.cols) {
-                            hv[i] = hidden[hbase + hk + i];
+                if (slot < BP * BK / 4u) {
+                    let hl = slot / (BK / 4u);
+                    let hk = (slot % (BK / 4u)) * 4u;
+                    var hv = vec4<f32>(0.0);
+                    if (pb + hl < p.n_pos) {
+                        let hbase = (p.pos0 + pb + hl) * p.cols + k0 + hk;
+                        for (var i = 0u; i < 4u; i = i + 1u) {
+                            if (k0 + hk + i < p.cols) {
+                                hv[i] = hidden[hbase + i];
+                            }
                         }
                     }
-                }
-                if (slot < BP * BK / 4u) {
                     for (var i = 0u; i < 4u; i = i + 1u) {
-                        hs[(hk - k0 + i) * PV + hl / 4u][hl % 4u] = hv[i];
+                        hs[(hk + i) * PV + hl / 4u][hl % 4u] = hv[i];
                     }
                 }
             }
@@ -239,59 +314,29 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             workgroupBarrier();
             for (var kk = 0u; kk < BK; kk = kk + 1u) {
                 let b = ws[kk * TX + tx];
-                for (var r = 0u; r < R; r = r + 1u) {
-                    let a = hs[kk * PV + TY * r + ty];
-                    acc[4u * r] = acc[4u * r] + a.x * b;
-                    acc[4u * r + 1u] = acc[4u * r + 1u] + a.y * b;
-                    acc[4u * r + 2u] = acc[4u * r + 2u] + a.z * b;
-                    acc[4u * r + 3u] = acc[4u * r + 3u] + a.w * b;
+                let a = hs[kk * PV + ty];
+                acc0 = acc0 + a.x * b;
+                acc1 = acc1 + a.y * b;
+                acc2 = acc2 + a.z * b;
+                acc3 = acc3 + a.w * b;
+                if (R == 2u) {
+                    let a2 = hs[kk * PV + TY + ty];
+                    acc4 = acc4 + a2.x * b;
+                    acc5 = acc5 + a2.y * b;
+                    acc6 = acc6 + a2.z * b;
+                    acc7 = acc7 + a2.w * b;
                 }
             }
             workgroupBarrier();
         }
-        // Fold the tile into the running (max, sum) of each position.
         let c0 = v0 + 4u * tx;
-        let valid = vec4<bool>(c0 < p.rows, c0 + 1u < p.rows, c0 + 2u < p.rows, c0 + 3u < p.rows);
-        for (var r = 0u; r < R; r = r + 1u) {
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let z = acc[4u * r + i];
-                let mo = m[r][i];
-                let zm = select(vec4<f32>(NEG), z, valid);
-                let mn = max(mo, max(max(zm.x, zm.y), max(zm.z, zm.w)));
-                let e = select(vec4<f32>(0.0), exp(z - mn), valid);
-                s[r][i] = s[r][i] * exp(mo - mn) + ((e.x + e.y) + (e.z + e.w));
-                m[r][i] = mn;
-                let tl = tgt[r][i] - (p.row0 + c0);
-                if (tl < 4u && c0 + tl < p.rows) {
-                    part[2u * p.n_blocks * p.n_pos + pb + 4u * TY * r + 4u * ty + i] = z[tl];
-                }
-            }
+        run0 = fold(acc0, acc1, acc2, acc3, run0, tgt0, c0, q0);
+        if (R == 2u) {
+            run1 = fold(acc4, acc5, acc6, acc7, run1, tgt1, c0, q1);
         }
     }
-    // Merge the TX column-invocations of each position, in tx order, one position group at a time.
-    for (var r = 0u; r < R; r = r + 1u) {
-        workgroupBarrier();
-        hs[lid] = m[r];
-        ws[lid] = s[r];
-        workgroupBarrier();
-        if (lid < 4u * TY) {
-            let row = (lid / 4u) * TX;
-            let c = lid % 4u;
-            var mm = NEG;
-            var ss = 0.0;
-            for (var j = 0u; j < TX; j = j + 1u) {
-                let mj = hs[row + j][c];
-                let sj = ws[row + j][c];
-                let mn = max(mm, mj);
-                ss = ss * exp(mm - mn) + sj * exp(mj - mn);
-                mm = mn;
-            }
-            let q = pb + 4u * TY * r + lid;
-            if (q < p.n_pos) {
-                let o = 2u * ((p.block0 + wg.x) * p.n_pos + q);
-                part[o] = mm;
-                part[o + 1u] = ss;
-            }
-        }
+    merge(lid, run0, pb, p.block0 + wg.x);
+    if (R == 2u) {
+        merge(lid, run1, pb + 4u * TY, p.block0 + wg.x);
     }
 }
