@@ -240,15 +240,15 @@ fn topk_reference(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     v
 }
 
-fn run_topk(
-    ctx: &GpuContext,
-    rng: &mut Rng,
-    n: usize,
-    k: u32,
-    ties: bool,
-) -> Result<String, String> {
+/// `ties`: 0 distinct values, 1 few distinct values plus NaN/±inf, 2 all equal (±0 alternating).
+fn run_topk(ctx: &GpuContext, rng: &mut Rng, n: usize, k: u32, ties: u8) -> Result<String, String> {
     let mut logits: Vec<f32> = (0..n).map(|_| rng.normal() * 3.0).collect();
-    if ties {
+    if ties == 2 {
+        for (i, x) in logits.iter_mut().enumerate() {
+            *x = if i % 2 == 0 { 0.0 } else { -0.0 };
+        }
+    }
+    if ties == 1 {
         // few distinct values: many ties, decided by index
         for x in &mut logits {
             *x = (*x).round();
@@ -346,23 +346,23 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         ));
     }
     for (n, k, ties) in [
-        (1, 1, false),
-        (1, 40, false),
-        (5, 64, false),
-        (100, 8, true),
-        (2048, 64, false),
-        (2049, 64, true),
-        (5000, 1, true),
-        (49152, 40, false),
-        (49152, 64, true),
-        (128256, 64, false),
-        (128256, 50, true),
+        (1, 1, 0),
+        (1, 40, 0),
+        (5, 64, 0),
+        (100, 8, 1),
+        (2048, 64, 0),
+        (2049, 64, 1),
+        (5000, 1, 1),
+        (5000, 64, 2),
+        (49152, 40, 0),
+        (49152, 64, 1),
+        (49152, 33, 2),
+        (128256, 64, 0),
+        (128256, 50, 1),
     ] {
+        let what = ["", " ties/NaN/±inf", " all equal ±0"][ties as usize];
         v.push((
-            format!(
-                "topk n={n} k={k}{}",
-                if ties { " ties/NaN/±inf" } else { "" }
-            ),
+            format!("topk n={n} k={k}{what}"),
             false,
             Box::new(move |c, r| run_topk(c, r, n, k, ties)),
         ));
