@@ -39,6 +39,20 @@ fn elem(i: u32) -> f32 {
     return bitcast<f32>(hw << 16u);
 }
 
+// The two 16-bit elements of `word` (low half first) dotted with x[xi], x[xi + 1].
+fn word_dot(word: u32, xi: u32) -> f32 {
+    var lo: f32;
+    var hi: f32;
+    if (DTYPE == 1u) {
+        lo = f16_bits_to_f32(word & 0xffffu);
+        hi = f16_bits_to_f32(word >> 16u);
+    } else {
+        lo = bitcast<f32>(word << 16u);
+        hi = bitcast<f32>(word & 0xffff0000u);
+    }
+    return lo * x[xi] + hi * x[xi + 1u];
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let r = wg.x * RPW + lid / TPR;
@@ -49,7 +63,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let base = p.elem_offset + r * p.cols;
         let xb = t * p.cols;
         if (DTYPE == 0u) {
-            for (var c = lane; c < p.cols; c = c + TPR) {
+            // 4 loads in flight per step
+            var c = lane;
+            for (; c + 3u * TPR < p.cols; c = c + 4u * TPR) {
+                let a0 = w[base + c];
+                let a1 = w[base + c + TPR];
+                let a2 = w[base + c + 2u * TPR];
+                let a3 = w[base + c + 3u * TPR];
+                acc = acc + bitcast<f32>(a0) * x[xb + c] + bitcast<f32>(a1) * x[xb + c + TPR]
+                    + bitcast<f32>(a2) * x[xb + c + 2u * TPR]
+                    + bitcast<f32>(a3) * x[xb + c + 3u * TPR];
+            }
+            for (; c < p.cols; c = c + TPR) {
                 acc = acc + bitcast<f32>(w[base + c]) * x[xb + c];
             }
         } else {
@@ -63,18 +88,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let m = p.cols - min(head, p.cols);
             let w0 = (base + head) >> 1u;
             let x0 = xb + head;
-            for (var i = lane; i < m / 2u; i = i + TPR) {
-                let word = w[w0 + i];
-                var lo: f32;
-                var hi: f32;
-                if (DTYPE == 1u) {
-                    lo = f16_bits_to_f32(word & 0xffffu);
-                    hi = f16_bits_to_f32(word >> 16u);
-                } else {
-                    lo = bitcast<f32>(word << 16u);
-                    hi = bitcast<f32>(word & 0xffff0000u);
-                }
-                acc = acc + lo * x[x0 + 2u * i] + hi * x[x0 + 2u * i + 1u];
+            let nw = m / 2u;
+            var i = lane;
+            for (; i + 3u * TPR < nw; i = i + 4u * TPR) {
+                let a0 = w[w0 + i];
+                let a1 = w[w0 + i + TPR];
+                let a2 = w[w0 + i + 2u * TPR];
+                let a3 = w[w0 + i + 3u * TPR];
+                acc = acc + word_dot(a0, x0 + 2u * i) + word_dot(a1, x0 + 2u * (i + TPR))
+                    + word_dot(a2, x0 + 2u * (i + 2u * TPR)) + word_dot(a3, x0 + 2u * (i + 3u * TPR));
+            }
+            for (; i < nw; i = i + TPR) {
+                acc = acc + word_dot(w[w0 + i], x0 + 2u * i);
             }
             if ((m & 1u) == 1u && lane == TPR - 1u) {
                 acc = acc + elem(base + head + m - 1u) * x[x0 + m - 1u];

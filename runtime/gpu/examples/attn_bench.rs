@@ -52,6 +52,7 @@ struct Old {
 
 fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
+    let no_attention = std::env::args().any(|a| a == "--no-attention");
     let ctx = GpuContext::new(DevicePreference::Auto)?;
     eprintln!("adapter: {} ({})", ctx.info.name, ctx.info.backend);
     let old = match std::env::var("TERN_OLD_ATTENTION") {
@@ -80,7 +81,9 @@ fn main() -> anyhow::Result<()> {
     let iters = if quick { 3 } else { 50 };
 
     // ---- attention
-    let heads: &[(&str, u64, u64, u64)] = if quick {
+    let heads: &[(&str, u64, u64, u64)] = if no_attention {
+        &[]
+    } else if quick {
         &[("smollm2", 9, 3, 64)]
     } else {
         &[
