@@ -160,7 +160,8 @@ pub struct GpuModel {
     layers: Vec<Layer>,
     output_norm: wgpu::Buffer,
     head: Lin,
-    embed: HostEmbedding,
+    /// Token embeddings looked up on the host (`None`: looked up on the GPU in the tied head).
+    embed: Option<HostEmbedding>,
     jit: Vec<JitTensor>,
     /// Two decode scratches, used alternately (largest JIT tensor each).
     jit_scratch: Vec<Vec<wgpu::Buffer>>,
@@ -426,11 +427,17 @@ impl GpuModel {
         let head = ld.matrix(head_name, n_vocab, n_embd)?;
         let ev = view(file, "token_embd.weight")?;
         check_shape(&ev, &[n_vocab, n_embd])?;
-        let embed = HostEmbedding {
-            encoding: ev.info.encoding.clone(),
-            rows: n_vocab,
-            cols: n_embd,
-            bytes: ev.bytes.to_vec(),
+        // Tied embeddings already on the GPU as a float or ggml matrix: rows are looked up there.
+        let gpu_embed = hp.tied_embeddings && matches!(head, Lin::Float(_) | Lin::Ggml(_));
+        let embed = if gpu_embed {
+            None
+        } else {
+            Some(HostEmbedding {
+                encoding: ev.info.encoding.clone(),
+                rows: n_vocab,
+                cols: n_embd,
+                bytes: ev.bytes.to_vec(),
+            })
         };
         if !hp.tied_embeddings {
             ld.plan.tensors.push(TensorPlacement {
@@ -528,6 +535,7 @@ struct Scratch {
     last: wgpu::Buffer,
     logits: wgpu::Buffer,
     argmax: wgpu::Buffer,
+    ids: wgpu::Buffer,
     rope: wgpu::Buffer,
     step: wgpu::Buffer,
     staging: wgpu::Buffer,
@@ -622,6 +630,7 @@ impl GpuSession {
             last: f("last hidden", d)?,
             logits: f("logits", logits_rows * vocab)?,
             argmax: f("argmax", 1)?,
+            ids: f("token ids", b)?,
             rope: f("rope table", b * half * 2)?,
             step: ctx.create_buffer(
                 "step params",
@@ -787,7 +796,21 @@ impl GpuSession {
                 }
             }
         };
-        // x0 holds the embeddings (written by the host). Residual ping-pong: x0 → x1 → x0.
+        // x0 holds the embeddings (looked up here, or written by the host). Residual ping-pong:
+        // x0 → x1 → x0.
+        if m.embed.is_none() {
+            let table = match &m.head {
+                Lin::Float(fw) => float_ops::EmbedTable::Float(fw),
+                Lin::Ggml(gw) => float_ops::EmbedTable::Ggml(gw),
+                _ => {
+                    return Err(GpuError::shape(
+                        "plan",
+                        "GPU embedding needs a float or ggml head",
+                    ))
+                }
+            };
+            float_ops::embed_rows(ctx, &mut p, &table, &s.ids, n, &s.x0)?;
+        }
         for (li, l) in m.layers.iter().enumerate() {
             let (kc, vc) = self
                 .kv
@@ -909,12 +932,26 @@ impl GpuSession {
         let ctx = &*m.ctx;
         let hp = &m.hp;
         let n = tokens.len() as u64;
-        let mut emb = Vec::with_capacity(tokens.len() * hp.n_embd as usize);
-        for &t in tokens {
-            m.embed.row(u64::from(t), &mut emb)?;
+        match &m.embed {
+            Some(e) => {
+                let mut emb = Vec::with_capacity(tokens.len() * hp.n_embd as usize);
+                for &t in tokens {
+                    e.row(u64::from(t), &mut emb)?;
+                }
+                ctx.queue
+                    .write_buffer(&self.s.x0, 0, bytemuck::cast_slice(&emb));
+            }
+            None => {
+                if let Some(&bad) = tokens.iter().find(|&&t| t >= hp.n_vocab) {
+                    return Err(GpuError::shape(
+                        "embedding",
+                        format!("token {bad} outside the vocabulary (0..{})", hp.n_vocab),
+                    ));
+                }
+                ctx.queue
+                    .write_buffer(&self.s.ids, 0, bytemuck::cast_slice(tokens));
+            }
         }
-        ctx.queue
-            .write_buffer(&self.s.x0, 0, bytemuck::cast_slice(&emb));
         let positions: Vec<u64> = (self.len..self.len + n).collect();
         let table = ops::rope_table(&positions, u64::from(hp.rope_dim), hp.rope_theta);
         if !table.is_empty() {
