@@ -6,14 +6,20 @@
 // Workgroup (x, t, s): x = kv head · n_hg + head group; a head group is up to 4 query heads
 // sharing one kv head (their scores and outputs are the 4 lanes of vec4s), so each key and value
 // row is read once for 4 heads. s = split: the keys are cut into n_split chunks of
-// ceil(n_kv / n_split) rounded up to a tile (128 keys); chunk s is [s·chunk, min((s+1)·chunk, n_kv)),
-// empty chunks return at once (the chunk size follows p0, so one recorded dispatch serves every
-// position).
-// In a tile each invocation scores one key (q · k · scale, 4 heads at once), the running max is a
-// workgroup atomicMax on order-preserving u32 images of the scores (monotone over tiles, so it
-// never needs resetting), each invocation keeps its own Σ exp (rescaled with the max), and the
-// output accumulator (invocation i owns dims i and i + 128 of the 4 heads) is rescaled and
-// updated from the tile's exp(score − max) in workgroup memory (online softmax).
+// max(ceil(n_kv / n_split), MIN_CHUNK) keys; chunk s is [s·chunk, min((s+1)·chunk, n_kv)), empty
+// chunks return at once (the chunk length follows p0, so one recorded dispatch serves every
+// position, with the splits balanced at any depth).
+// A chunk is processed in tiles of 64 keys (online softmax), each in three steps:
+//  1. scores: 8 invocations per key, 16 keys at a time, each invocation dotting every 8th dim
+//     (so 8 neighbours read 8 consecutive floats of a key row: whole 32-byte sectors) into
+//     partial dot products in workgroup memory, summed per key by 64 invocations (× scale);
+//  2. the running max is a workgroup atomicMax on order-preserving u32 images of the scores
+//     (monotone over the tiles, so it is never reset), 64 invocations store exp(score − max);
+//  3. values: invocation i owns dim i % head_dim (and i + 128 when head_dim > 128) of the 4 heads
+//     and, when head_dim ≤ 64, every (128 / head_dim)-th key of the tile (key group i / head_dim):
+//     consecutive invocations read consecutive floats of a value row. It rescales its output
+//     accumulator and Σ exp by exp(old max − new max) and adds the tile.
+// The key groups' accumulators are summed in a fixed order at the end (deterministic).
 // n_split = 1: out = acc / Σ. Otherwise the unnormalized (max, Σ, acc[head_dim]) of each
 // (token, head, split) go to `out` as partials, merged by attention_combine.wgsl.
 // f32 throughout; the order of the sums differs from the reference's (NMSE ~1e-14).
@@ -46,10 +52,23 @@ struct Step {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
 const WG: u32 = 128u;
-const TILE: u32 = 128u;
+// Keys per tile.
+const TILE: u32 = 64u;
+// Invocations per key in the score step, and keys scored at once (WG / LANES).
+const LANES: u32 = 8u;
+const KPP: u32 = 16u;
+// Partial dots of a key are LANES + 1 apart (no bank conflicts when summed).
+const PSTRIDE: u32 = 9u;
+// Shortest chunk (keys) a split gets (the launcher and attention_combine.wgsl use the same).
+const MIN_CHUNK: u32 = 32u;
 const GM: u32 = 4u;
+
 var<workgroup> qs: array<vec4<f32>, 256>;
-var<workgroup> sc: array<vec4<f32>, 128>;
+// Partial dots [TILE][PSTRIDE]; at the end, the key groups' accumulators.
+var<workgroup> part: array<vec4<f32>, 576>;
+var<workgroup> sc: array<vec4<f32>, 64>;
+var<workgroup> ex: array<vec4<f32>, 64>;
+// Running max of the scores (order-preserving u32 images, atomicMax; monotone over the tiles).
 var<workgroup> amax: array<atomic<u32>, 4>;
 
 // f32 → u32 with the same order (for atomicMax), and back.
@@ -76,8 +95,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let row = p.n_head_kv * hd;
     let koff = kvh * hd;
     let n_kv = min(step.p0 + t + 1u, p.n_ctx);
-    let per = (n_kv + p.n_split - 1u) / p.n_split;
-    let chunk = (per + TILE - 1u) / TILE * TILE;
+    let chunk = max((n_kv + p.n_split - 1u) / p.n_split, MIN_CHUNK);
     let k_begin = s * chunk;
     if (k_begin >= n_kv) {
         return;
@@ -96,28 +114,39 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         atomicStore(&amax[lid], ord(-3.0e38));
     }
     workgroupBarrier();
+    // score step: key kk of each group of KPP, dims lane, lane + LANES, ...
+    let kk = lid / LANES;
+    let lane = lid % LANES;
+    // value step: key group kg of vg, dims d0 (and d1 when head_dim > WG)
+    let vg = max(1u, WG / hd);
+    let kg = lid / hd;
+    let d0 = lid % hd;
+    let d1 = d0 + WG;
     var m = vec4<f32>(-3.0e38);
     var l = vec4<f32>(0.0);
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
-    let d0 = lid;
-    let d1 = lid + WG;
     for (var k0 = k_begin; k0 < k_end; k0 = k0 + TILE) {
-        let k = k0 + lid;
-        let valid = k < k_end;
-        var sv = vec4<f32>(0.0);
-        if (valid) {
-            let kb = k * row + koff;
+        let cnt = min(TILE, k_end - k0);
+        for (var ps = 0u; ps < cnt; ps = ps + KPP) {
+            let j = ps + kk;
             var dot = vec4<f32>(0.0);
-            var d = 0u;
-            for (; d + 4u <= hd; d = d + 4u) {
-                dot = dot + qs[d] * kc[kb + d] + qs[d + 1u] * kc[kb + d + 1u]
-                    + qs[d + 2u] * kc[kb + d + 2u] + qs[d + 3u] * kc[kb + d + 3u];
+            if (j < cnt) {
+                let kb = (k0 + j) * row + koff;
+                for (var d = lane; d < hd; d = d + LANES) {
+                    dot = dot + qs[d] * kc[kb + d];
+                }
             }
-            for (; d < hd; d = d + 1u) {
-                dot = dot + qs[d] * kc[kb + d];
+            part[j * PSTRIDE + lane] = dot;
+        }
+        workgroupBarrier();
+        if (lid < cnt) {
+            var dot = vec4<f32>(0.0);
+            for (var i = 0u; i < LANES; i = i + 1u) {
+                dot = dot + part[lid * PSTRIDE + i];
             }
-            sv = dot * p.scale;
+            let sv = dot * p.scale;
+            sc[lid] = sv;
             atomicMax(&amax[0], ord(sv.x));
             atomicMax(&amax[1], ord(sv.y));
             atomicMax(&amax[2], ord(sv.z));
@@ -130,48 +159,64 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             unord(atomicLoad(&amax[2])),
             unord(atomicLoad(&amax[3])),
         );
-        let e = select(vec4<f32>(0.0), exp(sv - m_new), valid);
+        if (lid < cnt) {
+            ex[lid] = exp(sc[lid] - m_new);
+        }
         let corr = exp(m - m_new);
-        l = l * corr + e;
+        m = m_new;
+        l = l * corr;
         acc0 = acc0 * corr;
         acc1 = acc1 * corr;
-        m = m_new;
-        sc[lid] = e;
         workgroupBarrier();
-        let cnt = min(TILE, k_end - k0);
         let vb0 = k0 * row + koff;
         if (d1 < hd) {
             for (var j = 0u; j < cnt; j = j + 1u) {
-                let pj = sc[j];
+                let e = ex[j];
                 let vb = vb0 + j * row;
-                acc0 = acc0 + pj * vc[vb + d0];
-                acc1 = acc1 + pj * vc[vb + d1];
+                l = l + e;
+                acc0 = acc0 + e * vc[vb + d0];
+                acc1 = acc1 + e * vc[vb + d1];
             }
-        } else if (d0 < hd) {
-            for (var j = 0u; j < cnt; j = j + 1u) {
-                acc0 = acc0 + sc[j] * vc[vb0 + j * row + d0];
+        } else if (kg < vg) {
+            for (var j = kg; j < cnt; j = j + vg) {
+                let e = ex[j];
+                l = l + e;
+                acc0 = acc0 + e * vc[vb0 + j * row + d0];
+            }
+        }
+        // (The next tile's first writes to sc / ex / part come after barriers that every
+        // invocation reaches only once done with this tile's reads.)
+    }
+    if (vg > 1u) {
+        // Sum the key groups' accumulators and Σ exp (group order: deterministic). The last
+        // reads of `part` were before the tile's second barrier.
+        if (kg < vg) {
+            part[lid] = acc0;
+            if (d0 == 0u) {
+                part[WG + kg] = l;
             }
         }
         workgroupBarrier();
-    }
-    // Σ exp over the invocations.
-    sc[lid] = l;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st = st >> 1u) {
-        if (lid < st) {
-            sc[lid] = sc[lid] + sc[lid + st];
+        if (lid < hd) {
+            var a = vec4<f32>(0.0);
+            var ls = vec4<f32>(0.0);
+            for (var g = 0u; g < vg; g = g + 1u) {
+                a = a + part[g * hd + lid];
+                ls = ls + part[WG + g];
+            }
+            acc0 = a;
+            l = ls;
         }
-        workgroupBarrier();
     }
-    let lsum = sc[0];
+    if (lid >= hd && hd <= WG) {
+        return;
+    }
     if (p.n_split == 1u) {
-        let inv = 1.0 / lsum;
+        let inv = 1.0 / l;
         for (var g = 0u; g < GM; g = g + 1u) {
             if (g < nh) {
                 let ob = t * q_dim + (h0 + g) * hd;
-                if (d0 < hd) {
-                    out[ob + d0] = acc0[g] * inv[g];
-                }
+                out[ob + d0] = acc0[g] * inv[g];
                 if (d1 < hd) {
                     out[ob + d1] = acc1[g] * inv[g];
                 }
@@ -184,11 +229,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let pb = ((t * p.n_head + h0 + g) * p.n_split + s) * (hd + 2u);
             if (lid == 0u) {
                 out[pb] = m[g];
-                out[pb + 1u] = lsum[g];
+                out[pb + 1u] = l[g];
             }
-            if (d0 < hd) {
-                out[pb + 2u + d0] = acc0[g];
-            }
+            out[pb + 2u + d0] = acc0[g];
             if (d1 < hd) {
                 out[pb + 2u + d1] = acc1[g];
             }

@@ -1,6 +1,6 @@
 // Merge of split-K attention partials (attention.wgsl with n_split > 1): for token t and head h,
 // out[t][h][d] = Σ_s e_s · acc_s[d] / Σ_s e_s · l_s with e_s = exp(m_s − max_s m_s), over the
-// non-empty splits s (the same chunking as attention.wgsl: ceil(n_kv / n_split) rounded up to 128).
+// non-empty splits s (the same chunking as attention.wgsl: max(ceil(n_kv / n_split), 32) keys).
 // Workgroup (h, t); invocations stride over the dims.
 // Bindings: params; step; partials [n_tokens][n_head][n_split][head_dim + 2] (m, l, acc);
 // out [n_tokens][n_head·head_dim].
@@ -29,7 +29,9 @@ struct Step {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 const WG: u32 = 128u;
-const TILE: u32 = 128u;
+const MIN_CHUNK: u32 = 32u;
+// exp(m_s − max) per split (the launcher keeps n_split ≤ WG).
+var<workgroup> ws: array<f32, 128>;
 
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -37,25 +39,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let t = wg.y;
     let hd = p.head_dim;
     let n_kv = min(step.p0 + t + 1u, p.n_ctx);
-    let per = (n_kv + p.n_split - 1u) / p.n_split;
-    let chunk = (per + TILE - 1u) / TILE * TILE;
+    let chunk = max((n_kv + p.n_split - 1u) / p.n_split, MIN_CHUNK);
     let ns = min(p.n_split, (n_kv + chunk - 1u) / chunk);
     let base = (t * p.n_head + h) * p.n_split * (hd + 2u);
     var mx = -3.0e38;
     for (var s = 0u; s < ns; s = s + 1u) {
         mx = max(mx, part[base + s * (hd + 2u)]);
     }
+    if (lid < ns) {
+        ws[lid] = exp(part[base + lid * (hd + 2u)] - mx);
+    }
+    workgroupBarrier();
     var den = 0.0;
     for (var s = 0u; s < ns; s = s + 1u) {
-        let pb = base + s * (hd + 2u);
-        den = den + exp(part[pb] - mx) * part[pb + 1u];
+        den = den + ws[s] * part[base + s * (hd + 2u) + 1u];
     }
     let inv = 1.0 / den;
     for (var d = lid; d < hd; d = d + WG) {
         var num = 0.0;
         for (var s = 0u; s < ns; s = s + 1u) {
-            let pb = base + s * (hd + 2u);
-            num = num + exp(part[pb] - mx) * part[pb + 2u + d];
+            num = num + ws[s] * part[base + s * (hd + 2u) + 2u + d];
         }
         out[(t * p.n_head + h) * hd + d] = num * inv;
     }

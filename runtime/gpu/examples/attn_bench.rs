@@ -179,10 +179,7 @@ fn main() -> anyhow::Result<()> {
             };
             // K and V rows read once per kv head (the auto kernel's traffic for decode)
             let kv_bytes = 2.0 * ((p0 + n).min(n_ctx) * row * 4) as f64;
-            let wgs = nkv * (nh / nkv).div_ceil(4);
-            let splits = (256u64.div_ceil(n * wgs))
-                .clamp(1, 64)
-                .min(n_ctx.div_ceil(128));
+            let splits = attn::attention_splits(&ctx, n, nh, nkv, n_ctx);
             println!(
                 "| {name} {nh}/{nkv}×{hd} | {p0} | {n} | {t_old} | {:.1} | {:.1} ({splits}) | {:.0} |",
                 t_one * 1e6,

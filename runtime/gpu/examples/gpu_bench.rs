@@ -1,14 +1,16 @@
 //! GPU throughput of the NeuZip decoder, the ternary GEMV at BitNet b1.58 2B4T's shapes, and
 //! prefill (GEMV vs tiled GEMM at 512 tokens, ternary at 2B4T's and ggml at SmolLM2's shapes, the
 //! Q6_K head, the GEMV/GEMM crossover in tokens), and scoring (fused Cut-Cross-Entropy vs the
-//! materialized logits at SmolLM2's and 2B4T's head shapes), on random data (no model files).
+//! materialized logits at SmolLM2's and 2B4T's head shapes), and attention (decode at depth 512 and
+//! 4096, a 512-token prefill; 2B4T's 20/5×128 heads and SmolLM2's 9/3×64), on random data (no
+//! model files).
 //! Prints one JSON line.
 //!
 //! ```text
 //! cargo run --release -p tern-gpu --example gpu_bench            # full
 //! cargo run --release -p tern-gpu --example gpu_bench -- --quick # fewer iterations, smaller (lavapipe)
 //! cargo run --release -p tern-gpu --example gpu_bench -- --only prefill   # one section:
-//!                                                  # neuzip | gemv | prefill | act | cce
+//!                                                  # neuzip | gemv | prefill | act | cce | attention
 //! ```
 //!
 //! Timing: every iteration is recorded into one command encoder first; the timed region is
@@ -254,6 +256,9 @@ fn main() -> anyhow::Result<()> {
     if want("cce") {
         cce_section(&ctx, &mut rng, quick, &mut fields)?;
     }
+    if want("attention") {
+        attention_section(&ctx, &mut rng, quick, &mut fields)?;
+    }
     println!("{{{}}}", fields.join(","));
     Ok(())
 }
@@ -332,6 +337,125 @@ fn cce_section(
                 flop / t1 / 1e9,
                 cce::scratch_bytes(ctx, n, head)?,
                 n * vocab * 4,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Attention (`attn::attention`, one layer) over an f32 KV cache of `n_ctx` positions: decode (one
+/// query token) at depth 512 and 4096 and a 512-token prefill from position 0, for 2B4T's heads
+/// (20/5×128) and SmolLM2's (9/3×64). The decode outputs are checked against
+/// `tern_reference::attention` (NMSE ≤ 1e-10). `kv_gb_per_s` counts the K and V rows read once
+/// (2 · n_kv · n_head_kv · head_dim · 4 bytes); `x30_ms` is 30 layers' worth; decode is also
+/// timed with the key chunk count forced to 1, 8, 32, 64 and 128 (`forced_splits_us`). `--quick`
+/// (lavapipe): depth 128 and 900, a 64-token prefill, 3 iterations.
+fn attention_section(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    quick: bool,
+    fields: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    use tern_gpu::attn::{self, StepParams};
+    let (n_ctx, depths, prefill, iters): (u64, &[u64], u64, usize) = if quick {
+        (1024, &[128, 900], 64, 3)
+    } else {
+        (4608, &[512, 4096], 512, 100)
+    };
+    let step = ctx.create_buffer(
+        "step",
+        std::mem::size_of::<StepParams>() as u64,
+        wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+    )?;
+    let set_step = |p0: u64, n: u64| {
+        ctx.write(
+            &step,
+            bytemuck::bytes_of(&StepParams {
+                p0: p0 as u32,
+                n_tokens: n as u32,
+                _pad: [0; 2],
+            }),
+        )
+    };
+    for (name, nh, nkv, hd) in [("bitnet2b", 20u64, 5u64, 128u64), ("smollm2", 9, 3, 64)] {
+        let row = nkv * hd;
+        let q_dim = nh * hd;
+        let kc: Vec<f32> = (0..n_ctx * row).map(|_| rng.normal()).collect();
+        let vc: Vec<f32> = (0..n_ctx * row).map(|_| rng.normal()).collect();
+        let q: Vec<f32> = (0..prefill * q_dim).map(|_| rng.normal()).collect();
+        let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let kb = ctx.upload("k", &bytes(&kc))?;
+        let vb = ctx.upload("v", &bytes(&vc))?;
+        let qb = ctx.upload("q", &bytes(&q))?;
+        let ob = ctx.zeroed("out", prefill * q_dim * 4)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut cases: Vec<(u64, u64)> = depths.iter().map(|&d| (d, 1)).collect();
+        cases.push((0, prefill));
+        for (p0, n) in cases {
+            set_step(p0, n);
+            let it = if n > 1 { iters.div_ceil(10) } else { iters };
+            let t = per_call(ctx, it, |e| {
+                attn::attention(
+                    ctx, e, &step, &qb, &kb, &vb, &ob, n, nh, nkv, hd, n_ctx, scale,
+                )
+            })?;
+            let mut check = String::new();
+            if n == 1 {
+                // The same decode with the key chunk count forced (tuning the automatic choice).
+                let mut sweep = Vec::new();
+                for split in [1u64, 8, 32, 64, 128] {
+                    let ts = per_call(ctx, it, |e| {
+                        attn::attention_with_split(
+                            ctx,
+                            e,
+                            &step,
+                            &qb,
+                            &kb,
+                            &vb,
+                            &ob,
+                            n,
+                            nh,
+                            nkv,
+                            hd,
+                            n_ctx,
+                            scale,
+                            Some(split),
+                        )
+                    })?;
+                    sweep.push(format!("\"{split}\":{:.1}", ts * 1e6));
+                }
+                check = format!(",\"forced_splits_us\":{{{}}}", sweep.join(","));
+                let got = ctx.read_f32(&ob, q_dim as usize)?;
+                let mut want = vec![0.0f32; q_dim as usize];
+                tern_reference::attention(
+                    &q[..q_dim as usize],
+                    &kc,
+                    &vc,
+                    (p0 + 1) as usize,
+                    nh as usize,
+                    nkv as usize,
+                    hd as usize,
+                    &mut want,
+                )?;
+                let err: f64 = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| f64::from(a - b).powi(2))
+                    .sum();
+                let den: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
+                let nmse = err / den.max(1e-30);
+                anyhow::ensure!(nmse <= 1e-10, "attention {name} p0 {p0}: nmse {nmse:.2e}");
+                check = format!("{check},\"nmse\":{nmse:.1e}");
+            }
+            // K and V rows read once per kv head: all positions up to the last token's.
+            let kv_bytes = 2 * (p0 + n) * row * 4;
+            let kind = if n == 1 { "decode" } else { "prefill" };
+            fields.push(format!(
+                "\"attention_{name}_{nh}x{nkv}x{hd}_{kind}_p{p0}_n{n}\":{{\"us\":{:.1},\"x30_ms\":{:.3},\"kv_gb_per_s\":{:.1},\"splits\":{},\"n_ctx\":{n_ctx}{check}}}",
+                t * 1e6,
+                t * 30.0 * 1e3,
+                kv_bytes as f64 / t / 1e9,
+                attn::attention_splits(ctx, n, nh, nkv, n_ctx),
             ));
         }
     }

@@ -47,12 +47,22 @@ struct AttnParams {
 
 /// Query heads sharing one kv head that one attention workgroup handles (`attention.wgsl`'s GM).
 const HEADS_PER_WG: u64 = 4;
-/// Keys per tile of the attention kernel; a split holds a whole number of tiles.
-const ATTN_TILE: u64 = 128;
-/// Workgroups the split-K attention aims for (enough to fill a desktop GPU; the merge is cheap).
-const ATTN_TARGET_WGS: u64 = 256;
-/// At most this many key chunks per (token, head group).
-const ATTN_MAX_SPLIT: u64 = 64;
+/// Shortest key chunk of a split (`attention.wgsl` / `attention_combine.wgsl`'s MIN_CHUNK): a
+/// chunk is max(ceil(n_kv / n_split), this) keys, so short contexts use few splits.
+const ATTN_MIN_CHUNK: u64 = 32;
+/// Workgroups the split-K attention aims for: several per compute unit of a discrete GPU (so that
+/// enough K/V loads are in flight; the merge reads ~1/8 of the K/V bytes at worst), fewer on an
+/// integrated one, and a few per core on a software adapter (where every workgroup and barrier
+/// costs time and more parallelism than cores buys nothing).
+fn attn_target_wgs(ctx: &GpuContext) -> u64 {
+    match ctx.info.device_type.as_str() {
+        "cpu" => 16,
+        "integrated" => 256,
+        _ => 1024,
+    }
+}
+/// At most this many key chunks per (token, head group) (attention_combine.wgsl's WG).
+const ATTN_MAX_SPLIT: u64 = 128;
 
 fn u32_of(op: &'static str, what: &str, v: u64) -> Result<u32> {
     u32::try_from(v).map_err(|_| GpuError::shape(op, format!("{what} = {v} does not fit in u32")))
@@ -135,14 +145,28 @@ pub fn kv_store(
     )
 }
 
+/// Key chunks (workgroups per (token, head group)) that [`attention`] records for a batch of
+/// `n_tokens` over a cache of `n_ctx` positions (reported by benchmarks).
+pub fn attention_splits(
+    ctx: &GpuContext,
+    n_tokens: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    n_ctx: u64,
+) -> u64 {
+    let n_hg = (n_head / n_head_kv.max(1)).div_ceil(HEADS_PER_WG);
+    splits_for(attn_target_wgs(ctx), n_tokens, n_head_kv * n_hg, n_ctx)
+}
+
 /// Key chunks for a batch: 1 when the (token, head group) workgroups already fill the GPU,
-/// else enough to reach [`ATTN_TARGET_WGS`], at most one per tile of the cache.
-fn attention_splits(n_tokens: u64, wgs_per_token: u64, n_ctx: u64) -> u64 {
+/// else enough to reach `target` ([`attn_target_wgs`]), at most one per [`ATTN_MIN_CHUNK`] keys
+/// of the cache.
+fn splits_for(target: u64, n_tokens: u64, wgs_per_token: u64, n_ctx: u64) -> u64 {
     let base = n_tokens.saturating_mul(wgs_per_token).max(1);
-    ATTN_TARGET_WGS
+    target
         .div_ceil(base)
         .min(ATTN_MAX_SPLIT)
-        .min(n_ctx.div_ceil(ATTN_TILE))
+        .min(n_ctx.div_ceil(ATTN_MIN_CHUNK))
         .max(1)
 }
 
@@ -175,7 +199,8 @@ pub fn attention(
     )
 }
 
-/// [`attention`] with the number of key chunks forced (benchmarks; `None` = its choice).
+/// [`attention`] with the number of key chunks forced (benchmarks, and parity of the split counts
+/// that other adapters pick; `None` = its choice for this adapter).
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_with_split(
@@ -233,7 +258,7 @@ pub fn attention_with_split(
                 format!("{s} key chunks: 1..={ATTN_MAX_SPLIT}"),
             ))
         }
-        None => attention_splits(n_tokens, wgs_x, n_ctx),
+        None => splits_for(attn_target_wgs(ctx), n_tokens, wgs_x, n_ctx),
     };
     let p = AttnParams {
         n_head: u32_of(OP, "n_head", n_head)?,

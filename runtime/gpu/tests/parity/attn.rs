@@ -5,8 +5,10 @@
 //! odd ones (4/4×18, 6/2×72), head groups larger than one workgroup's 4 heads (14/2×64, 8/1×256),
 //! decode at p0 ∈ {0, 1, 37, 300, 4100} (one split and many), prefill of 1, 5 and 67 tokens after
 //! a cached prefix, a cache much longer than the positions used (the recorded split count with a
-//! short live context), and one recorded `Plan` replayed at several positions by rewriting only
-//! the step buffer.
+//! short live context), decode at p0 ∈ {0, 1, 37, 300, 1000, 4000} in a 4100-position context
+//! (2B4T's and SmolLM2's heads), the split counts of other adapters forced (128 chunks as on a
+//! discrete GPU; odd counts), and one recorded `Plan` replayed at several positions by rewriting
+//! only the step buffer.
 
 use super::*;
 use tern_gpu::attn::{self, StepParams};
@@ -77,6 +79,7 @@ fn run_attention(
     n_kv: usize,
     hd: usize,
     extra: usize,
+    split: Option<u64>,
 ) -> Result<String, String> {
     let n_ctx = p0 + n + extra;
     let row = n_kv * hd;
@@ -101,20 +104,10 @@ fn run_attention(
     ctx.submit_wait(enc).map_err(e)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut enc = ctx.encoder();
-    attn::attention(
-        ctx,
-        &mut enc,
-        &step,
-        &qb,
-        &kb,
-        &vb,
-        &ob,
-        nn,
-        n_head as u64,
-        n_kv as u64,
-        hd as u64,
-        nc,
-        scale,
+    let (nh, nk, d) = (n_head as u64, n_kv as u64, hd as u64);
+    let splits = split.unwrap_or_else(|| attn::attention_splits(ctx, nn, nh, nk, nc));
+    attn::attention_with_split(
+        ctx, &mut enc, &step, &qb, &kb, &vb, &ob, nn, nh, nk, d, nc, scale, split,
     )
     .map_err(e)?;
     let t0 = std::time::Instant::now();
@@ -130,7 +123,7 @@ fn run_attention(
     let want = reference(&q, &kc, &vc, p0, n, n_head, n_kv, hd)?;
     let got = ctx.read_f32(&ob, n * q_dim).map_err(e)?;
     score("attention", Check::Nmse(1e-10), &got, &want)
-        .map(|s| format!("kv bit-exact, {s}, attention {ms:.1} ms"))
+        .map(|s| format!("kv bit-exact, {s}, {splits} splits, attention {ms:.1} ms"))
 }
 
 /// One plan (kv_store ×2 + attention, recorded once for a cache of `n_ctx`) replayed at each
@@ -238,14 +231,14 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             v.push((
                 format!("attention decode p0={p0} heads {nh}/{nkv}×{hd}"),
                 false,
-                Box::new(move |c, r| run_attention(c, r, p0, 1, nh, nkv, hd, 3)),
+                Box::new(move |c, r| run_attention(c, r, p0, 1, nh, nkv, hd, 3, None)),
             ));
         }
         for (p0, n) in [(3, 1), (13, 5), (129, 67)] {
             v.push((
                 format!("attention prefill p0={p0} n={n} heads {nh}/{nkv}×{hd}"),
                 false,
-                Box::new(move |c, r| run_attention(c, r, p0, n, nh, nkv, hd, 3)),
+                Box::new(move |c, r| run_attention(c, r, p0, n, nh, nkv, hd, 3, None)),
             ));
         }
     }
@@ -263,7 +256,39 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
                 p0 + n + extra
             ),
             false,
-            Box::new(move |c, r| run_attention(c, r, p0, n, nh, nkv, hd, extra)),
+            Box::new(move |c, r| run_attention(c, r, p0, n, nh, nkv, hd, extra, None)),
+        ));
+    }
+    // Long decode in a 4100-position context (the split count recorded for it, the chunk length
+    // following p0), for the heads of 2B4T and SmolLM2.
+    for (nh, nkv, hd) in [(20, 5, 128), (9, 3, 64)] {
+        for p0 in [0, 1, 37, 300, 1000, 4000] {
+            v.push((
+                format!("attention decode p0={p0} heads {nh}/{nkv}×{hd} n_ctx=4100"),
+                false,
+                Box::new(move |c, r| run_attention(c, r, p0, 1, nh, nkv, hd, 4099 - p0, None)),
+            ));
+        }
+    }
+    // The split counts a discrete GPU picks (up to 128 chunks, ≥ 32 keys each: at p0 = 4000
+    // all 128 splits hold 31–32 keys, at 300 only 10 are non-empty) and other forced ones
+    // (a chunk longer than one 64-key tile, prefill tokens with different chunk lengths).
+    for (p0, n, nh, nkv, hd, n_ctx, split) in [
+        (4000, 1, 20, 5, 128, 4100, 128),
+        (300, 1, 20, 5, 128, 4100, 128),
+        (0, 1, 20, 5, 128, 4100, 128),
+        (4000, 1, 9, 3, 64, 4100, 128),
+        (1000, 1, 9, 3, 64, 4100, 7),
+        (700, 1, 8, 1, 256, 800, 5),
+        (129, 67, 20, 5, 128, 200, 4),
+        (13, 5, 9, 3, 64, 20, 128),
+    ] {
+        v.push((
+            format!("attention p0={p0} n={n} heads {nh}/{nkv}×{hd} n_ctx={n_ctx} {split} splits"),
+            false,
+            Box::new(move |c, r| {
+                run_attention(c, r, p0, n, nh, nkv, hd, n_ctx - p0 - n, Some(split))
+            }),
         ));
     }
     v.push((
