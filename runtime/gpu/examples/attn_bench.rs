@@ -1,8 +1,8 @@
 //! Timings of the kernels of `attn.rs` and `float_ops.rs` (attention decode/prefill, lm-head GEMV,
 //! top-k, embedding lookup): `cargo run --release -p tern-gpu --example attn_bench [-- --quick]`.
 //!
-//! Each number is submit + wait of `iters` pre-recorded calls divided by `iters` (one warm-up
-//! first). With `TERN_OLD_ATTENTION=path.wgsl`, attention is also timed with that shader (the
+//! Each number is submit + wait of `iters` calls recorded into one `Plan` (one compute pass)
+//! divided by `iters` (one warm-up first); the old attention kernel too. With `TERN_OLD_ATTENTION=path.wgsl`, attention is also timed with that shader (the
 //! one-workgroup-per-(head, token) kernel this replaced: same parameter layout), for comparison.
 
 use std::time::Instant;
@@ -11,20 +11,25 @@ use tern_format::FloatType;
 use tern_gpu::attn::{self, StepParams};
 use tern_gpu::float_ops::{self, EmbedTable, FloatWeight};
 use tern_gpu::ops::GgmlWeight;
-use tern_gpu::{DevicePreference, GgmlType, GpuContext};
+use tern_gpu::{DevicePreference, GgmlType, GpuContext, KernelKey, Plan, Recorder};
 
 fn per_call(
     ctx: &GpuContext,
     iters: usize,
-    mut f: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+    mut f: impl FnMut(&mut Plan) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
+    // All calls in one plan: one compute pass, so the time is the kernels' (plus barriers).
+    let mut once = Plan::new();
+    f(&mut once)?;
     let mut enc = ctx.encoder();
-    f(&mut enc)?;
+    once.encode(&mut enc);
     ctx.submit_wait(enc)?;
-    let mut enc = ctx.encoder();
+    let mut plan = Plan::new();
     for _ in 0..iters {
-        f(&mut enc)?;
+        f(&mut plan)?;
     }
+    let mut enc = ctx.encoder();
+    plan.encode(&mut enc);
     let t = Instant::now();
     ctx.submit_wait(enc)?;
     Ok(t.elapsed().as_secs_f64() / iters as f64)
@@ -47,7 +52,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 struct Old {
-    pipeline: wgpu::ComputePipeline,
+    pipeline: std::sync::Arc<wgpu::ComputePipeline>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,7 +79,9 @@ fn main() -> anyhow::Result<()> {
                     compilation_options: Default::default(),
                     cache: None,
                 });
-            Some(Old { pipeline })
+            Some(Old {
+                pipeline: std::sync::Arc::new(pipeline),
+            })
         }
         Err(_) => None,
     };
@@ -167,10 +174,12 @@ fn main() -> anyhow::Result<()> {
                         entries: &entries,
                     });
                     let t = per_call(&ctx, iters, |enc| {
-                        let mut pass = enc.begin_compute_pass(&Default::default());
-                        pass.set_pipeline(&o.pipeline);
-                        pass.set_bind_group(0, &bg, &[]);
-                        pass.dispatch_workgroups(nh as u32, n as u32, 1);
+                        enc.record_dispatch(
+                            KernelKey::Attention,
+                            &o.pipeline,
+                            bg.clone(),
+                            (nh as u32, n as u32, 1),
+                        );
                         Ok(())
                     })?;
                     format!("{:.1}", t * 1e6)
