@@ -10,15 +10,17 @@
 // chunks return at once (the chunk length follows p0, so one recorded dispatch serves every
 // position, with the splits balanced at any depth).
 // A chunk is processed in tiles of 64 keys (online softmax), each in three steps:
-//  1. scores: 8 invocations per key, 16 keys at a time, each invocation dotting every 8th dim
+//  1. scores: 8 invocations per key, 32 keys at a time, each invocation dotting every 8th dim
 //     (so 8 neighbours read 8 consecutive floats of a key row: whole 32-byte sectors) into
 //     partial dot products in workgroup memory, summed per key by 64 invocations (× scale);
 //  2. the running max is a workgroup atomicMax on order-preserving u32 images of the scores
 //     (monotone over the tiles, so it is never reset), 64 invocations store exp(score − max);
-//  3. values: invocation i owns dim i % head_dim (and i + 128 when head_dim > 128) of the 4 heads
-//     and, when head_dim ≤ 64, every (128 / head_dim)-th key of the tile (key group i / head_dim):
-//     consecutive invocations read consecutive floats of a value row. It rescales its output
-//     accumulator and Σ exp by exp(old max − new max) and adds the tile.
+//  3. values: invocation i owns dim i % head_dim of the 4 heads and every (256 / head_dim)-th key
+//     of the tile (key group i / head_dim; 2 groups at head_dim 128, 4 at 64): consecutive
+//     invocations read consecutive floats of a value row. It rescales its output accumulator and
+//     Σ exp by exp(old max − new max) and adds the tile.
+// 256 invocations (not 128) halve the chain of dependent loads each one waits for in a decode
+// step, where latency, not bandwidth, bounds a workgroup.
 // The key groups' accumulators are summed in a fixed order at the end (deterministic).
 // n_split = 1: out = acc / Σ. Otherwise the unnormalized (max, Σ, acc[head_dim]) of each
 // (token, head, split) go to `out` as partials, merged by attention_combine.wgsl.
@@ -51,12 +53,12 @@ struct Step {
 @group(0) @binding(4) var<storage, read> vc: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
-const WG: u32 = 128u;
+const WG: u32 = 256u;
 // Keys per tile.
 const TILE: u32 = 64u;
 // Invocations per key in the score step, and keys scored at once (WG / LANES).
 const LANES: u32 = 8u;
-const KPP: u32 = 16u;
+const KPP: u32 = 32u;
 // Partial dots of a key are LANES + 1 apart (no bank conflicts when summed).
 const PSTRIDE: u32 = 9u;
 // Shortest chunk (keys) a split gets (the launcher and attention_combine.wgsl use the same).
@@ -81,7 +83,7 @@ fn unord(u: u32) -> f32 {
     return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let kvh = wg.x / p.n_hg;
     let hgi = wg.x % p.n_hg;
@@ -117,15 +119,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     // score step: key kk of each group of KPP, dims lane, lane + LANES, ...
     let kk = lid / LANES;
     let lane = lid % LANES;
-    // value step: key group kg of vg, dims d0 (and d1 when head_dim > WG)
-    let vg = max(1u, WG / hd);
+    // value step: key group kg of vg, dim d0 (head_dim ≤ WG)
+    let vg = WG / hd;
     let kg = lid / hd;
     let d0 = lid % hd;
-    let d1 = d0 + WG;
     var m = vec4<f32>(-3.0e38);
     var l = vec4<f32>(0.0);
     var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
     for (var k0 = k_begin; k0 < k_end; k0 = k0 + TILE) {
         let cnt = min(TILE, k_end - k0);
         for (var ps = 0u; ps < cnt; ps = ps + KPP) {
@@ -166,18 +166,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         m = m_new;
         l = l * corr;
         acc0 = acc0 * corr;
-        acc1 = acc1 * corr;
         workgroupBarrier();
         let vb0 = k0 * row + koff;
-        if (d1 < hd) {
-            for (var j = 0u; j < cnt; j = j + 1u) {
-                let e = ex[j];
-                let vb = vb0 + j * row;
-                l = l + e;
-                acc0 = acc0 + e * vc[vb + d0];
-                acc1 = acc1 + e * vc[vb + d1];
-            }
-        } else if (kg < vg) {
+        if (kg < vg) {
             for (var j = kg; j < cnt; j = j + vg) {
                 let e = ex[j];
                 l = l + e;
@@ -208,7 +199,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             l = ls;
         }
     }
-    if (lid >= hd && hd <= WG) {
+    if (lid >= hd) {
         return;
     }
     if (p.n_split == 1u) {
@@ -217,9 +208,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             if (g < nh) {
                 let ob = t * q_dim + (h0 + g) * hd;
                 out[ob + d0] = acc0[g] * inv[g];
-                if (d1 < hd) {
-                    out[ob + d1] = acc1[g] * inv[g];
-                }
             }
         }
         return;
@@ -232,9 +220,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 out[pb + 1u] = l[g];
             }
             out[pb + 2u + d0] = acc0[g];
-            if (d1 < hd) {
-                out[pb + 2u + d1] = acc1[g];
-            }
         }
     }
 }
