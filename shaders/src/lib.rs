@@ -28,6 +28,8 @@ pub enum Shader {
     NeuzipDecode,
     /// RMSNorm over rows.
     RmsNorm,
+    /// RMSNorm fused with INT8 absmax quantization of its output (BitNet linear inputs).
+    RmsNormQuant,
     /// Rotary position embedding (both pairings), host-computed cos/sin.
     Rope,
     /// SwiGLU, ReLU² GLU, residual add.
@@ -109,6 +111,8 @@ const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
 
 const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
 const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
+const RMSNORM_QUANT_VARIANTS: &[Variant] =
+    variants![Shader::RmsNormQuant; "rmsnorm_quant_int8" => []];
 const ROPE_VARIANTS: &[Variant] = variants![Shader::Rope;
     "rope_normal" => ["NEOX" = 0],
     "rope_neox" => ["NEOX" = 1],
@@ -170,7 +174,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 19] = [
+    pub const ALL: [Shader; 20] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -178,6 +182,7 @@ impl Shader {
         Shader::GgmlGemm,
         Shader::NeuzipDecode,
         Shader::RmsNorm,
+        Shader::RmsNormQuant,
         Shader::Rope,
         Shader::Elementwise,
         Shader::Argmax,
@@ -202,6 +207,7 @@ impl Shader {
             Shader::GgmlGemm => "ggml_gemm.wgsl",
             Shader::NeuzipDecode => "neuzip_decode.wgsl",
             Shader::RmsNorm => "rmsnorm.wgsl",
+            Shader::RmsNormQuant => "rmsnorm_quant.wgsl",
             Shader::Rope => "rope.wgsl",
             Shader::Elementwise => "elementwise.wgsl",
             Shader::Argmax => "argmax.wgsl",
@@ -227,6 +233,7 @@ impl Shader {
             Shader::GgmlGemm => include_str!("../wgsl/ggml_gemm.wgsl"),
             Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
             Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
+            Shader::RmsNormQuant => include_str!("../wgsl/rmsnorm_quant.wgsl"),
             Shader::Rope => include_str!("../wgsl/rope.wgsl"),
             Shader::Elementwise => include_str!("../wgsl/elementwise.wgsl"),
             Shader::Argmax => include_str!("../wgsl/argmax.wgsl"),
@@ -267,6 +274,7 @@ impl Shader {
             Shader::GgmlGemm => GGML_GEMM_VARIANTS,
             Shader::NeuzipDecode => NEUZIP_VARIANTS,
             Shader::RmsNorm => RMSNORM_VARIANTS,
+            Shader::RmsNormQuant => RMSNORM_QUANT_VARIANTS,
             Shader::Rope => ROPE_VARIANTS,
             Shader::Elementwise => ELEMENTWISE_VARIANTS,
             Shader::Argmax => ARGMAX_VARIANTS,

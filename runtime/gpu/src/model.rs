@@ -816,8 +816,17 @@ impl GpuSession {
                 .kv
                 .get(li)
                 .ok_or_else(|| GpuError::shape("plan", "kv layer"))?;
-            ops::rmsnorm(ctx, &mut p, &s.x0, &l.attn_norm, &s.a, d, n, eps)?;
-            let mut qd = false;
+            let tern8 = |ws: &[&Lin], q: ActQuant| {
+                q == ActQuant::Int8 && ws.iter().all(|w| matches!(w, Lin::Ternary(_)))
+            };
+            // A norm whose only consumers are ternary matmuls with INT8 activations is fused
+            // with the quantization (`rmsnorm_quant_int8`): same bits, one dispatch, no f32 row.
+            let mut qd = tern8(&[&l.wq, &l.wk, &l.wv], m.acts.qkv);
+            if qd {
+                ops::rmsnorm_quant_int8(ctx, &mut p, &s.x0, &l.attn_norm, d, eps, &act_d)?;
+            } else {
+                ops::rmsnorm(ctx, &mut p, &s.x0, &l.attn_norm, &s.a, d, n, eps)?;
+            }
             lin(&mut p, &l.wq, &s.a, n, m.acts.qkv, &act_d, &mut qd, &s.q)?;
             lin(&mut p, &l.wk, &s.a, n, m.acts.qkv, &act_d, &mut qd, &s.k)?;
             lin(&mut p, &l.wv, &s.a, n, m.acts.qkv, &act_d, &mut qd, &s.v)?;
@@ -830,19 +839,28 @@ impl GpuSession {
             attn::attention(
                 ctx, &mut p, &s.step, &s.q, kc, vc, &s.o, n, nh, nkv, hd, self.n_ctx, scale,
             )?;
+            let mut qd = false;
             let o_in = match &l.attn_sub_norm {
+                Some(w) if tern8(&[&l.wo], m.acts.out) => {
+                    ops::rmsnorm_quant_int8(ctx, &mut p, &s.o, w, q_dim, eps, &act_q)?;
+                    qd = true;
+                    &s.o2
+                }
                 Some(w) => {
                     ops::rmsnorm(ctx, &mut p, &s.o, w, &s.o2, q_dim, n, eps)?;
                     &s.o2
                 }
                 None => &s.o,
             };
-            let mut qd = false;
             lin(&mut p, &l.wo, o_in, n, m.acts.out, &act_q, &mut qd, &s.proj)?;
             ops::elementwise(ctx, &mut p, EltOp::Add, &s.x0, &s.proj, &s.x1, n * d)?;
 
-            ops::rmsnorm(ctx, &mut p, &s.x1, &l.ffn_norm, &s.a, d, n, eps)?;
-            let mut qd = false;
+            let mut qd = tern8(&[&l.gate, &l.up], m.acts.gate_up);
+            if qd {
+                ops::rmsnorm_quant_int8(ctx, &mut p, &s.x1, &l.ffn_norm, d, eps, &act_d)?;
+            } else {
+                ops::rmsnorm(ctx, &mut p, &s.x1, &l.ffn_norm, &s.a, d, n, eps)?;
+            }
             lin(
                 &mut p,
                 &l.gate,
@@ -868,14 +886,19 @@ impl GpuSession {
                 FfnAct::Relu2 => EltOp::Relu2Glu,
             };
             ops::elementwise(ctx, &mut p, op, &s.g, &s.u, &s.h, n * ff)?;
+            let mut qd = false;
             let d_in = match &l.ffn_sub_norm {
+                Some(w) if tern8(&[&l.down], m.acts.down) => {
+                    ops::rmsnorm_quant_int8(ctx, &mut p, &s.h, w, ff, eps, &act_f)?;
+                    qd = true;
+                    &s.h2
+                }
                 Some(w) => {
                     ops::rmsnorm(ctx, &mut p, &s.h, w, &s.h2, ff, n, eps)?;
                     &s.h2
                 }
                 None => &s.h,
             };
-            let mut qd = false;
             lin(
                 &mut p,
                 &l.down,

@@ -906,6 +906,46 @@ pub fn rope_table(positions: &[u64], rope_dim: u64, theta: f32) -> Vec<u8> {
     cs
 }
 
+/// RMSNorm of `a.n_tokens` rows of `n` values fused with INT8 quantization of the result into
+/// `a` (same bits as [`rmsnorm`] then [`quantize_act_int8_into`]; the f32 row is not written).
+pub fn rmsnorm_quant_int8(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    x: &wgpu::Buffer,
+    weight: &wgpu::Buffer,
+    n: u64,
+    eps: f32,
+    a: &ActInt8,
+) -> Result<()> {
+    const OP: &str = "rmsnorm_quant_int8";
+    if n == 0 || u64::from(a.cols) != n {
+        return Err(GpuError::shape(
+            OP,
+            format!("rows of {n} values into activations of {} columns", a.cols),
+        ));
+    }
+    let rows = u64::from(a.n_tokens);
+    let bytes = n.saturating_mul(rows).saturating_mul(4);
+    check_buffer(OP, "x", x, bytes)?;
+    check_buffer(OP, "weight", weight, n * 4)?;
+    check_buffer(OP, "q", &a.q, rows * u64::from(a.stride) * 4)?;
+    check_buffer(OP, "s", &a.s, rows * 4)?;
+    check_binding(ctx, "rmsnorm rows", bytes)?;
+    let p = Quad {
+        a: u32_of(OP, "n", n)?,
+        b: a.n_tokens,
+        c: eps.to_bits(),
+        d: a.stride,
+    };
+    let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    ctx.dispatch(
+        enc,
+        KernelKey::RmsNormQuant,
+        &[&params, x, weight, &a.q, &a.s],
+        (a.n_tokens, 1, 1),
+    )
+}
+
 /// Rotary embedding in place on `x` = `[n_tokens][n_heads][head_dim]`, token `t` at position
 /// `positions[t]`. cos/sin are computed here in f64 and rounded to f32, as the reference does.
 #[allow(clippy::too_many_arguments)]

@@ -71,6 +71,7 @@ pub enum KernelKey {
     GgmlGemm(GgmlType),
     NeuzipDecode,
     RmsNorm,
+    RmsNormQuant,
     Rope {
         neox: bool,
     },
@@ -124,6 +125,7 @@ impl fmt::Display for KernelKey {
             KernelKey::GgmlGemm(t) => write!(f, "ggml_gemm_{}_64x32", t.name()),
             KernelKey::NeuzipDecode => f.write_str("neuzip_decode"),
             KernelKey::RmsNorm => f.write_str("rmsnorm"),
+            KernelKey::RmsNormQuant => f.write_str("rmsnorm_quant_int8"),
             KernelKey::Rope { neox } => {
                 f.write_str(if *neox { "rope_neox" } else { "rope_normal" })
             }
@@ -170,6 +172,7 @@ impl KernelKey {
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
             KernelKey::RmsNorm => Shader::RmsNorm,
+            KernelKey::RmsNormQuant => Shader::RmsNormQuant,
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
             KernelKey::Argmax => Shader::Argmax,
@@ -286,6 +289,7 @@ mod tests {
             KernelKey::ActQuantInt8,
             KernelKey::NeuzipDecode,
             KernelKey::RmsNorm,
+            KernelKey::RmsNormQuant,
             KernelKey::Rope { neox: false },
             KernelKey::Rope { neox: true },
             KernelKey::Argmax,

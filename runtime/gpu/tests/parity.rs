@@ -28,6 +28,8 @@ mod attn;
 mod cce;
 #[path = "parity/float_ops.rs"]
 mod float_ops;
+#[path = "parity/fused.rs"]
+mod fused;
 #[path = "parity/gemm.rs"]
 mod gemm;
 
@@ -737,6 +739,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     v.extend(gemm::cases());
+    v.extend(fused::cases());
     v.extend(attn::cases());
     v.extend(cce::cases());
     v.extend(float_ops::cases());
