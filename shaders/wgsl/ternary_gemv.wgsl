@@ -159,12 +159,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         atomicAdd(&gsum[lrow * gpr + cur], acc);
     }
     workgroupBarrier();
+    // The row's lanes turn the group sums into products acc_g · scale_g in parallel (the scale
+    // loads are independent), stored back as f32 bits; then lane 0 adds them in the reference's
+    // order: sum = 0.0, then + product_g for g = 0, 1, ...
+    if (row < p.rows && tok < p.n_tokens) {
+        for (var g = lane; g < gpr; g = g + TPR) {
+            let si = select(row * gpr + g, 0u, p.group == 0u);
+            let prod = f32(atomicLoad(&gsum[lrow * gpr + g])) * scale_at(si);
+            atomicStore(&gsum[lrow * gpr + g], bitcast<i32>(prod));
+        }
+    }
+    workgroupBarrier();
     if (lane == 0u && row < p.rows && tok < p.n_tokens) {
-        // The reference's order: sum = 0.0, then + acc_g · scale_g for g = 0, 1, ...
         var sum = 0.0;
         for (var g = 0u; g < gpr; g = g + 1u) {
-            let si = select(row * gpr + g, 0u, p.group == 0u);
-            sum = sum + f32(atomicLoad(&gsum[lrow * gpr + g])) * scale_at(si);
+            sum = sum + bitcast<f32>(atomicLoad(&gsum[lrow * gpr + g]));
         }
         y[tok * p.out_stride + p.row0 + row] = div_rn(sum, xs[tok]);
     }
