@@ -124,7 +124,7 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
 ];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
 const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store" => []];
-const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_wg128" => []];
+const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_wg256" => []];
 const ATTENTION_COMBINE_VARIANTS: &[Variant] =
     variants![Shader::AttentionCombine; "attention_combine" => []];
 const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;

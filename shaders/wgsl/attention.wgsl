@@ -21,6 +21,8 @@
 //     Σ exp by exp(old max − new max) and adds the tile.
 // 256 invocations (not 128) halve the chain of dependent loads each one waits for in a decode
 // step, where latency, not bandwidth, bounds a workgroup.
+// The key and value loops issue 8 independent loads before using them (a decode step is a chain
+// of memory latencies, and drivers do not always pipeline loads across loop iterations).
 // The key groups' accumulators are summed in a fixed order at the end (deterministic).
 // n_split = 1: out = acc / Σ. Otherwise the unnormalized (max, Σ, acc[head_dim]) of each
 // (token, head, split) go to `out` as partials, merged by attention_combine.wgsl.
@@ -103,14 +105,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         return;
     }
     let k_end = min(k_begin + chunk, n_kv);
-    for (var d = lid; d < hd; d = d + WG) {
-        var v = vec4<f32>(0.0);
-        for (var g = 0u; g < GM; g = g + 1u) {
-            if (g < nh) {
-                v[g] = q[t * q_dim + (h0 + g) * hd + d];
-            }
-        }
-        qs[d] = v;
+    if (lid < hd) {
+        // the 4 heads' loads in flight together (heads past the group read head h0 again)
+        let qb = t * q_dim + h0 * hd + lid;
+        qs[lid] = vec4<f32>(
+            q[qb],
+            q[qb + select(0u, hd, nh > 1u)],
+            q[qb + select(0u, 2u * hd, nh > 2u)],
+            q[qb + select(0u, 3u * hd, nh > 3u)],
+        );
     }
     if (lid < GM) {
         atomicStore(&amax[lid], ord(-3.0e38));
@@ -133,7 +136,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             var dot = vec4<f32>(0.0);
             if (j < cnt) {
                 let kb = (k0 + j) * row + koff;
-                for (var d = lane; d < hd; d = d + LANES) {
+                var d = lane;
+                // 8 loads in flight (one 256-dim row, two 128-dim ones), then the rest
+                for (; d + 7u * LANES < hd; d = d + 8u * LANES) {
+                    let a0 = kc[kb + d];
+                    let a1 = kc[kb + d + LANES];
+                    let a2 = kc[kb + d + 2u * LANES];
+                    let a3 = kc[kb + d + 3u * LANES];
+                    let a4 = kc[kb + d + 4u * LANES];
+                    let a5 = kc[kb + d + 5u * LANES];
+                    let a6 = kc[kb + d + 6u * LANES];
+                    let a7 = kc[kb + d + 7u * LANES];
+                    dot = dot + qs[d] * a0 + qs[d + LANES] * a1 + qs[d + 2u * LANES] * a2
+                        + qs[d + 3u * LANES] * a3 + qs[d + 4u * LANES] * a4
+                        + qs[d + 5u * LANES] * a5 + qs[d + 6u * LANES] * a6
+                        + qs[d + 7u * LANES] * a7;
+                }
+                for (; d < hd; d = d + LANES) {
                     dot = dot + qs[d] * kc[kb + d];
                 }
             }
@@ -169,10 +188,34 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         workgroupBarrier();
         let vb0 = k0 * row + koff;
         if (kg < vg) {
-            for (var j = kg; j < cnt; j = j + vg) {
+            var j = kg;
+            let vb = vb0 + d0;
+            // 8 value rows in flight, then the rest
+            for (; j + 7u * vg < cnt; j = j + 8u * vg) {
+                let a0 = vc[vb + j * row];
+                let a1 = vc[vb + (j + vg) * row];
+                let a2 = vc[vb + (j + 2u * vg) * row];
+                let a3 = vc[vb + (j + 3u * vg) * row];
+                let a4 = vc[vb + (j + 4u * vg) * row];
+                let a5 = vc[vb + (j + 5u * vg) * row];
+                let a6 = vc[vb + (j + 6u * vg) * row];
+                let a7 = vc[vb + (j + 7u * vg) * row];
+                let e0 = ex[j];
+                let e1 = ex[j + vg];
+                let e2 = ex[j + 2u * vg];
+                let e3 = ex[j + 3u * vg];
+                let e4 = ex[j + 4u * vg];
+                let e5 = ex[j + 5u * vg];
+                let e6 = ex[j + 6u * vg];
+                let e7 = ex[j + 7u * vg];
+                l = l + e0 + e1 + e2 + e3 + e4 + e5 + e6 + e7;
+                acc0 = acc0 + e0 * a0 + e1 * a1 + e2 * a2 + e3 * a3 + e4 * a4 + e5 * a5
+                    + e6 * a6 + e7 * a7;
+            }
+            for (; j < cnt; j = j + vg) {
                 let e = ex[j];
                 l = l + e;
-                acc0 = acc0 + e * vc[vb0 + j * row + d0];
+                acc0 = acc0 + e * vc[vb + j * row];
             }
         }
         // (The next tile's first writes to sc / ex / part come after barriers that every

@@ -293,10 +293,12 @@ pub fn attention_with_split(
         &[&params, step, q, k_cache, v_cache, &partials],
         groups,
     )?;
+    // attention_combine.wgsl: one workgroup per 32 dims of a (head, token)
+    let combine_x = u32_of(OP, "combine workgroups", n_head * head_dim.div_ceil(32))?;
     ctx.dispatch(
         enc,
         KernelKey::AttentionCombine,
         &[&params, step, &partials, out],
-        (p.n_head, p.n_tokens, 1),
+        (combine_x, p.n_tokens, 1),
     )
 }

@@ -136,7 +136,7 @@ impl fmt::Display for KernelKey {
             }),
             KernelKey::Argmax => f.write_str("argmax"),
             KernelKey::KvStore => f.write_str("kv_store"),
-            KernelKey::Attention => f.write_str("attention_wg128"),
+            KernelKey::Attention => f.write_str("attention_wg256"),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
             KernelKey::EmbedFloat(t) => f.write_str(match t {
                 FloatType::F32 => "embed_f32",
