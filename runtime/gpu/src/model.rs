@@ -80,7 +80,8 @@ pub struct TensorPlacement {
 pub struct MemoryPlan {
     pub budget: Option<u64>,
     pub tensors: Vec<TensorPlacement>,
-    /// Bytes of the just-in-time decode scratch (two buffers of the largest JIT tensor).
+    /// Bytes of the just-in-time decode scratch (one or two sets sized for the largest JIT
+    /// tensor).
     pub jit_scratch_bytes: u64,
 }
 
@@ -163,7 +164,8 @@ pub struct GpuModel {
     /// Token embeddings looked up on the host (`None`: looked up on the GPU in the tied head).
     embed: Option<HostEmbedding>,
     jit: Vec<JitTensor>,
-    /// Two decode scratches, used alternately (largest JIT tensor each).
+    /// Decode scratches used alternately (two when several tensors are decoded just in time;
+    /// each sized for the largest chunks of any of them).
     jit_scratch: Vec<Vec<wgpu::Buffer>>,
     plan: MemoryPlan,
 }
@@ -449,7 +451,10 @@ impl GpuModel {
         }
         let mut jit_scratch = Vec::new();
         if !ld.jit.is_empty() {
-            for _ in 0..2 {
+            // Two scratches used alternately (decoding the next tensor does not wait for the
+            // previous one's readers); one when a single tensor is decoded just in time.
+            let sets = if ld.jit.len() > 1 { 2 } else { 1 };
+            for _ in 0..sets {
                 let mut set = Vec::new();
                 for chunk in ld.jit.iter().map(|j| j.nz.chunk_output_bytes()).fold(
                     Vec::<u64>::new(),
@@ -786,7 +791,7 @@ impl GpuSession {
                         .ok_or_else(|| GpuError::shape("plan", "jit index"))?;
                     let set = m
                         .jit_scratch
-                        .get(jit_turn % 2)
+                        .get(jit_turn % m.jit_scratch.len().max(1))
                         .ok_or_else(|| GpuError::shape("plan", "jit scratch"))?;
                     jit_turn += 1;
                     j.nz.decode_into(ctx, p, set)?;
