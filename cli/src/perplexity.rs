@@ -39,28 +39,21 @@ pub struct PerplexityArgs {
     pub device: String,
 }
 
-/// Device check shared by `perplexity` and `score` (CPU only in this build).
-pub fn check_device(d: &str) -> Result<()> {
-    match d {
-        "cpu" | "auto" => Ok(()),
-        "gpu" => {
-            bail!("--device gpu: this build scores on the CPU only; use --device cpu (or auto)")
-        }
-        other => bail!("--device {other:?}: expected cpu, gpu or auto"),
-    }
+/// The `--device` of `perplexity` and `score`: on the GPU the forward pass and the fused CCE head
+/// run there (`peak_scoring_bytes` then counts only host memory).
+pub fn check_device(d: &str) -> Result<tern_engine::Device> {
+    Ok(d.parse()?)
 }
 
 /// Load the MODEL argument (a .tern, a .gguf packed once into the cache, or the default model).
-pub fn load_model(model: Option<&std::path::Path>) -> Result<Model> {
-    let path = crate::models::resolve(model)?;
-    let t0 = Instant::now();
-    let m = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
-    log::info!(
-        "loaded {} in {:.2}s",
-        path.display(),
-        t0.elapsed().as_secs_f64()
-    );
-    Ok(m)
+pub fn load_model(model: Option<&std::path::Path>, device: tern_engine::Device) -> Result<Model> {
+    crate::run::load(
+        model,
+        &tern_engine::LoadOptions {
+            device,
+            max_memory: None,
+        },
+    )
 }
 
 /// Progress bar + peak heap of the scoring stages.
@@ -85,14 +78,14 @@ impl ScoreObserver for Observer {
 }
 
 pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
-    check_device(&a.device)?;
+    let device = check_device(&a.device)?;
     let raw = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     if raw.is_empty() {
         bail!("{} is empty: nothing to score", a.file.display());
     }
     let text = String::from_utf8(raw)
         .map_err(|e| anyhow::anyhow!("{} is not UTF-8 text: {e}", a.file.display()))?;
-    let mut model = load_model(a.model.as_deref())?;
+    let mut model = load_model(a.model.as_deref(), device)?;
     if a.llama_cpp_numerics {
         model.set_forward_options(tern_engine::ForwardOptions::llama_cpp_like());
     }

@@ -40,8 +40,8 @@ fn ranks(values: &[f64]) -> Vec<usize> {
 }
 
 pub fn run(a: ScoreArgs) -> Result<ExitCode> {
-    crate::perplexity::check_device(&a.device)?;
-    let mut model = crate::perplexity::load_model(a.model.as_deref())?;
+    let device = crate::perplexity::check_device(&a.device)?;
+    let mut model = crate::perplexity::load_model(a.model.as_deref(), device)?;
     if a.llama_cpp_numerics {
         model.set_forward_options(tern_engine::ForwardOptions::llama_cpp_like());
     }

@@ -49,6 +49,14 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
     num / den.max(1e-30)
 }
 
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &x) in v.iter().enumerate() {
@@ -123,6 +131,22 @@ fn smollm2_greedy_gpu_equals_cpu() {
         }
     }
     assert_eq!(same, cases.len(), "greedy GPU output differs from the CPU");
+    // Scoring (fused CCE on the GPU, Q8_0 tied head) equals the CPU's within 1e-4.
+    let text: Vec<u32> = all[0]["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(all[0]["greedy_ids"].as_array().unwrap())
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let want = cpu.score(&text).unwrap();
+    let got = gpu.score(&text).unwrap();
+    let d = max_abs_diff(&got, &want);
+    eprintln!(
+        "SmolLM2 score of {} tokens: GPU vs CPU max |Δ log p| {d:.2e}",
+        got.len()
+    );
+    assert!(d <= 1e-4, "GPU score differs by {d}");
 }
 
 fn import(name: &str, tag: &str, opts: &PackOptions) -> std::path::PathBuf {
@@ -158,6 +182,7 @@ fn random_bitnet_logits_match_cpu() {
     ];
     let floats = [("raw", FloatMode::Raw), ("neuzip", FloatMode::NeuZip)];
     let mut worst = 0f64;
+    let mut worst_lp = 0f32;
     let mut ran = 0;
     for name in ["tiny_a", "tiny_b", "tiny_a_packed"] {
         for (lt, layout) in layouts {
@@ -192,13 +217,24 @@ fn random_bitnet_logits_match_cpu() {
                         "{name} {tag} budget {budget:?}: prefill NMSE {e1:.2e}, decode NMSE {e2:.2e} ({jit} jit tensors)"
                     );
                     assert!(e1 <= 1e-5 && e2 <= 1e-5, "{name} {tag}: NMSE {e1} / {e2}");
+                    // Scoring through the fused CCE kernel on the GPU (head resident only).
+                    if budget.is_none() {
+                        let want = cpu.score(&toks).unwrap();
+                        let got = gpu.score(&toks).unwrap();
+                        let d = max_abs_diff(&got, &want);
+                        eprintln!("  score: max |Δ log p| {d:.2e} over {} tokens", got.len());
+                        assert!(d <= 1e-4, "{name} {tag}: GPU score differs by {d}");
+                        worst_lp = worst_lp.max(d);
+                    }
                     worst = worst.max(e1).max(e2);
                     ran += 1;
                 }
             }
         }
     }
-    eprintln!("{ran} configurations, worst NMSE {worst:.2e}");
+    eprintln!(
+        "{ran} configurations, worst NMSE {worst:.2e}, worst GPU score |Δ log p| {worst_lp:.2e}"
+    );
 }
 
 #[test]

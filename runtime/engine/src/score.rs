@@ -146,6 +146,29 @@ impl Model {
         if n_in == 0 {
             return Ok(Vec::new());
         }
+        if let Some(g) = self.gpu() {
+            // The GPU path: the whole forward pass and the fused CCE head on the GPU.
+            let batch = if opts.batch == 0 { 512 } else { opts.batch };
+            let mut gs = tern_gpu::model::GpuSession::new(
+                std::sync::Arc::clone(g),
+                n_in as u64,
+                batch.min(n_in) as u64,
+            )?;
+            if obs.cancelled() {
+                return Err(EngineError::Cancelled);
+            }
+            obs.scoring_started();
+            let lp = gs.score(tokens);
+            obs.scoring_finished();
+            let lp = lp?;
+            if let Some(i) = lp.iter().position(|v| !v.is_finite()) {
+                return Err(EngineError::Numeric(format!(
+                    "non-finite log-probability at position {i}"
+                )));
+            }
+            obs.progress(n_in, n_in);
+            return Ok(lp);
+        }
         let mut cache = KvCache::new(self.net()?, n_in)?;
         self.score_in_cache(&mut cache, tokens, opts, obs)
     }

@@ -517,6 +517,8 @@ pub enum Wanted {
     All,
     /// Only the argmax of the last token (greedy decoding without reading logits back).
     Argmax,
+    /// `log p(target[i])` of every token through the fused Cut-Cross-Entropy kernel: no logits.
+    Score,
 }
 
 /// Scratch for one batch size (allocated for `max_batch` tokens, shared by every plan).
@@ -541,6 +543,8 @@ struct Scratch {
     logits: wgpu::Buffer,
     argmax: wgpu::Buffer,
     ids: wgpu::Buffer,
+    targets: wgpu::Buffer,
+    logprobs: wgpu::Buffer,
     rope: wgpu::Buffer,
     step: wgpu::Buffer,
     staging: wgpu::Buffer,
@@ -636,6 +640,8 @@ impl GpuSession {
             logits: f("logits", logits_rows * vocab)?,
             argmax: f("argmax", 1)?,
             ids: f("token ids", b)?,
+            targets: f("score targets", b)?,
+            logprobs: f("log-probabilities", b)?,
             rope: f("rope table", b * half * 2)?,
             step: ctx.create_buffer(
                 "step params",
@@ -918,6 +924,22 @@ impl GpuSession {
         }
         let mut qd = false;
         match wanted {
+            Wanted::Score => {
+                ops::rmsnorm(ctx, &mut p, &s.x0, &m.output_norm, &s.a, d, n, eps)?;
+                let head = match &m.head {
+                    Lin::Ggml(gw) => crate::cce::Head::Ggml(gw),
+                    Lin::Float(fw) => crate::cce::Head::Float(fw),
+                    _ => {
+                        return Err(GpuError::Unsupported {
+                            adapter: ctx.info.name.clone(),
+                            detail: "GPU scoring needs a float or ggml head resident on the GPU \
+                                     (not ternary, not decoded just in time)"
+                                .into(),
+                        })
+                    }
+                };
+                crate::cce::score(ctx, &mut p, &s.a, n, head, &s.targets, &s.logprobs)?;
+            }
             Wanted::All => {
                 ops::rmsnorm(ctx, &mut p, &s.x0, &m.output_norm, &s.a, d, n, eps)?;
                 lin(
@@ -1039,6 +1061,7 @@ impl GpuSession {
         let mut enc = ctx.encoder();
         plan.encode(&mut enc);
         let (src, bytes) = match wanted {
+            Wanted::Score => (&self.s.logprobs, n * 4),
             Wanted::All => (&self.s.logits, n * u64::from(hp.n_vocab) * 4),
             Wanted::Last => (&self.s.logits, u64::from(hp.n_vocab) * 4),
             Wanted::Argmax => (&self.s.argmax, 4),
@@ -1072,6 +1095,38 @@ impl GpuSession {
         let mut out = Vec::with_capacity(tokens.len() * self.model.hp.n_vocab as usize);
         for c in tokens.chunks(b) {
             out.extend(self.run(c, Wanted::All)?);
+        }
+        Ok(out)
+    }
+
+    /// `log p(tokens[i+1] | tokens[..=i])` for `i` in `0..n-1` from an empty cache, through the
+    /// fused Cut-Cross-Entropy kernel (no logits materialized; the session's cache holds
+    /// `tokens[..n-1]` afterwards).
+    pub fn score(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let n_in = tokens.len().saturating_sub(1);
+        self.truncate(0);
+        let mut out = Vec::with_capacity(n_in);
+        let b = self.max_batch.max(1) as usize;
+        let mut start = 0;
+        while start < n_in {
+            let end = (start + b).min(n_in);
+            let (Some(inputs), Some(targets)) =
+                (tokens.get(start..end), tokens.get(start + 1..end + 1))
+            else {
+                break;
+            };
+            if let Some(&bad) = targets.iter().find(|&&t| t >= self.model.hp.n_vocab) {
+                return Err(GpuError::shape(
+                    "score",
+                    format!("token {bad} outside the vocabulary"),
+                ));
+            }
+            self.model
+                .ctx
+                .queue
+                .write_buffer(&self.s.targets, 0, bytemuck::cast_slice(targets));
+            out.extend(self.run(inputs, Wanted::Score)?);
+            start = end;
         }
         Ok(out)
     }
