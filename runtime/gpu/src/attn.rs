@@ -64,32 +64,7 @@ fn attn_target_wgs(ctx: &GpuContext) -> u64 {
 /// At most this many key chunks per (token, head group) (attention_combine.wgsl's WG).
 const ATTN_MAX_SPLIT: u64 = 128;
 
-fn u32_of(op: &'static str, what: &str, v: u64) -> Result<u32> {
-    u32::try_from(v).map_err(|_| GpuError::shape(op, format!("{what} = {v} does not fit in u32")))
-}
-
-fn need(op: &'static str, what: &str, buf: &wgpu::Buffer, bytes: u64) -> Result<()> {
-    if buf.size() < bytes {
-        return Err(GpuError::shape(
-            op,
-            format!("{what} holds {} bytes, needs {bytes}", buf.size()),
-        ));
-    }
-    Ok(())
-}
-
-fn binding(ctx: &GpuContext, what: &str, bytes: u64) -> Result<()> {
-    if bytes > ctx.binding_limit() {
-        return Err(GpuError::TooLarge {
-            what: what.into(),
-            detail: format!(
-                "{bytes} bytes in one binding, the limit is {}",
-                ctx.binding_limit()
-            ),
-        });
-    }
-    Ok(())
-}
+use crate::ops::{check_binding as binding, check_buffer as need, u32_of};
 
 /// A KV cache of `n_ctx` rows of `row` f32 must fit one binding.
 fn kv_binding(ctx: &GpuContext, n_ctx: u64, row: u64) -> Result<()> {

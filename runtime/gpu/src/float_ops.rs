@@ -43,9 +43,7 @@ struct Params {
     _pad1: u32,
 }
 
-fn u32_of(op: &'static str, what: &str, v: u64) -> Result<u32> {
-    u32::try_from(v).map_err(|_| GpuError::shape(op, format!("{what} = {v} does not fit in u32")))
-}
+use crate::ops::u32_of;
 
 impl FloatWeight {
     /// Upload `rows × cols` elements of `dtype` (little-endian, row-major).
