@@ -180,7 +180,9 @@ fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
         }
         G::Corrupt { .. } => TERN_CORRUPT_FILE,
         G::Format(f) => format_status(f),
-        G::Shape { .. } => TERN_INVALID_ARGUMENT,
+        G::BadModel(_) => TERN_CORRUPT_FILE,
+        G::Shape { .. } | G::InvalidArgument { .. } => TERN_INVALID_ARGUMENT,
+        G::Internal { .. } => TERN_INTERNAL,
         G::RequestDevice(_) | G::DeviceLost(_) | G::Wgpu { .. } | G::Readback { .. } => {
             TERN_INTERNAL
         }

@@ -25,9 +25,21 @@ pub enum GpuError {
     /// A tensor or buffer exceeds what this adapter can hold or bind, even when split.
     #[error("{what} is too large for this adapter: {detail}")]
     TooLarge { what: String, detail: String },
-    /// A launcher was given operands of the wrong shape, size or encoding.
+    /// A launcher was given operands of the wrong shape, size or encoding (inside the engine
+    /// this is a broken invariant, i.e. a bug in tern).
     #[error("{op}: {detail}")]
     Shape { op: &'static str, detail: String },
+    /// The model file is unusable: a tensor is missing, a shape disagrees with the
+    /// hyperparameters, the hyperparameters disagree with each other.
+    #[error("bad model file: {0}")]
+    BadModel(String),
+    /// The caller passed a bad argument (a token outside the vocabulary, an empty batch, a
+    /// context of 0, more positions than the KV cache holds).
+    #[error("{op}: {detail}")]
+    InvalidArgument { op: &'static str, detail: String },
+    /// An internal invariant of the engine does not hold (a bug in tern).
+    #[error("internal error in {op}: {detail}")]
+    Internal { op: &'static str, detail: String },
     /// wgpu reported a validation or internal error (a bug in tern, or a driver problem).
     #[error("GPU error in {what}: {detail}")]
     Wgpu { what: String, detail: String },
@@ -43,6 +55,33 @@ pub enum GpuError {
 }
 
 impl GpuError {
+    pub(crate) fn bad_model(detail: impl Into<String>) -> Self {
+        GpuError::BadModel(detail.into())
+    }
+
+    pub(crate) fn invalid(op: &'static str, detail: impl Into<String>) -> Self {
+        GpuError::InvalidArgument {
+            op,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn internal(op: &'static str, detail: impl Into<String>) -> Self {
+        GpuError::Internal {
+            op,
+            detail: detail.into(),
+        }
+    }
+
+    /// The model file is at fault (missing tensor, inconsistent hyperparameters, a corrupt
+    /// stream or a tensor the format crate rejects): the same category as the CPU loader's.
+    pub fn is_bad_file(&self) -> bool {
+        matches!(
+            self,
+            GpuError::BadModel(_) | GpuError::Corrupt { .. } | GpuError::Format(_)
+        )
+    }
+
     pub(crate) fn shape(op: &'static str, detail: impl Into<String>) -> Self {
         GpuError::Shape {
             op,

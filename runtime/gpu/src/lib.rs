@@ -18,6 +18,7 @@
 //! Every kernel has a CPU counterpart in `tern-reference`; `tests/parity.rs` runs each over a
 //! table of shapes (bit-exact on the integer and decoder paths, NMSE ≤ 1e-6 on float paths).
 
+pub mod activation;
 pub mod attn;
 pub mod cce;
 pub mod context;
@@ -30,10 +31,14 @@ pub mod pipeline;
 pub mod plan;
 mod pool;
 
+pub use activation::{ActivationPlan, InputScheme, Linear, LinearInput, Producer, WeightKind};
 pub use context::{
     split_rows, AdapterSummary, DevicePreference, GpuContext, GpuOptions, MAX_BINDING_BYTES,
     WORKGROUP_MEMORY_BYTES,
 };
 pub use error::{GpuError, Result};
+pub use model::{
+    GpuModel, GpuModelOptions, GpuSession, MemoryPlan, SessionMemory, TensorPlacement, Wanted,
+};
 pub use pipeline::{EltOp, GgmlType, KernelKey};
 pub use plan::{Plan, Recorder};

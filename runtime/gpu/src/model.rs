@@ -168,6 +168,7 @@ pub struct GpuModel {
     /// each sized for the largest chunks of any of them).
     jit_scratch: Vec<Vec<wgpu::Buffer>>,
     plan: MemoryPlan,
+    act_plan: crate::activation::ActivationPlan,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -340,6 +341,7 @@ impl GpuModel {
         let meta = file.meta();
         let hp = meta.hparams.clone();
         let acts = meta.activations;
+        let act_plan = crate::activation::ActivationPlan::from_file(file)?;
         for (what, q) in [
             ("qkv", acts.qkv),
             ("out", acts.out),
@@ -491,6 +493,7 @@ impl GpuModel {
             jit,
             jit_scratch,
             plan,
+            act_plan,
         })
     }
 
@@ -500,6 +503,11 @@ impl GpuModel {
 
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
+    }
+
+    /// Every linear layer's input scheme and the kernel that produces it.
+    pub fn activation_plan(&self) -> &crate::activation::ActivationPlan {
+        &self.act_plan
     }
 
     /// Where every tensor went and what it costs.
@@ -710,6 +718,12 @@ impl GpuSession {
 
     pub fn memory(&self) -> SessionMemory {
         self.mem
+    }
+
+    /// KV-cache bytes one position takes over all layers (keys and values).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        let hp = &self.model.hp;
+        2 * u64::from(hp.n_layer) * u64::from(hp.n_head_kv) * u64::from(hp.head_dim) * 4
     }
 
     /// Forget the cache beyond the first `n` positions (the KV rows are overwritten later).

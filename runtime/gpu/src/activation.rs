@@ -1,0 +1,345 @@
+//! The activation plan: for every linear layer, the scheme of its input (float, INT8 absmax,
+//! INT4 absmean, TopK-50% + INT8) and the kernel that produces that input.
+//!
+//! Built once from the model file (metadata + tensor encodings), before anything is uploaded;
+//! the graph ([`crate::model`]) reads it instead of deciding per call. The rule today:
+//!
+//! * a linear whose weights are ternary takes the quantized input its scheme names; when a norm
+//!   precedes it (the attention/FFN norms, BitNet's sub-norms) the quantization is fused into the
+//!   norm (`rmsnorm_quant_int8`, same bits as the unfused pair, one dispatch), otherwise a
+//!   separate `act_quant_int8` pass quantizes the f32 row;
+//! * a linear with ggml-block or float weights (llama family, the output head) reads f32;
+//! * a scheme that has no GPU kernel yet (BitNet a4.8's INT4 and TopK inputs) is
+//!   [`Producer::Unsupported`]: the GPU loader refuses the model with a typed error naming it.
+
+use std::fmt;
+
+use tern_format::{ActQuant, ActivationScheme, Encoding, HParams, TernFile};
+
+use crate::error::{GpuError, Result};
+
+/// The linear layers of one transformer block, plus the output head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Linear {
+    /// q, k and v projections (one shared input).
+    Qkv,
+    /// Attention output projection.
+    AttnOut,
+    /// FFN gate and up projections (one shared input).
+    GateUp,
+    /// FFN down projection.
+    Down,
+    /// Output head (logits).
+    Head,
+}
+
+impl Linear {
+    pub fn name(self) -> &'static str {
+        match self {
+            Linear::Qkv => "qkv",
+            Linear::AttnOut => "attn_out",
+            Linear::GateUp => "gate_up",
+            Linear::Down => "down",
+            Linear::Head => "head",
+        }
+    }
+}
+
+/// How a linear layer's input is represented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputScheme {
+    /// f32 rows.
+    Float,
+    /// Per-token absmax INT8 (BitNet b1.58).
+    Int8Absmax,
+    /// Per-token absmean INT4 (BitNet a4.8 q/k/v and gate/up inputs).
+    Int4Absmean,
+    /// Per-token TopK-50% by magnitude, then absmax INT8 (BitNet a4.8 attention output input).
+    TopK50Int8,
+}
+
+impl InputScheme {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputScheme::Float => "f32",
+            InputScheme::Int8Absmax => "int8 absmax",
+            InputScheme::Int4Absmean => "int4 absmean",
+            InputScheme::TopK50Int8 => "topk50% + int8 absmax",
+        }
+    }
+
+    fn from_act(q: ActQuant) -> Self {
+        match q {
+            ActQuant::None => InputScheme::Float,
+            ActQuant::Int8 => InputScheme::Int8Absmax,
+            ActQuant::Int4 => InputScheme::Int4Absmean,
+            ActQuant::Topk50Int8 => InputScheme::TopK50Int8,
+        }
+    }
+}
+
+/// Which kernel writes a linear layer's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Producer {
+    /// The preceding RMSNorm writes f32 rows.
+    Norm,
+    /// The preceding op's f32 output is read as it is (no norm in between).
+    Direct,
+    /// The preceding RMSNorm is fused with INT8 absmax quantization (`rmsnorm_quant_int8`).
+    NormQuantInt8,
+    /// A separate INT8 absmax pass (`act_quant_int8`) over the preceding op's f32 output.
+    QuantInt8,
+    /// The scheme has no GPU kernel yet.
+    Unsupported,
+}
+
+impl Producer {
+    pub fn name(self) -> &'static str {
+        match self {
+            Producer::Norm => "rmsnorm",
+            Producer::Direct => "previous op's f32 output",
+            Producer::NormQuantInt8 => "rmsnorm_quant_int8 (fused)",
+            Producer::QuantInt8 => "act_quant_int8",
+            Producer::Unsupported => "no GPU kernel",
+        }
+    }
+
+    /// The input is quantized INT8 (the matmul reads an `ActInt8`).
+    pub fn is_int8(self) -> bool {
+        matches!(self, Producer::NormQuantInt8 | Producer::QuantInt8)
+    }
+}
+
+/// The weights a linear layer multiplies with (what decides the input it can take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightKind {
+    Ternary,
+    Ggml,
+    /// f32/f16/bf16, raw or NeuZip.
+    Float,
+    /// An encoding the GPU has no matmul for.
+    Other,
+}
+
+impl WeightKind {
+    pub fn of(e: &Encoding) -> Self {
+        match e {
+            Encoding::Ternary { .. } => WeightKind::Ternary,
+            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => WeightKind::Ggml,
+            Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => {
+                WeightKind::Float
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightKind::Ternary => "ternary",
+            WeightKind::Ggml => "ggml",
+            WeightKind::Float => "float",
+            WeightKind::Other => "other",
+        }
+    }
+}
+
+/// One linear layer's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinearInput {
+    pub linear: Linear,
+    pub weights: WeightKind,
+    pub scheme: InputScheme,
+    pub producer: Producer,
+}
+
+/// The inputs of one block's four linear kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockInputs {
+    pub qkv: LinearInput,
+    pub attn_out: LinearInput,
+    pub gate_up: LinearInput,
+    pub down: LinearInput,
+}
+
+impl BlockInputs {
+    pub fn all(&self) -> [LinearInput; 4] {
+        [self.qkv, self.attn_out, self.gate_up, self.down]
+    }
+}
+
+/// Every linear layer's input scheme and producer (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivationPlan {
+    pub scheme: ActivationScheme,
+    pub layers: Vec<BlockInputs>,
+    pub head: LinearInput,
+}
+
+fn input(linear: Linear, weights: &[WeightKind], q: ActQuant, norm_before: bool) -> LinearInput {
+    let w = weights.first().copied().unwrap_or(WeightKind::Other);
+    let same = weights.iter().all(|k| *k == w);
+    let (scheme, producer) = match (w, same) {
+        (WeightKind::Ternary, true) => {
+            let scheme = InputScheme::from_act(q);
+            let producer = match q {
+                ActQuant::Int8 if norm_before => Producer::NormQuantInt8,
+                ActQuant::Int8 => Producer::QuantInt8,
+                _ => Producer::Unsupported,
+            };
+            (scheme, producer)
+        }
+        (WeightKind::Ggml | WeightKind::Float, true) => (
+            InputScheme::Float,
+            if norm_before {
+                Producer::Norm
+            } else {
+                Producer::Direct
+            },
+        ),
+        // Mixed encodings in one fused input (e.g. ternary q with float k) or no kernel.
+        _ => (InputScheme::from_act(q), Producer::Unsupported),
+    };
+    LinearInput {
+        linear,
+        weights: w,
+        scheme,
+        producer,
+    }
+}
+
+impl ActivationPlan {
+    /// The plan of the model in `file` (metadata and tensor encodings only; nothing is decoded).
+    pub fn from_file(file: &TernFile) -> Result<Self> {
+        let meta = file.meta();
+        let hp: &HParams = &meta.hparams;
+        let acts = meta.activations;
+        let kind = |name: &str| -> Result<WeightKind> {
+            let i = file
+                .index_of(name)
+                .ok_or_else(|| GpuError::bad_model(format!("tensor `{name}` is missing")))?;
+            let t = file
+                .tensors()
+                .get(i)
+                .ok_or_else(|| GpuError::bad_model(format!("tensor `{name}` is missing")))?;
+            Ok(WeightKind::of(&t.encoding))
+        };
+        let n_layer = hp.n_layer as usize;
+        if n_layer > file.tensors().len() {
+            return Err(GpuError::bad_model(format!(
+                "{} layers in the metadata but only {} tensors in the file",
+                hp.n_layer,
+                file.tensors().len()
+            )));
+        }
+        let mut layers = Vec::with_capacity(n_layer);
+        for l in 0..hp.n_layer {
+            let k = |s: &str| kind(&format!("blk.{l}.{s}.weight"));
+            layers.push(BlockInputs {
+                qkv: input(
+                    Linear::Qkv,
+                    &[k("attn_q")?, k("attn_k")?, k("attn_v")?],
+                    acts.qkv,
+                    true,
+                ),
+                attn_out: input(
+                    Linear::AttnOut,
+                    &[k("attn_output")?],
+                    acts.out,
+                    hp.sub_norms,
+                ),
+                gate_up: input(
+                    Linear::GateUp,
+                    &[k("ffn_gate")?, k("ffn_up")?],
+                    acts.gate_up,
+                    true,
+                ),
+                down: input(Linear::Down, &[k("ffn_down")?], acts.down, hp.sub_norms),
+            });
+        }
+        let head_name = if hp.tied_embeddings {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
+        let head = input(Linear::Head, &[kind(head_name)?], ActQuant::None, true);
+        Ok(ActivationPlan {
+            scheme: acts,
+            layers,
+            head,
+        })
+    }
+
+    /// The first input that has no GPU kernel, with its layer (`None` for the head).
+    pub fn unsupported(&self) -> Option<(Option<usize>, LinearInput)> {
+        for (l, b) in self.layers.iter().enumerate() {
+            if let Some(i) = b
+                .all()
+                .into_iter()
+                .find(|i| i.producer == Producer::Unsupported)
+            {
+                return Some((Some(l), i));
+            }
+        }
+        (self.head.producer == Producer::Unsupported).then_some((None, self.head))
+    }
+
+    /// Rows for printing: (layers, linear, weights, input scheme, producer), runs of identical
+    /// layers collapsed (`"0-29"`).
+    pub fn rows(
+        &self,
+    ) -> Vec<(
+        String,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    )> {
+        let mut out = Vec::new();
+        let mut start = 0usize;
+        while start < self.layers.len() {
+            let mut end = start;
+            while self.layers.get(end + 1) == self.layers.get(start) {
+                end += 1;
+            }
+            let span = if end == start {
+                format!("{start}")
+            } else {
+                format!("{start}-{end}")
+            };
+            if let Some(b) = self.layers.get(start) {
+                for i in b.all() {
+                    out.push((
+                        span.clone(),
+                        i.linear.name(),
+                        i.weights.name(),
+                        i.scheme.name(),
+                        i.producer.name(),
+                    ));
+                }
+            }
+            start = end + 1;
+        }
+        let h = self.head;
+        out.push((
+            "-".into(),
+            h.linear.name(),
+            h.weights.name(),
+            h.scheme.name(),
+            h.producer.name(),
+        ));
+        out
+    }
+}
+
+impl fmt::Display for ActivationPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:<8} {:<9} {:<8} {:<22} producer",
+            "layers", "linear", "weights", "input"
+        )?;
+        for (span, lin, w, s, p) in self.rows() {
+            writeln!(f, "{span:<8} {lin:<9} {w:<8} {s:<22} {p}")?;
+        }
+        Ok(())
+    }
+}
