@@ -123,8 +123,8 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
     "add" => ["OP" = 2],
 ];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
-const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store" => []];
-const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_wg256" => []];
+const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store_f32" => []];
+const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_f32_wg256" => []];
 const ATTENTION_COMBINE_VARIANTS: &[Variant] =
     variants![Shader::AttentionCombine; "attention_combine" => []];
 const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;

@@ -8,9 +8,10 @@
 use std::time::Instant;
 
 use tern_format::FloatType;
-use tern_gpu::attn::{self, StepParams};
-use tern_gpu::float_ops::{self, EmbedTable, FloatWeight};
-use tern_gpu::ops::GgmlWeight;
+use tern_gpu::kernels::EmbedTable;
+use tern_gpu::kernels::{self, StepParams};
+use tern_gpu::FloatWeight;
+use tern_gpu::GgmlWeight;
 use tern_gpu::{DevicePreference, GgmlType, GpuContext, KernelKey, Plan, Recorder};
 
 fn per_call(
@@ -130,14 +131,28 @@ fn main() -> anyhow::Result<()> {
                 bytemuck::bytes_of(&StepParams {
                     p0: p0 as u32,
                     n_tokens: n as u32,
-                    _pad: [0; 2],
+                    ..StepParams::default()
                 }),
             );
             let scale = 1.0 / (hd as f32).sqrt();
             let run = |split: Option<u64>| {
                 per_call(&ctx, iters, |enc| {
-                    attn::attention_with_split(
-                        &ctx, enc, &step, &q, &kc, &vc, &out, n, nh, nkv, hd, n_ctx, scale, split,
+                    kernels::attention_with_split(
+                        &ctx,
+                        enc,
+                        tern_gpu::KvFormat::F32,
+                        &step,
+                        &q,
+                        &kc,
+                        &vc,
+                        &out,
+                        n,
+                        nh,
+                        nkv,
+                        hd,
+                        n_ctx,
+                        scale,
+                        split,
                     )?;
                     Ok(())
                 })
@@ -180,7 +195,7 @@ fn main() -> anyhow::Result<()> {
                     });
                     let t = per_call(&ctx, iters, |enc| {
                         enc.record_dispatch(
-                            KernelKey::Attention,
+                            KernelKey::Attention(tern_gpu::KvFormat::F32),
                             &o.pipeline,
                             bg.clone(),
                             (nh as u32, n as u32, 1),
@@ -193,7 +208,7 @@ fn main() -> anyhow::Result<()> {
             };
             // K and V rows read once per kv head (the auto kernel's traffic for decode)
             let kv_bytes = 2.0 * ((p0 + n).min(n_ctx) * row * 4) as f64;
-            let splits = attn::attention_splits(&ctx, n, nh, nkv, n_ctx);
+            let splits = kernels::attention_splits(&ctx, n, nh, nkv, n_ctx);
             println!(
                 "| {name} {nh}/{nkv}×{hd} | {p0} | {n} | {t_old} | {:.1} | {:.1} ({splits}) | {:.0} |",
                 t_one * 1e6,
@@ -233,7 +248,7 @@ fn main() -> anyhow::Result<()> {
         let x = ctx.upload("x", &f32_bytes(&fill(cols as usize, 6)))?;
         let y = ctx.zeroed("y", rows * 4)?;
         let t = per_call(&ctx, iters, |enc| {
-            float_ops::float_gemv(&ctx, enc, &fw, &x, 1, &y)?;
+            kernels::float_gemv(&ctx, enc, &fw, &x, 1, &y)?;
             Ok(())
         })?;
         println!(
@@ -245,7 +260,7 @@ fn main() -> anyhow::Result<()> {
         for k in [40u32, 64] {
             let out = ctx.zeroed("topk", u64::from(k) * 8)?;
             let t = per_call(&ctx, iters, |enc| {
-                float_ops::topk(&ctx, enc, &y, rows, k, &out)?;
+                kernels::topk(&ctx, enc, &y, rows, k, &out)?;
                 Ok(())
             })?;
             println!(
@@ -270,7 +285,7 @@ fn main() -> anyhow::Result<()> {
         let idb = ctx.upload("ids", &ids)?;
         let out = ctx.zeroed("emb", n * cols * 4)?;
         let t = per_call(&ctx, iters, |enc| {
-            float_ops::embed_rows(&ctx, enc, &EmbedTable::Ggml(&gw), &idb, n, &out)?;
+            kernels::embed_rows(&ctx, enc, &EmbedTable::Ggml(&gw), &idb, n, &out)?;
             Ok(())
         })?;
         println!(

@@ -21,10 +21,11 @@
 use std::time::Instant;
 
 use tern_format::{neuzip, ternary, FloatType, TernaryLayout};
-use tern_gpu::cce::{self, Head};
-use tern_gpu::float_ops::FloatWeight;
-use tern_gpu::{gemm, ops};
+use tern_gpu::kernels;
+use tern_gpu::kernels::cce::{self, Head};
+use tern_gpu::FloatWeight;
 use tern_gpu::{DevicePreference, GgmlType, GpuContext};
+use tern_gpu::{GgmlWeight, NeuzipTensor, TernaryWeight};
 
 struct Rng(u64);
 impl Rng {
@@ -82,18 +83,18 @@ fn ternary_operands(
     rows: u64,
     cols: u64,
     tokens: u64,
-) -> anyhow::Result<(ops::TernaryWeight, ops::ActInt8)> {
+) -> anyhow::Result<(TernaryWeight, kernels::ActInt8)> {
     let trits: Vec<i8> = (0..rows * cols)
         .map(|_| (rng.next() % 3) as i8 - 1)
         .collect();
     let bytes = ternary::pack(layout, rows, cols, &trits, 0, FloatType::F32, &[0.02])?;
-    let w = ops::TernaryWeight::upload(ctx, layout, rows, cols, 0, FloatType::F32, &bytes)?;
+    let w = TernaryWeight::upload(ctx, layout, rows, cols, 0, FloatType::F32, &bytes)?;
     let x: Vec<u8> = (0..tokens * cols)
         .flat_map(|_| rng.normal().to_le_bytes())
         .collect();
     let xb = ctx.upload("x", &x)?;
     let mut enc = ctx.encoder();
-    let a = ops::quantize_act_int8(ctx, &mut enc, &xb, tokens, cols)?;
+    let a = kernels::quantize_act_int8(ctx, &mut enc, &xb, tokens, cols)?;
     ctx.submit_wait(enc)?;
     Ok((w, a))
 }
@@ -105,7 +106,7 @@ fn ggml_weight(
     q: GgmlType,
     rows: u64,
     cols: u64,
-) -> anyhow::Result<ops::GgmlWeight> {
+) -> anyhow::Result<GgmlWeight> {
     let n_blocks = rows * cols / q.block_elems();
     let mut b = Vec::with_capacity((n_blocks * q.block_bytes()) as usize);
     for _ in 0..n_blocks {
@@ -122,7 +123,7 @@ fn ggml_weight(
         let nq = if q == GgmlType::Q8_0 { 32 } else { 16 };
         b.extend((0..nq).map(|_| rng.next() as u8));
     }
-    Ok(ops::GgmlWeight::upload(ctx, q, rows, cols, &b)?)
+    Ok(GgmlWeight::upload(ctx, q, rows, cols, &b)?)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -168,7 +169,7 @@ fn main() -> anyhow::Result<()> {
             _ => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
         };
         let blob = neuzip::encode(dtype, k, &data, cols)?;
-        let t = ops::NeuzipTensor::upload(&ctx, &blob)?;
+        let t = NeuzipTensor::upload(&ctx, &blob)?;
         let check = t.decode_to_host(&ctx)?;
         anyhow::ensure!(check == data, "{name}: GPU decode differs from the input");
         let mut enc = ctx.encoder();
@@ -198,30 +199,22 @@ fn main() -> anyhow::Result<()> {
                 let n = (rows * cols) as usize;
                 let trits: Vec<i8> = (0..n).map(|_| (rng.next() % 3) as i8 - 1).collect();
                 let bytes = ternary::pack(layout, rows, cols, &trits, 0, FloatType::F32, &[0.02])?;
-                let w = ops::TernaryWeight::upload(
-                    &ctx,
-                    layout,
-                    rows,
-                    cols,
-                    0,
-                    FloatType::F32,
-                    &bytes,
-                )?;
+                let w = TernaryWeight::upload(&ctx, layout, rows, cols, 0, FloatType::F32, &bytes)?;
                 let x: Vec<u8> = (0..tokens * cols)
                     .flat_map(|_| rng.normal().to_le_bytes())
                     .collect();
                 let xb = ctx.upload("x", &x)?;
                 let y = ctx.zeroed("y", tokens * rows * 4)?;
                 let mut enc = ctx.encoder();
-                let a = ops::quantize_act_int8(&ctx, &mut enc, &xb, tokens, cols)?;
+                let a = kernels::quantize_act_int8(&ctx, &mut enc, &xb, tokens, cols)?;
                 ctx.submit_wait(enc)?;
                 // Warm-up, then the timed GEMVs (the activations are quantized once).
                 let mut enc = ctx.encoder();
-                ops::ternary_gemv(&ctx, &mut enc, &w, &a, &y)?;
+                kernels::ternary_gemv(&ctx, &mut enc, &w, &a, &y)?;
                 ctx.submit_wait(enc)?;
                 let mut enc = ctx.encoder();
                 for _ in 0..iters {
-                    ops::ternary_gemv(&ctx, &mut enc, &w, &a, &y)?;
+                    kernels::ternary_gemv(&ctx, &mut enc, &w, &a, &y)?;
                 }
                 let s = timed(&ctx, enc)? / iters as f64;
                 let wbytes = (bytes.len() - 4) as f64;
@@ -248,7 +241,7 @@ fn main() -> anyhow::Result<()> {
         let xb = ctx.upload("x", &x)?;
         let mut enc = ctx.encoder();
         for _ in 0..iters {
-            ops::quantize_act_int8(&ctx, &mut enc, &xb, 1, 6912)?;
+            kernels::quantize_act_int8(&ctx, &mut enc, &xb, 1, 6912)?;
         }
         let s = timed(&ctx, enc)? / iters as f64;
         fields.push(format!("\"act_quant_int8_6912_us\":{:.1}", s * 1e6));
@@ -343,7 +336,7 @@ fn cce_section(
     Ok(())
 }
 
-/// Attention (`attn::attention`, one layer) over an f32 KV cache of `n_ctx` positions: decode (one
+/// Attention (`kernels::attention`, one layer) over an f32 KV cache of `n_ctx` positions: decode (one
 /// query token) at depth 512 and 4096 and a 512-token prefill from position 0, for 2B4T's heads
 /// (20/5×128) and SmolLM2's (9/3×64). The decode outputs are checked against
 /// `tern_reference::attention` (NMSE ≤ 1e-10). `kv_gb_per_s` counts the K and V rows read once
@@ -356,7 +349,7 @@ fn attention_section(
     quick: bool,
     fields: &mut Vec<String>,
 ) -> anyhow::Result<()> {
-    use tern_gpu::attn::{self, StepParams};
+    use tern_gpu::kernels::{self, StepParams};
     let (n_ctx, depths, prefill, iters): (u64, &[u64], u64, usize) = if quick {
         (1024, &[128, 900], 64, 3)
     } else {
@@ -373,7 +366,7 @@ fn attention_section(
             bytemuck::bytes_of(&StepParams {
                 p0: p0 as u32,
                 n_tokens: n as u32,
-                _pad: [0; 2],
+                ..StepParams::default()
             }),
         )
     };
@@ -395,8 +388,21 @@ fn attention_section(
             set_step(p0, n);
             let it = if n > 1 { iters.div_ceil(10) } else { iters };
             let t = per_call(ctx, it, |e| {
-                attn::attention(
-                    ctx, e, &step, &qb, &kb, &vb, &ob, n, nh, nkv, hd, n_ctx, scale,
+                kernels::attention(
+                    ctx,
+                    e,
+                    tern_gpu::KvFormat::F32,
+                    &step,
+                    &qb,
+                    &kb,
+                    &vb,
+                    &ob,
+                    n,
+                    nh,
+                    nkv,
+                    hd,
+                    n_ctx,
+                    scale,
                 )
             })?;
             let mut check = String::new();
@@ -405,9 +411,10 @@ fn attention_section(
                 let mut sweep = Vec::new();
                 for split in [1u64, 8, 32, 64, 128] {
                     let ts = per_call(ctx, it, |e| {
-                        attn::attention_with_split(
+                        kernels::attention_with_split(
                             ctx,
                             e,
+                            tern_gpu::KvFormat::F32,
                             &step,
                             &qb,
                             &kb,
@@ -455,7 +462,7 @@ fn attention_section(
                 t * 1e6,
                 t * 30.0 * 1e3,
                 kv_bytes as f64 / t / 1e9,
-                attn::attention_splits(ctx, n, nh, nkv, n_ctx),
+                kernels::attention_splits(ctx, n, nh, nkv, n_ctx),
             ));
         }
     }
@@ -491,8 +498,8 @@ fn prefill(
             let (w, a) = ternary_operands(ctx, rng, layout, rows, cols, tokens)?;
             let y1 = ctx.zeroed("y", tokens * rows * 4)?;
             let y2 = ctx.zeroed("y", tokens * rows * 4)?;
-            let t1 = per_call(ctx, iters, |e| ops::ternary_gemv(ctx, e, &w, &a, &y1))?;
-            let t2 = per_call(ctx, iters, |e| gemm::ternary_gemm(ctx, e, &w, &a, &y2))?;
+            let t1 = per_call(ctx, iters, |e| kernels::ternary_gemv(ctx, e, &w, &a, &y1))?;
+            let t2 = per_call(ctx, iters, |e| kernels::ternary_gemm(ctx, e, &w, &a, &y2))?;
             let n = (tokens * rows) as usize;
             anyhow::ensure!(
                 ctx.read_bytes(&y1, 0, n as u64 * 4)? == ctx.read_bytes(&y2, 0, n as u64 * 4)?,
@@ -515,9 +522,11 @@ fn prefill(
             let xb = ctx.upload("x", &x)?;
             let y1 = ctx.zeroed("y", tokens * rows * 4)?;
             let y2 = ctx.zeroed("y", tokens * rows * 4)?;
-            let t1 = per_call(ctx, iters, |e| ops::ggml_gemv(ctx, e, &w, &xb, tokens, &y1))?;
+            let t1 = per_call(ctx, iters, |e| {
+                kernels::ggml_gemv(ctx, e, &w, &xb, tokens, &y1)
+            })?;
             let t2 = per_call(ctx, iters, |e| {
-                gemm::ggml_gemm(ctx, e, &w, &xb, tokens, &y2)
+                kernels::ggml_gemm(ctx, e, &w, &xb, tokens, &y2)
             })?;
             let n = (tokens * rows) as usize;
             let (a, b) = (ctx.read_f32(&y1, n)?, ctx.read_f32(&y2, n)?);
@@ -541,14 +550,14 @@ fn prefill(
             .collect();
         let xb = ctx.upload("x", &x)?;
         let y = ctx.zeroed("y", nt * rows * 4)?;
-        let t1 = per_call(ctx, iters, |e| ops::ggml_gemv(ctx, e, &w, &xb, 1, &y))?;
+        let t1 = per_call(ctx, iters, |e| kernels::ggml_gemv(ctx, e, &w, &xb, 1, &y))?;
         fields.push(format!(
             "\"head_q6_k_{rows}x{cols}_t1_gemv\":{{\"ms\":{:.3},\"weight_gb_per_s\":{:.1}}}",
             t1 * 1e3,
             (rows * cols / 256 * 210) as f64 / t1 / 1e9
         ));
-        let t1 = per_call(ctx, iters, |e| ops::ggml_gemv(ctx, e, &w, &xb, nt, &y))?;
-        let t2 = per_call(ctx, iters, |e| gemm::ggml_gemm(ctx, e, &w, &xb, nt, &y))?;
+        let t1 = per_call(ctx, iters, |e| kernels::ggml_gemv(ctx, e, &w, &xb, nt, &y))?;
+        let t2 = per_call(ctx, iters, |e| kernels::ggml_gemm(ctx, e, &w, &xb, nt, &y))?;
         fields.push(entry(
             format!("head_q6_k_{rows}x{cols}_t{nt}"),
             (rows * cols * nt) as f64,
@@ -556,7 +565,7 @@ fn prefill(
             t2,
         ));
     }
-    // Where the GEMM starts to win (gemm::GEMM_MIN_TOKENS): 2bit 6912 × 2560 by token count.
+    // Where the GEMM starts to win (kernels::GEMM_MIN_TOKENS): 2bit 6912 × 2560 by token count.
     {
         let (rows, cols) = (6912 / shrink, 2560u64);
         let counts: &[u64] = if quick {
@@ -569,8 +578,8 @@ fn prefill(
             let (w, a) = ternary_operands(ctx, rng, TernaryLayout::Bits2, rows, cols, nt)?;
             let y = ctx.zeroed("y", nt * rows * 4)?;
             let it = if quick { 1 } else { 50 };
-            let t1 = per_call(ctx, it, |e| ops::ternary_gemv(ctx, e, &w, &a, &y))?;
-            let t2 = per_call(ctx, it, |e| gemm::ternary_gemm(ctx, e, &w, &a, &y))?;
+            let t1 = per_call(ctx, it, |e| kernels::ternary_gemv(ctx, e, &w, &a, &y))?;
+            let t2 = per_call(ctx, it, |e| kernels::ternary_gemm(ctx, e, &w, &a, &y))?;
             pts.push(format!(
                 "\"t{nt}\":{{\"gemv_us\":{:.1},\"gemm_us\":{:.1}}}",
                 t1 * 1e6,

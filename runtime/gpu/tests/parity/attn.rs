@@ -11,7 +11,7 @@
 //! only the step buffer.
 
 use super::*;
-use tern_gpu::attn::{self, StepParams};
+use tern_gpu::kernels::StepParams;
 use tern_gpu::Plan;
 
 fn step_buffer(ctx: &GpuContext, p0: u32, n: u32) -> wgpu::Buffer {
@@ -32,7 +32,7 @@ fn write_step(ctx: &GpuContext, b: &wgpu::Buffer, p0: u32, n: u32) {
     let sp = StepParams {
         p0,
         n_tokens: n,
-        _pad: [0; 2],
+        ..StepParams::default()
     };
     ctx.write(b, bytemuck::bytes_of(&sp));
 }
@@ -99,15 +99,51 @@ fn run_attention(
     let step = step_buffer(ctx, p0 as u32, n as u32);
     let (nn, r, nc) = (n as u64, row as u64, n_ctx as u64);
     let mut enc = ctx.encoder();
-    attn::kv_store(ctx, &mut enc, &step, &knb, &kb, nn, r, nc).map_err(e)?;
-    attn::kv_store(ctx, &mut enc, &step, &vnb, &vb, nn, r, nc).map_err(e)?;
+    tern_gpu::kernels::kv_store(
+        ctx,
+        &mut enc,
+        tern_gpu::KvFormat::F32,
+        &step,
+        &knb,
+        &kb,
+        nn,
+        r,
+        nc,
+    )
+    .map_err(e)?;
+    tern_gpu::kernels::kv_store(
+        ctx,
+        &mut enc,
+        tern_gpu::KvFormat::F32,
+        &step,
+        &vnb,
+        &vb,
+        nn,
+        r,
+        nc,
+    )
+    .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut enc = ctx.encoder();
     let (nh, nk, d) = (n_head as u64, n_kv as u64, hd as u64);
-    let splits = split.unwrap_or_else(|| attn::attention_splits(ctx, nn, nh, nk, nc));
-    attn::attention_with_split(
-        ctx, &mut enc, &step, &qb, &kb, &vb, &ob, nn, nh, nk, d, nc, scale, split,
+    let splits = split.unwrap_or_else(|| tern_gpu::kernels::attention_splits(ctx, nn, nh, nk, nc));
+    tern_gpu::kernels::attention_with_split(
+        ctx,
+        &mut enc,
+        tern_gpu::KvFormat::F32,
+        &step,
+        &qb,
+        &kb,
+        &vb,
+        &ob,
+        nn,
+        nh,
+        nk,
+        d,
+        nc,
+        scale,
+        split,
     )
     .map_err(e)?;
     let t0 = std::time::Instant::now();
@@ -151,12 +187,35 @@ fn run_plan_replay(
     let step = step_buffer(ctx, 0, 1);
     let (r, nc) = (row as u64, n_ctx as u64);
     let mut plan = Plan::new();
-    attn::kv_store(ctx, &mut plan, &step, &knb, &kb, 1, r, nc).map_err(e)?;
-    attn::kv_store(ctx, &mut plan, &step, &vnb, &vb, 1, r, nc).map_err(e)?;
-    let scale = 1.0 / (hd as f32).sqrt();
-    attn::attention(
+    tern_gpu::kernels::kv_store(
         ctx,
         &mut plan,
+        tern_gpu::KvFormat::F32,
+        &step,
+        &knb,
+        &kb,
+        1,
+        r,
+        nc,
+    )
+    .map_err(e)?;
+    tern_gpu::kernels::kv_store(
+        ctx,
+        &mut plan,
+        tern_gpu::KvFormat::F32,
+        &step,
+        &vnb,
+        &vb,
+        1,
+        r,
+        nc,
+    )
+    .map_err(e)?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    tern_gpu::kernels::attention(
+        ctx,
+        &mut plan,
+        tern_gpu::KvFormat::F32,
         &step,
         &qb,
         &kb,
@@ -212,8 +271,21 @@ fn run_attention_too_large(ctx: &GpuContext, _rng: &mut Rng) -> Result<String, S
     let big = ctx
         .zeroed("big", n_ctx * n_kv * hd * 4)
         .map_err(|e| e.to_string())?;
-    let r = attn::attention(
-        ctx, &mut enc, &step, &small, &big, &big, &small, 1, n_head, n_kv, hd, n_ctx, 0.125,
+    let r = tern_gpu::kernels::attention(
+        ctx,
+        &mut enc,
+        tern_gpu::KvFormat::F32,
+        &step,
+        &small,
+        &big,
+        &big,
+        &small,
+        1,
+        n_head,
+        n_kv,
+        hd,
+        n_ctx,
+        0.125,
     );
     match r {
         Err(GpuError::TooLarge { what, detail }) if detail.contains("at most") => {

@@ -18,8 +18,8 @@
 //! needs several position chunks).
 
 use super::*;
-use tern_gpu::cce::{self, Head};
-use tern_gpu::float_ops::FloatWeight;
+use tern_gpu::kernels::cce::{self, Head};
+use tern_gpu::FloatWeight;
 
 enum HeadKind {
     Ggml(GgmlType),
@@ -60,7 +60,7 @@ fn run_cce(
             let bytes = random_blocks(rng, q, vocab * d / be);
             let m = Matrix::from_encoded("head", vocab, d, &ggml_encoding(q), &bytes)
                 .map_err(|e| e.to_string())?;
-            let w = ops::GgmlWeight::upload(ctx, q, vocab as u64, d as u64, &bytes).map_err(e)?;
+            let w = GgmlWeight::upload(ctx, q, vocab as u64, d as u64, &bytes).map_err(e)?;
             (m, Some(w), None)
         }
         HeadKind::Float(t) => {

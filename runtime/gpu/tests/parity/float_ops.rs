@@ -6,7 +6,8 @@
 //! (value desc, index asc), including ties, n < k, n = 1 and vocabularies of 49152 / 128256).
 
 use super::*;
-use tern_gpu::float_ops::{self, EmbedTable, FloatWeight};
+use tern_gpu::kernels::EmbedTable;
+use tern_gpu::{FloatPart, FloatWeight};
 
 fn run_float_gemv(
     ctx: &GpuContext,
@@ -41,7 +42,7 @@ fn check_gemv(
     let xb = ctx.upload("x", &f32_bytes(&x)).map_err(e)?;
     let yb = ctx.zeroed("y", (tokens * rows * 4) as u64).map_err(e)?;
     let mut enc = ctx.encoder();
-    float_ops::float_gemv(ctx, &mut enc, fw, &xb, tokens as u64, &yb).map_err(e)?;
+    tern_gpu::kernels::float_gemv(ctx, &mut enc, fw, &xb, tokens as u64, &yb).map_err(e)?;
     let t0 = std::time::Instant::now();
     ctx.submit_wait(enc).map_err(e)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -78,7 +79,7 @@ fn run_neuzip_parts(
     };
     let blob = neuzip::encode_with(dtype, 7, &bytes, cols, params).map_err(|e| e.to_string())?;
     let e = |e: GpuError| e.to_string();
-    let t = ops::NeuzipTensor::upload(ctx, &blob).map_err(e)?;
+    let t = NeuzipTensor::upload(ctx, &blob).map_err(e)?;
     let mut enc = ctx.encoder();
     t.decode(ctx, &mut enc).map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -123,7 +124,7 @@ fn run_offset_parts(
         let mut data = to_dtype(dtype, &vec![1e30; pad]);
         data.extend_from_slice(&bytes[win[0] * cols * es..win[1] * cols * es]);
         data.resize(data.len().next_multiple_of(4), 0xff);
-        parts.push(float_ops::FloatPart {
+        parts.push(FloatPart {
             buffer: ctx.upload("part", &data).map_err(e)?,
             row0: win[0] as u64,
             rows: (win[1] - win[0]) as u64,
@@ -176,7 +177,7 @@ fn check_embed(
     // poison the output so that skipped writes show
     ctx.write(&ob, &f32_bytes(&vec![f32::NAN; ids.len() * cols]));
     let mut enc = ctx.encoder();
-    float_ops::embed_rows(ctx, &mut enc, table, &idb, ids.len() as u64, &ob).map_err(e)?;
+    tern_gpu::kernels::embed_rows(ctx, &mut enc, table, &idb, ids.len() as u64, &ob).map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let got = ctx.read_f32(&ob, ids.len() * cols).map_err(e)?;
     score("embed_rows", Check::Exact, &got, &want)
@@ -213,8 +214,7 @@ fn run_embed(
         Err(q) => {
             let n_blocks = rows * cols / q.block_elems() as usize;
             let bytes = random_blocks(rng, q, n_blocks);
-            let gw =
-                ops::GgmlWeight::upload(ctx, q, rows as u64, cols as u64, &bytes).map_err(e)?;
+            let gw = GgmlWeight::upload(ctx, q, rows as u64, cols as u64, &bytes).map_err(e)?;
             let s = check_embed(ctx, &EmbedTable::Ggml(&gw), &bytes, ggml_encoding(q), &ids)?;
             Ok(format!("{s}, {} parts", gw.parts()))
         }
@@ -264,7 +264,7 @@ fn run_topk(ctx: &GpuContext, rng: &mut Rng, n: usize, k: u32, ties: u8) -> Resu
     let lb = ctx.upload("logits", &f32_bytes(&logits)).map_err(e)?;
     let ob = ctx.zeroed("topk", u64::from(k) * 8).map_err(e)?;
     let mut enc = ctx.encoder();
-    float_ops::topk(ctx, &mut enc, &lb, n as u64, k, &ob).map_err(e)?;
+    tern_gpu::kernels::topk(ctx, &mut enc, &lb, n as u64, k, &ob).map_err(e)?;
     let t0 = std::time::Instant::now();
     ctx.submit_wait(enc).map_err(e)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;

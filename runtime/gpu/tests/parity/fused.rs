@@ -18,10 +18,10 @@ fn run_rmsnorm_quant(
     let xb = ctx.upload("x", &f32_bytes(&x)).map_err(e)?;
     let wb = ctx.upload("w", &f32_bytes(&w)).map_err(e)?;
     let yb = ctx.zeroed("y", (rows * n * 4) as u64).map_err(e)?;
-    let a = ops::ActInt8::alloc(ctx, rows as u64, n as u64).map_err(e)?;
+    let a = kernels::ActInt8::alloc(ctx, rows as u64, n as u64).map_err(e)?;
     let mut enc = ctx.encoder();
-    ops::rmsnorm(ctx, &mut enc, &xb, &wb, &yb, n as u64, rows as u64, 1e-6).map_err(e)?;
-    ops::rmsnorm_quant_int8(ctx, &mut enc, &xb, &wb, n as u64, 1e-6, &a).map_err(e)?;
+    kernels::rmsnorm(ctx, &mut enc, &xb, &wb, &yb, n as u64, rows as u64, 1e-6).map_err(e)?;
+    kernels::rmsnorm_quant_int8(ctx, &mut enc, &xb, &wb, n as u64, 1e-6, &a).map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let y = ctx.read_f32(&yb, rows * n).map_err(e)?;
     let q = ctx

@@ -8,7 +8,6 @@
 //! start mid-tile.
 
 use super::*;
-use tern_gpu::gemm;
 
 /// Which launcher a case runs.
 #[derive(Clone, Copy, Debug)]
@@ -58,7 +57,7 @@ fn run_ternary_gemm(
         .unwrap();
 
     let e = |e: GpuError| e.to_string();
-    let w = ops::TernaryWeight::upload(
+    let w = TernaryWeight::upload(
         ctx,
         layout,
         rows as u64,
@@ -74,11 +73,12 @@ fn run_ternary_gemm(
         .upload("y", &f32_bytes(&vec![f32::NAN; tokens * rows]))
         .map_err(e)?;
     let mut enc = ctx.encoder();
-    let a = ops::quantize_act_int8(ctx, &mut enc, &xb, tokens as u64, cols as u64).map_err(e)?;
+    let a =
+        kernels::quantize_act_int8(ctx, &mut enc, &xb, tokens as u64, cols as u64).map_err(e)?;
     match path {
-        Path::Gemm => gemm::ternary_gemm(ctx, &mut enc, &w, &a, &y),
-        Path::Gemv => ops::ternary_gemv(ctx, &mut enc, &w, &a, &y),
-        Path::Matmul => gemm::ternary_matmul(ctx, &mut enc, &w, &a, &y),
+        Path::Gemm => tern_gpu::kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y),
+        Path::Gemv => kernels::ternary_gemv(ctx, &mut enc, &w, &a, &y),
+        Path::Matmul => tern_gpu::kernels::ternary_matmul(ctx, &mut enc, &w, &a, &y),
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -104,7 +104,7 @@ fn run_ggml_gemm(
     m.matmul(&x, ActQuant::None, &MatmulOptions::default(), &mut want)
         .unwrap();
     let e = |e: GpuError| e.to_string();
-    let w = ops::GgmlWeight::upload(ctx, qtype, rows as u64, cols as u64, &bytes).map_err(e)?;
+    let w = GgmlWeight::upload(ctx, qtype, rows as u64, cols as u64, &bytes).map_err(e)?;
     let xb = ctx.upload("x", &f32_bytes(&x)).map_err(e)?;
     let y = ctx
         .upload("y", &f32_bytes(&vec![f32::NAN; tokens * rows]))
@@ -112,9 +112,9 @@ fn run_ggml_gemm(
     let mut enc = ctx.encoder();
     let n = tokens as u64;
     match path {
-        Path::Gemm => gemm::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
-        Path::Gemv => ops::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
-        Path::Matmul => gemm::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y),
+        Path::Gemm => tern_gpu::kernels::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
+        Path::Gemv => kernels::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
+        Path::Matmul => tern_gpu::kernels::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y),
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;

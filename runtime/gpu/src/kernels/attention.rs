@@ -4,46 +4,13 @@
 //! caller rewrites with `queue.write_buffer` before each submit, so a plan recorded once serves
 //! every position. The number of tokens per batch is fixed when the launcher records.
 
-use bytemuck::{Pod, Zeroable};
-
-use crate::context::GpuContext;
+use crate::device::check::{check_binding as binding, check_buffer as need, u32_of};
+use crate::device::context::GpuContext;
+pub use crate::device::params::StepParams;
+use crate::device::params::{AttnParams, KvStoreParams};
+use crate::device::pipeline::{KernelKey, KvFormat};
+use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
-use crate::pipeline::KernelKey;
-use crate::plan::Recorder;
-
-/// Per-step values (uniform): `p0` = position of the batch's first token.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable, Default, PartialEq, Eq)]
-pub struct StepParams {
-    pub p0: u32,
-    /// Informational: the recorded dispatches fix the batch size.
-    pub n_tokens: u32,
-    pub _pad: [u32; 2],
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct KvParams {
-    row: u32,
-    n_tokens: u32,
-    n_ctx: u32,
-    _pad: u32,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct AttnParams {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    scale: f32,
-    n_tokens: u32,
-    /// Key chunks per (token, head group): 1 writes `out` directly, more write partials.
-    n_split: u32,
-    /// Workgroups per kv head (query heads of a group, 4 per workgroup).
-    n_hg: u32,
-}
 
 /// Query heads sharing one kv head that one attention workgroup handles (`attention.wgsl`'s GM).
 const HEADS_PER_WG: u64 = 4;
@@ -64,18 +31,17 @@ fn attn_target_wgs(ctx: &GpuContext) -> u64 {
 /// At most this many key chunks per (token, head group) (attention_combine.wgsl's WG).
 const ATTN_MAX_SPLIT: u64 = 128;
 
-use crate::ops::{check_binding as binding, check_buffer as need, u32_of};
-
 /// A KV cache of `n_ctx` rows of `row` f32 must fit one binding.
-fn kv_binding(ctx: &GpuContext, n_ctx: u64, row: u64) -> Result<()> {
-    let bytes = n_ctx.saturating_mul(row).saturating_mul(4);
+pub(crate) fn kv_binding(ctx: &GpuContext, format: KvFormat, n_ctx: u64, row: u64) -> Result<()> {
+    let bytes = n_ctx.saturating_mul(format.row_bytes(row));
     if bytes > ctx.binding_limit() {
-        let max_ctx = ctx.binding_limit() / row.saturating_mul(4).max(1);
+        let max_ctx = ctx.binding_limit() / format.row_bytes(row).max(1);
         return Err(GpuError::TooLarge {
             what: "KV cache".into(),
             detail: format!(
-                "{n_ctx} positions × {row} f32 = {bytes} bytes in one binding, the limit is {} \
+                "{n_ctx} positions × {row} {} = {bytes} bytes in one binding, the limit is {} \
                  bytes: use a context of at most {max_ctx} positions",
+                format.name(),
                 ctx.binding_limit()
             ),
         });
@@ -88,6 +54,7 @@ fn kv_binding(ctx: &GpuContext, n_ctx: u64, row: u64) -> Result<()> {
 pub fn kv_store(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
+    format: KvFormat,
     step: &wgpu::Buffer,
     src: &wgpu::Buffer,
     cache: &wgpu::Buffer,
@@ -97,12 +64,12 @@ pub fn kv_store(
 ) -> Result<()> {
     const OP: &str = "kv_store";
     let sb = n_tokens.saturating_mul(row).saturating_mul(4);
-    let cb = n_ctx.saturating_mul(row).saturating_mul(4);
+    let cb = n_ctx.saturating_mul(format.row_bytes(row));
     need(OP, "src", src, sb)?;
     need(OP, "cache", cache, cb)?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
-    kv_binding(ctx, n_ctx, row)?;
-    let p = KvParams {
+    kv_binding(ctx, format, n_ctx, row)?;
+    let p = KvStoreParams {
         row: u32_of(OP, "row", row)?,
         n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
         n_ctx: u32_of(OP, "n_ctx", n_ctx)?,
@@ -114,7 +81,7 @@ pub fn kv_store(
     let (gx, gy) = (groups.min(max), groups.div_ceil(max).max(1));
     ctx.dispatch(
         enc,
-        KernelKey::KvStore,
+        KernelKey::KvStore(format),
         &[&params, step, src, cache],
         (u32_of(OP, "groups", gx)?, u32_of(OP, "groups", gy)?, 1),
     )
@@ -156,6 +123,7 @@ fn splits_for(target: u64, n_tokens: u64, wgs_per_token: u64, n_ctx: u64) -> u64
 pub fn attention(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
+    format: KvFormat,
     step: &wgpu::Buffer,
     q: &wgpu::Buffer,
     k_cache: &wgpu::Buffer,
@@ -169,8 +137,8 @@ pub fn attention(
     scale: f32,
 ) -> Result<()> {
     attention_with_split(
-        ctx, enc, step, q, k_cache, v_cache, out, n_tokens, n_head, n_head_kv, head_dim, n_ctx,
-        scale, None,
+        ctx, enc, format, step, q, k_cache, v_cache, out, n_tokens, n_head, n_head_kv, head_dim,
+        n_ctx, scale, None,
     )
 }
 
@@ -181,6 +149,7 @@ pub fn attention(
 pub fn attention_with_split(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
+    format: KvFormat,
     step: &wgpu::Buffer,
     q: &wgpu::Buffer,
     k_cache: &wgpu::Buffer,
@@ -214,13 +183,13 @@ pub fn attention_with_split(
         .saturating_mul(n_head)
         .saturating_mul(head_dim)
         .saturating_mul(4);
-    let cb = n_ctx.saturating_mul(n_head_kv * head_dim).saturating_mul(4);
+    let cb = n_ctx.saturating_mul(format.row_bytes(n_head_kv * head_dim));
     need(OP, "q", q, qb)?;
     need(OP, "out", out, qb)?;
     need(OP, "k cache", k_cache, cb)?;
     need(OP, "v cache", v_cache, cb)?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
-    kv_binding(ctx, n_ctx, n_head_kv * head_dim)?;
+    kv_binding(ctx, format, n_ctx, n_head_kv * head_dim)?;
     binding(ctx, "queries", qb)?;
     let group = n_head / n_head_kv;
     let n_hg = group.div_ceil(HEADS_PER_WG);
@@ -250,7 +219,7 @@ pub fn attention_with_split(
     if n_split == 1 {
         return ctx.dispatch(
             enc,
-            KernelKey::Attention,
+            KernelKey::Attention(format),
             &[&params, step, q, k_cache, v_cache, out],
             groups,
         );
@@ -264,7 +233,7 @@ pub fn attention_with_split(
     let partials = ctx.zeroed("attention partials", pb)?;
     ctx.dispatch(
         enc,
-        KernelKey::Attention,
+        KernelKey::Attention(format),
         &[&params, step, q, k_cache, v_cache, &partials],
         groups,
     )?;

@@ -2,12 +2,14 @@
 //! INT4 absmean, TopK-50% + INT8) and the kernel that produces that input.
 //!
 //! Built once from the model file (metadata + tensor encodings), before anything is uploaded;
-//! the graph ([`crate::model`]) reads it instead of deciding per call. The rule today:
+//! the graph (`model/graph.rs`) reads it instead of deciding per call. The rule today:
 //!
 //! * a linear whose weights are ternary takes the quantized input its scheme names; when a norm
 //!   precedes it (the attention/FFN norms, BitNet's sub-norms) the quantization is fused into the
 //!   norm (`rmsnorm_quant_int8`, same bits as the unfused pair, one dispatch), otherwise a
 //!   separate `act_quant_int8` pass quantizes the f32 row;
+//! * weights of both kinds sharing one input (e.g. ternary q with float k) get the norm's f32
+//!   rows and, for the ternary ones, a separate `act_quant_int8` pass over them;
 //! * a linear with ggml-block or float weights (llama family, the output head) reads f32;
 //! * a scheme that has no GPU kernel yet (BitNet a4.8's INT4 and TopK inputs) is
 //!   [`Producer::Unsupported`]: the GPU loader refuses the model with a typed error naming it.
@@ -87,7 +89,9 @@ pub enum Producer {
     Direct,
     /// The preceding RMSNorm is fused with INT8 absmax quantization (`rmsnorm_quant_int8`).
     NormQuantInt8,
-    /// A separate INT8 absmax pass (`act_quant_int8`) over the preceding op's f32 output.
+    /// A separate INT8 absmax pass (`act_quant_int8`) over the preceding op's f32 output
+    /// (after the norm, when there is one: then the f32 rows are also there for non-ternary
+    /// weights sharing the input).
     QuantInt8,
     /// The scheme has no GPU kernel yet.
     Unsupported,
@@ -117,6 +121,8 @@ pub enum WeightKind {
     Ggml,
     /// f32/f16/bf16, raw or NeuZip.
     Float,
+    /// Several kinds share one input (q/k/v or gate/up).
+    Mixed,
     /// An encoding the GPU has no matmul for.
     Other,
 }
@@ -137,6 +143,7 @@ impl WeightKind {
             WeightKind::Ternary => "ternary",
             WeightKind::Ggml => "ggml",
             WeightKind::Float => "float",
+            WeightKind::Mixed => "mixed",
             WeightKind::Other => "other",
         }
     }
@@ -195,12 +202,34 @@ fn input(linear: Linear, weights: &[WeightKind], q: ActQuant, norm_before: bool)
                 Producer::Direct
             },
         ),
-        // Mixed encodings in one fused input (e.g. ternary q with float k) or no kernel.
+        // Kinds mixed in one input (e.g. ternary q with float k): f32 rows from the norm, and
+        // a separate INT8 pass for the ternary ones.
+        (_, false)
+            if q == ActQuant::Int8
+                && weights.iter().all(|k| *k != WeightKind::Other)
+                && weights.contains(&WeightKind::Ternary) =>
+        {
+            (InputScheme::Int8Absmax, Producer::QuantInt8)
+        }
+        (_, false)
+            if weights
+                .iter()
+                .all(|k| matches!(k, WeightKind::Ggml | WeightKind::Float)) =>
+        {
+            (
+                InputScheme::Float,
+                if norm_before {
+                    Producer::Norm
+                } else {
+                    Producer::Direct
+                },
+            )
+        }
         _ => (InputScheme::from_act(q), Producer::Unsupported),
     };
     LinearInput {
         linear,
-        weights: w,
+        weights: if same { w } else { WeightKind::Mixed },
         scheme,
         producer,
     }

@@ -46,6 +46,34 @@ impl GgmlType {
     }
 }
 
+/// Element format of a KV cache: part of the KV-store and attention pipeline keys, so a new
+/// format (quantized, merged) is a new variant here, a new shader variant and a new key — never
+/// a flag inside a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvFormat {
+    /// 32-bit floats, `[pos][kv_head][head_dim]` per layer (keys after RoPE).
+    #[default]
+    F32,
+}
+
+impl KvFormat {
+    /// Every format this build has kernels for.
+    pub const ALL: [KvFormat; 1] = [KvFormat::F32];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvFormat::F32 => "f32",
+        }
+    }
+
+    /// Bytes one position of `values` keys (or values) takes in one layer.
+    pub fn row_bytes(self, values: u64) -> u64 {
+        match self {
+            KvFormat::F32 => values.saturating_mul(4),
+        }
+    }
+}
+
 /// Elementwise ops of `elementwise.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EltOp {
@@ -77,8 +105,8 @@ pub enum KernelKey {
     },
     Elementwise(EltOp),
     Argmax,
-    KvStore,
-    Attention,
+    KvStore(KvFormat),
+    Attention(KvFormat),
     /// Merge of split-K attention partials.
     AttentionCombine,
     /// Embedding-row lookup from a float table / a ggml-block table.
@@ -135,8 +163,8 @@ impl fmt::Display for KernelKey {
                 EltOp::Add => "add",
             }),
             KernelKey::Argmax => f.write_str("argmax"),
-            KernelKey::KvStore => f.write_str("kv_store"),
-            KernelKey::Attention => f.write_str("attention_wg256"),
+            KernelKey::KvStore(kv) => write!(f, "kv_store_{}", kv.name()),
+            KernelKey::Attention(kv) => write!(f, "attention_{}_wg256", kv.name()),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
             KernelKey::EmbedFloat(t) => f.write_str(match t {
                 FloatType::F32 => "embed_f32",
@@ -176,8 +204,8 @@ impl KernelKey {
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
             KernelKey::Argmax => Shader::Argmax,
-            KernelKey::KvStore => Shader::KvStore,
-            KernelKey::Attention => Shader::Attention,
+            KernelKey::KvStore(_) => Shader::KvStore,
+            KernelKey::Attention(_) => Shader::Attention,
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
             KernelKey::TopK { .. } => Shader::TopK,
@@ -293,8 +321,6 @@ mod tests {
             KernelKey::Rope { neox: false },
             KernelKey::Rope { neox: true },
             KernelKey::Argmax,
-            KernelKey::KvStore,
-            KernelKey::Attention,
             KernelKey::AttentionCombine,
             KernelKey::EmbedFloat(FloatType::F32),
             KernelKey::EmbedFloat(FloatType::F16),
@@ -330,6 +356,10 @@ mod tests {
             keys.push(KernelKey::CceGgml(t, 128));
             keys.push(KernelKey::CceGgml(t, 64));
             keys.push(KernelKey::CceGgml(t, 16));
+        }
+        for kv in KvFormat::ALL {
+            keys.push(KernelKey::KvStore(kv));
+            keys.push(KernelKey::Attention(kv));
         }
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
             keys.push(KernelKey::Elementwise(op));

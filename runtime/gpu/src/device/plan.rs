@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::pipeline::KernelKey;
+use crate::device::pipeline::KernelKey;
 
 /// A sink for launchers' dispatches and buffer clears.
 pub trait Recorder {

@@ -4,10 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::device::pipeline::{KernelKey, PipelineCache};
+use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
-use crate::pipeline::{KernelKey, PipelineCache};
-use crate::plan::Recorder;
-use crate::pool::BufferPool;
 
 /// Which device the caller wants (`--device gpu|cpu|auto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,7 +62,7 @@ pub struct AdapterSummary {
     pub timestamp_query: bool,
 }
 
-/// An open GPU device with its queue, limits, pipeline cache and buffer pool.
+/// An open GPU device with its queue, limits and pipeline cache.
 pub struct GpuContext {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
@@ -72,7 +71,6 @@ pub struct GpuContext {
     pub limits: wgpu::Limits,
     binding_limit: u64,
     pipelines: PipelineCache,
-    pub(crate) pool: BufferPool,
     lost: Arc<Mutex<Option<String>>>,
     lost_flag: Arc<AtomicBool>,
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -249,7 +247,6 @@ impl GpuContext {
             limits,
             binding_limit,
             pipelines: PipelineCache::default(),
-            pool: BufferPool::default(),
             lost,
             lost_flag,
             uncaptured,
@@ -536,40 +533,4 @@ impl GpuContext {
         enc.record_dispatch(key, &pipeline, bg, groups);
         Ok(())
     }
-}
-
-/// Split `n_rows` rows of `row_bytes` bytes each into consecutive row ranges whose bytes (plus
-/// `extra(rows)` bytes of per-part data, e.g. scales) fit in `limit`. Errors when one row alone
-/// does not fit.
-pub fn split_rows(
-    what: &str,
-    n_rows: u64,
-    row_bytes: u64,
-    limit: u64,
-    extra: impl Fn(u64) -> u64,
-) -> Result<Vec<std::ops::Range<u64>>> {
-    let fits = |rows: u64| rows.saturating_mul(row_bytes).saturating_add(extra(rows)) <= limit;
-    if n_rows > 0 && !fits(1) {
-        return Err(GpuError::TooLarge {
-            what: what.into(),
-            detail: format!("one row is {row_bytes} bytes, a binding holds at most {limit}"),
-        });
-    }
-    let mut per = if row_bytes == 0 {
-        n_rows.max(1)
-    } else {
-        (limit / row_bytes).max(1)
-    };
-    while per > 1 && !fits(per) {
-        per -= 1.max(per / 16);
-    }
-    let per = per.max(1);
-    let mut out = Vec::new();
-    let mut r = 0;
-    while r < n_rows {
-        let e = (r + per).min(n_rows);
-        out.push(r..e);
-        r = e;
-    }
-    Ok(out)
 }

@@ -23,15 +23,14 @@
 //!
 //! A target `≥ n_vocab` gives NaN (targets live on the GPU; the launcher cannot check them).
 
-use bytemuck::{Pod, Zeroable};
-
-use crate::context::GpuContext;
+use crate::device::check::{check_binding, check_buffer, u32_of};
+use crate::device::context::GpuContext;
+use crate::device::params::{CceCombineParams, CceParams, LogSoftmaxParams};
+use crate::device::pipeline::KernelKey;
+use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
-use crate::float_ops::{self, FloatWeight};
-use crate::gemm;
-use crate::ops::{check_binding, check_buffer, u32_of, GgmlWeight};
-use crate::pipeline::KernelKey;
-use crate::plan::Recorder;
+use crate::kernels::matmul;
+use crate::weights::{FloatWeight, GgmlWeight};
 
 /// Positions per pass-A workgroup (`BP` in `cce.wgsl`) with 64-row tiles.
 pub const POSITION_BLOCK: u64 = 64;
@@ -122,32 +121,6 @@ impl<'a> Head<'a> {
                 .collect(),
         }
     }
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct PassAParams {
-    rows: u32,
-    cols: u32,
-    blocks_per_row: u32,
-    row0: u32,
-    n_pos: u32,
-    pos0: u32,
-    block0: u32,
-    n_blocks: u32,
-    tiles: u32,
-    elem_offset: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct Quad {
-    a: u32,
-    b: u32,
-    c: u32,
-    d: u32,
 }
 
 /// Checks shared by both paths: operand sizes and the one-binding limits of hidden/targets/out.
@@ -247,7 +220,7 @@ pub fn score(
         let nc = chunk.min(n - pos0);
         let gy = u32_of(OP, "position blocks", nc.div_ceil(bp))?;
         for (part, &block0) in parts.iter().zip(&firsts) {
-            let p = PassAParams {
+            let p = CceParams {
                 rows: u32_of(OP, "rows", part.rows)?,
                 cols: u32_of(OP, "cols", d)?,
                 blocks_per_row: u32_of(OP, "blocks", head.blocks_per_row())?,
@@ -270,11 +243,11 @@ pub fn score(
                 (gx, gy, 1),
             )?;
         }
-        let q = Quad {
-            a: u32_of(OP, "positions", nc)?,
-            b: u32_of(OP, "pos0", pos0)?,
-            c: u32_of(OP, "vocab blocks", nb)?,
-            d: u32_of(OP, "n_vocab", head.rows())?,
+        let q = CceCombineParams {
+            n_pos: u32_of(OP, "positions", nc)?,
+            pos0: u32_of(OP, "pos0", pos0)?,
+            n_blocks: u32_of(OP, "vocab blocks", nb)?,
+            vocab: u32_of(OP, "n_vocab", head.rows())?,
         };
         let params = ctx.uniform(bytemuck::bytes_of(&q))?;
         let gx = u32_of(OP, "workgroups", nc.div_ceil(256))?;
@@ -289,8 +262,8 @@ pub fn score(
     Ok(())
 }
 
-/// The materialized path with [`score`]'s contract: the GEMV/GEMM ([`gemm::ggml_matmul`],
-/// [`float_ops::float_gemv`]) writes `[chunk][n_vocab]` logits for as many positions as fit one
+/// The materialized path with [`score`]'s contract: the GEMV/GEMM ([`matmul::ggml_matmul`],
+/// [`matmul::float_matmul`]) writes `[chunk][n_vocab]` logits for as many positions as fit one
 /// binding, then one workgroup per position computes `logits[t] − logsumexp(logits)`.
 pub fn materialized_logprobs(
     ctx: &GpuContext,
@@ -332,21 +305,21 @@ pub fn materialized_logprobs(
             None => hidden,
         };
         match head {
-            Head::Ggml(w) => gemm::ggml_matmul(ctx, enc, w, x, nc, &logits)?,
-            Head::Float(w) => float_ops::float_gemv(ctx, enc, w, x, nc, &logits)?,
+            Head::Ggml(w) => matmul::ggml_matmul(ctx, enc, w, x, nc, &logits)?,
+            Head::Float(w) => matmul::float_matmul(ctx, enc, w, x, nc, &logits)?,
         }
-        let q = Quad {
-            a: u32_of(OP, "n_vocab", vocab)?,
-            b: u32_of(OP, "positions", nc)?,
-            c: u32_of(OP, "pos0", pos0)?,
-            d: 0,
+        let q = LogSoftmaxParams {
+            vocab: u32_of(OP, "n_vocab", vocab)?,
+            n_pos: u32_of(OP, "positions", nc)?,
+            pos0: u32_of(OP, "pos0", pos0)?,
+            _pad: 0,
         };
         let params = ctx.uniform(bytemuck::bytes_of(&q))?;
         ctx.dispatch(
             enc,
             KernelKey::LogSoftmaxTarget,
             &[&params, &logits, targets, out],
-            (q.b, 1, 1),
+            (q.n_pos, 1, 1),
         )?;
         pos0 += nc;
     }

@@ -1,0 +1,21 @@
+//! The device layer: what every kernel launcher stands on.
+//!
+//! * `context.rs` — [`GpuContext`]: adapter choice, limits no higher than mobile GPUs give,
+//!   allocation inside error scopes, readback, device-lost and uncaptured-error handling.
+//! * `pipeline.rs` — [`KernelKey`]: typed pipeline-cache keys whose `Display` is the pipeline
+//!   label and the `tern-shaders` variant label; the pipeline cache.
+//! * `plan.rs` — [`Recorder`]: launchers record into a command encoder or a [`Plan`] replayed
+//!   per step.
+//! * `params.rs` — every kernel's parameter struct, defined once and checked against the WGSL
+//!   structs with naga in a CPU test.
+//! * `check.rs` — shape/size/binding checks and row splits shared by the launchers.
+
+pub mod check;
+pub mod context;
+pub mod params;
+pub mod pipeline;
+pub mod plan;
+
+pub use context::{GpuContext, GpuOptions};
+pub use pipeline::KernelKey;
+pub use plan::{Plan, Recorder};

@@ -1,0 +1,317 @@
+//! Every kernel's parameter struct (the WGSL `Params` / `Step` uniforms), defined once here.
+//!
+//! Each struct is declared with [`params!`], which also records its layout (field names, byte
+//! offsets, scalar types, size) and the shaders that declare the same struct. The CPU test at the
+//! bottom parses every one of those shaders with naga and checks that the WGSL struct has the
+//! same size and every WGSL member has a Rust field of the same name, offset and type: a field
+//! added, removed, reordered or retyped on one side only fails `cargo test`, without a GPU.
+//! (ggml-metal keeps one C header both sides include; WGSL has no includes, so this is the
+//! cheap equivalent.)
+
+use tern_shaders::Shader;
+
+/// One parameter struct's layout, for the naga check.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub rust: &'static str,
+    /// (shader, WGSL struct name) pairs that must match this layout.
+    pub wgsl: &'static [(Shader, &'static str)],
+    pub size: usize,
+    /// (name, byte offset, scalar type) of every field.
+    pub fields: &'static [(&'static str, usize, &'static str)],
+}
+
+macro_rules! params {
+    ($(#[$m:meta])* $name:ident in [$(($shader:ident, $wgsl:literal)),+] { $($f:ident : $t:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct $name { $(pub $f: $t),* }
+        impl $name {
+            pub const LAYOUT: Layout = Layout {
+                rust: stringify!($name),
+                wgsl: &[$((Shader::$shader, $wgsl)),+],
+                size: std::mem::size_of::<$name>(),
+                fields: &[$((stringify!($f), std::mem::offset_of!($name, $f), stringify!($t))),*],
+            };
+        }
+    };
+}
+
+params! {
+    /// `act_quant_int8.wgsl`.
+    ActQuantParams in [(ActQuantInt8, "Params")] {
+        cols: u32, q_stride: u32, n_tokens: u32, _pad: u32,
+    }
+}
+
+params! {
+    /// Ternary GEMV and tiled GEMM (same struct in both shaders).
+    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params")] {
+        rows: u32, cols: u32, words_per_row: u32, group: u32, groups_per_row: u32,
+        scale_word_offset: u32, act_stride: u32, out_stride: u32, row0: u32, n_tokens: u32,
+        _pad0: u32, _pad1: u32,
+    }
+}
+
+params! {
+    /// ggml-block GEMV and tiled GEMM (`blocks_per_row` counts 32-column units).
+    GgmlParams in [(GgmlGemv, "Params"), (GgmlGemm, "Params")] {
+        rows: u32, cols: u32, blocks_per_row: u32, out_stride: u32, row0: u32, n_tokens: u32,
+        _pad0: u32, _pad1: u32,
+    }
+}
+
+params! {
+    /// `float_gemv.wgsl`.
+    FloatParams in [(FloatGemv, "Params")] {
+        rows: u32, cols: u32, elem_offset: u32, out_stride: u32, row0: u32, n_tokens: u32,
+        _pad0: u32, _pad1: u32,
+    }
+}
+
+params! {
+    /// `neuzip_decode.wgsl`: one chunk of blocks.
+    NeuzipParams in [(NeuzipDecode, "Params")] {
+        lanes: u32, block_len: u32, blocks_per_row: u32, row_len: u32, n_elements: u32, b0: u32,
+        n_syms: u32, table_word: u32, block_words_word: u32, states_word: u32,
+        lane_starts_word: u32, words_base: u32, raw_word_offset: u32, raw_bit_base: u32,
+        out_base: u32, man: u32, exp_bits: u32, k: u32, width: u32, _pad: u32,
+    }
+}
+
+params! {
+    /// `rmsnorm.wgsl`.
+    RmsNormParams in [(RmsNorm, "Params")] {
+        n: u32, n_rows: u32, eps: f32, _pad: u32,
+    }
+}
+
+params! {
+    /// `rmsnorm_quant.wgsl`.
+    RmsNormQuantParams in [(RmsNormQuant, "Params")] {
+        n: u32, n_rows: u32, eps: f32, q_stride: u32,
+    }
+}
+
+params! {
+    /// `rope.wgsl`.
+    RopeParams in [(Rope, "Params")] {
+        n_heads: u32, head_dim: u32, rope_dim: u32, n_tokens: u32,
+    }
+}
+
+params! {
+    /// `elementwise.wgsl`.
+    EltParams in [(Elementwise, "Params")] {
+        n: u32, _pad0: u32, _pad1: u32, _pad2: u32,
+    }
+}
+
+params! {
+    /// `argmax.wgsl`.
+    ArgmaxParams in [(Argmax, "Params")] {
+        n: u32, n_rows: u32, _pad0: u32, _pad1: u32,
+    }
+}
+
+params! {
+    /// `topk.wgsl`: `n_in` = logits (pass 1) or candidate pairs (pass 2); `per` = logits per
+    /// workgroup (pass 1).
+    TopkParams in [(TopK, "Params")] {
+        n_in: u32, k: u32, per: u32, _pad: u32,
+    }
+}
+
+params! {
+    /// `embed.wgsl`.
+    EmbedParams in [(Embed, "Params")] {
+        cols: u32, row0: u32, rows: u32, total_rows: u32, elem_offset: u32, row_bytes: u32,
+        first_part: u32, n: u32,
+    }
+}
+
+params! {
+    /// Per-step values, rewritten by the host before each submit of a recorded plan: `p0` =
+    /// position of the batch's first token (`n_tokens` is informational: the recorded dispatches
+    /// fix the batch size).
+    StepParams in [(KvStore, "Step"), (Attention, "Step"), (AttentionCombine, "Step")] {
+        p0: u32, n_tokens: u32, _pad0: u32, _pad1: u32,
+    }
+}
+
+params! {
+    /// `kv_store.wgsl`: `row` = values per position per layer.
+    KvStoreParams in [(KvStore, "Params")] {
+        row: u32, n_tokens: u32, n_ctx: u32, _pad: u32,
+    }
+}
+
+params! {
+    /// Attention and its split-K merge (same struct in both shaders). `n_split` = key chunks per
+    /// (token, head group): 1 writes the output directly, more write partials; `n_hg` =
+    /// workgroups per kv head.
+    AttnParams in [(Attention, "Params"), (AttentionCombine, "Params")] {
+        n_head: u32, n_head_kv: u32, head_dim: u32, n_ctx: u32, scale: f32, n_tokens: u32,
+        n_split: u32, n_hg: u32,
+    }
+}
+
+params! {
+    /// Fused CCE pass A (`cce.wgsl`).
+    CceParams in [(Cce, "Params")] {
+        rows: u32, cols: u32, blocks_per_row: u32, row0: u32, n_pos: u32, pos0: u32,
+        block0: u32, n_blocks: u32, tiles: u32, elem_offset: u32, _pad1: u32, _pad2: u32,
+    }
+}
+
+params! {
+    /// Fused CCE pass B (`cce_combine.wgsl`).
+    CceCombineParams in [(CceCombine, "Params")] {
+        n_pos: u32, pos0: u32, n_blocks: u32, vocab: u32,
+    }
+}
+
+params! {
+    /// `log_softmax_target.wgsl` (CCE's materialized comparison path).
+    LogSoftmaxParams in [(LogSoftmaxTarget, "Params")] {
+        vocab: u32, n_pos: u32, pos0: u32, _pad: u32,
+    }
+}
+
+/// Every parameter struct (what the naga test checks).
+pub const ALL: &[Layout] = &[
+    ActQuantParams::LAYOUT,
+    TernaryParams::LAYOUT,
+    GgmlParams::LAYOUT,
+    FloatParams::LAYOUT,
+    NeuzipParams::LAYOUT,
+    RmsNormParams::LAYOUT,
+    RmsNormQuantParams::LAYOUT,
+    RopeParams::LAYOUT,
+    EltParams::LAYOUT,
+    ArgmaxParams::LAYOUT,
+    TopkParams::LAYOUT,
+    EmbedParams::LAYOUT,
+    StepParams::LAYOUT,
+    KvStoreParams::LAYOUT,
+    AttnParams::LAYOUT,
+    CceParams::LAYOUT,
+    CceCombineParams::LAYOUT,
+    LogSoftmaxParams::LAYOUT,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scalar_name(module: &naga::Module, ty: naga::Handle<naga::Type>) -> String {
+        match &module.types[ty].inner {
+            naga::TypeInner::Scalar(s) => match (s.kind, s.width) {
+                (naga::ScalarKind::Uint, 4) => "u32".into(),
+                (naga::ScalarKind::Sint, 4) => "i32".into(),
+                (naga::ScalarKind::Float, 4) => "f32".into(),
+                other => format!("{other:?}"),
+            },
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// `layout` against the WGSL struct `name` of `module`: the same size, and every WGSL member
+    /// a Rust field of the same name, offset and scalar type (and no Rust field more).
+    fn compare(layout: &Layout, module: &naga::Module, name: &str) -> Result<(), String> {
+        let (members, span) = module
+            .types
+            .iter()
+            .find_map(|(_, t)| match (&t.name, &t.inner) {
+                (Some(n), naga::TypeInner::Struct { members, span }) if n == name => {
+                    Some((members.clone(), *span))
+                }
+                _ => None,
+            })
+            .ok_or_else(|| format!("no struct {name}"))?;
+        if span as usize != layout.size {
+            return Err(format!(
+                "{} is {} bytes, {name} is {span}",
+                layout.rust, layout.size
+            ));
+        }
+        for m in &members {
+            let mname = m.name.as_deref().unwrap_or("?");
+            let f = layout
+                .fields
+                .iter()
+                .find(|f| f.0 == mname)
+                .ok_or_else(|| format!("{name}.{mname} has no field in {}", layout.rust))?;
+            if f.1 != m.offset as usize {
+                return Err(format!(
+                    "{}.{mname} at byte {}, {name}'s at {}",
+                    layout.rust, f.1, m.offset
+                ));
+            }
+            let t = scalar_name(module, m.ty);
+            if f.2 != t {
+                return Err(format!(
+                    "{}.{mname} is {}, {name}'s is {t}",
+                    layout.rust, f.2
+                ));
+            }
+        }
+        if members.len() != layout.fields.len() {
+            return Err(format!(
+                "{} has {} fields, {name} {}",
+                layout.rust,
+                layout.fields.len(),
+                members.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The naga check described in the module doc.
+    #[test]
+    fn rust_params_match_the_wgsl_structs() {
+        let mut checked = 0;
+        for l in ALL {
+            for (shader, name) in l.wgsl {
+                let module = naga::front::wgsl::parse_str(&shader.source())
+                    .unwrap_or_else(|e| panic!("{shader:?}: {e}"));
+                if let Err(e) = compare(l, &module, name) {
+                    panic!("{shader:?}: {e}");
+                }
+                checked += 1;
+            }
+        }
+        // Every shader with a Params struct is covered.
+        for s in tern_shaders::Shader::ALL {
+            if s.source().contains("struct Params") {
+                assert!(
+                    ALL.iter()
+                        .any(|l| l.wgsl.iter().any(|(sh, n)| *sh == s && *n == "Params")),
+                    "{s:?} declares Params but no Rust struct is checked against it"
+                );
+            }
+        }
+        assert!(checked >= 20, "{checked} structs checked");
+    }
+
+    /// The check fails when the two sides differ: a reordered, a retyped, a missing and an extra
+    /// member, and a different size.
+    #[test]
+    fn a_mismatch_is_caught() {
+        let l = RmsNormParams::LAYOUT;
+        let good = "struct Params { n: u32, n_rows: u32, eps: f32, _pad: u32, }";
+        let m = naga::front::wgsl::parse_str(good).expect("parses");
+        assert_eq!(compare(&l, &m, "Params"), Ok(()));
+        for bad in [
+            "struct Params { n_rows: u32, n: u32, eps: f32, _pad: u32, }",
+            "struct Params { n: u32, n_rows: u32, eps: u32, _pad: u32, }",
+            "struct Params { n: u32, n_rows: u32, _pad: u32, eps: f32, }",
+            "struct Params { n: u32, n_rows: u32, eps: f32, }",
+            "struct Params { n: u32, n_rows: u32, eps: f32, _pad: u32, more: u32, }",
+        ] {
+            let m = naga::front::wgsl::parse_str(bad).expect("parses");
+            assert!(compare(&l, &m, "Params").is_err(), "{bad}");
+        }
+    }
+}

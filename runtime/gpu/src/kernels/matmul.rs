@@ -1,0 +1,350 @@
+//! Every matmul of the engine and the choice between them.
+//!
+//! * GEMV kernels (`ternary_gemv.wgsl`, `ggml_gemv.wgsl`, `float_gemv.wgsl`) put tokens on grid
+//!   y, so every workgroup re-reads its weight rows once per token: decode.
+//! * Tiled GEMM kernels (`ternary_gemm.wgsl`, `ggml_gemm.wgsl`) compute a tile of
+//!   [`GEMM_TILE_ROWS`] rows × [`GEMM_TILE_TOKENS`] tokens per workgroup, staging decoded
+//!   weights and activations in workgroup memory, so each weight word is read once per 32
+//!   tokens: prefill. Same operands, same output (`y = [n_tokens][rows]` f32) and the same
+//!   split-by-rows weights as the GEMVs. [`ternary_gemm`] is bit-exact with [`ternary_gemv`] and
+//!   `tern_reference` (i32 sums per scale group, then the same f32 operations in the same
+//!   order), so the choice never changes a result; [`ggml_gemm`] sums in another f32 order than
+//!   the GEMV (NMSE ~1e-14 against the reference).
+//! * [`ternary_matmul`] / [`ggml_matmul`] / [`float_matmul`] are what the graph calls: GEMV
+//!   below [`GEMM_MIN_TOKENS`] tokens, GEMM from there on (floats: GEMV always).
+
+use tern_format::ternary;
+
+use crate::device::check::{check_binding, check_buffer, u32_of};
+use crate::device::context::GpuContext;
+use crate::device::params::{FloatParams, GgmlParams, TernaryParams};
+use crate::device::pipeline::KernelKey;
+use crate::device::plan::Recorder;
+use crate::error::{GpuError, Result};
+use crate::kernels::act_quant::ActInt8;
+use crate::weights::ternary::GEMV_ROWS_PER_WG;
+use crate::weights::{FloatWeight, GgmlWeight, TernaryWeight};
+
+/// Weight rows per GEMM workgroup (`TR` in the shaders).
+pub const GEMM_TILE_ROWS: u64 = 64;
+/// Tokens per GEMM workgroup (`TT` in the shaders).
+pub const GEMM_TILE_TOKENS: u64 = 32;
+/// From this many tokens on, [`ternary_matmul`] / [`ggml_matmul`] use the GEMM. Below it the
+/// GEMV's per-token weight re-reads cost less than a mostly empty 32-token tile. Measured on an
+/// H100 (`gpu_bench --only prefill`, 2bit 6912 × 2560): GEMV 62 µs at 1 token, ~+27 µs per
+/// token; GEMM ~75 µs flat up to 32 tokens (one row tile per SM, latency-bound). On 640-row
+/// matrices the GEMM has only 10 workgroups and the GEMV wins up to ~16 tokens; 4 is the
+/// compromise.
+pub const GEMM_MIN_TOKENS: u64 = 4;
+
+/// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
+/// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32.
+pub fn ternary_gemv(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &TernaryWeight,
+    a: &ActInt8,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    const OP: &str = "ternary_gemv";
+    if u64::from(a.cols) != w.cols {
+        return Err(GpuError::shape(
+            OP,
+            format!("activations have {} columns, the weight {}", a.cols, w.cols),
+        ));
+    }
+    let epw = ternary::elems_per_word(w.layout);
+    let wpr = ternary::words_per_row(w.layout, w.cols);
+    if u64::from(a.stride) * 4 < wpr * epw {
+        return Err(GpuError::shape(
+            OP,
+            "activation stride shorter than a code row",
+        ));
+    }
+    let yb = u64::from(a.n_tokens) * w.rows * 4;
+    check_buffer(OP, "y", y, yb)?;
+    check_binding(ctx, "ternary output", yb)?;
+    let key = KernelKey::TernaryGemv {
+        layout: w.layout,
+        scale_type: w.scale_type,
+    };
+    let gpr = if w.group == 0 {
+        1
+    } else {
+        w.cols / u64::from(w.group)
+    };
+    for part in &w.parts {
+        let p = TernaryParams {
+            rows: u32_of(OP, "rows", part.rows)?,
+            cols: u32_of(OP, "cols", w.cols)?,
+            words_per_row: u32_of(OP, "words per row", wpr)?,
+            group: w.group,
+            groups_per_row: u32_of(OP, "groups", gpr)?,
+            scale_word_offset: u32_of(OP, "scale offset", part.scale_word_offset)?,
+            act_stride: a.stride,
+            out_stride: u32_of(OP, "rows", w.rows)?,
+            row0: u32_of(OP, "row0", part.row0)?,
+            n_tokens: a.n_tokens,
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
+        ctx.dispatch(
+            enc,
+            key,
+            &[&params, &part.buffer, &a.q, &a.s, y],
+            (gx, a.n_tokens, 1),
+        )?;
+    }
+    Ok(())
+}
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`.
+pub fn ggml_gemv(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &GgmlWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    const OP: &str = "ggml_gemv";
+    let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
+    check_buffer(OP, "x", x, xb)?;
+    check_binding(ctx, "activations", xb)?;
+    let yb = n_tokens.saturating_mul(w.rows).saturating_mul(4);
+    check_buffer(OP, "y", y, yb)?;
+    check_binding(ctx, "ggml output", yb)?;
+    let nt = u32_of(OP, "n_tokens", n_tokens)?;
+    for part in &w.parts {
+        let p = GgmlParams {
+            rows: u32_of(OP, "rows", part.rows)?,
+            cols: u32_of(OP, "cols", w.cols)?,
+            blocks_per_row: u32_of(OP, "blocks", w.cols / 32)?,
+            out_stride: u32_of(OP, "rows", w.rows)?,
+            row0: u32_of(OP, "row0", part.row0)?,
+            n_tokens: nt,
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
+        ctx.dispatch(
+            enc,
+            KernelKey::GgmlGemv(w.qtype),
+            &[&params, &part.buffer, x, y],
+            (gx, nt, 1),
+        )?;
+    }
+    Ok(())
+}
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`.
+pub fn float_gemv(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &FloatWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    const OP: &str = "float_gemv";
+    let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
+    let yb = n_tokens.saturating_mul(w.rows).saturating_mul(4);
+    if x.size() < xb || y.size() < yb {
+        return Err(GpuError::shape(OP, "x or y too small"));
+    }
+    if xb > ctx.binding_limit() || yb > ctx.binding_limit() {
+        return Err(GpuError::TooLarge {
+            what: "float_gemv operand".into(),
+            detail: format!(
+                "{xb} / {yb} bytes, the binding limit is {}",
+                ctx.binding_limit()
+            ),
+        });
+    }
+    let nt = u32_of(OP, "n_tokens", n_tokens)?;
+    for part in &w.parts {
+        let p = FloatParams {
+            rows: u32_of(OP, "rows", part.rows)?,
+            cols: u32_of(OP, "cols", w.cols)?,
+            elem_offset: u32_of(OP, "elem_offset", part.elem_offset)?,
+            out_stride: u32_of(OP, "rows", w.rows)?,
+            row0: u32_of(OP, "row0", part.row0)?,
+            n_tokens: nt,
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(8))?;
+        ctx.dispatch(
+            enc,
+            KernelKey::FloatGemv(w.dtype),
+            &[&params, &part.buffer, x, y],
+            (gx, nt, 1),
+        )?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding lookup
+
+/// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`, by
+/// 64 × 32 tiles; `y` is `[n_tokens][rows]` f32. Bit-exact with [`ternary_gemv`].
+pub fn ternary_gemm(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &TernaryWeight,
+    a: &ActInt8,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    const OP: &str = "ternary_gemm";
+    if u64::from(a.cols) != w.cols {
+        return Err(GpuError::shape(
+            OP,
+            format!("activations have {} columns, the weight {}", a.cols, w.cols),
+        ));
+    }
+    let epw = ternary::elems_per_word(w.layout);
+    let wpr = ternary::words_per_row(w.layout, w.cols);
+    let stride = u64::from(a.stride);
+    if stride * 4 < wpr * epw || stride % 4 != 0 {
+        return Err(GpuError::shape(
+            OP,
+            format!(
+                "activation stride {stride} words: needs ≥ {} and a multiple of 4",
+                (wpr * epw).div_ceil(4)
+            ),
+        ));
+    }
+    let n_tokens = u64::from(a.n_tokens);
+    check_buffer(OP, "q", &a.q, n_tokens * stride * 4)?;
+    check_buffer(OP, "s", &a.s, n_tokens * 4)?;
+    let yb = n_tokens * w.rows * 4;
+    check_buffer(OP, "y", y, yb)?;
+    check_binding(ctx, "ternary output", yb)?;
+    let key = KernelKey::TernaryGemm {
+        layout: w.layout,
+        scale_type: w.scale_type,
+    };
+    let gpr = if w.group == 0 {
+        1
+    } else {
+        w.cols / u64::from(w.group)
+    };
+    let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
+    for part in &w.parts {
+        let p = TernaryParams {
+            rows: u32_of(OP, "rows", part.rows)?,
+            cols: u32_of(OP, "cols", w.cols)?,
+            words_per_row: u32_of(OP, "words per row", wpr)?,
+            group: w.group,
+            groups_per_row: u32_of(OP, "groups", gpr)?,
+            scale_word_offset: u32_of(OP, "scale offset", part.scale_word_offset)?,
+            act_stride: a.stride,
+            out_stride: u32_of(OP, "rows", w.rows)?,
+            row0: u32_of(OP, "row0", part.row0)?,
+            n_tokens: a.n_tokens,
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+        let gx = u32_of(OP, "row tiles", part.rows.div_ceil(GEMM_TILE_ROWS))?;
+        ctx.dispatch(
+            enc,
+            key,
+            &[&params, &part.buffer, &a.q, &a.s, y],
+            (gx, gy, 1),
+        )?;
+    }
+    Ok(())
+}
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`, by 64 × 32
+/// tiles; the [`ggml_gemv`] contract (NMSE ~1e-14 against the reference).
+pub fn ggml_gemm(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &GgmlWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    const OP: &str = "ggml_gemm";
+    let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
+    check_buffer(OP, "x", x, xb)?;
+    check_binding(ctx, "activations", xb)?;
+    let yb = n_tokens.saturating_mul(w.rows).saturating_mul(4);
+    check_buffer(OP, "y", y, yb)?;
+    check_binding(ctx, "ggml output", yb)?;
+    let nt = u32_of(OP, "n_tokens", n_tokens)?;
+    let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
+    for part in &w.parts {
+        let p = GgmlParams {
+            rows: u32_of(OP, "rows", part.rows)?,
+            cols: u32_of(OP, "cols", w.cols)?,
+            blocks_per_row: u32_of(OP, "blocks", w.cols / 32)?,
+            out_stride: u32_of(OP, "rows", w.rows)?,
+            row0: u32_of(OP, "row0", part.row0)?,
+            n_tokens: nt,
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+        let gx = u32_of(OP, "row tiles", part.rows.div_ceil(GEMM_TILE_ROWS))?;
+        ctx.dispatch(
+            enc,
+            KernelKey::GgmlGemm(w.qtype),
+            &[&params, &part.buffer, x, y],
+            (gx, gy, 1),
+        )?;
+    }
+    Ok(())
+}
+
+/// [`ternary_gemv`] below [`GEMM_MIN_TOKENS`] tokens, [`ternary_gemm`] from there on (the
+/// two are bit-identical, so the choice never shows in the result).
+pub fn ternary_matmul(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &TernaryWeight,
+    a: &ActInt8,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    if u64::from(a.n_tokens) < GEMM_MIN_TOKENS {
+        ternary_gemv(ctx, enc, w, a, y)
+    } else {
+        ternary_gemm(ctx, enc, w, a, y)
+    }
+}
+
+/// [`ggml_gemv`] below [`GEMM_MIN_TOKENS`] tokens, [`ggml_gemm`] from there on.
+pub fn ggml_matmul(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &GgmlWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    if n_tokens < GEMM_MIN_TOKENS {
+        ggml_gemv(ctx, enc, w, x, n_tokens, y)
+    } else {
+        ggml_gemm(ctx, enc, w, x, n_tokens, y)
+    }
+}
+
+/// The float GEMV (one path for any token count: float matrices are lm heads and decoded NeuZip
+/// tensors, read once per token either way).
+pub fn float_matmul(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &FloatWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    float_gemv(ctx, enc, w, x, n_tokens, y)
+}

@@ -1,0 +1,39 @@
+//! One launcher file per kernel family. A launcher checks shapes and sizes first (typed
+//! errors), then builds the pipeline key, binds and records a dispatch into a [`Recorder`]
+//! (a command encoder or a [`crate::Plan`]); nothing here waits on the GPU.
+//!
+//! * `matmul.rs` — every matmul (ternary, ggml-block, float; GEMV and tiled GEMM) and the
+//!   GEMV/GEMM choice;
+//! * `act_quant.rs` — INT8 activation quantization, alone or fused into RMSNorm;
+//! * `pointwise.rs` — RMSNorm, RoPE, GLU and residual add;
+//! * `attention.rs` — KV-cache store and split-K causal GQA attention;
+//! * `embed.rs` — token-embedding rows from float or ggml tables;
+//! * `sample.rs` — argmax and top-k of logits;
+//! * `cce.rs` — fused Cut-Cross-Entropy scoring (log p(target) without logits);
+//! * `neuzip.rs` — NeuZip rANS decode.
+//!
+//! Every kernel has a CPU counterpart in `tern-reference` and cases in the parity harness
+//! (`runtime/gpu/tests/parity.rs`).
+//!
+//! [`Recorder`]: crate::Recorder
+
+pub mod act_quant;
+pub mod attention;
+pub mod cce;
+pub mod embed;
+pub mod matmul;
+pub mod neuzip;
+pub mod pointwise;
+pub mod sample;
+
+pub use act_quant::{
+    act_stride_words, quantize_act_int8, quantize_act_int8_into, rmsnorm_quant_int8, ActInt8,
+};
+pub use attention::{attention, attention_splits, attention_with_split, kv_store, StepParams};
+pub use embed::{embed_rows, EmbedTable};
+pub use matmul::{
+    float_gemv, float_matmul, ggml_gemm, ggml_gemv, ggml_matmul, ternary_gemm, ternary_gemv,
+    ternary_matmul, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
+};
+pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
+pub use sample::{argmax, topk, TOPK_MAX_K};

@@ -1,0 +1,97 @@
+//! NeuZip decode on the GPU (`neuzip_decode.wgsl`): every chunk of a [`NeuzipTensor`] decoded
+//! into its own output buffers (kept resident) or into a caller's scratch (just in time),
+//! bit-exact with `tern_format::neuzip::decode`.
+
+use crate::device::check::check_buffer;
+use crate::device::context::GpuContext;
+use crate::device::pipeline::KernelKey;
+use crate::device::plan::Recorder;
+use crate::error::{GpuError, Result};
+use crate::weights::NeuzipTensor;
+
+impl NeuzipTensor {
+    /// Record the decode of every chunk into `outs[i]` (caller-owned scratch, at least
+    /// [`NeuzipTensor::chunk_output_bytes`] each).
+    pub fn decode_into(
+        &self,
+        ctx: &GpuContext,
+        enc: &mut impl Recorder,
+        outs: &[wgpu::Buffer],
+    ) -> Result<()> {
+        if outs.len() < self.chunks.len() {
+            return Err(GpuError::shape(
+                "neuzip decode",
+                format!(
+                    "{} scratch buffers for {} chunks",
+                    outs.len(),
+                    self.chunks.len()
+                ),
+            ));
+        }
+        enc.record_clear(&self.status);
+        for (c, out) in self.chunks.iter().zip(outs) {
+            check_buffer("neuzip decode", "scratch", out, c.out_bytes)?;
+            enc.record_clear(out);
+            let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+            ctx.dispatch(
+                enc,
+                KernelKey::NeuzipDecode,
+                &[&params, &self.meta, &c.data, out, &self.status],
+                (c.n_blocks, 1, 1),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Record the decode of every chunk into its output buffer.
+    pub fn decode(&self, ctx: &GpuContext, enc: &mut impl Recorder) -> Result<()> {
+        if self.compressed_only {
+            return Err(GpuError::shape(
+                "neuzip decode",
+                "uploaded compressed-only: use decode_into with a scratch",
+            ));
+        }
+        enc.record_clear(&self.status);
+        for c in &self.chunks {
+            enc.record_clear(&c.out);
+            let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+            ctx.dispatch(
+                enc,
+                KernelKey::NeuzipDecode,
+                &[&params, &self.meta, &c.data, &c.out, &self.status],
+                (c.n_blocks, 1, 1),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// After a submitted [`NeuzipTensor::decode`]: `Err(Corrupt)` if any lane failed its checks.
+    pub fn check_status(&self, ctx: &GpuContext) -> Result<()> {
+        let s = ctx.read_u32(&self.status, 1)?;
+        if s.first().copied().unwrap_or(1) != 0 {
+            return Err(GpuError::Corrupt {
+                what: "neuzip stream".into(),
+                detail: "a lane read past its words or did not end in state 0x8000".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Decode on the GPU, wait, check the status and read back the whole tensor as raw
+    /// little-endian elements (what `tern_format::neuzip::decode` returns).
+    pub fn decode_to_host(&self, ctx: &GpuContext) -> Result<Vec<u8>> {
+        let mut enc = ctx.encoder();
+        self.decode(ctx, &mut enc)?;
+        ctx.submit_wait(enc)?;
+        self.check_status(ctx)?;
+        let esize = self.plan.dtype.size() as u64;
+        let mut out = Vec::with_capacity((self.plan.n_elements * esize) as usize);
+        for c in &self.chunks {
+            let skip = (c.elems.start - u64::from(c.params.out_base)) * esize;
+            let len = (c.elems.end - c.elems.start) * esize;
+            let b = ctx.read_bytes(&c.out, 0, skip + len)?;
+            out.extend_from_slice(b.get(skip as usize..).unwrap_or_default());
+        }
+        Ok(out)
+    }
+}

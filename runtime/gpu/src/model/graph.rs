@@ -1,0 +1,331 @@
+//! The forward pass recorded into a [`Plan`], from small functions that read the model's
+//! [`ActivationPlan`](crate::ActivationPlan): [`Graph::embed`], [`Graph::attention_block`],
+//! [`Graph::ffn_block`], [`Graph::head`], with [`Graph::input`] (a linear's input as the plan
+//! says: normed, quantized, fused) and [`Graph::linear`] (the matmul for the weight's storage).
+//!
+//! Buffers: `x0` holds the residual stream (embeddings first; ping-pong `x0 → x1 → x0` per
+//! block), `a` a normed row, `q/k/v/o` attention, `g/u/h` the FFN, `proj` a block's output.
+
+use crate::device::context::GpuContext;
+use crate::device::pipeline::EltOp;
+use crate::device::plan::{Plan, Recorder};
+use crate::error::{GpuError, Result};
+use crate::kernels::{self, cce, ActInt8, EmbedTable};
+use crate::model::activation::{BlockInputs, LinearInput, Producer};
+use crate::model::scratch::Scratch;
+use crate::model::{GpuModel, KvCache, Layer, Lin};
+use crate::weights::{FloatPart, FloatWeight, NeuzipTensor};
+use tern_format::FfnAct;
+
+/// Which rows of logits a step produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wanted {
+    /// Only the last token's logits.
+    Last,
+    /// Every token's logits.
+    All,
+    /// Only the argmax of the last token (greedy decoding without reading logits back).
+    Argmax,
+    /// `log p(target[i])` of every token through the fused Cut-Cross-Entropy kernel: no logits.
+    Score,
+}
+
+/// A linear layer's input as recorded: f32 rows, INT8 rows, or both (when weights of both
+/// kinds share the input).
+#[derive(Clone, Copy)]
+struct Input<'a> {
+    f32: Option<&'a wgpu::Buffer>,
+    int8: Option<&'a ActInt8>,
+}
+
+/// One recording: the model, the session's buffers, the batch size.
+struct Graph<'a> {
+    m: &'a GpuModel,
+    ctx: &'a GpuContext,
+    s: &'a Scratch,
+    kv: &'a KvCache,
+    /// Tokens in the batch.
+    n: u64,
+    n_ctx: u64,
+    /// INT8 views of the scratch for this batch: model width, attention width, FFN width.
+    act_d: &'a ActInt8,
+    act_q: &'a ActInt8,
+    act_f: &'a ActInt8,
+    /// Just-in-time decodes recorded so far (they alternate between scratch sets).
+    jit_turn: usize,
+    p: Plan,
+}
+
+/// Record the whole pass of `m` for a batch of `n` tokens producing `wanted`, over a session's
+/// scratch `s` and cache `kv`.
+pub(crate) fn record(
+    m: &GpuModel,
+    s: &Scratch,
+    kv: &KvCache,
+    n: u64,
+    wanted: Wanted,
+) -> Result<Plan> {
+    let nt = u32::try_from(n).map_err(|_| GpuError::invalid("plan", "batch too large"))?;
+    let (act_d, act_q, act_f) = (
+        s.act_embd.prefix(nt)?,
+        s.act_q.prefix(nt)?,
+        s.act_ff.prefix(nt)?,
+    );
+    let mut g = Graph {
+        m,
+        ctx: &m.ctx,
+        s,
+        kv,
+        n,
+        n_ctx: kv.n_ctx(),
+        act_d: &act_d,
+        act_q: &act_q,
+        act_f: &act_f,
+        jit_turn: 0,
+        p: Plan::new(),
+    };
+    g.embed()?;
+    for (li, layer) in m.layers.iter().enumerate() {
+        let inputs =
+            m.act_plan.layers.get(li).ok_or_else(|| {
+                GpuError::internal("plan", format!("no activation plan for {li}"))
+            })?;
+        g.attention_block(li, layer, inputs)?;
+        g.ffn_block(layer, inputs)?;
+    }
+    g.head(wanted)?;
+    Ok(g.p)
+}
+
+impl<'a> Graph<'a> {
+    fn eps(&self) -> f32 {
+        self.m.hp.rms_eps
+    }
+
+    /// `x0` ← the batch's token embeddings: looked up here in the tied head, or already written
+    /// by the host (`GpuSession::write_inputs`).
+    fn embed(&mut self) -> Result<()> {
+        if self.m.embed.is_some() {
+            return Ok(());
+        }
+        let table = match &self.m.head {
+            Lin::Float(fw) => EmbedTable::Float(fw),
+            Lin::Ggml(gw) => EmbedTable::Ggml(gw),
+            _ => {
+                return Err(GpuError::internal(
+                    "plan",
+                    "GPU embedding needs a float or ggml head",
+                ))
+            }
+        };
+        kernels::embed_rows(
+            self.ctx,
+            &mut self.p,
+            &table,
+            &self.s.ids,
+            self.n,
+            &self.s.x0,
+        )
+    }
+
+    /// The input of a linear whose rows are `x` (`width` values each), preceded by `norm` when
+    /// there is one: what the plan's producer says — the norm alone into `f32_out`, the norm
+    /// fused with INT8 quantization into `act`, or a separate quantization pass.
+    fn input(
+        &mut self,
+        x: &'a wgpu::Buffer,
+        norm: Option<&'a wgpu::Buffer>,
+        width: u64,
+        li: &LinearInput,
+        f32_out: &'a wgpu::Buffer,
+        act: &'a ActInt8,
+    ) -> Result<Input<'a>> {
+        let (ctx, n, eps) = (self.ctx, self.n, self.eps());
+        let p = &mut self.p;
+        let normed = |p: &mut Plan| -> Result<&'a wgpu::Buffer> {
+            match norm {
+                Some(w) => {
+                    kernels::rmsnorm(ctx, p, x, w, f32_out, width, n, eps)?;
+                    Ok(f32_out)
+                }
+                None => Ok(x),
+            }
+        };
+        Ok(match li.producer {
+            Producer::Direct | Producer::Norm => Input {
+                f32: Some(normed(p)?),
+                int8: None,
+            },
+            Producer::NormQuantInt8 => {
+                let w = norm.ok_or_else(|| {
+                    GpuError::internal("plan", "fused norm+quantization without a norm")
+                })?;
+                kernels::rmsnorm_quant_int8(ctx, p, x, w, width, eps, act)?;
+                Input {
+                    f32: None,
+                    int8: Some(act),
+                }
+            }
+            Producer::QuantInt8 => {
+                let rows = normed(p)?;
+                kernels::quantize_act_int8_into(ctx, p, rows, act)?;
+                Input {
+                    f32: Some(rows),
+                    int8: Some(act),
+                }
+            }
+            Producer::Unsupported => {
+                return Err(GpuError::internal(
+                    "plan",
+                    format!("{} input has no GPU kernel", li.linear.name()),
+                ))
+            }
+        })
+    }
+
+    /// `y` ← `w · input` for `n` tokens, by the weight's storage.
+    fn linear(&mut self, w: &Lin, input: Input<'_>, n: u64, y: &wgpu::Buffer) -> Result<()> {
+        let (ctx, m) = (self.ctx, self.m);
+        let f32_in = || {
+            input
+                .f32
+                .ok_or_else(|| GpuError::internal("plan", "float weight given INT8 input"))
+        };
+        match w {
+            Lin::Ternary(tw) => {
+                let a = input
+                    .int8
+                    .ok_or_else(|| GpuError::internal("plan", "ternary weight given f32 input"))?;
+                kernels::ternary_matmul(ctx, &mut self.p, tw, a, y)
+            }
+            Lin::Ggml(gw) => kernels::ggml_matmul(ctx, &mut self.p, gw, f32_in()?, n, y),
+            Lin::Float(fw) => kernels::float_matmul(ctx, &mut self.p, fw, f32_in()?, n, y),
+            Lin::Jit(i) => {
+                let j = m
+                    .jit
+                    .get(*i)
+                    .ok_or_else(|| GpuError::internal("plan", "jit index"))?;
+                let set = m
+                    .jit_scratch
+                    .get(self.jit_turn % m.jit_scratch.len().max(1))
+                    .ok_or_else(|| GpuError::internal("plan", "jit scratch"))?;
+                self.jit_turn += 1;
+                j.nz.decode_into(ctx, &mut self.p, set)?;
+                let parts = parts_over(&j.nz, set, j.cols)?;
+                let fw = FloatWeight::from_parts(j.dtype, j.rows, j.cols, parts)?;
+                kernels::float_matmul(ctx, &mut self.p, &fw, f32_in()?, n, y)
+            }
+        }
+    }
+
+    /// `x1` ← `x0` + attention(`x0`), writing this batch's keys and values into the cache.
+    fn attention_block(&mut self, li: usize, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
+        let (ctx, s, n, hp) = (self.ctx, self.s, self.n, &self.m.hp);
+        let (d, nh, nkv, hd) = (
+            u64::from(hp.n_embd),
+            u64::from(hp.n_head),
+            u64::from(hp.n_head_kv),
+            u64::from(hp.head_dim),
+        );
+        let (q_dim, kv_dim, rd) = (nh * hd, nkv * hd, u64::from(hp.rope_dim));
+        let input = self.input(&s.x0, Some(&l.attn_norm), d, &plan.qkv, &s.a, self.act_d)?;
+        self.linear(&l.wq, input, n, &s.q)?;
+        self.linear(&l.wk, input, n, &s.k)?;
+        self.linear(&l.wv, input, n, &s.v)?;
+        let p = &mut self.p;
+        kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
+        kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)?;
+        let cache = self.kv.layer(li)?;
+        let fmt = self.kv.format();
+        kernels::kv_store(ctx, p, fmt, &s.step, &s.k, &cache.k, n, kv_dim, self.n_ctx)?;
+        kernels::kv_store(ctx, p, fmt, &s.step, &s.v, &cache.v, n, kv_dim, self.n_ctx)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        kernels::attention(
+            ctx, p, fmt, &s.step, &s.q, &cache.k, &cache.v, &s.o, n, nh, nkv, hd, self.n_ctx, scale,
+        )?;
+        let sub = l.attn_sub_norm.as_ref();
+        let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q)?;
+        self.linear(&l.wo, input, n, &s.proj)?;
+        kernels::elementwise(ctx, &mut self.p, EltOp::Add, &s.x0, &s.proj, &s.x1, n * d)
+    }
+
+    /// `x0` ← `x1` + FFN(`x1`) (SwiGLU or ReLU² GLU, BitNet's sub-norm before `down`).
+    fn ffn_block(&mut self, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
+        let (ctx, s, n, hp) = (self.ctx, self.s, self.n, &self.m.hp);
+        let (d, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+        let input = self.input(&s.x1, Some(&l.ffn_norm), d, &plan.gate_up, &s.a, self.act_d)?;
+        self.linear(&l.gate, input, n, &s.g)?;
+        self.linear(&l.up, input, n, &s.u)?;
+        let op = match hp.ffn_act {
+            FfnAct::Silu => EltOp::SwiGlu,
+            FfnAct::Relu2 => EltOp::Relu2Glu,
+        };
+        kernels::elementwise(ctx, &mut self.p, op, &s.g, &s.u, &s.h, n * ff)?;
+        let sub = l.ffn_sub_norm.as_ref();
+        let input = self.input(&s.h, sub, ff, &plan.down, &s.h2, self.act_f)?;
+        self.linear(&l.down, input, n, &s.proj)?;
+        kernels::elementwise(ctx, &mut self.p, EltOp::Add, &s.x1, &s.proj, &s.x0, n * d)
+    }
+
+    /// The output norm and head: logits of the last token (and their argmax), of every token,
+    /// or — for scoring — `log p(target)` of every token through the fused CCE kernel.
+    fn head(&mut self, wanted: Wanted) -> Result<()> {
+        let (ctx, s, n, m) = (self.ctx, self.s, self.n, self.m);
+        let (d, eps) = (u64::from(m.hp.n_embd), self.eps());
+        match wanted {
+            Wanted::Score => {
+                kernels::rmsnorm(ctx, &mut self.p, &s.x0, &m.output_norm, &s.a, d, n, eps)?;
+                let head = match &m.head {
+                    Lin::Ggml(gw) => cce::Head::Ggml(gw),
+                    Lin::Float(fw) => cce::Head::Float(fw),
+                    _ => {
+                        return Err(GpuError::Unsupported {
+                            adapter: ctx.info.name.clone(),
+                            detail: "GPU scoring needs a float or ggml head resident on the GPU \
+                                     (not ternary, not decoded just in time)"
+                                .into(),
+                        })
+                    }
+                };
+                cce::score(ctx, &mut self.p, &s.a, n, head, &s.targets, &s.logprobs)
+            }
+            Wanted::All => {
+                kernels::rmsnorm(ctx, &mut self.p, &s.x0, &m.output_norm, &s.a, d, n, eps)?;
+                let input = Input {
+                    f32: Some(&s.a),
+                    int8: None,
+                };
+                self.linear(&m.head, input, n, &s.logits)
+            }
+            Wanted::Last | Wanted::Argmax => {
+                self.p.record_copy(&s.x0, (n - 1) * d * 4, &s.x1, 0, d * 4);
+                kernels::rmsnorm(ctx, &mut self.p, &s.x1, &m.output_norm, &s.last, d, 1, eps)?;
+                let input = Input {
+                    f32: Some(&s.last),
+                    int8: None,
+                };
+                self.linear(&m.head, input, 1, &s.logits)?;
+                if wanted == Wanted::Argmax {
+                    let vocab = u64::from(m.hp.n_vocab);
+                    kernels::argmax(ctx, &mut self.p, &s.logits, vocab, 1, &s.argmax)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Float parts of a NeuZip matrix decoded into `bufs` (one per chunk).
+fn parts_over(nz: &NeuzipTensor, bufs: &[wgpu::Buffer], cols: u64) -> Result<Vec<FloatPart>> {
+    Ok(nz
+        .row_spans(cols)?
+        .into_iter()
+        .zip(bufs)
+        .map(|((row0, rows, elem_offset), b)| FloatPart {
+            buffer: b.clone(),
+            row0,
+            rows,
+            elem_offset,
+        })
+        .collect())
+}

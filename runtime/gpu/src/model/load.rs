@@ -1,0 +1,358 @@
+//! [`GpuModel::load`]: the file checked against its hyperparameters, the weights uploaded as
+//! stored, NeuZip tensors placed by the memory plan.
+
+use std::sync::Arc;
+
+use tern_format::{Encoding, FloatType, TensorView, TernFile};
+
+use crate::device::context::GpuContext;
+use crate::device::pipeline::GgmlType;
+use crate::error::{GpuError, Result};
+use crate::model::{
+    ActivationPlan, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, TensorPlacement,
+};
+use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
+
+/// Token embeddings, looked up on the host (any encoding; one row per token is decoded).
+pub(crate) struct HostEmbedding {
+    encoding: Encoding,
+    rows: u64,
+    cols: u64,
+    bytes: Vec<u8>,
+}
+
+impl HostEmbedding {
+    pub(crate) fn row(&self, r: u64, out: &mut Vec<f32>) -> Result<()> {
+        if r >= self.rows {
+            return Err(GpuError::invalid(
+                "embedding",
+                format!("token {r} outside the vocabulary (0..{})", self.rows),
+            ));
+        }
+        match &self.encoding {
+            Encoding::NeuZip { dtype, .. } => {
+                let raw = tern_format::neuzip::decode_rows(&self.bytes, r, 1)?;
+                let e = Encoding::from(*dtype);
+                out.extend(e.decode_f32(&[1, self.cols], &raw)?);
+            }
+            e => {
+                let rb = e
+                    .expected_bytes(&[1, self.cols])?
+                    .ok_or_else(|| GpuError::internal("embedding", "row size of this encoding"))?;
+                let b = self
+                    .bytes
+                    .get((r * rb) as usize..((r + 1) * rb) as usize)
+                    .ok_or_else(|| GpuError::bad_model("embedding row past the tensor"))?;
+                out.extend(e.decode_f32(&[1, self.cols], b)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn view<'a>(file: &'a TernFile, name: &str) -> Result<TensorView<'a>> {
+    if file.index_of(name).is_none() {
+        return Err(GpuError::bad_model(format!("tensor `{name}` is missing")));
+    }
+    Ok(file.tensor(name)?)
+}
+
+fn check_shape(v: &TensorView<'_>, want: &[u64]) -> Result<()> {
+    if v.info.shape != want {
+        return Err(GpuError::bad_model(format!(
+            "tensor `{}` has shape {:?}, the hyperparameters say {want:?}",
+            v.info.name, v.info.shape
+        )));
+    }
+    Ok(())
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn ggml_type(e: &Encoding) -> Option<GgmlType> {
+    match e {
+        Encoding::Q8_0 => Some(GgmlType::Q8_0),
+        Encoding::Q4_0 => Some(GgmlType::Q4_0),
+        Encoding::Q4_1 => Some(GgmlType::Q4_1),
+        Encoding::Q6K => Some(GgmlType::Q6K),
+        _ => None,
+    }
+}
+
+struct Loader<'a> {
+    ctx: &'a GpuContext,
+    file: &'a TernFile,
+    /// Remaining budget for decoded NeuZip tensors.
+    left: Option<u64>,
+    plan: MemoryPlan,
+    jit: Vec<JitTensor>,
+    jit_max: u64,
+}
+
+impl Loader<'_> {
+    fn vector(&mut self, name: &str, n: u64) -> Result<wgpu::Buffer> {
+        let v = view(self.file, name)?;
+        check_shape(&v, &[n])?;
+        let x = v.to_f32()?;
+        let buf = self.ctx.upload(name, &f32_bytes(&x))?;
+        self.plan.tensors.push(TensorPlacement {
+            name: name.into(),
+            encoding: v.info.encoding.name(),
+            placement: if matches!(v.info.encoding, Encoding::NeuZip { .. }) {
+                "decoded"
+            } else {
+                "resident"
+            },
+            gpu_bytes: n * 4,
+        });
+        Ok(buf)
+    }
+
+    fn matrix(&mut self, name: &str, rows: u64, cols: u64) -> Result<Lin> {
+        let v = view(self.file, name)?;
+        check_shape(&v, &[rows, cols])?;
+        let ctx = self.ctx;
+        let enc_name = v.info.encoding.name();
+        let bytes = v.bytes.len() as u64;
+        let place = |placement: &'static str, gpu_bytes: u64, plan: &mut MemoryPlan| {
+            plan.tensors.push(TensorPlacement {
+                name: name.into(),
+                encoding: enc_name.clone(),
+                placement,
+                gpu_bytes,
+            })
+        };
+        let lin = match &v.info.encoding {
+            Encoding::Ternary {
+                layout,
+                group,
+                scale_type,
+            } => {
+                place("resident", bytes, &mut self.plan);
+                Lin::Ternary(TernaryWeight::upload(
+                    ctx,
+                    *layout,
+                    rows,
+                    cols,
+                    *group,
+                    *scale_type,
+                    v.bytes,
+                )?)
+            }
+            e if ggml_type(e).is_some() => {
+                let t = ggml_type(e).ok_or_else(|| GpuError::internal("load", "ggml type"))?;
+                place("resident", bytes, &mut self.plan);
+                Lin::Ggml(GgmlWeight::upload(ctx, t, rows, cols, v.bytes)?)
+            }
+            Encoding::F32 | Encoding::F16 | Encoding::Bf16 => {
+                let dt = match v.info.encoding {
+                    Encoding::F32 => FloatType::F32,
+                    Encoding::F16 => FloatType::F16,
+                    _ => FloatType::Bf16,
+                };
+                place("resident", bytes, &mut self.plan);
+                Lin::Float(FloatWeight::upload(ctx, dt, rows, cols, v.bytes)?)
+            }
+            Encoding::NeuZip { dtype, .. } => {
+                let decoded = rows * cols * dtype.size() as u64;
+                let fits = self.left.is_none_or(|l| decoded <= l);
+                if fits {
+                    if let Some(l) = self.left.as_mut() {
+                        *l -= decoded;
+                    }
+                    let nz = NeuzipTensor::upload(ctx, v.bytes)?;
+                    let mut enc = ctx.encoder();
+                    nz.decode(ctx, &mut enc)?;
+                    ctx.submit_wait(enc)?;
+                    nz.check_status(ctx)?;
+                    let parts = nz.float_parts(cols)?;
+                    place("decoded", decoded, &mut self.plan);
+                    Lin::Float(FloatWeight::from_parts(*dtype, rows, cols, parts)?)
+                } else {
+                    let nz = NeuzipTensor::upload_compressed(ctx, v.bytes)?;
+                    place("jit", bytes, &mut self.plan);
+                    self.jit_max = self.jit_max.max(nz.output_bytes());
+                    self.jit.push(JitTensor {
+                        nz,
+                        rows,
+                        cols,
+                        dtype: *dtype,
+                    });
+                    Lin::Jit(self.jit.len() - 1)
+                }
+            }
+            e => return Err(GpuError::Unsupported {
+                adapter: ctx.info.name.clone(),
+                detail: format!(
+                    "tensor `{name}` is {}: the GPU engine has no kernel for it (use --device cpu)",
+                    e.name()
+                ),
+            }),
+        };
+        Ok(lin)
+    }
+}
+
+impl GpuModel {
+    /// Upload the model's weights. Errors (typed) when an encoding or activation scheme has no
+    /// GPU kernel, when a tensor exceeds the adapter's limits, or on out-of-memory; the caller
+    /// can then fall back to the CPU reference.
+    pub fn load(ctx: Arc<GpuContext>, file: &TernFile, opts: GpuModelOptions) -> Result<Self> {
+        let meta = file.meta();
+        let hp = meta.hparams.clone();
+        let act_plan = ActivationPlan::from_file(file)?;
+        if let Some((layer, i)) = act_plan.unsupported() {
+            let at = layer.map_or("the head".to_string(), |l| format!("layer {l}"));
+            return Err(GpuError::Unsupported {
+                adapter: ctx.info.name.clone(),
+                detail: format!(
+                    "{} weights of {} ({}) with {} inputs have no GPU kernels yet (BitNet a4.8 \
+                     activations run on the CPU); use --device cpu",
+                    i.weights.name(),
+                    i.linear.name(),
+                    at,
+                    i.scheme.name(),
+                ),
+            });
+        }
+        let zero = [
+            hp.n_embd,
+            hp.n_layer,
+            hp.n_head,
+            hp.n_head_kv,
+            hp.head_dim,
+            hp.n_ff,
+        ];
+        if zero.contains(&0) || hp.n_head % hp.n_head_kv != 0 || hp.rope_dim > hp.head_dim {
+            return Err(GpuError::bad_model(format!(
+                "inconsistent hyperparameters {hp:?}"
+            )));
+        }
+        let (n_embd, n_ff, n_vocab) = (
+            u64::from(hp.n_embd),
+            u64::from(hp.n_ff),
+            u64::from(hp.n_vocab),
+        );
+        let q_dim = u64::from(hp.n_head) * u64::from(hp.head_dim);
+        let kv_dim = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
+
+        // Budget: everything that is not a decoded NeuZip tensor is counted first.
+        let fixed: u64 = file
+            .tensors()
+            .iter()
+            .filter(|t| !matches!(t.encoding, Encoding::NeuZip { .. }))
+            .map(|t| t.size)
+            .sum();
+        let mut ld = Loader {
+            ctx: &ctx,
+            file,
+            left: opts.max_memory.map(|m| m.saturating_sub(fixed)),
+            plan: MemoryPlan {
+                budget: opts.max_memory,
+                ..MemoryPlan::default()
+            },
+            jit: Vec::new(),
+            jit_max: 0,
+        };
+        // One entry per layer the activation plan found in the file (every tensor checked).
+        let mut layers = Vec::with_capacity(act_plan.layers.len());
+        for l in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: ld.vector(&n("attn_norm"), n_embd)?,
+                wq: ld.matrix(&n("attn_q"), q_dim, n_embd)?,
+                wk: ld.matrix(&n("attn_k"), kv_dim, n_embd)?,
+                wv: ld.matrix(&n("attn_v"), kv_dim, n_embd)?,
+                wo: ld.matrix(&n("attn_output"), n_embd, q_dim)?,
+                attn_sub_norm: if hp.sub_norms {
+                    Some(ld.vector(&n("attn_sub_norm"), q_dim)?)
+                } else {
+                    None
+                },
+                ffn_norm: ld.vector(&n("ffn_norm"), n_embd)?,
+                gate: ld.matrix(&n("ffn_gate"), n_ff, n_embd)?,
+                up: ld.matrix(&n("ffn_up"), n_ff, n_embd)?,
+                down: ld.matrix(&n("ffn_down"), n_embd, n_ff)?,
+                ffn_sub_norm: if hp.sub_norms {
+                    Some(ld.vector(&n("ffn_sub_norm"), n_ff)?)
+                } else {
+                    None
+                },
+            });
+        }
+        let output_norm = ld.vector("output_norm.weight", n_embd)?;
+        let head_name = if hp.tied_embeddings {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
+        let head = ld.matrix(head_name, n_vocab, n_embd)?;
+        let ev = view(file, "token_embd.weight")?;
+        check_shape(&ev, &[n_vocab, n_embd])?;
+        // Tied embeddings already on the GPU as a float or ggml matrix: rows are looked up there.
+        let gpu_embed = hp.tied_embeddings && matches!(head, Lin::Float(_) | Lin::Ggml(_));
+        let embed = if gpu_embed {
+            None
+        } else {
+            Some(HostEmbedding {
+                encoding: ev.info.encoding.clone(),
+                rows: n_vocab,
+                cols: n_embd,
+                bytes: ev.bytes.to_vec(),
+            })
+        };
+        if !hp.tied_embeddings {
+            ld.plan.tensors.push(TensorPlacement {
+                name: "token_embd.weight".into(),
+                encoding: ev.info.encoding.name(),
+                placement: "host",
+                gpu_bytes: 0,
+            });
+        }
+        let mut jit_scratch = Vec::new();
+        if !ld.jit.is_empty() {
+            // Two scratches used alternately (decoding the next tensor does not wait for the
+            // previous one's readers); one when a single tensor is decoded just in time.
+            let sets = if ld.jit.len() > 1 { 2 } else { 1 };
+            for _ in 0..sets {
+                let mut set = Vec::new();
+                for chunk in ld.jit.iter().map(|j| j.nz.chunk_output_bytes()).fold(
+                    Vec::<u64>::new(),
+                    |mut acc, sizes| {
+                        for (i, s) in sizes.iter().enumerate() {
+                            if i < acc.len() {
+                                acc[i] = acc[i].max(*s);
+                            } else {
+                                acc.push(*s);
+                            }
+                        }
+                        acc
+                    },
+                ) {
+                    set.push(ctx.zeroed("neuzip jit scratch", chunk)?);
+                }
+                jit_scratch.push(set);
+            }
+            ld.plan.jit_scratch_bytes = jit_scratch
+                .iter()
+                .flatten()
+                .map(|b: &wgpu::Buffer| b.size())
+                .sum();
+        }
+        let Loader { plan, jit, .. } = ld;
+        Ok(GpuModel {
+            ctx,
+            hp,
+            layers,
+            output_norm,
+            head,
+            embed,
+            jit,
+            jit_scratch,
+            plan,
+            act_plan,
+        })
+    }
+}

@@ -1,0 +1,119 @@
+//! The whole forward pass on the GPU, recorded once into [`Plan`](crate::Plan)s and replayed
+//! per step.
+//!
+//! Same graph as `tern_reference::Model` (see its module doc). The parts, each in its own file:
+//!
+//! * `load.rs` — [`GpuModel::load`]: checks the file against its hyperparameters, uploads the
+//!   weights as stored (ternary codes, ggml blocks, raw floats) and applies the memory plan;
+//! * `memory.rs` — [`MemoryPlan`]: NeuZip tensors kept decoded while the budget allows, else
+//!   kept compressed and decoded just in time into a shared scratch right before use;
+//! * `activation.rs` — [`ActivationPlan`]: per linear, the input scheme and the kernel that
+//!   produces it, built once from the file;
+//! * `kv_cache.rs` — [`KvCache`]: buffers, element format, byte accounting;
+//! * `graph.rs` — the recording: embedding, attention block, FFN block, head, from small
+//!   functions that read the activation plan;
+//! * `session.rs` — [`GpuSession`]: KV cache, activation scratch (sized for `max_batch`
+//!   tokens), one recorded plan per batch size; a step writes the token embeddings, the RoPE
+//!   table and the step parameters (`p0`) with `queue.write_buffer`, encodes the plan (one
+//!   compute pass), copies the result to a mapped staging buffer and submits once;
+//! * `profile.rs` — per-kernel timestamps of a decode step, benchmark loops.
+
+pub mod activation;
+mod graph;
+pub mod kv_cache;
+mod load;
+pub mod memory;
+mod profile;
+mod scratch;
+mod session;
+
+use std::sync::Arc;
+
+use tern_format::{FloatType, HParams};
+
+use crate::device::context::GpuContext;
+use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
+
+pub use activation::ActivationPlan;
+pub use graph::Wanted;
+pub use kv_cache::{KvCache, KvFormat};
+pub(crate) use load::HostEmbedding;
+pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
+pub use session::{GpuSession, SessionMemory};
+
+/// A linear layer's weight as it lives on the GPU.
+pub(crate) enum Lin {
+    Ternary(TernaryWeight),
+    Ggml(GgmlWeight),
+    Float(FloatWeight),
+    /// NeuZip, decoded just in time into the shared scratch before each use.
+    Jit(usize),
+}
+
+pub(crate) struct Layer {
+    pub(crate) attn_norm: wgpu::Buffer,
+    pub(crate) wq: Lin,
+    pub(crate) wk: Lin,
+    pub(crate) wv: Lin,
+    pub(crate) wo: Lin,
+    pub(crate) attn_sub_norm: Option<wgpu::Buffer>,
+    pub(crate) ffn_norm: wgpu::Buffer,
+    pub(crate) gate: Lin,
+    pub(crate) up: Lin,
+    pub(crate) down: Lin,
+    pub(crate) ffn_sub_norm: Option<wgpu::Buffer>,
+}
+
+/// A NeuZip matrix kept compressed; decoded into the scratch before each use.
+pub(crate) struct JitTensor {
+    pub(crate) nz: NeuzipTensor,
+    pub(crate) rows: u64,
+    pub(crate) cols: u64,
+    pub(crate) dtype: FloatType,
+}
+
+/// A model loaded onto the GPU.
+pub struct GpuModel {
+    pub(crate) ctx: Arc<GpuContext>,
+    pub(crate) hp: HParams,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) output_norm: wgpu::Buffer,
+    pub(crate) head: Lin,
+    /// Token embeddings looked up on the host (`None`: looked up on the GPU in the tied head).
+    pub(crate) embed: Option<HostEmbedding>,
+    pub(crate) jit: Vec<JitTensor>,
+    /// Decode scratches used alternately (two when several tensors are decoded just in time;
+    /// each sized for the largest chunks of any of them).
+    pub(crate) jit_scratch: Vec<Vec<wgpu::Buffer>>,
+    pub(crate) plan: MemoryPlan,
+    pub(crate) act_plan: ActivationPlan,
+}
+
+impl std::fmt::Debug for GpuModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuModel")
+            .field("hparams", &self.hp)
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuModel {
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    /// Every linear layer's input scheme and the kernel that produces it.
+    pub fn activation_plan(&self) -> &ActivationPlan {
+        &self.act_plan
+    }
+
+    /// Where every tensor went and what it costs.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+}

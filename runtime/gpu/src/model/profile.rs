@@ -1,0 +1,95 @@
+//! Measuring a session: dispatches per decode step, per-kernel GPU timestamps of one step, and
+//! decode loops for benchmarks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::device::plan::Plan;
+use crate::error::{GpuError, Result};
+use crate::model::graph::Wanted;
+use crate::model::session::read_mapped;
+use crate::model::GpuSession;
+
+impl GpuSession {
+    /// Dispatches of a decode step (one token, last logits).
+    pub fn dispatches_per_token(&mut self) -> Result<usize> {
+        self.plan_for(1, Wanted::Last)?;
+        Ok(self
+            .plans
+            .get(&(1, Wanted::Last))
+            .map(Plan::dispatches)
+            .unwrap_or(0))
+    }
+
+    /// Run one decode step of `token` with a GPU timestamp around every dispatch and return,
+    /// per kernel label, (dispatches, total µs), largest first. Needs `TIMESTAMP_QUERY`.
+    pub fn profile_decode_step(&mut self, token: u32) -> Result<Vec<(String, u32, f64)>> {
+        let m = Arc::clone(&self.model);
+        let ctx = &*m.ctx;
+        if !ctx.info.timestamp_query {
+            return Err(GpuError::Unsupported {
+                adapter: ctx.info.name.clone(),
+                detail: "no TIMESTAMP_QUERY feature: per-kernel timings are unavailable".into(),
+            });
+        }
+        if self.len + 1 > self.n_ctx {
+            return Err(GpuError::invalid("profile", "the KV cache is full"));
+        }
+        self.plan_for(1, Wanted::Last)?;
+        self.write_inputs(&[token])?;
+        let plan = self
+            .plans
+            .get(&(1, Wanted::Last))
+            .ok_or_else(|| GpuError::internal("profile", "plan missing"))?;
+        let keys = plan.keys();
+        let n_q = u32::try_from(keys.len() * 2)
+            .map_err(|_| GpuError::internal("profile", "too many dispatches"))?;
+        let qs = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count: n_q,
+        });
+        let bytes = u64::from(n_q) * 8;
+        let resolve = ctx.create_buffer(
+            "timestamps",
+            bytes,
+            wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        )?;
+        let staging = ctx.create_buffer(
+            "timestamps readback",
+            bytes,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let mut enc = ctx.encoder();
+        plan.encode_timed(&mut enc, &qs);
+        enc.resolve_query_set(&qs, 0..n_q, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
+        ctx.submit_wait(enc)?;
+        let raw = read_mapped(ctx, &staging, bytes)?;
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec::<f32, u64>(&raw);
+        let period = f64::from(ctx.queue.get_timestamp_period()); // ns per tick
+        let mut by: HashMap<String, (u32, f64)> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            let (a, b) = (ticks.get(2 * i), ticks.get(2 * i + 1));
+            if let (Some(&a), Some(&b)) = (a, b) {
+                let e = by.entry(k.to_string()).or_default();
+                e.0 += 1;
+                e.1 += b.saturating_sub(a) as f64 * period / 1000.0;
+            }
+        }
+        self.len += 1;
+        let mut v: Vec<_> = by.into_iter().map(|(k, (c, us))| (k, c, us)).collect();
+        v.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Ok(v)
+    }
+
+    /// Encode `iters` decode steps of one token each without reading anything back (for
+    /// benchmarks: the token and position inputs are those of the current state; the KV cache
+    /// length advances by `iters`). Waits for the GPU at the end.
+    pub fn bench_decode(&mut self, iters: u64) -> Result<()> {
+        for _ in 0..iters {
+            self.step_argmax(0)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,122 @@
+//! A session's activation scratch: every intermediate of the graph for batches of up to
+//! `max_batch` tokens, allocated once and shared by every recorded plan.
+
+use tern_format::HParams;
+
+use crate::device::context::GpuContext;
+use crate::device::params::StepParams;
+use crate::error::Result;
+use crate::kernels::act_quant::ActInt8;
+
+/// Scratch for batches of up to `max_batch` tokens.
+pub(crate) struct Scratch {
+    pub(crate) x0: wgpu::Buffer,
+    pub(crate) x1: wgpu::Buffer,
+    pub(crate) a: wgpu::Buffer,
+    pub(crate) q: wgpu::Buffer,
+    pub(crate) k: wgpu::Buffer,
+    pub(crate) v: wgpu::Buffer,
+    pub(crate) o: wgpu::Buffer,
+    pub(crate) o2: wgpu::Buffer,
+    pub(crate) proj: wgpu::Buffer,
+    pub(crate) g: wgpu::Buffer,
+    pub(crate) u: wgpu::Buffer,
+    pub(crate) h: wgpu::Buffer,
+    pub(crate) h2: wgpu::Buffer,
+    pub(crate) act_embd: ActInt8,
+    pub(crate) act_q: ActInt8,
+    pub(crate) act_ff: ActInt8,
+    pub(crate) last: wgpu::Buffer,
+    pub(crate) logits: wgpu::Buffer,
+    pub(crate) argmax: wgpu::Buffer,
+    pub(crate) ids: wgpu::Buffer,
+    pub(crate) targets: wgpu::Buffer,
+    pub(crate) logprobs: wgpu::Buffer,
+    pub(crate) rope: wgpu::Buffer,
+    pub(crate) step: wgpu::Buffer,
+    pub(crate) staging: wgpu::Buffer,
+}
+
+impl Scratch {
+    pub(crate) fn alloc(ctx: &GpuContext, hp: &HParams, max_batch: u64) -> Result<Self> {
+        let (d, ff, vocab) = (
+            u64::from(hp.n_embd),
+            u64::from(hp.n_ff),
+            u64::from(hp.n_vocab),
+        );
+        let q_dim = u64::from(hp.n_head) * u64::from(hp.head_dim);
+        let kv_dim = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
+        let b = max_batch;
+        let f = |what: &str, n: u64| ctx.zeroed(what, n.max(1) * 4);
+        // Rows of logits one `eval_all` batch produces (small: scoring uses the fused path).
+        let logits_rows = b.min(32).min((ctx.binding_limit() / (vocab * 4)).max(1));
+        let half = u64::from(hp.rope_dim / 2).max(1);
+        let s = Scratch {
+            x0: f("x0", b * d)?,
+            x1: f("x1", b * d)?,
+            a: f("a", b * d)?,
+            q: f("q", b * q_dim)?,
+            k: f("k", b * kv_dim)?,
+            v: f("v", b * kv_dim)?,
+            o: f("o", b * q_dim)?,
+            o2: f("o2", b * q_dim)?,
+            proj: f("proj", b * d)?,
+            g: f("g", b * ff)?,
+            u: f("u", b * ff)?,
+            h: f("h", b * ff)?,
+            h2: f("h2", b * ff)?,
+            act_embd: ActInt8::alloc(&ctx, b, d)?,
+            act_q: ActInt8::alloc(&ctx, b, q_dim)?,
+            act_ff: ActInt8::alloc(&ctx, b, ff)?,
+            last: f("last hidden", d)?,
+            logits: f("logits", logits_rows * vocab)?,
+            argmax: f("argmax", 1)?,
+            ids: f("token ids", b)?,
+            targets: f("score targets", b)?,
+            logprobs: f("log-probabilities", b)?,
+            rope: f("rope table", b * half * 2)?,
+            step: ctx.create_buffer(
+                "step params",
+                std::mem::size_of::<StepParams>() as u64,
+                wgpu::BufferUsages::UNIFORM
+                    | wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST,
+            )?,
+            staging: ctx.create_buffer(
+                "logits readback",
+                logits_rows * vocab * 4,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            )?,
+        };
+        Ok(s)
+    }
+
+    /// Bytes of the activation buffers (reported as the session's scratch).
+    pub(crate) fn bytes(&self) -> u64 {
+        [
+            &self.x0,
+            &self.x1,
+            &self.a,
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.o,
+            &self.o2,
+            &self.proj,
+            &self.g,
+            &self.u,
+            &self.h,
+            &self.h2,
+            &self.act_embd.q,
+            &self.act_q.q,
+            &self.act_ff.q,
+            &self.last,
+            &self.logits,
+            &self.rope,
+            &self.staging,
+        ]
+        .iter()
+        .map(|b| b.size())
+        .sum()
+    }
+}

@@ -1,0 +1,314 @@
+//! [`GpuSession`]: one conversation on the GPU — KV cache, activation scratch, recorded plans,
+//! and the verbs the engine calls (eval, eval_all, score, step_argmax, truncate).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::device::context::GpuContext;
+use crate::device::params::StepParams;
+use crate::device::plan::Plan;
+use crate::error::{GpuError, Result};
+use crate::kernels::pointwise::rope_table;
+use crate::model::graph::{self, Wanted};
+use crate::model::scratch::Scratch;
+use crate::model::{GpuModel, KvCache, KvFormat};
+
+/// GPU memory of a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionMemory {
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+}
+
+/// One conversation on the GPU: KV cache, scratch, recorded plans.
+pub struct GpuSession {
+    pub(crate) model: Arc<GpuModel>,
+    pub(crate) n_ctx: u64,
+    pub(crate) max_batch: u64,
+    pub(crate) len: u64,
+    pub(crate) kv: KvCache,
+    pub(crate) s: Scratch,
+    pub(crate) plans: HashMap<(u64, Wanted), Plan>,
+    mem: SessionMemory,
+}
+
+impl std::fmt::Debug for GpuSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSession")
+            .field("n_ctx", &self.n_ctx)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuSession {
+    /// A session holding up to `n_ctx` positions, running batches of up to `max_batch` tokens.
+    pub fn new(model: Arc<GpuModel>, n_ctx: u64, max_batch: u64) -> Result<Self> {
+        let ctx = Arc::clone(&model.ctx);
+        let hp = &model.hp;
+        if n_ctx == 0 || max_batch == 0 {
+            return Err(GpuError::invalid(
+                "session",
+                "n_ctx and max_batch must be > 0",
+            ));
+        }
+        let kv = KvCache::new(&ctx, hp, n_ctx, KvFormat::F32)?;
+        let s = Scratch::alloc(&ctx, hp, max_batch)?;
+        let scratch_bytes = s.bytes();
+        Ok(GpuSession {
+            mem: SessionMemory {
+                kv_bytes: kv.bytes(),
+                scratch_bytes,
+            },
+            model,
+            n_ctx,
+            max_batch,
+            len: 0,
+            kv,
+            s,
+            plans: HashMap::new(),
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn n_ctx(&self) -> u64 {
+        self.n_ctx
+    }
+
+    pub fn memory(&self) -> SessionMemory {
+        self.mem
+    }
+
+    /// KV-cache bytes one position takes over all layers (keys and values).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.kv.bytes_per_token()
+    }
+
+    /// The KV cache (format, accounting).
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Forget the cache beyond the first `n` positions (the KV rows are overwritten later).
+    pub fn truncate(&mut self, n: u64) {
+        self.len = self.len.min(n);
+    }
+
+    /// Largest batch whose every-token logits fit the logits buffer.
+    fn all_rows(&self) -> u64 {
+        self.s.logits.size() / (u64::from(self.model.hp.n_vocab) * 4).max(1)
+    }
+
+    /// The recorded plan for `n` tokens (built on first use).
+    pub(crate) fn plan_for(&mut self, n: u64, wanted: Wanted) -> Result<()> {
+        if self.plans.contains_key(&(n, wanted)) {
+            return Ok(());
+        }
+        if self.plans.len() > 8 {
+            // Keep decode plans; drop odd prefill sizes.
+            self.plans.retain(|(k, _), _| *k == 1);
+        }
+        let plan = graph::record(&self.model, &self.s, &self.kv, n, wanted)?;
+        self.plans.insert((n, wanted), plan);
+        Ok(())
+    }
+
+    /// Write a step's inputs: embeddings of `tokens` into `x0`, the RoPE table of positions
+    /// `len()..`, and the step parameters.
+    pub(crate) fn write_inputs(&mut self, tokens: &[u32]) -> Result<()> {
+        let m = Arc::clone(&self.model);
+        let ctx = &*m.ctx;
+        let hp = &m.hp;
+        let n = tokens.len() as u64;
+        match &m.embed {
+            Some(e) => {
+                let mut emb = Vec::with_capacity(tokens.len() * hp.n_embd as usize);
+                for &t in tokens {
+                    e.row(u64::from(t), &mut emb)?;
+                }
+                ctx.queue
+                    .write_buffer(&self.s.x0, 0, bytemuck::cast_slice(&emb));
+            }
+            None => {
+                if let Some(&bad) = tokens.iter().find(|&&t| t >= hp.n_vocab) {
+                    return Err(GpuError::invalid(
+                        "embedding",
+                        format!("token {bad} outside the vocabulary (0..{})", hp.n_vocab),
+                    ));
+                }
+                ctx.queue
+                    .write_buffer(&self.s.ids, 0, bytemuck::cast_slice(tokens));
+            }
+        }
+        let positions: Vec<u64> = (self.len..self.len + n).collect();
+        let table = rope_table(&positions, u64::from(hp.rope_dim), hp.rope_theta);
+        if !table.is_empty() {
+            ctx.queue.write_buffer(&self.s.rope, 0, &table);
+        }
+        let sp = StepParams {
+            p0: self.len as u32, // ok: len < n_ctx, which fits a binding
+            n_tokens: n as u32,  // ok: n ≤ max_batch, checked by the caller
+            ..StepParams::default()
+        };
+        ctx.queue
+            .write_buffer(&self.s.step, 0, bytemuck::bytes_of(&sp));
+        Ok(())
+    }
+
+    /// Run `tokens` at positions `len()..` and return logits as `wanted` says (`Argmax`: a
+    /// one-element vector holding the token id as f32 bits — use [`GpuSession::step_argmax`]).
+    fn run(&mut self, tokens: &[u32], wanted: Wanted) -> Result<Vec<f32>> {
+        let n = tokens.len() as u64;
+        if n == 0 {
+            return Err(GpuError::invalid("eval", "no tokens"));
+        }
+        if n > self.max_batch {
+            return Err(GpuError::invalid(
+                "eval",
+                format!(
+                    "{n} tokens in one batch, the session runs at most {}",
+                    self.max_batch
+                ),
+            ));
+        }
+        if self.len + n > self.n_ctx {
+            return Err(GpuError::invalid(
+                "eval",
+                format!(
+                    "{} positions needed, the KV cache holds {}",
+                    self.len + n,
+                    self.n_ctx
+                ),
+            ));
+        }
+        if wanted == Wanted::All && n > self.all_rows() {
+            return Err(GpuError::invalid(
+                "eval",
+                "too many rows of logits for one batch",
+            ));
+        }
+        self.plan_for(n, wanted)?;
+        self.write_inputs(tokens)?;
+        let m = Arc::clone(&self.model);
+        let ctx = &*m.ctx;
+        let hp = &m.hp;
+        let plan = self
+            .plans
+            .get(&(n, wanted))
+            .ok_or_else(|| GpuError::internal("eval", "plan missing"))?;
+        let mut enc = ctx.encoder();
+        plan.encode(&mut enc);
+        let (src, bytes) = match wanted {
+            Wanted::Score => (&self.s.logprobs, n * 4),
+            Wanted::All => (&self.s.logits, n * u64::from(hp.n_vocab) * 4),
+            Wanted::Last => (&self.s.logits, u64::from(hp.n_vocab) * 4),
+            Wanted::Argmax => (&self.s.argmax, 4),
+        };
+        enc.copy_buffer_to_buffer(src, 0, &self.s.staging, 0, bytes);
+        ctx.submit_wait(enc)?;
+        let out = read_mapped(ctx, &self.s.staging, bytes)?;
+        self.len += n;
+        Ok(out)
+    }
+
+    /// Run `tokens` (any number, in batches of at most `max_batch`) and return the last
+    /// token's logits.
+    pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        for c in tokens.chunks(self.max_batch.max(1) as usize) {
+            out = self.run(c, Wanted::Last)?;
+        }
+        if tokens.is_empty() {
+            return Err(GpuError::invalid("eval", "no tokens"));
+        }
+        Ok(out)
+    }
+
+    /// Run `tokens` and return every token's logits, `[n][n_vocab]`.
+    pub fn eval_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(GpuError::invalid("eval", "no tokens"));
+        }
+        let b = self.all_rows().min(self.max_batch).max(1) as usize;
+        let mut out = Vec::with_capacity(tokens.len() * self.model.hp.n_vocab as usize);
+        for c in tokens.chunks(b) {
+            out.extend(self.run(c, Wanted::All)?);
+        }
+        Ok(out)
+    }
+
+    /// `log p(tokens[i+1] | tokens[..=i])` for `i` in `0..n-1` from an empty cache, through the
+    /// fused Cut-Cross-Entropy kernel (no logits materialized; the session's cache holds
+    /// `tokens[..n-1]` afterwards).
+    pub fn score(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let n_in = tokens.len().saturating_sub(1);
+        self.truncate(0);
+        let mut out = Vec::with_capacity(n_in);
+        let b = self.max_batch.max(1) as usize;
+        let mut start = 0;
+        while start < n_in {
+            let end = (start + b).min(n_in);
+            let (Some(inputs), Some(targets)) =
+                (tokens.get(start..end), tokens.get(start + 1..end + 1))
+            else {
+                break;
+            };
+            if let Some(&bad) = targets.iter().find(|&&t| t >= self.model.hp.n_vocab) {
+                return Err(GpuError::invalid(
+                    "score",
+                    format!("token {bad} outside the vocabulary"),
+                ));
+            }
+            self.model
+                .ctx
+                .queue
+                .write_buffer(&self.s.targets, 0, bytemuck::cast_slice(targets));
+            out.extend(self.run(inputs, Wanted::Score)?);
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Run one token and return the greedy next token, argmax taken on the GPU (4 bytes read
+    /// back instead of the logits).
+    pub fn step_argmax(&mut self, token: u32) -> Result<u32> {
+        let v = self.run(&[token], Wanted::Argmax)?;
+        Ok(v.first().map(|x| x.to_bits()).unwrap_or(0))
+    }
+}
+
+/// Map `staging` and read its first `bytes` as f32 (after a completed submission).
+pub(crate) fn read_mapped(
+    ctx: &GpuContext,
+    staging: &wgpu::Buffer,
+    bytes: u64,
+) -> Result<Vec<f32>> {
+    let slice = staging.slice(..bytes);
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    let err = |e: String| GpuError::Readback {
+        what: "logits".into(),
+        detail: e,
+    };
+    ctx.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| err(e.to_string()))?;
+    rx.recv()
+        .map_err(|e| err(e.to_string()))?
+        .map_err(|e| err(e.to_string()))?;
+    let out = {
+        let view = slice.get_mapped_range().map_err(|e| err(e.to_string()))?;
+        bytemuck::pod_collect_to_vec::<u8, f32>(&view)
+    };
+    staging.unmap();
+    Ok(out)
+}

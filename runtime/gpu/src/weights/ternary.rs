@@ -1,0 +1,108 @@
+//! Ternary weights in tern's packed layouts (2-bit, base-3), with their scales.
+
+use tern_format::{ternary, FloatType, TernaryLayout};
+
+use crate::device::check::{split_rows, u32_of};
+use crate::device::context::GpuContext;
+use crate::error::{GpuError, Result};
+use crate::weights::Part;
+
+/// Rows per workgroup of the GEMV kernels (256 invocations, 32 per row).
+pub(crate) const GEMV_ROWS_PER_WG: u64 = 8;
+/// Per-row group sums the ternary GEMV keeps in workgroup memory (`GSUM` / rows per workgroup):
+/// a weight with more scale groups per row is refused at upload.
+pub const TERNARY_MAX_GROUPS_PER_ROW: u64 = 2048 / GEMV_ROWS_PER_WG;
+
+/// A ternary weight on the GPU, in tern's packed layout, split by rows into bindings of at most
+/// [`GpuContext::binding_limit`] bytes (each part: its rows' code words, then its scales).
+#[derive(Debug)]
+pub struct TernaryWeight {
+    pub layout: TernaryLayout,
+    pub rows: u64,
+    pub cols: u64,
+    pub group: u32,
+    pub scale_type: FloatType,
+    pub(crate) parts: Vec<Part>,
+}
+
+impl TernaryWeight {
+    /// Upload the bytes of an `Encoding::Ternary` tensor (`rows × cols`).
+    pub fn upload(
+        ctx: &GpuContext,
+        layout: TernaryLayout,
+        rows: u64,
+        cols: u64,
+        group: u32,
+        scale_type: FloatType,
+        bytes: &[u8],
+    ) -> Result<Self> {
+        const OP: &str = "ternary upload";
+        let t = ternary::TernaryRef::new(layout, rows, cols, group, scale_type, bytes)?;
+        if cols == 0 || rows == 0 {
+            return Err(GpuError::shape(OP, format!("empty {rows} × {cols} tensor")));
+        }
+        u32_of(OP, "cols", cols)?;
+        u32_of(OP, "rows", rows)?;
+        let gpr = if group == 0 {
+            1
+        } else {
+            cols / u64::from(group)
+        };
+        if gpr > TERNARY_MAX_GROUPS_PER_ROW {
+            return Err(GpuError::shape(
+                OP,
+                format!(
+                    "{gpr} scale groups per row (group {group}); the kernel holds at most {TERNARY_MAX_GROUPS_PER_ROW}"
+                ),
+            ));
+        }
+        let ss = scale_type.size() as u64;
+        let row_bytes = ternary::words_per_row(layout, cols) * 4;
+        let scale_bytes = |r: u64| -> u64 {
+            let n = if group == 0 { 1 } else { r * gpr };
+            (n * ss).div_ceil(4) * 4
+        };
+        let ranges = split_rows(
+            "ternary weight",
+            rows,
+            row_bytes,
+            ctx.binding_limit(),
+            scale_bytes,
+        )?;
+        let codes = t.codes();
+        let scales = t.scales();
+        let mut parts = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let cb = (r.start * row_bytes) as usize..(r.end * row_bytes) as usize;
+            let sb = if group == 0 {
+                0..ss as usize
+            } else {
+                (r.start * gpr * ss) as usize..(r.end * gpr * ss) as usize
+            };
+            let mut data = Vec::with_capacity(cb.len() + sb.len() + 4);
+            data.extend_from_slice(codes.get(cb).unwrap_or_default());
+            let off = data.len() as u64 / 4;
+            data.extend_from_slice(scales.get(sb).unwrap_or_default());
+            let buffer = ctx.upload("ternary weight", &data)?;
+            parts.push(Part {
+                row0: r.start,
+                rows: r.end - r.start,
+                buffer,
+                scale_word_offset: off,
+            });
+        }
+        Ok(TernaryWeight {
+            layout,
+            rows,
+            cols,
+            group,
+            scale_type,
+            parts,
+        })
+    }
+
+    /// Number of bindings the weight was split into.
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+}
