@@ -99,7 +99,8 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::container::{TensorInfo, TernFile, SECTION_DATA, SECTION_DIRECTORY, SECTION_METADATA};
-use crate::encoding::{element_count, rows_cols, Encoding, FloatType, TernaryLayout};
+use crate::dtype::{FloatType, TernaryLayout};
+use crate::encoding::{element_count, rows_cols, Encoding};
 use crate::error::{FormatError, Result};
 use crate::{ggml, neuzip, ternary};
 use coder::{Cursor, Width, CODEC};

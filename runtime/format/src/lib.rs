@@ -53,6 +53,7 @@
 
 pub mod container;
 pub mod delta;
+pub mod dtype;
 pub mod encoding;
 pub mod error;
 pub mod ggml;
@@ -61,7 +62,8 @@ pub mod neuzip;
 pub mod ternary;
 
 pub use container::{hash_file, Section, TensorInfo, TensorView, TernFile, TernWriter};
-pub use encoding::{Encoding, FloatType, TernaryLayout};
+pub use dtype::{FloatType, TernaryLayout};
+pub use encoding::Encoding;
 pub use error::{FormatError, Result};
 pub use meta::*;
 
