@@ -19,6 +19,7 @@ Python 3 standard library only.
 """
 
 import argparse
+import glob
 import os
 import re
 import sys
@@ -442,16 +443,18 @@ def workspace_crates(root):
         toml = f.read()
     m = re.search(r"^\s*members\s*=\s*\[(.*?)\]", toml, re.S | re.M)
     members = re.findall(r"\"([^\"]+)\"", m.group(1)) if m else []
+    dirs = []
+    for member in members:  # `crates/*` globs too
+        dirs += sorted(glob.glob(os.path.join(root, member))) if "*" in member else [os.path.join(root, member)]
     crates = []
-    for member in members:
-        d = os.path.join(root, member)
+    for d in dirs:
         try:
             with open(os.path.join(d, "Cargo.toml"), encoding="utf-8") as f:
                 ct = f.read()
         except OSError:
             continue
         pkg = re.search(r"^\[package\][^\[]*?^name\s*=\s*\"([^\"]+)\"", ct, re.S | re.M)
-        name = pkg.group(1) if pkg else member
+        name = pkg.group(1) if pkg else os.path.basename(d)
         for rootfile, suffix in (("src/lib.rs", ""), ("src/main.rs", " (bin)")):
             p = os.path.join(d, rootfile)
             if os.path.isfile(p):

@@ -10,8 +10,8 @@
 //!
 //! [`BlockType`] is the one table of the ggml block types tern knows (like ggml's `type_traits[]`):
 //! name, bytes and elements per block, and which GPU kernels read it ([`BlockType::gpu_qtype`]).
-//! Every other place (the `.tern` [`Encoding`](crate::Encoding)s, the GGUF importer, the CPU
-//! reference, the GPU pipelines) takes these facts from it.
+//! The `.tern` [`Encoding`](crate::Encoding)s, the GGUF importer, the CPU reference and `.ternd`
+//! deltas take these facts from it, and the GPU pipelines pick their kernels by `gpu_qtype`.
 //!
 //! Also here: the trits of ggml's ternary types (TQ1_0, TQ2_0) and of bitnet.cpp's I2_S, in element
 //! order, with their scales.
