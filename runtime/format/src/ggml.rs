@@ -21,7 +21,7 @@ use half::f16;
 
 use crate::error::{FormatError, Result};
 
-/// Elements of the 256-element super-block used by TQ1_0 and TQ2_0 (ggml's `QK_K`).
+/// Elements of the 256-element super-block of Q6_K, TQ1_0 and TQ2_0 (ggml's `QK_K`).
 pub const QK_K: usize = 256;
 
 /// Q8_0: 32 elements, one f16 scale `d`, 32 `i8` quants; `x = q·d`. 8.5 bits per weight.

@@ -67,7 +67,9 @@ fn ternary_of(
             vec![d.first().copied().unwrap_or(0.0)],
         )))
     } else {
-        Ok(Some((trits, 256, FloatType::F16, d)))
+        // one f16 `d` per TQ1_0/TQ2_0 block (both QK_K = 256 elements)
+        let group = ggml::QK_K as u32;
+        Ok(Some((trits, group, FloatType::F16, d)))
     }
 }
 
