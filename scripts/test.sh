@@ -24,6 +24,8 @@ export TERN_REQUIRE_GPU=${TERN_REQUIRE_GPU:-1}
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
+echo "== import cycles"; python3 scripts/check_cycles.py --self-test && python3 scripts/check_cycles.py
+
 echo "== unit + integration tests (release)"
 cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed)' || { echo "tests FAILED"; exit 1; }
 

@@ -99,7 +99,8 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::container::{TensorInfo, TernFile, SECTION_DATA, SECTION_DIRECTORY, SECTION_METADATA};
-use crate::encoding::{element_count, rows_cols, Encoding, FloatType, TernaryLayout};
+use crate::dtype::{FloatType, TernaryLayout};
+use crate::encoding::{element_count, rows_cols, Encoding};
 use crate::error::{FormatError, Result};
 use crate::{ggml, neuzip, ternary};
 use coder::{Cursor, Width, CODEC};
@@ -253,15 +254,24 @@ struct GgmlLayout {
 
 impl GgmlLayout {
     fn of(e: &Encoding) -> Option<Self> {
-        let (bb, scales, n) = match e {
-            Encoding::Q8_0 => (34, [0, 0], 1),
-            Encoding::Q4_0 => (18, [0, 0], 1),
-            Encoding::Q4_1 => (20, [0, 2], 2),
-            Encoding::Q6K => (ggml::Q6_K_BYTES, [208, 0], 1),
-            _ => return None,
+        use std::mem::offset_of;
+        let bt = e.ggml_block()?;
+        let (scales, n) = match bt {
+            ggml::BlockType::Q8_0 => ([offset_of!(ggml::BlockQ8_0, d), 0], 1),
+            ggml::BlockType::Q4_0 => ([offset_of!(ggml::BlockQ4_0, d), 0], 1),
+            ggml::BlockType::Q4_1 => (
+                [
+                    offset_of!(ggml::BlockQ4_1, d),
+                    offset_of!(ggml::BlockQ4_1, m),
+                ],
+                2,
+            ),
+            ggml::BlockType::Q6K => ([offset_of!(ggml::BlockQ6K, d), 0], 1),
+            // not a `.tern` encoding (re-laid out as ternary)
+            ggml::BlockType::Tq1_0 | ggml::BlockType::Tq2_0 => return None,
         };
         Some(GgmlLayout {
-            block_bytes: bb,
+            block_bytes: bt.block_bytes(),
             scales,
             n_scales: n,
         })

@@ -3,38 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::dtype::{full_mantissa_bits, FloatType, TernaryLayout};
 use crate::error::{FormatError, Result};
 use crate::{ggml, neuzip, ternary};
-
-/// A raw float element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FloatType {
-    F32,
-    F16,
-    Bf16,
-}
-
-impl FloatType {
-    pub fn size(self) -> usize {
-        match self {
-            FloatType::F32 => 4,
-            FloatType::F16 | FloatType::Bf16 => 2,
-        }
-    }
-}
-
-/// Ternary code layouts. Both keep each row starting on a 4-byte word so a GPU invocation reads
-/// whole `u32` words of one row (see [`crate::ternary`] for the exact bit positions and why).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TernaryLayout {
-    /// 2-bit codes `t + 1`, 16 per little-endian `u32`, element `j` of the word at bits `2j..2j+2`.
-    #[serde(rename = "2bit")]
-    Bits2,
-    /// Base-3, 5 trits per byte (1.6 bits per weight), 20 per `u32` word.
-    Base3,
-}
 
 /// How one tensor's bytes are encoded. Serialized into the tensor directory as
 /// `{"type": "...", ...params}`.
@@ -79,10 +50,9 @@ impl Encoding {
             Encoding::F32 => "f32".into(),
             Encoding::F16 => "f16".into(),
             Encoding::Bf16 => "bf16".into(),
-            Encoding::Q8_0 => "q8_0".into(),
-            Encoding::Q4_0 => "q4_0".into(),
-            Encoding::Q4_1 => "q4_1".into(),
-            Encoding::Q6K => "q6_k".into(),
+            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => {
+                self.ggml_block().map_or("", |b| b.name()).into()
+            }
             Encoding::Ternary {
                 layout: TernaryLayout::Bits2,
                 ..
@@ -96,11 +66,7 @@ impl Encoding {
                 mantissa_bits,
             } => {
                 let full = full_mantissa_bits(*dtype);
-                let d = match dtype {
-                    FloatType::F32 => "f32",
-                    FloatType::F16 => "f16",
-                    FloatType::Bf16 => "bf16",
-                };
+                let d = dtype.name();
                 if *mantissa_bits >= full {
                     format!("neuzip-{d}")
                 } else {
@@ -108,6 +74,37 @@ impl Encoding {
                 }
             }
         }
+    }
+
+    /// The ggml block type of a ggml encoding (its sizes are in the [`ggml::BlockType`] table),
+    /// `None` for the others.
+    pub fn ggml_block(&self) -> Option<ggml::BlockType> {
+        match self {
+            Encoding::Q8_0 => Some(ggml::BlockType::Q8_0),
+            Encoding::Q4_0 => Some(ggml::BlockType::Q4_0),
+            Encoding::Q4_1 => Some(ggml::BlockType::Q4_1),
+            Encoding::Q6K => Some(ggml::BlockType::Q6K),
+            _ => None,
+        }
+    }
+
+    /// The encoding that keeps blocks of `bt` as they are, `None` for the block types tern re-lays
+    /// out (TQ1_0/TQ2_0 become [`Encoding::Ternary`]). The inverse of [`Encoding::ggml_block`].
+    pub fn from_ggml_block(bt: ggml::BlockType) -> Option<Encoding> {
+        match bt {
+            ggml::BlockType::Q8_0 => Some(Encoding::Q8_0),
+            ggml::BlockType::Q4_0 => Some(Encoding::Q4_0),
+            ggml::BlockType::Q4_1 => Some(Encoding::Q4_1),
+            ggml::BlockType::Q6K => Some(Encoding::Q6K),
+            ggml::BlockType::Tq1_0 | ggml::BlockType::Tq2_0 => None,
+        }
+    }
+
+    /// [`Encoding::ggml_block`] of an encoding matched as a ggml one.
+    fn block(&self) -> Result<ggml::BlockType> {
+        self.ggml_block().ok_or_else(|| {
+            FormatError::InvalidArgument(format!("{} has no ggml block type", self.name()))
+        })
     }
 
     /// Bits of the `.tern` header `required_features` that a reader must know to decode this.
@@ -137,35 +134,16 @@ impl Encoding {
         Ok(Some(match self {
             Encoding::F32 => mul(n, 4)?,
             Encoding::F16 | Encoding::Bf16 => mul(n, 2)?,
-            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 => {
-                let bt = match self {
-                    Encoding::Q8_0 => ggml::BlockType::Q8_0,
-                    Encoding::Q4_0 => ggml::BlockType::Q4_0,
-                    _ => ggml::BlockType::Q4_1,
-                };
-                if cols % bt.block_elems() as u64 != 0 {
-                    return Err(FormatError::BadShape {
-                        what: self.name(),
-                        detail: format!(
-                            "row length {cols} is not a multiple of {}",
-                            bt.block_elems()
-                        ),
-                    });
-                }
-                mul(
-                    rows,
-                    mul(cols / bt.block_elems() as u64, bt.block_bytes() as u64)?,
-                )?
-            }
-            Encoding::Q6K => {
-                let be = ggml::Q6_K_ELEMS as u64;
+            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => {
+                let bt = self.block()?;
+                let (be, bb) = (bt.block_elems() as u64, bt.block_bytes() as u64);
                 if cols % be != 0 {
                     return Err(FormatError::BadShape {
                         what: self.name(),
                         detail: format!("row length {cols} is not a multiple of {be}"),
                     });
                 }
-                mul(rows, mul(cols / be, ggml::Q6_K_BYTES as u64)?)?
+                mul(rows, mul(cols / be, bb)?)?
             }
             Encoding::Ternary {
                 layout,
@@ -212,13 +190,8 @@ impl Encoding {
                 .chunks_exact(2)
                 .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
                 .collect()),
-            Encoding::Q8_0 => ggml::dequantize(ggml::BlockType::Q8_0, bytes, n),
-            Encoding::Q4_0 => ggml::dequantize(ggml::BlockType::Q4_0, bytes, n),
-            Encoding::Q4_1 => ggml::dequantize(ggml::BlockType::Q4_1, bytes, n),
-            Encoding::Q6K => {
-                let mut out = vec![0f32; n];
-                ggml::dequantize_q6_k_into(bytes, &mut out)?;
-                Ok(out)
+            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => {
+                ggml::dequantize(self.block()?, bytes, n)
             }
             Encoding::Ternary {
                 layout,
@@ -279,15 +252,6 @@ impl From<FloatType> for Encoding {
             FloatType::F16 => Encoding::F16,
             FloatType::Bf16 => Encoding::Bf16,
         }
-    }
-}
-
-/// Number of mantissa bits of a float type (the lossless `mantissa_bits` of NeuZip).
-pub fn full_mantissa_bits(t: FloatType) -> u8 {
-    match t {
-        FloatType::F32 => 23,
-        FloatType::F16 => 10,
-        FloatType::Bf16 => 7,
     }
 }
 

@@ -8,6 +8,11 @@
 //! 2-byte aligned inside a row of odd block count), so f16 fields are `[u8; 2]` and every struct has
 //! alignment 1: a `&[u8]` of the right length always casts to a block slice.
 //!
+//! [`BlockType`] is the one table of the ggml block types tern knows (like ggml's `type_traits[]`):
+//! name, bytes and elements per block, and which GPU kernels read it ([`BlockType::gpu_qtype`]).
+//! The `.tern` [`Encoding`](crate::Encoding)s, the GGUF importer, the CPU reference and `.ternd`
+//! deltas take these facts from it, and the GPU pipelines pick their kernels by `gpu_qtype`.
+//!
 //! Also here: the trits of ggml's ternary types (TQ1_0, TQ2_0) and of bitnet.cpp's I2_S, in element
 //! order, with their scales.
 
@@ -16,7 +21,7 @@ use half::f16;
 
 use crate::error::{FormatError, Result};
 
-/// Elements of the 256-element super-block used by TQ1_0 and TQ2_0 (ggml's `QK_K`).
+/// Elements of the 256-element super-block of Q6_K, TQ1_0 and TQ2_0 (ggml's `QK_K`).
 pub const QK_K: usize = 256;
 
 /// Q8_0: 32 elements, one f16 scale `d`, 32 `i8` quants; `x = q·d`. 8.5 bits per weight.
@@ -26,7 +31,6 @@ pub struct BlockQ8_0 {
     pub d: [u8; 2],
     pub qs: [i8; 32],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
 /// Q4_0: 32 elements, f16 `d`, 16 bytes of nibbles: byte `j` holds element `j` in its low nibble
 /// and element `j + 16` in its high nibble; `x = (q − 8)·d`. 4.5 bits per weight.
@@ -36,7 +40,6 @@ pub struct BlockQ4_0 {
     pub d: [u8; 2],
     pub qs: [u8; 16],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 
 /// Q4_1: 32 elements, f16 `d` and f16 min `m`, nibbles as Q4_0; `x = q·d + m`. 5 bits per weight.
 #[repr(C)]
@@ -46,7 +49,19 @@ pub struct BlockQ4_1 {
     pub m: [u8; 2],
     pub qs: [u8; 16],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+
+/// Q6_K: 256 elements in 16 sub-blocks of 16, each with an `i8` scale; 6-bit quants split into
+/// `ql` (low 4 bits: byte `l` of a 128-element half holds elements `l` and `l + 64` of it) and `qh`
+/// (high 2 bits), f16 `d` last; `x = d·scale·(q − 32)`. 6.5625 bits per weight. tern keeps it as it
+/// is: llama-quantize gives the token embedding of ternary models this type.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ6K {
+    pub ql: [u8; 128],
+    pub qh: [u8; 64],
+    pub scales: [i8; 16],
+    pub d: [u8; 2],
+}
 
 /// TQ1_0: 256 ternary elements, 5 trits per byte in base-3 fixed point, then f16 `d` (last).
 /// 1.6875 bits per weight.
@@ -64,7 +79,6 @@ pub struct BlockTq1_0 {
     pub qh: [u8; 4],
     pub d: [u8; 2],
 }
-const _: () = assert!(std::mem::size_of::<BlockTq1_0>() == 54);
 
 /// TQ2_0: 256 ternary elements as 2-bit codes `c = t + 1`, then f16 `d` (last). Element
 /// `e = 128·h + 32·l + m` (h = 0..2, l = 0..4, m = 0..32) is in byte `32·h + m` at bits `2l..2l+2`;
@@ -75,7 +89,6 @@ pub struct BlockTq2_0 {
     pub qs: [u8; 64],
     pub d: [u8; 2],
 }
-const _: () = assert!(std::mem::size_of::<BlockTq2_0>() == 66);
 
 fn f16_to_f32(d: [u8; 2]) -> f32 {
     f16::from_le_bytes(d).to_f32()
@@ -99,6 +112,11 @@ impl BlockQ4_1 {
         f16::from_le_bytes(self.m)
     }
 }
+impl BlockQ6K {
+    pub fn d(&self) -> f16 {
+        f16::from_le_bytes(self.d)
+    }
+}
 impl BlockTq1_0 {
     pub fn d(&self) -> f16 {
         f16::from_le_bytes(self.d)
@@ -110,43 +128,89 @@ impl BlockTq2_0 {
     }
 }
 
-/// The ggml block types tern decodes.
+/// The ggml block types tern knows. [`BlockType::traits`] is the table of their facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BlockType {
     Q8_0,
     Q4_0,
     Q4_1,
+    /// 256-element super-blocks of 210 bytes.
+    Q6K,
     Tq1_0,
     Tq2_0,
 }
 
+/// One row of the ggml block-type table (ggml's `type_traits[]`, for the types tern knows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockTraits {
+    /// ggml's type name, lowercase (ggml spells Q6_K `q6_K`); also the `.tern` encoding's name and
+    /// the GPU kernel variants' suffix (`ggml_gemv_q6_k_tpr32`).
+    pub name: &'static str,
+    /// Bytes of one block (`sizeof(block_*)` in `ggml-common.h`).
+    pub block_bytes: usize,
+    /// Elements of one block (a row's length must be a multiple of it).
+    pub block_elems: usize,
+    /// GPU kernels available: the value of the `QTYPE` override that selects this type in the
+    /// ggml GEMV/GEMM, embedding and CCE kernels (`shaders/`), or `None` when the GPU never reads
+    /// the type as it is (TQ1_0/TQ2_0: tern re-lays ternary sources into its own layouts).
+    pub gpu_qtype: Option<u32>,
+}
+
 impl BlockType {
-    /// Elements per block.
-    pub fn block_elems(self) -> usize {
-        match self {
-            BlockType::Tq1_0 | BlockType::Tq2_0 => QK_K,
-            _ => 32,
+    /// Every block type, in table order.
+    pub const ALL: [BlockType; 6] = [
+        BlockType::Q8_0,
+        BlockType::Q4_0,
+        BlockType::Q4_1,
+        BlockType::Q6K,
+        BlockType::Tq1_0,
+        BlockType::Tq2_0,
+    ];
+
+    /// The table: this type's row.
+    pub const fn traits(self) -> BlockTraits {
+        const fn row(
+            name: &'static str,
+            block_bytes: usize,
+            block_elems: usize,
+            gpu_qtype: Option<u32>,
+        ) -> BlockTraits {
+            BlockTraits {
+                name,
+                block_bytes,
+                block_elems,
+                gpu_qtype,
+            }
         }
+        match self {
+            BlockType::Q8_0 => row("q8_0", 34, 32, Some(0)),
+            BlockType::Q4_0 => row("q4_0", 18, 32, Some(1)),
+            BlockType::Q4_1 => row("q4_1", 20, 32, Some(2)),
+            BlockType::Q6K => row("q6_k", 210, QK_K, Some(3)),
+            BlockType::Tq1_0 => row("tq1_0", 54, QK_K, None),
+            BlockType::Tq2_0 => row("tq2_0", 66, QK_K, None),
+        }
+    }
+    /// ggml's type name, lowercase (see [`BlockTraits::name`]).
+    pub const fn name(self) -> &'static str {
+        self.traits().name
     }
     /// Bytes per block.
-    pub fn block_bytes(self) -> usize {
-        match self {
-            BlockType::Q8_0 => 34,
-            BlockType::Q4_0 => 18,
-            BlockType::Q4_1 => 20,
-            BlockType::Tq1_0 => 54,
-            BlockType::Tq2_0 => 66,
-        }
+    pub const fn block_bytes(self) -> usize {
+        self.traits().block_bytes
     }
-    /// ggml's type name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BlockType::Q8_0 => "q8_0",
-            BlockType::Q4_0 => "q4_0",
-            BlockType::Q4_1 => "q4_1",
-            BlockType::Tq1_0 => "tq1_0",
-            BlockType::Tq2_0 => "tq2_0",
-        }
+    /// Elements per block.
+    pub const fn block_elems(self) -> usize {
+        self.traits().block_elems
+    }
+    /// GPU kernels available: the kernels' `QTYPE` override value for this type, `None` when the
+    /// GPU does not read it (see [`BlockTraits::gpu_qtype`]).
+    pub const fn gpu_qtype(self) -> Option<u32> {
+        self.traits().gpu_qtype
+    }
+    /// The type of a [`BlockType::name`].
+    pub fn from_name(name: &str) -> Option<BlockType> {
+        BlockType::ALL.into_iter().find(|b| b.name() == name)
     }
     /// Bytes of `n` elements; errors unless `n` is a whole number of blocks.
     pub fn bytes_for(self, n: usize) -> Result<usize> {
@@ -162,6 +226,15 @@ impl BlockType {
             .ok_or_else(|| FormatError::out_of_range(self.name(), "size overflows"))
     }
 }
+
+// The table agrees with the block structs.
+const _: () = assert!(BlockType::Q8_0.block_bytes() == std::mem::size_of::<BlockQ8_0>());
+const _: () = assert!(BlockType::Q4_0.block_bytes() == std::mem::size_of::<BlockQ4_0>());
+const _: () = assert!(BlockType::Q4_1.block_bytes() == std::mem::size_of::<BlockQ4_1>());
+const _: () = assert!(BlockType::Q6K.block_bytes() == std::mem::size_of::<BlockQ6K>());
+const _: () = assert!(BlockType::Tq1_0.block_bytes() == std::mem::size_of::<BlockTq1_0>());
+const _: () = assert!(BlockType::Tq2_0.block_bytes() == std::mem::size_of::<BlockTq2_0>());
+const _: () = assert!(std::mem::align_of::<BlockQ6K>() == 1);
 
 /// Checks that `bytes` holds exactly the blocks of `n` elements.
 fn check_len(bt: BlockType, bytes: &[u8], n: usize) -> Result<()> {
@@ -228,6 +301,12 @@ pub fn dequantize_into(bt: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<(
                 }
             }
         }
+        BlockType::Q6K => {
+            let blocks: &[BlockQ6K] = bytemuck::try_cast_slice(bytes).map_err(cast_err)?;
+            for (b, y) in blocks.iter().zip(out.chunks_exact_mut(be)) {
+                dequantize_q6_k_block(b, y);
+            }
+        }
         BlockType::Tq1_0 => {
             let blocks: &[BlockTq1_0] = bytemuck::try_cast_slice(bytes).map_err(cast_err)?;
             let mut codes = [0u8; QK_K];
@@ -285,6 +364,28 @@ pub fn dequantize_row(
             )
         })?;
     dequantize_into(bt, slice, out)
+}
+
+/// One Q6_K block into `y` (256 values), as llama.cpp's `dequantize_row_q6_K`.
+fn dequantize_q6_k_block(b: &BlockQ6K, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    for (half, y) in y.chunks_exact_mut(128).enumerate() {
+        let ql = &b.ql[half * 64..half * 64 + 64];
+        let qh = &b.qh[half * 32..half * 32 + 32];
+        let sc = &b.scales[half * 8..half * 8 + 8];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+            let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            // Same evaluation order as C: (d * sc) * q, in f32.
+            y[l] = d * sc[is] as f32 * q1 as f32;
+            y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
+            y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
+            y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+        }
+    }
 }
 
 /// The 256 codes (`t + 1`, in element order) of one TQ1_0 block, decoded as llama.cpp does.
@@ -458,6 +559,95 @@ mod tests {
     }
 
     #[test]
+    fn table_matches_llama_cpp_and_the_block_structs() {
+        // ggml-common.h: sizeof(block_*) and QK*, and the shaders' QTYPE overrides.
+        let want = [
+            ("q8_0", 34, 32, Some(0)),
+            ("q4_0", 18, 32, Some(1)),
+            ("q4_1", 20, 32, Some(2)),
+            ("q6_k", 210, 256, Some(3)),
+            ("tq1_0", 54, 256, None),
+            ("tq2_0", 66, 256, None),
+        ];
+        assert_eq!(BlockType::ALL.len(), want.len());
+        for (bt, (name, bytes, elems, q)) in BlockType::ALL.into_iter().zip(want) {
+            assert_eq!(
+                (
+                    bt.name(),
+                    bt.block_bytes(),
+                    bt.block_elems(),
+                    bt.gpu_qtype()
+                ),
+                (name, bytes, elems, q)
+            );
+            assert_eq!(BlockType::from_name(name), Some(bt));
+        }
+        let sizes = [
+            std::mem::size_of::<BlockQ8_0>(),
+            std::mem::size_of::<BlockQ4_0>(),
+            std::mem::size_of::<BlockQ4_1>(),
+            std::mem::size_of::<BlockQ6K>(),
+            std::mem::size_of::<BlockTq1_0>(),
+            std::mem::size_of::<BlockTq2_0>(),
+        ];
+        for (bt, size) in BlockType::ALL.into_iter().zip(sizes) {
+            assert_eq!(bt.block_bytes(), size, "{}", bt.name());
+        }
+        // QTYPE values are distinct
+        let mut q: Vec<u32> = BlockType::ALL
+            .iter()
+            .filter_map(|b| b.gpu_qtype())
+            .collect();
+        q.dedup();
+        assert_eq!(q, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn encodings_map_to_the_table() -> Result<()> {
+        use crate::Encoding;
+        for bt in BlockType::ALL {
+            match Encoding::from_ggml_block(bt) {
+                Some(e) => {
+                    assert_eq!(e.ggml_block(), Some(bt));
+                    assert_eq!(e.name(), bt.name());
+                    let shape = [3, 2 * bt.block_elems() as u64];
+                    let bytes = 3 * 2 * bt.block_bytes() as u64;
+                    assert_eq!(e.expected_bytes(&shape)?, Some(bytes));
+                }
+                None => assert_eq!(bt.gpu_qtype(), None, "{}", bt.name()),
+            }
+        }
+        assert_eq!(Encoding::F16.ggml_block(), None);
+        Ok(())
+    }
+
+    #[test]
+    fn q6_k_goes_through_dequantize() -> Result<()> {
+        // one block: d = 1, scales 1..=16, all quants 32 + 1 (low nibble 1, high bits 2 → 33)
+        let mut b = BlockQ6K::zeroed();
+        b.d = f16::from_f32(0.5).to_le_bytes();
+        for (i, s) in b.scales.iter_mut().enumerate() {
+            *s = i as i8 - 8;
+        }
+        b.ql = [0x11; 128];
+        b.qh = [0xAA; 64];
+        let bytes = bytemuck::bytes_of(&b);
+        let v = dequantize(BlockType::Q6K, bytes, 256)?;
+        for (j, x) in v.iter().enumerate() {
+            // element j of half h, l = j % 128: sub-block scale index 8h + (l % 32) / 16 + 2 (l / 32)
+            let (h, l) = (j / 128, j % 128);
+            let sc = b.scales[8 * h + (l % 32) / 16 + 2 * (l / 32)] as f32;
+            assert_eq!(*x, 0.5 * sc * 1.0, "element {j}");
+        }
+        assert!(dequantize(BlockType::Q6K, &bytes[..209], 256).is_err());
+        assert!(dequantize(BlockType::Q6K, bytes, 128).is_err());
+        let mut out = [0f32; 256];
+        assert!(dequantize_row(BlockType::Q6K, bytes, 256, 0, &mut out).is_ok());
+        assert_eq!(out.as_slice(), v.as_slice());
+        Ok(())
+    }
+
+    #[test]
     fn lengths_are_checked() {
         assert!(dequantize(BlockType::Q8_0, &[0; 33], 32).is_err());
         assert!(dequantize(BlockType::Q8_0, &[0; 34], 31).is_err());
@@ -469,63 +659,4 @@ mod tests {
         assert!(dequantize_row(BlockType::Q8_0, &[0; 68], 32, 2, &mut out).is_err());
         assert!(dequantize_row(BlockType::Q8_0, &[0; 68], 32, 1, &mut out).is_ok());
     }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Q6_K: kept as it is when imported (llama-quantize gives ternary models q6_K token embeddings by
-// default), dequantized exactly as llama.cpp's `dequantize_row_q6_K`.
-
-/// Elements per Q6_K super-block.
-pub const Q6_K_ELEMS: usize = 256;
-/// Bytes per Q6_K super-block: `ql[128]` (low 4 bits), `qh[64]` (high 2 bits), `scales[16]` (i8),
-/// `d` (f16, last). 6.5625 bits per weight.
-pub const Q6_K_BYTES: usize = 210;
-
-/// ggml's `block_q6_K` (byte-packed, alignment 1).
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct BlockQ6K {
-    pub ql: [u8; 128],
-    pub qh: [u8; 64],
-    pub scales: [i8; 16],
-    pub d: [u8; 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ6K>() == Q6_K_BYTES);
-
-/// Dequantize `out.len()` elements of Q6_K blocks (a whole number of 256-element blocks).
-pub fn dequantize_q6_k_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    if out.len() % Q6_K_ELEMS != 0 || bytes.len() != out.len() / Q6_K_ELEMS * Q6_K_BYTES {
-        return Err(FormatError::malformed(
-            "q6_K",
-            format!(
-                "{} bytes for {} elements (256 elements per 210-byte block)",
-                bytes.len(),
-                out.len()
-            ),
-        ));
-    }
-    let blocks: &[BlockQ6K] = bytemuck::try_cast_slice(bytes)
-        .map_err(|e| FormatError::malformed("q6_K", format!("{e:?}")))?;
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(Q6_K_ELEMS)) {
-        let d = f16_to_f32(b.d);
-        for half in 0..2 {
-            let ql = &b.ql[half * 64..half * 64 + 64];
-            let qh = &b.qh[half * 32..half * 32 + 32];
-            let sc = &b.scales[half * 8..half * 8 + 8];
-            let y = &mut y[half * 128..half * 128 + 128];
-            for l in 0..32 {
-                let is = l / 16;
-                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
-                // Same evaluation order as C: (d * sc) * q, in f32.
-                y[l] = d * sc[is] as f32 * q1 as f32;
-                y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
-                y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
-                y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
-            }
-        }
-    }
-    Ok(())
 }

@@ -27,7 +27,7 @@
 //!    256 bytes ([`container::TENSOR_ALIGN`]) from the data section start (so, page-aligned file +
 //!    256 = every tensor is a valid GPU storage-buffer binding offset), zero padding between tensors.
 //!    The encodings of the bytes are defined in [`encoding::Encoding`] and its codec modules:
-//!    raw f32/f16/bf16, ggml Q8_0/Q4_0/Q4_1 blocks ([`ggml`]), ternary 2-bit and base-3 ([`ternary`]),
+//!    raw f32/f16/bf16, ggml Q8_0/Q4_0/Q4_1/Q6_K blocks ([`ggml`]), ternary 2-bit and base-3 ([`ternary`]),
 //!    NeuZip ([`neuzip`]).
 //! 4. **Metadata section** (8-aligned): UTF-8 JSON of [`meta::ModelMeta`].
 //! 5. **Tensor directory section** (8-aligned): UTF-8 JSON `{"tensors": [TensorInfo...]}` with, per
@@ -53,6 +53,7 @@
 
 pub mod container;
 pub mod delta;
+pub mod dtype;
 pub mod encoding;
 pub mod error;
 pub mod ggml;
@@ -61,7 +62,8 @@ pub mod neuzip;
 pub mod ternary;
 
 pub use container::{hash_file, Section, TensorInfo, TensorView, TernFile, TernWriter};
-pub use encoding::{Encoding, FloatType, TernaryLayout};
+pub use dtype::{FloatType, TernaryLayout};
+pub use encoding::Encoding;
 pub use error::{FormatError, Result};
 pub use meta::*;
 

@@ -128,7 +128,7 @@ mod tests;
 
 use std::ops::Range;
 
-use crate::encoding::{full_mantissa_bits, FloatType};
+use crate::dtype::{full_mantissa_bits, FloatType};
 use crate::error::{FormatError, Result};
 use float::{BitReader, BitWriter, Layout};
 pub use rans::{decode_lane, LUT_SIZE, PROB_BITS, PROB_SCALE, RANS_L};

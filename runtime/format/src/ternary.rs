@@ -43,7 +43,7 @@
 //! code stream holds nothing but code words, and the scales live in their own region, read once
 //! per group (or once per tensor).
 
-use crate::encoding::{FloatType, TernaryLayout};
+use crate::dtype::{FloatType, TernaryLayout};
 use crate::error::{FormatError, Result};
 
 /// Elements per `u32` word of a layout.

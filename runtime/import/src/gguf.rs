@@ -220,22 +220,22 @@ impl GgmlType {
     /// does not follow that rule (I2_S: see [`GgmlType::byte_size`]) or is unknown.
     pub fn block(self) -> Option<(u64, u64)> {
         use GgmlType::*;
+        if let Some(bt) = self.block_type() {
+            // the types tern reads: from tern-format's one table
+            return Some((bt.block_elems() as u64, bt.block_bytes() as u64));
+        }
         Some(match self {
             F32 | I32 => (1, 4),
             F16 | BF16 | I16 => (1, 2),
             I8 => (1, 1),
             I64 | F64 => (1, 8),
-            Q4_0 => (32, 18),
-            Q4_1 => (32, 20),
             Q5_0 => (32, 22),
             Q5_1 => (32, 24),
-            Q8_0 => (32, 34),
             Q8_1 => (32, 40),
             Q2_K => (256, 84),
             Q3_K => (256, 110),
             Q4_K => (256, 144),
             Q5_K => (256, 176),
-            Q6_K => (256, 210),
             Q8_K => (256, 292),
             IQ2_XXS => (256, 66),
             IQ2_XS => (256, 74),
@@ -246,12 +246,11 @@ impl GgmlType {
             IQ2_S => (256, 82),
             IQ4_XS => (256, 136),
             IQ1_M => (256, 56),
-            TQ1_0 => (256, 54),
-            TQ2_0 => (256, 66),
             MXFP4 => (32, 17),
             NVFP4 => (64, 36),
             Q1_0 => (128, 18),
             Q2_0 => (64, 18),
+            Q4_0 | Q4_1 | Q8_0 | Q6_K | TQ1_0 | TQ2_0 => return None, // handled above
             I2_S | I8_S | TL1 | TL2 | Unknown(_) => return None,
         })
     }
@@ -285,13 +284,15 @@ impl GgmlType {
             .ok_or_else(|| "byte size overflows".to_string())
     }
 
-    /// The matching `tern-format` block type, for the types tern can dequantize as ggml blocks.
+    /// The matching `tern-format` block type (the table of block sizes, names and GPU kernels), for
+    /// the types tern can dequantize as ggml blocks.
     pub fn block_type(self) -> Option<tern_format::ggml::BlockType> {
         use tern_format::ggml::BlockType;
         match self {
             GgmlType::Q8_0 => Some(BlockType::Q8_0),
             GgmlType::Q4_0 => Some(BlockType::Q4_0),
             GgmlType::Q4_1 => Some(BlockType::Q4_1),
+            GgmlType::Q6_K => Some(BlockType::Q6K),
             GgmlType::TQ1_0 => Some(BlockType::Tq1_0),
             GgmlType::TQ2_0 => Some(BlockType::Tq2_0),
             _ => None,

@@ -67,7 +67,9 @@ fn ternary_of(
             vec![d.first().copied().unwrap_or(0.0)],
         )))
     } else {
-        Ok(Some((trits, 256, FloatType::F16, d)))
+        // one f16 `d` per TQ1_0/TQ2_0 block (both QK_K = 256 elements)
+        let group = ggml::QK_K as u32;
+        Ok(Some((trits, group, FloatType::F16, d)))
     }
 }
 
@@ -77,10 +79,6 @@ pub fn decode_check(t: &GgufTensorInfo, bytes: &[u8]) -> Result<()> {
         .map_err(|_| ImportError::Gguf(format!("tensor {:?} too large", t.name)))?;
     match t.ggml_type {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Ok(()),
-        GgmlType::Q6_K => {
-            let mut out = vec![0f32; n];
-            ggml::dequantize_q6_k_into(bytes, &mut out).map_err(Into::into)
-        }
         GgmlType::TQ1_0 | GgmlType::TQ2_0 | GgmlType::I2_S => ternary_of(t, bytes).map(|_| ()),
         other => match other.block_type() {
             Some(bt) => ggml::dequantize(bt, bytes, n)
@@ -175,11 +173,11 @@ pub fn import_gguf(
                 let (enc, b) = encode_float(opts, dt, &shape, bytes)?;
                 w.add_tensor(&t.name, &shape, enc, &b)?;
             }
-            (None, GgmlType::Q8_0) => w.add_tensor(&t.name, &shape, Encoding::Q8_0, bytes)?,
-            (None, GgmlType::Q4_0) => w.add_tensor(&t.name, &shape, Encoding::Q4_0, bytes)?,
-            (None, GgmlType::Q4_1) => w.add_tensor(&t.name, &shape, Encoding::Q4_1, bytes)?,
-            (None, GgmlType::Q6_K) => w.add_tensor(&t.name, &shape, Encoding::Q6K, bytes)?,
-            _ => return Err(unsupported(t)),
+            // ggml blocks tern keeps as they are (Q8_0, Q4_0, Q4_1, Q6_K)
+            (None, gt) => match gt.block_type().and_then(Encoding::from_ggml_block) {
+                Some(enc) => w.add_tensor(&t.name, &shape, enc, bytes)?,
+                None => return Err(unsupported(t)),
+            },
         }
     }
     progress(total, total, "");

@@ -522,6 +522,7 @@ pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::ActBlock;
+    use crate::ggml_dot::{Q4_1_BYTES, Q8_0_BYTES};
 
     #[inline(always)]
     fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -546,8 +547,10 @@ pub(crate) mod x86 {
         let mut summs = 0.0f32;
         let mask = _mm_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
-        for (b, a) in blocks.chunks_exact(20).zip(act) {
-            let Some(qs) = b.get(4..20) else { continue };
+        for (b, a) in blocks.chunks_exact(Q4_1_BYTES).zip(act) {
+            let Some(qs) = b.get(4..Q4_1_BYTES) else {
+                continue;
+            };
             summs = f16_at(b, 2).mul_add(a.s, summs);
             let dd = f16_at(b, 0) * a.d;
             // SAFETY: `qs` holds 16 bytes and `a.qs` 32 bytes; unaligned loads.
@@ -571,8 +574,10 @@ pub(crate) mod x86 {
     pub(crate) fn dot_q8_0_q8_0(blocks: &[u8], act: &[ActBlock]) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let ones = _mm256_set1_epi16(1);
-        for (b, a) in blocks.chunks_exact(34).zip(act) {
-            let Some(qs) = b.get(2..34) else { continue };
+        for (b, a) in blocks.chunks_exact(Q8_0_BYTES).zip(act) {
+            let Some(qs) = b.get(2..Q8_0_BYTES) else {
+                continue;
+            };
             let dd = f16_at(b, 0) * a.d;
             // SAFETY: `qs` and `a.qs` hold 32 bytes each; unaligned loads.
             let (w, y) = unsafe {

@@ -26,8 +26,13 @@ use tern_format::ggml::BlockType;
 
 use crate::error::{ReferenceError, Result};
 
-/// Elements per block of every type handled here.
-pub const QK: usize = 32;
+/// Elements per block of every type handled here (from the `tern_format::ggml` table).
+pub const QK: usize = BlockType::Q8_0.block_elems();
+const _: () = assert!(BlockType::Q4_0.block_elems() == QK && BlockType::Q4_1.block_elems() == QK);
+/// Bytes per block, from the table.
+pub(crate) const Q8_0_BYTES: usize = BlockType::Q8_0.block_bytes();
+pub(crate) const Q4_0_BYTES: usize = BlockType::Q4_0.block_bytes();
+pub(crate) const Q4_1_BYTES: usize = BlockType::Q4_1.block_bytes();
 
 #[inline(always)]
 fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -42,8 +47,15 @@ pub fn block_bytes(bt: BlockType) -> usize {
     bt.block_bytes()
 }
 
-/// Check that `blocks` is exactly the row of `bt` blocks that covers `n` activations.
+/// Check that `blocks` is exactly the row of `bt` blocks that covers `n` activations (and that `bt`
+/// is one of the 32-element types handled here).
 pub fn check_row(bt: BlockType, blocks: &[u8], n: usize) -> Result<()> {
+    if bt.block_elems() != QK {
+        return Err(ReferenceError::shape(
+            "ggml dot",
+            format!("{bt:?} is not a {QK}-element block type"),
+        ));
+    }
     if n % QK != 0 || blocks.len() != n / QK * bt.block_bytes() {
         return Err(ReferenceError::shape(
             "ggml dot",
@@ -101,7 +113,7 @@ pub fn dequantize_row(bt: BlockType, blocks: &[u8], out: &mut [f32]) -> Result<(
 /// `Σ w·x` for a row of Q8_0 blocks and f32 activations: per block `d · Σ q_j x_j`.
 pub fn dot_q8_0_f32(blocks: &[u8], x: &[f32]) -> f32 {
     let mut sum = 0.0f32;
-    for (b, xb) in blocks.chunks_exact(34).zip(x.chunks_exact(QK)) {
+    for (b, xb) in blocks.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(QK)) {
         let mut s = 0.0f32;
         for (&q, &v) in b[2..].iter().zip(xb) {
             s += (q as i8) as f32 * v;
@@ -114,7 +126,7 @@ pub fn dot_q8_0_f32(blocks: &[u8], x: &[f32]) -> f32 {
 /// `Σ w·x` for a row of Q4_0 blocks and f32 activations: per block `d · Σ (q_j − 8) x_j`.
 pub fn dot_q4_0_f32(blocks: &[u8], x: &[f32]) -> f32 {
     let mut sum = 0.0f32;
-    for (b, xb) in blocks.chunks_exact(18).zip(x.chunks_exact(QK)) {
+    for (b, xb) in blocks.chunks_exact(Q4_0_BYTES).zip(x.chunks_exact(QK)) {
         let (xl, xh) = xb.split_at(QK / 2);
         let mut s = 0.0f32;
         for ((&q, &l), &h) in b[2..].iter().zip(xl).zip(xh) {
@@ -128,7 +140,7 @@ pub fn dot_q4_0_f32(blocks: &[u8], x: &[f32]) -> f32 {
 /// `Σ w·x` for a row of Q4_1 blocks and f32 activations: per block `d · Σ q_j x_j + m · Σ x_j`.
 pub fn dot_q4_1_f32(blocks: &[u8], x: &[f32]) -> f32 {
     let mut sum = 0.0f32;
-    for (b, xb) in blocks.chunks_exact(20).zip(x.chunks_exact(QK)) {
+    for (b, xb) in blocks.chunks_exact(Q4_1_BYTES).zip(x.chunks_exact(QK)) {
         let (xl, xh) = xb.split_at(QK / 2);
         let (mut s, mut sx) = (0.0f32, 0.0f32);
         for ((&q, &l), &h) in b[4..].iter().zip(xl).zip(xh) {
@@ -192,7 +204,7 @@ pub fn quantize_row_q8_1(x: &[f32]) -> Result<Vec<ActBlock>> {
 /// Q8_0 weights · Q8_0 activations (llama.cpp `ggml_vec_dot_q8_0_q8_0`).
 pub fn dot_q8_0_q8_0(blocks: &[u8], act: &[ActBlock]) -> f32 {
     let mut sum = 0.0f32;
-    for (b, a) in blocks.chunks_exact(34).zip(act) {
+    for (b, a) in blocks.chunks_exact(Q8_0_BYTES).zip(act) {
         let mut si = 0i32;
         for (&q, &y) in b[2..].iter().zip(&a.qs) {
             si += (q as i8) as i32 * y as i32;
@@ -205,7 +217,7 @@ pub fn dot_q8_0_q8_0(blocks: &[u8], act: &[ActBlock]) -> f32 {
 /// Q4_0 weights · Q8_0 activations (llama.cpp `ggml_vec_dot_q4_0_q8_0`).
 pub fn dot_q4_0_q8_0(blocks: &[u8], act: &[ActBlock]) -> f32 {
     let mut sum = 0.0f32;
-    for (b, a) in blocks.chunks_exact(18).zip(act) {
+    for (b, a) in blocks.chunks_exact(Q4_0_BYTES).zip(act) {
         let (yl, yh) = a.qs.split_at(QK / 2);
         let mut si = 0i32;
         for ((&q, &l), &h) in b[2..].iter().zip(yl).zip(yh) {
@@ -220,7 +232,7 @@ pub fn dot_q4_0_q8_0(blocks: &[u8], act: &[ActBlock]) -> f32 {
 /// per block `(d_w·d_a)·Σ q_w q_a + m_w·s_a`.
 pub fn dot_q4_1_q8_1(blocks: &[u8], act: &[ActBlock]) -> f32 {
     let mut sum = 0.0f32;
-    for (b, a) in blocks.chunks_exact(20).zip(act) {
+    for (b, a) in blocks.chunks_exact(Q4_1_BYTES).zip(act) {
         let (yl, yh) = a.qs.split_at(QK / 2);
         let mut si = 0i32;
         for ((&q, &l), &h) in b[4..].iter().zip(yl).zip(yh) {
@@ -420,7 +432,7 @@ mod tests {
                     let mut want = 0.0f64;
                     for (i, blk) in a.iter().enumerate() {
                         let wb = &w[i * QK..(i + 1) * QK];
-                        let m = f16_at(&blocks[i * 20..], 2) as f64;
+                        let m = f16_at(&blocks[i * Q4_1_BYTES..], 2) as f64;
                         let dot: f64 = wb
                             .iter()
                             .zip(&blk.qs)

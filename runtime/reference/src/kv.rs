@@ -1,7 +1,8 @@
 //! The reference KV cache: preallocated once, written in place, never concatenated.
 
+use tern_format::HParams;
+
 use crate::error::{ReferenceError, Result};
-use crate::model::Model;
 
 /// Keys and values of every layer, `[layer][pos][kv_head][head_dim]` f32, for up to `n_ctx`
 /// positions. Keys are stored after RoPE.
@@ -17,9 +18,10 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// A cache for `model` holding `n_ctx` positions (all memory is allocated here).
-    pub fn new(model: &Model, n_ctx: usize) -> Result<Self> {
-        let hp = model.hparams();
+    /// A cache for a model of hyperparameters `hp` holding `n_ctx` positions (all memory is
+    /// allocated here). `KvCache::new(&model, n_ctx)` (in `model.rs`, which uses this module, not
+    /// the reverse) reads `hp` from a [`crate::Model`].
+    pub fn for_hparams(hp: &HParams, n_ctx: usize) -> Result<Self> {
         let n_layer = hp.n_layer as usize;
         let row = hp.n_head_kv as usize * hp.head_dim as usize;
         let total = n_layer

@@ -128,15 +128,15 @@ impl Matrix {
         bytes: &[u8],
     ) -> Result<Self> {
         let shape = [rows as u64, cols as u64];
-        let data = match encoding {
-            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 => {
-                let bt = match encoding {
-                    Encoding::Q8_0 => tern_format::ggml::BlockType::Q8_0,
-                    Encoding::Q4_0 => tern_format::ggml::BlockType::Q4_0,
-                    _ => tern_format::ggml::BlockType::Q4_1,
-                };
-                if cols % ggml_dot::QK != 0
-                    || bytes.len() != rows * (cols / ggml_dot::QK) * bt.block_bytes()
+        let data = match (encoding, encoding.ggml_block()) {
+            // Q8_0/Q4_0/Q4_1 stay blocks (the block dots of `ggml_dot`/`ggml_cpu`); Q6_K is
+            // widened to f32 below.
+            (_, Some(bt @ (BlockType::Q8_0 | BlockType::Q4_0 | BlockType::Q4_1))) => {
+                if cols % bt.block_elems() != 0
+                    || Some(bytes.len())
+                        != (cols / bt.block_elems())
+                            .checked_mul(bt.block_bytes())
+                            .and_then(|rb| rb.checked_mul(rows))
                 {
                     return Err(ReferenceError::TensorShape {
                         name: name.into(),
@@ -144,13 +144,14 @@ impl Matrix {
                         found: vec![bytes.len() as u64],
                     });
                 }
-                match encoding {
-                    Encoding::Q8_0 => WeightData::Q8_0(bytes.to_vec()),
-                    Encoding::Q4_0 => WeightData::Q4_0(bytes.to_vec()),
-                    _ => WeightData::Q4_1(bytes.to_vec()),
+                let b = bytes.to_vec();
+                match bt {
+                    BlockType::Q8_0 => WeightData::Q8_0(b),
+                    BlockType::Q4_0 => WeightData::Q4_0(b),
+                    _ => WeightData::Q4_1(b),
                 }
             }
-            Encoding::Ternary { group, .. } => {
+            (Encoding::Ternary { group, .. }, _) => {
                 let values = encoding.decode_f32(&shape, bytes)?;
                 WeightData::Ternary(ternary_from_values(
                     name,
@@ -160,11 +161,8 @@ impl Matrix {
                     &values,
                 )?)
             }
-            Encoding::F32
-            | Encoding::F16
-            | Encoding::Bf16
-            | Encoding::Q6K
-            | Encoding::NeuZip { .. } => WeightData::F32(encoding.decode_f32(&shape, bytes)?),
+            // floats, NeuZip, Q6_K
+            _ => WeightData::F32(encoding.decode_f32(&shape, bytes)?),
         };
         Ok(Self { rows, cols, data })
     }
@@ -184,13 +182,11 @@ impl Matrix {
                 out.copy_from_slice(v.get(r * c..(r + 1) * c).unwrap_or_default())
             }
             WeightData::Q8_0(b) | WeightData::Q4_0(b) | WeightData::Q4_1(b) => {
-                let bt = match &self.data {
-                    WeightData::Q8_0(_) => tern_format::ggml::BlockType::Q8_0,
-                    WeightData::Q4_0(_) => tern_format::ggml::BlockType::Q4_0,
-                    _ => tern_format::ggml::BlockType::Q4_1,
-                };
-                let rb = c / ggml_dot::QK * bt.block_bytes();
-                ggml_dot::dequantize_row(bt, b.get(r * rb..(r + 1) * rb).unwrap_or_default(), out)?;
+                if let Some(bt) = self.block_type() {
+                    let rb = c / bt.block_elems() * bt.block_bytes();
+                    let row = b.get(r * rb..(r + 1) * rb).unwrap_or_default();
+                    ggml_dot::dequantize_row(bt, row, out)?;
+                }
             }
             WeightData::Ternary(t) => {
                 let trits = t.trits.get(r * c..(r + 1) * c).unwrap_or_default();

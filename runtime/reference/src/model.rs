@@ -188,6 +188,14 @@ fn load_matrix(file: &TernFile, name: &str, rows: usize, cols: usize) -> Result<
     Matrix::from_encoded(name, rows, cols, &v.info.encoding, v.bytes)
 }
 
+impl KvCache {
+    /// A cache for `model` holding `n_ctx` positions (all memory is allocated here). Defined here
+    /// rather than in `kv.rs` so that `kv` does not import `model` (no import cycle).
+    pub fn new(model: &Model, n_ctx: usize) -> Result<Self> {
+        KvCache::for_hparams(model.hparams(), n_ctx)
+    }
+}
+
 impl Model {
     /// Load and validate every tensor the hyperparameters call for.
     pub fn load(file: &TernFile) -> Result<Self> {

@@ -1,7 +1,7 @@
 //! Splitting floats into an exponent symbol and a raw sign+mantissa field, NeuZip's lossy
 //! mantissa rounding, and the bit-packed raw plane.
 
-use crate::encoding::FloatType;
+use crate::dtype::FloatType;
 use crate::error::{FormatError, Result};
 
 /// Bit layout of one float type, element bits held in the low `width` bits of a `u32`.
