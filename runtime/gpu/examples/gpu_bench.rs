@@ -107,8 +107,8 @@ fn ggml_weight(
     rows: u64,
     cols: u64,
 ) -> anyhow::Result<GgmlWeight> {
-    let n_blocks = rows * cols / q.block_elems();
-    let mut b = Vec::with_capacity((n_blocks * q.block_bytes()) as usize);
+    let n_blocks = rows * cols / q.block_elems() as u64;
+    let mut b = Vec::with_capacity((n_blocks * q.block_bytes() as u64) as usize);
     for _ in 0..n_blocks {
         let d = half::f16::from_f32(0.0005 + (rng.next() % 1000) as f32 * 1e-5).to_le_bytes();
         if q == GgmlType::Q6K {

@@ -291,7 +291,8 @@ fn random_blocks(rng: &mut Rng, qtype: GgmlType, n_blocks: usize) -> Vec<u8> {
             GgmlType::Q8_0 => (None, 32),
             GgmlType::Q4_0 => (None, 16),
             GgmlType::Q4_1 => (Some(half::f16::from_f32(-0.2 + rng.unit() * 0.1)), 16),
-            GgmlType::Q6K => (None, 0), // handled above
+            // Q6_K handled above; the ternary ggml types have no GPU kernel (not generated).
+            _ => (None, 0),
         };
         if let Some(m) = extra {
             out.extend_from_slice(&m.to_le_bytes());
@@ -304,12 +305,7 @@ fn random_blocks(rng: &mut Rng, qtype: GgmlType, n_blocks: usize) -> Vec<u8> {
 }
 
 fn ggml_encoding(q: GgmlType) -> Encoding {
-    match q {
-        GgmlType::Q8_0 => Encoding::Q8_0,
-        GgmlType::Q4_0 => Encoding::Q4_0,
-        GgmlType::Q4_1 => Encoding::Q4_1,
-        GgmlType::Q6K => Encoding::Q6K,
-    }
+    Encoding::from_ggml_block(q).expect("a ggml type tern stores as blocks")
 }
 
 fn run_ggml_bytes(

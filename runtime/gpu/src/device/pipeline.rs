@@ -9,42 +9,10 @@ use tern_shaders::{Shader, Variant};
 
 use crate::error::{GpuError, Result};
 
-/// ggml block types the GEMV/GEMM kernels read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GgmlType {
-    Q8_0,
-    Q4_0,
-    Q4_1,
-    /// 256-element super-blocks of 210 bytes (tern keeps llama-quantize's q6_K embeddings).
-    Q6K,
-}
-
-impl GgmlType {
-    /// Bytes of one block ([`GgmlType::block_elems`] elements).
-    pub fn block_bytes(self) -> u64 {
-        match self {
-            GgmlType::Q8_0 => 34,
-            GgmlType::Q4_0 => 18,
-            GgmlType::Q4_1 => 20,
-            GgmlType::Q6K => 210,
-        }
-    }
-    /// Elements of one block (a row's length must be a multiple).
-    pub fn block_elems(self) -> u64 {
-        match self {
-            GgmlType::Q6K => 256,
-            _ => 32,
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            GgmlType::Q8_0 => "q8_0",
-            GgmlType::Q4_0 => "q4_0",
-            GgmlType::Q4_1 => "q4_1",
-            GgmlType::Q6K => "q6_k",
-        }
-    }
-}
+/// ggml block types: the one table of their facts (bytes, block length, whether the GPU has
+/// kernels for them — [`GgmlType::gpu_qtype`], the `QTYPE` override of `ggml_gemv.wgsl`,
+/// `ggml_gemm.wgsl`, `embed.wgsl` and `cce.wgsl`) is `tern_format::ggml::BlockType`'s.
+pub use tern_format::ggml::BlockType as GgmlType;
 
 /// Element format of a KV cache: part of the KV-store and attention pipeline keys, so a new
 /// format (quantized, merged) is a new variant here, a new shader variant and a new key — never
@@ -344,12 +312,10 @@ mod tests {
                 keys.push(KernelKey::CceFloat(t, bp));
             }
         }
-        for t in [
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q6K,
-        ] {
+        for t in GgmlType::ALL
+            .into_iter()
+            .filter(|t| t.gpu_qtype().is_some())
+        {
             keys.push(KernelKey::GgmlGemv(t));
             keys.push(KernelKey::GgmlGemm(t));
             keys.push(KernelKey::EmbedGgml(t));
@@ -367,6 +333,18 @@ mod tests {
         for k in &keys {
             let v = k.variant().unwrap();
             assert_eq!(v.label, k.to_string());
+            // The block-type override of a ggml kernel is the table's `gpu_qtype` (embed.wgsl's
+            // SRC counts the three float tables first).
+            let (t, name, base) = match k {
+                KernelKey::GgmlGemv(t) | KernelKey::GgmlGemm(t) => (Some(*t), "QTYPE", 0),
+                KernelKey::EmbedGgml(t) => (Some(*t), "SRC", 3),
+                KernelKey::CceGgml(t, _) => (Some(*t), "HEAD", 0),
+                _ => (None, "", 0),
+            };
+            if let Some(t) = t {
+                let q = v.constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32);
+                assert_eq!(q, t.gpu_qtype().map(|q| q + base), "{k}");
+            }
         }
         assert_eq!(keys.len(), tern_shaders::all_variants().count());
         assert_eq!(

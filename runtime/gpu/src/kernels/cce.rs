@@ -93,7 +93,7 @@ impl<'a> Head<'a> {
 
     fn blocks_per_row(&self) -> u64 {
         match self {
-            Head::Ggml(w) => w.cols / w.qtype.block_elems(),
+            Head::Ggml(w) => w.cols / w.qtype.block_elems() as u64,
             Head::Float(_) => 0,
         }
     }

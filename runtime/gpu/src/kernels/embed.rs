@@ -89,7 +89,7 @@ pub fn embed_rows(
             }
         }
         EmbedTable::Ggml(w) => {
-            let row_bytes = w.cols / w.qtype.block_elems() * w.qtype.block_bytes();
+            let row_bytes = w.cols / w.qtype.block_elems() as u64 * w.qtype.block_bytes() as u64;
             params.row_bytes = u32_of(OP, "row bytes", row_bytes)?;
             for (i, (row0, rows, buffer)) in w.part_views().enumerate() {
                 params.row0 = u32_of(OP, "row0", row0)?;

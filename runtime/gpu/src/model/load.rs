@@ -72,13 +72,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn ggml_type(e: &Encoding) -> Option<GgmlType> {
-    match e {
-        Encoding::Q8_0 => Some(GgmlType::Q8_0),
-        Encoding::Q4_0 => Some(GgmlType::Q4_0),
-        Encoding::Q4_1 => Some(GgmlType::Q4_1),
-        Encoding::Q6K => Some(GgmlType::Q6K),
-        _ => None,
-    }
+    e.ggml_block().filter(|t| t.gpu_qtype().is_some())
 }
 
 struct Loader<'a> {
@@ -183,13 +177,15 @@ impl Loader<'_> {
                     Lin::Jit(self.jit.len() - 1)
                 }
             }
-            e => return Err(GpuError::Unsupported {
-                adapter: ctx.info.name.clone(),
-                detail: format!(
+            e => {
+                return Err(GpuError::Unsupported {
+                    adapter: ctx.info.name.clone(),
+                    detail: format!(
                     "tensor `{name}` is {}: the GPU engine has no kernel for it (use --device cpu)",
                     e.name()
                 ),
-            }),
+                })
+            }
         };
         Ok(lin)
     }

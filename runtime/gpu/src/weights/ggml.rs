@@ -26,7 +26,13 @@ impl GgmlWeight {
         bytes: &[u8],
     ) -> Result<Self> {
         const OP: &str = "ggml upload";
-        let be = qtype.block_elems();
+        if qtype.gpu_qtype().is_none() {
+            return Err(GpuError::shape(
+                OP,
+                format!("{} blocks have no GPU kernel", qtype.name()),
+            ));
+        }
+        let be = qtype.block_elems() as u64;
         if cols == 0 || cols % be != 0 || rows == 0 {
             return Err(GpuError::shape(
                 OP,
@@ -34,7 +40,7 @@ impl GgmlWeight {
             ));
         }
         u32_of(OP, "rows", rows)?;
-        let row_bytes = cols / be * qtype.block_bytes();
+        let row_bytes = cols / be * qtype.block_bytes() as u64;
         if rows.checked_mul(row_bytes) != Some(bytes.len() as u64) {
             return Err(GpuError::shape(
                 OP,
