@@ -208,7 +208,7 @@ fn random_bitnet_logits_match_cpu() {
                     let Some(gpu) = open_gpu(&path, budget) else {
                         return;
                     };
-                    let plan = gpu.gpu().unwrap().memory_plan().clone();
+                    let plan = gpu.report().memory;
                     let (got, got_step) = logits_both(&gpu, &toks);
                     let e1 = nmse(&got, &want);
                     let e2 = nmse(&got_step, &want);
