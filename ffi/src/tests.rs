@@ -367,7 +367,9 @@ fn a_missing_tensor_is_corrupt_file_on_every_device() {
     eprintln!("cpu: {cpu:?}: {msg}");
     assert_eq!(cpu, tern_status::TERN_CORRUPT_FILE, "{msg}");
     // The engine says the same.
-    let e = Model::open(&cut).err().expect("a model missing a tensor loaded");
+    let e = Model::open(&cut)
+        .err()
+        .expect("a model missing a tensor loaded");
     assert!(e.is_bad_file(), "{e}");
     let (gpu, msg) = load(TERN_DEVICE_GPU);
     eprintln!("gpu: {gpu:?}: {msg}");
