@@ -107,13 +107,19 @@ fn versioned_structs() {
     );
 }
 
+/// The default model's path (`tern fetch-default`, run once per test process: two tests running
+/// it at the same time would race on the cache).
 fn default_model_path() -> String {
-    let out = std::process::Command::new(tern_tests::tern_bin())
-        .arg("fetch-default")
-        .output()
-        .expect("run tern fetch-default");
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = std::process::Command::new(tern_tests::tern_bin())
+            .arg("fetch-default")
+            .output()
+            .expect("run tern fetch-default");
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    })
+    .clone()
 }
 
 /// `tern_score` (chunked, 64 tokens per forward call) equals the log-softmax of one `eval_all`
