@@ -292,8 +292,10 @@ enum tern_status tern_session_last_stats(const struct tern_session *session, str
 // not scored, so a text of one token scores 0 over 0 tokens. Perplexity is
 // `exp(-total / tokens)`.
 //
-// Uses the session's KV cache: it is cleared first and holds the text's tokens (but the last)
-// afterwards. `tern_cancel` stops it with `TERN_CANCELLED`.
+// The log-probabilities come from the engine's fused scorer (the same numbers as `tern score`
+// and `Model::score`; no logit matrix is made). Uses the session's KV cache: it is cleared first
+// and holds the text's tokens (but the last) afterwards. `tern_cancel` stops it with
+// `TERN_CANCELLED` (checked between batches of 512 tokens on the CPU, before the GPU runs it).
 //
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
 // tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`.

@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use tern_engine::session::Session;
+use tern_engine::BackendKind;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -142,40 +143,42 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let mut mem = serde_json::Map::new();
     let mut dispatches = None;
     let mut profile = None;
-    if let Some(g) = model.gpu() {
-        let plan = g.memory_plan();
+    let session = s.report()?;
+    if model.report().backend == BackendKind::Gpu {
+        let plan = model.report().memory;
         let by_enc: serde_json::Map<String, serde_json::Value> = plan
-            .by_encoding()
-            .into_iter()
-            .map(|(k, v)| (k, json!(v)))
+            .by_encoding
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
             .collect();
         mem.insert("weights_by_encoding".into(), json!(by_enc));
-        mem.insert("weights".into(), json!(plan.weight_bytes()));
+        mem.insert("weights".into(), json!(plan.weight_bytes));
         mem.insert("jit_scratch".into(), json!(plan.jit_scratch_bytes));
         mem.insert("budget".into(), json!(plan.budget));
         let tensors: Vec<_> = plan
             .tensors
             .iter()
             .filter(|t| t.placement != "resident")
-            .map(|t| json!({"name": t.name, "encoding": t.encoding, "placement": t.placement, "bytes": t.gpu_bytes}))
+            .map(|t| json!({"name": t.name, "encoding": t.encoding, "placement": t.placement, "bytes": t.bytes}))
             .collect();
         mem.insert("non_resident_tensors".into(), json!(tensors));
-        if let Some(gs) = s.gpu() {
-            let sm = gs.memory();
-            mem.insert("kv".into(), json!(sm.kv_bytes));
-            mem.insert("scratch".into(), json!(sm.scratch_bytes));
-            dispatches = Some(gs.dispatches_per_token()?);
-            if a.profile {
-                s.reset();
-                if let Some(gs) = s.gpu() {
-                    gs.eval(&tokens(a.depth.max(1), vocab, 3))?;
-                    profile = Some(gs.profile_decode_step(1)?);
-                }
-            }
+        mem.insert("kv".into(), json!(session.kv_bytes));
+        if let Some(b) = session.scratch_bytes {
+            mem.insert("scratch".into(), json!(b));
+        }
+        dispatches = session.dispatches_per_token;
+        if a.profile {
+            s.reset();
+            s.eval(&tokens(a.depth.max(1), vocab, 3))?;
+            profile = s.profile_decode_step(1)?.map(|p| {
+                p.into_iter()
+                    .map(|k| (k.kernel, k.dispatches, k.micros))
+                    .collect()
+            });
         }
         mem.insert(
             "gpu_allocated_peak".into(),
-            json!(g.context().allocated_peak()),
+            json!(model.report().memory.gpu_allocated_peak),
         );
     } else {
         mem.insert("weights".into(), json!(file_bytes));
@@ -205,6 +208,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "tests": tests,
                 "memory": mem,
                 "dispatches_per_token": dispatches,
+                "kv_bytes_per_token": session.kv_bytes_per_token,
                 "profile_us_per_token": prof,
             }))?
         );

@@ -179,17 +179,15 @@ pub fn load_with_delta(
     opts: &tern_engine::LoadOptions,
 ) -> Result<tern_engine::session::Model> {
     let t0 = Instant::now();
-    let f = delta::open_with_delta(base, delta)
-        .with_context(|| format!("applying {} to {}", delta.display(), base.display()))?;
-    let t1 = Instant::now();
-    let m = tern_engine::session::Model::from_file_with(&f, opts)
-        .with_context(|| format!("loading {} + {}", base.display(), delta.display()))?;
+    let m = tern_engine::session::Model::open_with_delta_with(base, delta, opts)
+        .with_context(|| format!("loading {} + delta {}", base.display(), delta.display()))?;
     log::info!(
-        "loaded {} + delta {} in {:.2}s (delta applied in {:.2}s)",
+        "loaded {} + delta {} in {:.2}s on {}",
         base.display(),
         delta.display(),
         t0.elapsed().as_secs_f64(),
-        (t1 - t0).as_secs_f64()
+        m.device_name()
     );
+    crate::run::log_plan(&m);
     Ok(m)
 }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use tern_engine::chat::{render_chat, ChatMessage};
 use tern_engine::session::{Device, GenerateOptions, LoadOptions, Model, Session};
-use tern_engine::SamplingParams;
+use tern_engine::{BackendKind, SamplingParams};
 
 #[derive(Args, Clone)]
 pub struct SamplingArgs {
@@ -137,20 +137,30 @@ pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
     Ok(m)
 }
 
-/// Log the GPU memory plan (with -v).
+/// Log the memory plan (GPU) and the activation plan (with -v).
 pub fn log_plan(m: &Model) {
-    if let Some(g) = m.gpu() {
-        let p = g.memory_plan();
+    let r = m.report();
+    if r.backend == BackendKind::Gpu {
+        let p = &r.memory;
         log::info!(
             "GPU memory plan (budget {}): weights {:.1} MiB, jit scratch {:.1} MiB",
             p.budget
                 .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
                 .unwrap_or_else(|| "none".into()),
-            p.weight_bytes() as f64 / 1048576.0,
+            p.weight_bytes as f64 / 1048576.0,
             p.jit_scratch_bytes as f64 / 1048576.0
         );
-        for (enc, bytes) in p.by_encoding() {
-            log::info!("  {enc:<28} {:>10.2} MiB", bytes as f64 / 1048576.0);
+        for (enc, bytes) in &p.by_encoding {
+            log::info!("  {enc:<28} {:>10.2} MiB", *bytes as f64 / 1048576.0);
+        }
+    }
+    if log::log_enabled!(log::Level::Info) {
+        log::info!(
+            "activation plan on {} (input of each linear layer):",
+            r.device
+        );
+        for line in r.activation_plan.to_string().lines() {
+            log::info!("  {line}");
         }
     }
 }
@@ -329,20 +339,12 @@ pub fn chat(a: ChatArgs) -> Result<ExitCode> {
             );
         }
         // Keep the cached prefix; feed only what is new.
-        let common = s
-            .history()
-            .iter()
-            .zip(&ids)
-            .take_while(|(x, y)| x == y)
-            .count()
-            .min(ids.len() - 1);
-        s.truncate(common);
         let opts = GenerateOptions {
             max_tokens: a.n.min(s.n_ctx() - ids.len()),
             stop_tokens: vec![],
             stop_strings: a.sampling.stop.clone(),
         };
-        let r = s.generate(&ids[common..], &a.sampling.params(), &opts, &mut |p| {
+        let (r, _reused) = s.generate_from(&ids, &a.sampling.params(), &opts, &mut |p| {
             let _ = out.write_all(p.as_bytes());
             let _ = out.flush();
             true

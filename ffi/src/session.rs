@@ -224,15 +224,6 @@ pub unsafe extern "C" fn tern_generate(
         } = &mut *guard;
         session.with_dependent_mut(|model, sess| -> Result<()> {
             let ids = tokenize(model, prompt)?;
-            let common = sess
-                .history()
-                .iter()
-                .zip(&ids)
-                .take_while(|(a, b)| a == b)
-                .count();
-            // Re-run at least the last prompt token: its logits give the first new token.
-            let keep = common.min(ids.len().saturating_sub(1));
-            sess.truncate(keep);
             let opts = GenerateOptions {
                 max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
                 ..GenerateOptions::default()
@@ -245,12 +236,8 @@ pub unsafe extern "C" fn tern_generate(
                 // `text.len()` bytes plus a NUL and is not touched during the call.
                 unsafe { cb(piece.as_ptr().cast(), text.len(), user_data) == 0 }
             };
-            let out = sess.generate(
-                ids.get(keep..).unwrap_or_default(),
-                &params,
-                &opts,
-                &mut on_piece,
-            )?;
+            // The engine's prefix reuse: keep the cached common prefix, run the rest.
+            let (out, keep) = sess.generate_from(&ids, &params, &opts, &mut on_piece)?;
             let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             *stats = tern_generation_stats {
                 struct_size: 0,
@@ -311,53 +298,6 @@ pub unsafe extern "C" fn tern_session_last_stats(
     })
 }
 
-/// Tokens scored per forward call in `tern_score` (bounds the logits buffer to
-/// `SCORE_CHUNK × n_vocab` floats).
-const SCORE_CHUNK: usize = 64;
-
-/// `ln softmax(row)[target]`, in f64.
-fn log_softmax_at(row: &[f32], target: usize) -> Result<f64> {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-    let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
-    let x = *row.get(target).ok_or_else(|| {
-        Error::new(
-            tern_status::TERN_INTERNAL,
-            format!("token {target} outside the logits row"),
-        )
-    })? as f64;
-    let lp = x - max - sum.ln();
-    if lp.is_finite() && row.iter().all(|v| v.is_finite()) {
-        Ok(lp)
-    } else {
-        Err(Error::new(
-            tern_status::TERN_NUMERIC,
-            "the model produced non-finite logits",
-        ))
-    }
-}
-
-fn score(sess: &mut Session<'_>, cancel: &AtomicBool, ids: &[u32]) -> Result<f64> {
-    let n_vocab = sess.model().n_vocab();
-    let mut total = 0.0f64;
-    // Position p's logits predict token p + 1; the last token predicts nothing scored.
-    let n_in = ids.len().saturating_sub(1);
-    let mut start = 0;
-    while start < n_in {
-        if cancel.load(Ordering::SeqCst) {
-            return Err(Error::new(tern_status::TERN_CANCELLED, "cancelled"));
-        }
-        let end = (start + SCORE_CHUNK).min(n_in);
-        let chunk = ids.get(start..end).unwrap_or_default();
-        let logits = sess.eval_all(chunk)?;
-        for (i, row) in logits.chunks_exact(n_vocab).enumerate() {
-            let target = ids.get(start + i + 1).copied().unwrap_or_default();
-            total += log_softmax_at(row, target as usize)?;
-        }
-        start = end;
-    }
-    Ok(total)
-}
-
 /// Score `text`: `*out_total_logprob` = Σ ln p(tᵢ | t₀ … tᵢ₋₁) over i = 1 … n−1, the natural-log
 /// probability the model gives each of the text's tokens after the ones before it, summed in
 /// double precision, and `*out_tokens` = n − 1, the number of scored tokens. The text is tokenized
@@ -365,8 +305,10 @@ fn score(sess: &mut Session<'_>, cancel: &AtomicBool, ids: &[u32]) -> Result<f64
 /// not scored, so a text of one token scores 0 over 0 tokens. Perplexity is
 /// `exp(-total / tokens)`.
 ///
-/// Uses the session's KV cache: it is cleared first and holds the text's tokens (but the last)
-/// afterwards. `tern_cancel` stops it with `TERN_CANCELLED`.
+/// The log-probabilities come from the engine's fused scorer (the same numbers as `tern score`
+/// and `Model::score`; no logit matrix is made). Uses the session's KV cache: it is cleared first
+/// and holds the text's tokens (but the last) afterwards. `tern_cancel` stops it with
+/// `TERN_CANCELLED` (checked between batches of 512 tokens on the CPU, before the GPU runs it).
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
 /// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`.
@@ -402,7 +344,10 @@ pub unsafe extern "C" fn tern_score(
                     ),
                 ));
             }
-            Ok((score(sess, &s.cancel, &ids)?, ids.len().saturating_sub(1)))
+            // The engine's fused scorer (no logit matrix); the cache holds ids[..n-1] afterwards.
+            let lp = sess.score(&ids)?;
+            let total: f64 = lp.iter().map(|&v| f64::from(v)).sum();
+            Ok((total, lp.len()))
         })?;
         // SAFETY: non-NULL and writable (caller's contract).
         unsafe {

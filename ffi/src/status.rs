@@ -171,21 +171,24 @@ pub(crate) fn engine_status(e: &EngineError) -> tern_status {
     }
 }
 
+/// The status of a GPU error. A bad model file is `TERN_CORRUPT_FILE` as on the CPU
+/// (`GpuError::is_bad_file`); a broken invariant is `TERN_INTERNAL`; a lost device is
+/// `TERN_INTERNAL` too (there is no status of its own; `EngineError::is_device_lost` tells it
+/// apart in Rust, and the message says so).
 fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
     use tern_gpu::GpuError as G;
     match e {
+        G::Format(f) => format_status(f),
+        G::BadModel(_) | G::Corrupt { .. } => TERN_CORRUPT_FILE,
         G::OutOfMemory { .. } => TERN_OUT_OF_MEMORY,
         G::CpuRequested | G::NoAdapter(_) | G::Unsupported { .. } | G::TooLarge { .. } => {
             TERN_UNSUPPORTED
         }
-        G::Corrupt { .. } => TERN_CORRUPT_FILE,
-        G::Format(f) => format_status(f),
-        G::BadModel(_) => TERN_CORRUPT_FILE,
-        G::Shape { .. } | G::InvalidArgument { .. } => TERN_INVALID_ARGUMENT,
-        G::Internal { .. } => TERN_INTERNAL,
-        G::RequestDevice(_) | G::DeviceLost(_) | G::Wgpu { .. } | G::Readback { .. } => {
-            TERN_INTERNAL
-        }
+        G::InvalidArgument { .. } => TERN_INVALID_ARGUMENT,
+        // Operands of the wrong shape inside the engine: its own checks ran before.
+        G::Shape { .. } | G::Internal { .. } => TERN_INTERNAL,
+        G::DeviceLost(_) => TERN_INTERNAL,
+        G::RequestDevice(_) | G::Wgpu { .. } | G::Readback { .. } => TERN_INTERNAL,
     }
 }
 

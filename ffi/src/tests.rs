@@ -107,13 +107,19 @@ fn versioned_structs() {
     );
 }
 
+/// The default model's path (`tern fetch-default`, run once per test process: two tests running
+/// it at the same time would race on the cache).
 fn default_model_path() -> String {
-    let out = std::process::Command::new(tern_tests::tern_bin())
-        .arg("fetch-default")
-        .output()
-        .expect("run tern fetch-default");
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = std::process::Command::new(tern_tests::tern_bin())
+            .arg("fetch-default")
+            .output()
+            .expect("run tern fetch-default");
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    })
+    .clone()
 }
 
 /// `tern_score` (chunked, 64 tokens per forward call) equals the log-softmax of one `eval_all`
@@ -229,4 +235,166 @@ fn score_and_generate_match_the_engine() {
         tern_session_free(sess);
         tern_model_free(m);
     }
+}
+
+/// `tern_score` goes through the engine's fused scorer: its total equals what `tern score`
+/// prints for the same tokens (the sum of the candidate's log-probabilities when the context is
+/// the text's first token) within 1e-5.
+#[test]
+fn tern_score_equals_the_cli_score() {
+    let path = default_model_path();
+    let text = "The cat sat on the mat. It was a sunny day, and the children played in the park \
+                until their parents called them home for dinner.";
+    let model = Model::open(std::path::Path::new(&path)).unwrap();
+    let tok = model.tokenizer().unwrap();
+    let ids = model.tokenize(text, true).unwrap();
+    // `tern score` scores a candidate after a context: split the text so that the context is
+    // exactly the text's first token (BOS when the model adds one, else the first word).
+    let (context, candidate) = if tok.add_bos() {
+        ("", text)
+    } else {
+        text.split_at(text.find(' ').unwrap())
+    };
+    let out = std::process::Command::new(tern_tests::tern_bin())
+        .args([
+            "score",
+            &path,
+            "--device",
+            "cpu",
+            "--context",
+            context,
+            "--candidates",
+            candidate,
+        ])
+        .output()
+        .expect("run tern score");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `tern score` prints pretty JSON; read the three fields needed without a JSON crate.
+    let json = String::from_utf8(out.stdout).unwrap();
+    let field = |name: &str| -> &str {
+        let at = json.find(&format!("\"{name}\": ")).expect(name) + name.len() + 4;
+        let rest = &json[at..];
+        let end = if rest.starts_with('[') {
+            rest.find(']').unwrap() + 1
+        } else {
+            rest.find([',', '\n']).unwrap()
+        };
+        &rest[..end]
+    };
+    assert_eq!(field("context_tokens"), "1", "{json}");
+    let cli_ids: Vec<u32> = field("tokens")
+        .trim_matches(['[', ']'])
+        .split(',')
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    assert_eq!(cli_ids, ids[1..], "the split changed the tokenization");
+    let cli_total: f64 = field("sum").parse().unwrap();
+
+    let cpath = CString::new(path).unwrap();
+    let (mut m, mut sess) = (ptr::null_mut(), ptr::null_mut());
+    let so = tern_session_options {
+        n_ctx: 256,
+        ..tern_session_options_default()
+    };
+    // SAFETY: valid arguments; handles freed below.
+    unsafe {
+        assert_eq!(
+            tern_model_load(cpath.as_ptr(), ptr::null(), &mut m),
+            tern_status::TERN_OK
+        );
+        assert_eq!(tern_session_new(m, &so, &mut sess), tern_status::TERN_OK);
+    }
+    let (mut total, mut n) = (0.0, 0usize);
+    let ctext = CString::new(text).unwrap();
+    // SAFETY: live handle, valid outputs.
+    let st = unsafe { tern_score(sess, ctext.as_ptr(), &mut total, &mut n) };
+    assert_eq!(st, tern_status::TERN_OK, "{}", last_error());
+    assert_eq!(n, ids.len() - 1);
+    eprintln!("tern_score {total} vs tern score {cli_total} over {n} tokens");
+    assert!(
+        (total - cli_total).abs() <= 1e-5,
+        "tern_score {total} vs tern score {cli_total}"
+    );
+    // SAFETY: freed once.
+    unsafe {
+        tern_session_free(sess);
+        tern_model_free(m);
+    }
+}
+
+/// A model file missing a tensor is `TERN_CORRUPT_FILE` whatever the device (the GPU part is
+/// skipped without an adapter unless `TERN_REQUIRE_GPU=1`).
+#[test]
+fn a_missing_tensor_is_corrupt_file_on_every_device() {
+    let dir = tern_tests::scratch("ffi_missing_tensor");
+    let full = dir.join("full.tern");
+    let out = std::process::Command::new(tern_tests::tern_bin())
+        .args(["pack"])
+        .arg(tern_tests::golden("bitnet_hf/tiny_a"))
+        .arg("-o")
+        .arg(&full)
+        .output()
+        .expect("run tern pack");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let src = tern_format::TernFile::open(&full).unwrap();
+    let cut = dir.join("missing.tern");
+    let mut w = tern_format::TernWriter::create(&cut, src.meta().clone()).unwrap();
+    let dropped = "blk.0.ffn_down.weight";
+    for t in src.tensors().iter().filter(|t| t.name != dropped) {
+        let v = src.tensor(&t.name).unwrap();
+        w.add_tensor(&t.name, &t.shape, t.encoding.clone(), v.bytes)
+            .unwrap();
+    }
+    w.finish().unwrap();
+
+    let load = |device: u32| -> (tern_status, String) {
+        let cpath = CString::new(cut.to_str().unwrap()).unwrap();
+        let opts = tern_model_options {
+            device,
+            ..tern_model_options_default()
+        };
+        let mut m = ptr::null_mut();
+        // SAFETY: valid arguments; a handle made by mistake is freed.
+        let st = unsafe { tern_model_load(cpath.as_ptr(), &opts, &mut m) };
+        let msg = last_error();
+        // SAFETY: NULL or a live handle.
+        unsafe { tern_model_free(m) };
+        (st, msg)
+    };
+    let (cpu, msg) = load(TERN_DEVICE_CPU);
+    eprintln!("cpu: {cpu:?}: {msg}");
+    assert_eq!(cpu, tern_status::TERN_CORRUPT_FILE, "{msg}");
+    // The engine says the same.
+    let e = Model::open(&cut)
+        .err()
+        .expect("a model missing a tensor loaded");
+    assert!(e.is_bad_file(), "{e}");
+    let (gpu, msg) = load(TERN_DEVICE_GPU);
+    eprintln!("gpu: {gpu:?}: {msg}");
+    if gpu == tern_status::TERN_UNSUPPORTED
+        && msg.contains("no GPU adapter")
+        && std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1")
+    {
+        eprintln!("skipping the GPU part: no adapter");
+        return;
+    }
+    assert_eq!(gpu, cpu, "{msg}");
+    let e = Model::open_with(
+        &cut,
+        &tern_engine::LoadOptions {
+            device: tern_engine::Device::Gpu,
+            max_memory: None,
+        },
+    )
+    .err()
+    .expect("a model missing a tensor loaded on the GPU");
+    assert!(e.is_bad_file(), "{e}");
 }

@@ -161,3 +161,75 @@ fn bad_arguments_fail_cleanly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A tiny random BitNet model packed with the given activation scheme.
+fn bitnet(tag: &str, activations: Option<tern_format::ActivationScheme>) -> std::path::PathBuf {
+    let out = tern_tests::scratch(&format!("cli_plan_{tag}")).join("model.tern");
+    tern_import::hf::import_hf_dir(
+        &tern_tests::golden("bitnet_hf/tiny_a"),
+        &out,
+        &tern_import::pack::PackOptions {
+            activations,
+            ..Default::default()
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    out
+}
+
+/// `tern run -v` prints the activation plan: each linear layer's input scheme and what produces
+/// it (the reference's quantizer on the CPU, the kernel on the GPU).
+#[test]
+fn run_verbose_prints_the_activation_plan() {
+    let b158 = bitnet("a8", None);
+    let a48 = bitnet("a4_8", Some(tern_format::ActivationScheme::A4_8));
+    let run = |path: &std::path::Path, device: &str| {
+        tern(&[
+            "run",
+            path.to_str().unwrap(),
+            "--tokens",
+            "1,2,3",
+            "-n",
+            "1",
+            "--device",
+            device,
+            "-v",
+        ])
+    };
+    let (ok, _, err) = run(&b158, "cpu");
+    assert!(ok, "{err}");
+    assert!(err.contains("activation plan on cpu"), "{err}");
+    for want in [
+        "layers",
+        "qkv",
+        "gate_up",
+        "int8 absmax",
+        "quantize_act_int8",
+        "head",
+    ] {
+        assert!(err.contains(want), "b1.58 plan lacks {want:?}:\n{err}");
+    }
+    let (ok, _, err) = run(&a48, "cpu");
+    assert!(ok, "{err}");
+    for want in [
+        "int4 absmean",
+        "quantize_act_int4",
+        "topk50% + int8 absmax",
+        "topk50_int8",
+    ] {
+        assert!(err.contains(want), "a4.8 plan lacks {want:?}:\n{err}");
+    }
+    // On the GPU the b1.58 plan names its kernels.
+    let (ok, _, err) = run(&b158, "gpu");
+    if !ok
+        && err.contains("no GPU adapter")
+        && std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1")
+    {
+        eprintln!("skipping the GPU part: no adapter");
+        return;
+    }
+    assert!(ok, "{err}");
+    assert!(err.contains("activation plan on gpu"), "{err}");
+    assert!(err.contains("rmsnorm_quant_int8 (fused)"), "{err}");
+}

@@ -208,7 +208,7 @@ fn random_bitnet_logits_match_cpu() {
                     let Some(gpu) = open_gpu(&path, budget) else {
                         return;
                     };
-                    let plan = gpu.gpu().unwrap().memory_plan().clone();
+                    let plan = gpu.report().memory;
                     let (got, got_step) = logits_both(&gpu, &toks);
                     let e1 = nmse(&got, &want);
                     let e2 = nmse(&got_step, &want);
@@ -287,4 +287,46 @@ fn gpu_errors_are_typed() {
     // The model still works afterwards.
     let mut s = Session::new(&gpu, 16).unwrap();
     assert!(s.eval(&[1, 2, 3]).unwrap().iter().all(|x| x.is_finite()));
+}
+
+/// The same model reports the same KV-cache bytes per token on both backends (and the same KV
+/// bytes for the same context), and a GPU session's `score` equals `Model::score` (which reuses
+/// one cached scoring session across calls).
+#[test]
+fn kv_bytes_per_token_and_session_score_agree_across_backends() {
+    let path = import("tiny_a", "2bit_raw_kvbytes", &PackOptions::default());
+    let cpu = Model::open(&path).unwrap();
+    let hp = cpu.meta().hparams.clone();
+    let want = 2 * u64::from(hp.n_layer) * u64::from(hp.n_head_kv) * u64::from(hp.head_dim) * 4;
+    let mut cs = Session::new(&cpu, 32).unwrap();
+    assert_eq!(cs.kv_bytes_per_token(), want);
+    let cr = cs.report().unwrap();
+    assert_eq!(cr.kv_bytes, want * 32);
+    // Session::score on the CPU equals Model::score; the cache holds the inputs afterwards.
+    let vocab = cpu.n_vocab() as u32;
+    let toks: Vec<u32> = [1u32, 17, 42, 5, 99, 3, 250, 7]
+        .iter()
+        .map(|t| t % vocab)
+        .collect();
+    let want_lp = cpu.score(&toks).unwrap();
+    assert_eq!(cs.score(&toks).unwrap(), want_lp);
+    assert_eq!(cs.history(), &toks[..toks.len() - 1]);
+    let Some(gpu) = open_gpu(&path, None) else {
+        return;
+    };
+    let mut gs = Session::new(&gpu, 32).unwrap();
+    assert_eq!(gs.kv_bytes_per_token(), cs.kv_bytes_per_token());
+    let gr = gs.report().unwrap();
+    assert_eq!(gr.kv_bytes, cr.kv_bytes);
+    assert!(gr.dispatches_per_token.is_some_and(|d| d > 0));
+    let got = gs.score(&toks).unwrap();
+    assert_eq!(gs.history(), &toks[..toks.len() - 1]);
+    let d = max_abs_diff(&got, &want_lp);
+    assert!(d <= 1e-4, "GPU session score differs by {d}");
+    // Model::score twice (the cached scoring session, then a longer text that grows it).
+    assert_eq!(gpu.score(&toks).unwrap(), got);
+    let longer: Vec<u32> = toks.iter().chain(&toks).copied().collect();
+    let a = gpu.score(&longer).unwrap();
+    assert_eq!(a.len(), longer.len() - 1);
+    assert_eq!(gpu.score(&toks).unwrap(), got);
 }

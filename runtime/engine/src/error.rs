@@ -42,3 +42,68 @@ pub enum EngineError {
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+impl EngineError {
+    /// The model file is at fault (bad magic, checksum, a missing tensor, a shape or
+    /// hyperparameter that does not fit): the same answer whichever backend loaded it.
+    pub fn is_bad_file(&self) -> bool {
+        use tern_format::FormatError as F;
+        use tern_reference::ReferenceError as R;
+        fn format_bad(f: &F) -> bool {
+            matches!(
+                f,
+                F::BadMagic { .. }
+                    | F::Truncated { .. }
+                    | F::Checksum { .. }
+                    | F::OutOfRange { .. }
+                    | F::BadShape { .. }
+                    | F::Malformed { .. }
+                    | F::NonZeroPadding { .. }
+                    | F::NoSuchTensor(_)
+                    | F::DuplicateTensor(_)
+                    | F::Corrupt { .. }
+            )
+        }
+        match self {
+            EngineError::Format(f) => format_bad(f),
+            EngineError::Reference(R::Format(f)) => format_bad(f),
+            EngineError::Reference(r) => matches!(
+                r,
+                R::MissingTensor { .. }
+                    | R::TensorShape { .. }
+                    | R::NotTernary { .. }
+                    | R::BadHParams(_)
+            ),
+            EngineError::Gpu(tern_gpu::GpuError::Format(f)) => format_bad(f),
+            EngineError::Gpu(g) => g.is_bad_file(),
+            _ => false,
+        }
+    }
+
+    /// The GPU device was lost (driver reset, hang): the model must be loaded again.
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, EngineError::Gpu(tern_gpu::GpuError::DeviceLost(_)))
+    }
+
+    /// An internal invariant failed (a bug in tern, or a GPU driver problem), not the caller's
+    /// input or the file.
+    pub fn is_internal(&self) -> bool {
+        use tern_gpu::GpuError as G;
+        match self {
+            EngineError::Reference(r) => matches!(
+                r,
+                tern_reference::ReferenceError::CacheMismatch { .. }
+                    | tern_reference::ReferenceError::Shape { .. }
+            ),
+            EngineError::Gpu(g) => matches!(
+                g,
+                G::Shape { .. }
+                    | G::Internal { .. }
+                    | G::Wgpu { .. }
+                    | G::Readback { .. }
+                    | G::RequestDevice(_)
+            ),
+            _ => false,
+        }
+    }
+}

@@ -3,14 +3,20 @@
 //! tern's public Rust API: open a packed model, tokenize, render chat templates, run sessions
 //! (prefill + decode with a preallocated KV cache) and sample.
 
+mod backend;
 pub mod chat;
 pub mod error;
+pub mod report;
 pub mod sampler;
 pub mod score;
 pub mod session;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};
+pub use report::{
+    ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
+    SessionReport, TensorReport,
+};
 pub use sampler::{Sampler, SamplingParams};
 pub use score::{
     NoObserver, Perplexity, PerplexityOptions, ScoreObserver, ScoreOptions, WindowScore,

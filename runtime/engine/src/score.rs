@@ -1,7 +1,9 @@
 //! Scoring and perplexity without logit matrices.
 //!
 //! [`Model::score`] returns `log p(tokens[i+1] | tokens[..=i])` for every `i` in `0..n-1`: the
-//! tokens are run through the forward pass in batches with a fresh KV cache, and each batch's final
+//! tokens are run through the forward pass in batches with a fresh KV cache (on the GPU: the
+//! model's one cached scoring session, cleared first; [`crate::Session::score`] scores in a
+//! session's own cache), and each batch's final
 //! hidden states go to the fused Cut-Cross-Entropy scorer ([`tern_reference::cce`]), which computes
 //! the head product tile by tile with an online log-sum-exp. No `[n, n_vocab]` logit matrix is ever
 //! held: the extra memory of the scoring stage is a few hundred KB whatever the text length.
@@ -18,7 +20,7 @@
 //!   (positions `c/2 .. c-2` predict tokens `c/2+1 .. c-1`, `c - 1 - c/2` per window), so that every
 //!   scored token has at least `c/2` tokens of context.
 
-use tern_reference::{CceOptions, KvCache, LogitsWanted};
+use tern_reference::{CceOptions, KvCache};
 
 use crate::error::{EngineError, Result};
 use crate::session::Model;
@@ -146,31 +148,8 @@ impl Model {
         if n_in == 0 {
             return Ok(Vec::new());
         }
-        if let Some(g) = self.gpu() {
-            // The GPU path: the whole forward pass and the fused CCE head on the GPU.
-            let batch = if opts.batch == 0 { 512 } else { opts.batch };
-            let mut gs = tern_gpu::model::GpuSession::new(
-                std::sync::Arc::clone(g),
-                n_in as u64,
-                batch.min(n_in) as u64,
-            )?;
-            if obs.cancelled() {
-                return Err(EngineError::Cancelled);
-            }
-            obs.scoring_started();
-            let lp = gs.score(tokens);
-            obs.scoring_finished();
-            let lp = lp?;
-            if let Some(i) = lp.iter().position(|v| !v.is_finite()) {
-                return Err(EngineError::Numeric(format!(
-                    "non-finite log-probability at position {i}"
-                )));
-            }
-            obs.progress(n_in, n_in);
-            return Ok(lp);
-        }
-        let mut cache = KvCache::new(self.net()?, n_in)?;
-        self.score_in_cache(&mut cache, tokens, opts, obs)
+        // CPU: a fresh cache of n − 1 positions; GPU: the model's cached scoring session.
+        self.backend().score(tokens, opts, obs)
     }
 
     /// [`Model::score_with`] in a caller's KV cache (e.g. a session's preallocated one) instead of
@@ -195,38 +174,7 @@ impl Model {
                 ctx: cache.capacity() + 1,
             });
         }
-        let net = self.net()?;
-        cache.clear();
-        let batch = if opts.batch == 0 { 512 } else { opts.batch };
-        let mut out = Vec::with_capacity(n_in);
-        let mut start = 0;
-        while start < n_in {
-            if obs.cancelled() {
-                return Err(EngineError::Cancelled);
-            }
-            let end = (start + batch).min(n_in);
-            let (Some(inputs), Some(targets)) =
-                (tokens.get(start..end), tokens.get(start + 1..end + 1))
-            else {
-                break; // unreachable: end + 1 ≤ n_in + 1 = tokens.len()
-            };
-            let hidden = net.forward_hidden(inputs, cache, LogitsWanted::All)?;
-            obs.scoring_started();
-            let lp = net.score_hidden_with(&hidden, targets, &opts.cce);
-            obs.scoring_finished();
-            drop(hidden);
-            let lp = lp?;
-            if let Some(i) = lp.iter().position(|v| !v.is_finite()) {
-                return Err(EngineError::Numeric(format!(
-                    "non-finite log-probability at position {}",
-                    start + i
-                )));
-            }
-            out.extend_from_slice(&lp);
-            start = end;
-            obs.progress(start, n_in);
-        }
-        Ok(out)
+        crate::backend::cpu::score_in_cache(self.net()?, cache, tokens, opts, obs)
     }
 
     /// Tokenize a text for [`Model::perplexity`] as llama-perplexity does: BOS when the model adds

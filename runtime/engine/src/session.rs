@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tern_format::{ModelMeta, TernFile};
-use tern_reference::{ForwardOptions, KvCache, LogitsWanted};
+use tern_reference::ForwardOptions;
 
+use crate::backend::{Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
+use crate::report::{KernelTime, ModelReport, SessionReport};
 use crate::sampler::{Sampler, SamplingParams};
+use crate::score::{NoObserver, ScoreObserver, ScoreOptions};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Which backend runs the model (`--device cpu|gpu|auto`).
@@ -48,15 +51,10 @@ pub struct LoadOptions {
     pub max_memory: Option<u64>,
 }
 
-enum Backend {
-    Cpu(tern_reference::Model),
-    Gpu(Arc<tern_gpu::model::GpuModel>),
-}
-
 /// A loaded model: weights for the CPU reference or the GPU engine, tokenizer, metadata.
 pub struct Model {
     meta: ModelMeta,
-    backend: Backend,
+    backend: Box<dyn ModelBackend>,
     tokenizer: Option<Tokenizer>,
 }
 
@@ -72,11 +70,17 @@ impl Model {
         Self::from_file_with(&file, opts)
     }
 
-    /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory; nothing is
-    /// written to disk. A delta made against another base is refused before anything is used.
+    /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory, for the CPU
+    /// reference; nothing is written to disk. A delta made against another base is refused before
+    /// anything is used.
     pub fn open_with_delta(base: &Path, delta: &Path) -> Result<Self> {
+        Self::open_with_delta_with(base, delta, &LoadOptions::default())
+    }
+
+    /// [`Model::open_with_delta`] for the backend and memory budget of `opts`.
+    pub fn open_with_delta_with(base: &Path, delta: &Path, opts: &LoadOptions) -> Result<Self> {
         let file = tern_format::delta::open_with_delta(base, delta)?;
-        Self::from_file(&file)
+        Self::from_file_with(&file, opts)
     }
 
     pub fn from_file(file: &TernFile) -> Result<Self> {
@@ -85,17 +89,7 @@ impl Model {
 
     pub fn from_file_with(file: &TernFile, opts: &LoadOptions) -> Result<Self> {
         let meta = file.meta().clone();
-        let backend = match opts.device {
-            Device::Cpu => Backend::Cpu(tern_reference::Model::load(file)?),
-            Device::Gpu => Backend::Gpu(Arc::new(load_gpu(file, opts, true)?)),
-            Device::Auto => match load_gpu(file, opts, false) {
-                Ok(m) => Backend::Gpu(Arc::new(m)),
-                Err(e) => {
-                    log::info!("GPU not used ({e}); running on the CPU");
-                    Backend::Cpu(tern_reference::Model::load(file)?)
-                }
-            },
-        };
+        let backend = crate::backend::load(file, opts)?;
         let tokenizer = match &meta.tokenizer {
             Some(spec) => Some(
                 Tokenizer::from_spec(spec).map_err(|e| EngineError::Tokenizer(e.to_string()))?,
@@ -111,21 +105,16 @@ impl Model {
 
     /// "cpu", or "gpu (adapter name, backend)".
     pub fn device_name(&self) -> String {
-        match &self.backend {
-            Backend::Cpu(_) => "cpu".into(),
-            Backend::Gpu(g) => {
-                let i = &g.context().info;
-                format!("gpu ({}, {})", i.name, i.backend)
-            }
-        }
+        self.backend.device_name()
     }
 
-    /// The GPU model, when the model was loaded for the GPU.
-    pub fn gpu(&self) -> Option<&Arc<tern_gpu::model::GpuModel>> {
-        match &self.backend {
-            Backend::Gpu(g) => Some(g),
-            Backend::Cpu(_) => None,
-        }
+    /// What the model holds: device, weight memory by part, the activation plan.
+    pub fn report(&self) -> ModelReport {
+        self.backend.report()
+    }
+
+    pub(crate) fn backend(&self) -> &dyn ModelBackend {
+        &*self.backend
     }
 
     pub fn meta(&self) -> &ModelMeta {
@@ -134,20 +123,17 @@ impl Model {
 
     /// The CPU forward pass (an error when the model was loaded for the GPU).
     pub fn net(&self) -> Result<&tern_reference::Model> {
-        match &self.backend {
-            Backend::Cpu(n) => Ok(n),
-            Backend::Gpu(_) => Err(EngineError::InvalidArgument(
+        self.backend.reference().ok_or_else(|| {
+            EngineError::InvalidArgument(
                 "this model was loaded for the GPU; the CPU forward pass is not loaded".into(),
-            )),
-        }
+            )
+        })
     }
 
     /// Numerical options of the CPU forward pass (e.g. llama.cpp-like activation quantization);
     /// no effect on the GPU backend.
     pub fn set_forward_options(&mut self, o: ForwardOptions) {
-        if let Backend::Cpu(n) = &mut self.backend {
-            n.set_options(o);
-        }
+        self.backend.set_forward_options(o);
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
@@ -215,18 +201,10 @@ pub struct GenerateOutput {
     pub decode_secs: f64,
 }
 
-/// One conversation's state: KV cache and the tokens in it.
-enum State {
-    Cpu(KvCache),
-    Gpu(tern_gpu::model::GpuSession),
-}
-
-/// Tokens per GPU batch (prefill chunk).
-const GPU_BATCH: u64 = 512;
-
+/// One conversation: a KV cache on the model's backend and the tokens in it.
 pub struct Session<'m> {
     model: &'m Model,
-    cache: State,
+    state: Box<dyn SessionBackend + 'm>,
     history: Vec<u32>,
     cancel: Arc<AtomicBool>,
 }
@@ -239,17 +217,9 @@ impl<'m> Session<'m> {
         } else {
             n_ctx
         };
-        let cache = match &model.backend {
-            Backend::Cpu(net) => State::Cpu(KvCache::new(net, n_ctx)?),
-            Backend::Gpu(g) => State::Gpu(tern_gpu::model::GpuSession::new(
-                Arc::clone(g),
-                n_ctx as u64,
-                GPU_BATCH,
-            )?),
-        };
         Ok(Self {
             model,
-            cache,
+            state: model.backend.new_session(n_ctx)?,
             history: Vec::new(),
             cancel: Arc::new(AtomicBool::new(false)),
         })
@@ -265,41 +235,47 @@ impl<'m> Session<'m> {
     }
 
     pub fn n_ctx(&self) -> usize {
-        match &self.cache {
-            State::Cpu(c) => c.capacity(),
-            State::Gpu(g) => g.n_ctx() as usize,
-        }
+        self.state.n_ctx()
     }
 
-    /// The GPU session, when the model runs on the GPU.
-    pub fn gpu(&mut self) -> Option<&mut tern_gpu::model::GpuSession> {
-        match &mut self.cache {
-            State::Gpu(g) => Some(g),
-            State::Cpu(_) => None,
-        }
+    /// KV-cache bytes one position takes over all layers (keys and values); the same on every
+    /// backend for the same model.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.state.kv_bytes_per_token()
+    }
+
+    /// What the session holds: KV-cache bytes, activation scratch and dispatches per decoded
+    /// token (GPU). On the GPU this records the decode plan if it is not recorded yet.
+    pub fn report(&mut self) -> Result<SessionReport> {
+        self.state.report()
+    }
+
+    /// Run one decode step of `token` (after what the cache holds; it enters the cache) with a
+    /// GPU timestamp around every dispatch, and return per kernel (dispatches, total µs), largest
+    /// first. `None` on the CPU. Needs the adapter's `TIMESTAMP_QUERY`.
+    pub fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
+        self.check_room(&[token])?;
+        let p = self.state.profile_decode_step(token);
+        self.sync_history_len(&[token]);
+        p
     }
 
     /// Forget everything.
     pub fn reset(&mut self) {
-        match &mut self.cache {
-            State::Cpu(c) => c.clear(),
-            State::Gpu(g) => g.truncate(0),
-        }
+        self.state.truncate(0);
         self.history.clear();
     }
 
     /// Keep only the first `n` tokens of the cache.
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.history.len());
-        match &mut self.cache {
-            State::Cpu(c) => c.truncate(n),
-            State::Gpu(g) => g.truncate(n as u64),
-        }
+        self.state.truncate(n);
         self.history.truncate(n);
     }
 
-    /// A flag that, once set (from any thread), makes a running `generate` return
-    /// [`EngineError::Cancelled`] at the next token. `generate` clears it when it starts.
+    /// A flag that, once set (from any thread), makes a running `generate` or `score` return
+    /// [`EngineError::Cancelled`] (at the next token for `generate`, before the next batch for
+    /// `score`). They clear it when they start.
     pub fn cancel_handle(&self) -> Arc<AtomicBool> {
         self.cancel.clone()
     }
@@ -320,43 +296,120 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
+    /// After a backend call that may have failed half way: keep `history` equal to what the
+    /// cache holds (`extra` are the tokens that call was running).
+    fn sync_history_len(&mut self, extra: &[u32]) {
+        let len = self.state.len();
+        if len < self.history.len() {
+            self.history.truncate(len);
+        } else {
+            let more = (len - self.history.len()).min(extra.len());
+            self.history
+                .extend_from_slice(extra.get(..more).unwrap_or_default());
+            self.state.truncate(self.history.len());
+        }
+    }
+
+    fn run(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        self.check_room(tokens)?;
+        let l = self.state.eval(tokens, logits);
+        self.sync_history_len(tokens);
+        l
+    }
+
     /// Run `tokens` and return the logits of every one of them, `[tokens.len(), n_vocab]`.
     pub fn eval_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_room(tokens)?;
-        let l = match (&self.model.backend, &mut self.cache) {
-            (Backend::Cpu(net), State::Cpu(c)) => net.forward(tokens, c, LogitsWanted::All)?,
-            (_, State::Gpu(g)) => g.eval_all(tokens)?,
-            _ => return Err(EngineError::InvalidArgument("backend mismatch".into())),
-        };
-        self.history.extend_from_slice(tokens);
-        Ok(l)
+        self.run(tokens, Logits::All)
     }
 
     /// Run `tokens` and return the logits of the last one.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_room(tokens)?;
-        let l = match (&self.model.backend, &mut self.cache) {
-            (Backend::Cpu(net), State::Cpu(c)) => net.forward(tokens, c, LogitsWanted::Last)?,
-            (_, State::Gpu(g)) => g.eval(tokens)?,
-            _ => return Err(EngineError::InvalidArgument("backend mismatch".into())),
-        };
-        self.history.extend_from_slice(tokens);
-        Ok(l)
+        self.run(tokens, Logits::Last)
     }
 
-    /// Make the cache hold exactly `tokens`: keep the longest common prefix with what it holds,
-    /// run the rest, and return the last logits (the cache must end up non-empty).
+    /// Make the cache hold exactly `tokens`, reusing what it already holds: keep the longest
+    /// common prefix of the cache and `tokens` (but never all of `tokens`: the last token is
+    /// always run, for its logits), run the rest, and return the last token's logits. A chat that resends its growing transcript recomputes only the
+    /// new part; the logits are those of a fresh session. This is tern's one prefix-reuse rule
+    /// ([`Session::generate_from`], used by `tern chat` and the C ABI's `tern_generate`, keeps
+    /// the same prefix).
     pub fn sync_prefix(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let keep = self.reusable_prefix(tokens);
+        self.truncate(keep);
+        self.eval(tokens.get(keep..).unwrap_or_default())
+    }
+
+    /// How many leading tokens of `tokens` the cache can keep ([`Session::sync_prefix`]'s rule):
+    /// the common prefix, at most `tokens.len() − 1`.
+    pub fn reusable_prefix(&self, tokens: &[u32]) -> usize {
         let common = self
             .history
             .iter()
             .zip(tokens)
             .take_while(|(a, b)| a == b)
             .count();
-        // Re-run at least the last token to get its logits.
-        let keep = common.min(tokens.len().saturating_sub(1));
+        common.min(tokens.len().saturating_sub(1))
+    }
+
+    /// [`Session::generate`] after [`Session::sync_prefix`]: `prompt` is the whole context (e.g.
+    /// a rendered chat transcript); the cached prefix it shares is kept and only the rest is run.
+    /// Returns the output (its `prompt_tokens` counts only the tokens run) and the tokens reused.
+    pub fn generate_from(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        opts: &GenerateOptions,
+        on_piece: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<(GenerateOutput, usize)> {
+        let keep = self.reusable_prefix(prompt);
         self.truncate(keep);
-        self.eval(&tokens[keep..])
+        let out = self.generate(
+            prompt.get(keep..).unwrap_or_default(),
+            params,
+            opts,
+            on_piece,
+        )?;
+        Ok((out, keep))
+    }
+
+    /// `log p(tokens[i+1] | tokens[..=i])` for `i` in `0..n-1` (natural log, `n − 1` values; the
+    /// first token is context only) through the backend's fused scorer: no logit matrix is made.
+    /// The cache is cleared first and holds `tokens[..n-1]` afterwards (a prefix of them after an
+    /// error); `n − 1` must fit the context. The values equal [`Model::score`]'s.
+    /// [`Session::cancel_handle`] stops it before the next batch.
+    pub fn score(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.score_with(tokens, &ScoreOptions::default(), &mut NoObserver)
+    }
+
+    /// [`Session::score`] with options (`opts.batch`: tokens per forward call on the CPU; the GPU
+    /// session runs its own batches; `opts.max_tokens` is not used, the context is the limit) and
+    /// an observer.
+    pub fn score_with(
+        &mut self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        self.cancel.store(false, Ordering::SeqCst);
+        if tokens.is_empty() {
+            return Err(EngineError::NothingToScore("no tokens given".into()));
+        }
+        self.model.check_tokens(tokens)?;
+        let n_in = tokens.len() - 1;
+        if n_in > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                prompt: tokens.len(),
+                ctx: self.n_ctx() + 1,
+            });
+        }
+        self.reset();
+        let mut obs = Cancellable {
+            inner: obs,
+            cancel: &self.cancel,
+        };
+        let lp = self.state.score(tokens, opts, &mut obs);
+        self.sync_history_len(tokens.get(..n_in).unwrap_or_default());
+        lp
     }
 
     /// Feed `prompt` (after whatever the session already holds) and generate up to
@@ -454,25 +507,6 @@ impl<'m> Session<'m> {
     }
 }
 
-fn load_gpu(
-    file: &TernFile,
-    opts: &LoadOptions,
-    allow_software: bool,
-) -> Result<tern_gpu::model::GpuModel> {
-    let ctx = tern_gpu::GpuContext::with_options(tern_gpu::GpuOptions {
-        preference: tern_gpu::DevicePreference::Gpu,
-        allow_software,
-        binding_limit: None,
-    })?;
-    Ok(tern_gpu::model::GpuModel::load(
-        Arc::new(ctx),
-        file,
-        tern_gpu::model::GpuModelOptions {
-            max_memory: opts.max_memory,
-        },
-    )?)
-}
-
 /// The largest char boundary ≤ `i`.
 fn floor_char(s: &str, mut i: usize) -> usize {
     i = i.min(s.len());
@@ -480,4 +514,25 @@ fn floor_char(s: &str, mut i: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+/// An observer that also reports the session's cancel flag.
+struct Cancellable<'a> {
+    inner: &'a mut dyn ScoreObserver,
+    cancel: &'a AtomicBool,
+}
+
+impl ScoreObserver for Cancellable<'_> {
+    fn scoring_started(&mut self) {
+        self.inner.scoring_started();
+    }
+    fn scoring_finished(&mut self) {
+        self.inner.scoring_finished();
+    }
+    fn progress(&mut self, done: usize, total: usize) {
+        self.inner.progress(done, total);
+    }
+    fn cancelled(&mut self) -> bool {
+        self.cancel.load(Ordering::SeqCst) || self.inner.cancelled()
+    }
 }

@@ -54,6 +54,20 @@ impl KvCache {
         self.n_ctx
     }
 
+    /// Bytes one position takes over all layers, keys and values, as this cache stores them
+    /// (`2 × n_layer × n_head_kv × head_dim × 4` for today's f32 storage).
+    pub fn bytes_per_token(&self) -> usize {
+        fn elem<T>(_: &[T]) -> usize {
+            std::mem::size_of::<T>()
+        }
+        self.n_layer * self.row * (elem(&self.k) + elem(&self.v))
+    }
+
+    /// Bytes of the whole cache (every position, filled or not).
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of_val(self.k.as_slice()) + std::mem::size_of_val(self.v.as_slice())
+    }
+
     /// Forget positions `n..` (no-op when `n >= len`). Used to rewind or to reuse a prefix.
     pub fn truncate(&mut self, n: usize) {
         self.len = self.len.min(n);

@@ -1,0 +1,293 @@
+//! The CPU reference backend (`tern-reference`): weights in host memory, an f32 KV cache, the
+//! fused Cut-Cross-Entropy scorer of `tern_reference::cce`.
+
+use std::collections::BTreeMap;
+
+use tern_format::{ActQuant, Encoding, TernFile};
+use tern_reference::{ForwardOptions, KvCache, LogitsWanted};
+
+use super::{check_finite, Logits, ModelBackend, SessionBackend};
+use crate::error::{EngineError, Result};
+use crate::report::{
+    ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
+    SessionReport, TensorReport,
+};
+use crate::score::{ScoreObserver, ScoreOptions};
+
+pub(crate) struct CpuModel {
+    net: tern_reference::Model,
+    memory: MemoryReport,
+    plan: ActivationPlanReport,
+}
+
+impl CpuModel {
+    pub(crate) fn load(file: &TernFile) -> Result<Self> {
+        Ok(Self {
+            net: tern_reference::Model::load(file)?,
+            memory: memory_of(file),
+            plan: activation_plan(file),
+        })
+    }
+}
+
+impl ModelBackend for CpuModel {
+    fn device_name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn new_session(&self, n_ctx: usize) -> Result<Box<dyn SessionBackend + '_>> {
+        Ok(Box::new(CpuSession {
+            net: &self.net,
+            cache: KvCache::new(&self.net, n_ctx)?,
+        }))
+    }
+
+    fn score(
+        &self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        let mut cache = KvCache::new(&self.net, tokens.len().saturating_sub(1))?;
+        score_in_cache(&self.net, &mut cache, tokens, opts, obs)
+    }
+
+    fn report(&self) -> ModelReport {
+        ModelReport {
+            device: self.device_name(),
+            backend: BackendKind::Cpu,
+            memory: self.memory.clone(),
+            activation_plan: self.plan.clone(),
+        }
+    }
+
+    fn reference(&self) -> Option<&tern_reference::Model> {
+        Some(&self.net)
+    }
+
+    fn set_forward_options(&mut self, o: ForwardOptions) {
+        self.net.set_options(o);
+    }
+}
+
+struct CpuSession<'m> {
+    net: &'m tern_reference::Model,
+    cache: KvCache,
+}
+
+impl SessionBackend for CpuSession<'_> {
+    fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        let wanted = match logits {
+            Logits::Last => LogitsWanted::Last,
+            Logits::All => LogitsWanted::All,
+        };
+        Ok(self.net.forward(tokens, &mut self.cache, wanted)?)
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.cache.truncate(n);
+    }
+
+    fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.cache.capacity()
+    }
+
+    fn score(
+        &mut self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        score_in_cache(self.net, &mut self.cache, tokens, opts, obs)
+    }
+
+    fn kv_bytes_per_token(&self) -> u64 {
+        self.cache.bytes_per_token() as u64
+    }
+
+    fn report(&mut self) -> Result<SessionReport> {
+        let per = self.kv_bytes_per_token();
+        Ok(SessionReport {
+            n_ctx: self.cache.capacity(),
+            kv_bytes: self.cache.bytes() as u64,
+            kv_bytes_per_token: per,
+            scratch_bytes: None,
+            dispatches_per_token: None,
+        })
+    }
+
+    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
+        self.eval(&[token], Logits::Last)?;
+        Ok(None)
+    }
+}
+
+/// The CPU scoring loop: clear `cache`, run `tokens[..n-1]` in batches of `opts.batch`, and score
+/// each batch's hidden states with the fused scorer. `tokens.len() − 1` fits the cache.
+pub(crate) fn score_in_cache(
+    net: &tern_reference::Model,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    opts: &ScoreOptions,
+    obs: &mut dyn ScoreObserver,
+) -> Result<Vec<f32>> {
+    let n_in = tokens.len().saturating_sub(1);
+    cache.clear();
+    let batch = if opts.batch == 0 { 512 } else { opts.batch };
+    let mut out = Vec::with_capacity(n_in);
+    let mut start = 0;
+    while start < n_in {
+        if obs.cancelled() {
+            return Err(EngineError::Cancelled);
+        }
+        let end = (start + batch).min(n_in);
+        let (Some(inputs), Some(targets)) =
+            (tokens.get(start..end), tokens.get(start + 1..end + 1))
+        else {
+            break; // unreachable: end + 1 ≤ n_in + 1 = tokens.len()
+        };
+        let hidden = net.forward_hidden(inputs, cache, LogitsWanted::All)?;
+        obs.scoring_started();
+        let lp = net.score_hidden_with(&hidden, targets, &opts.cce);
+        obs.scoring_finished();
+        drop(hidden);
+        let lp = lp?;
+        check_finite(&lp, start)?;
+        out.extend_from_slice(&lp);
+        start = end;
+        obs.progress(start, n_in);
+    }
+    Ok(out)
+}
+
+/// The weights as stored in the file (the CPU widens floats and unpacks ternary codes in memory;
+/// the report counts the file's bytes).
+fn memory_of(file: &TernFile) -> MemoryReport {
+    let tensors: Vec<TensorReport> = file
+        .tensors()
+        .iter()
+        .map(|t| TensorReport {
+            name: t.name.clone(),
+            encoding: t.encoding.name(),
+            placement: "host".into(),
+            bytes: t.size,
+        })
+        .collect();
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    for t in &tensors {
+        *by.entry(t.encoding.clone()).or_default() += t.bytes;
+    }
+    MemoryReport {
+        budget: None,
+        weight_bytes: tensors.iter().map(|t| t.bytes).sum(),
+        by_encoding: by.into_iter().collect(),
+        tensors,
+        jit_scratch_bytes: 0,
+        gpu_allocated_peak: None,
+    }
+}
+
+fn weight_kind(e: &Encoding) -> &'static str {
+    match e {
+        Encoding::Ternary { .. } => "ternary",
+        Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => "ggml",
+        Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => "float",
+    }
+}
+
+/// The input scheme of an activation quantization, named as the GPU plan names it.
+fn scheme_name(q: ActQuant) -> &'static str {
+    match q {
+        ActQuant::None => "f32",
+        ActQuant::Int8 => "int8 absmax",
+        ActQuant::Int4 => "int4 absmean",
+        ActQuant::Topk50Int8 => "topk50% + int8 absmax",
+    }
+}
+
+/// The reference's function that makes that input (`tern_reference::quant`).
+fn producer_name(q: ActQuant) -> &'static str {
+    match q {
+        ActQuant::None => "f32 as computed",
+        ActQuant::Int8 => "quantize_act_int8",
+        ActQuant::Int4 => "quantize_act_int4",
+        ActQuant::Topk50Int8 => "topk50_int8",
+    }
+}
+
+/// The CPU reference's activation plan: every linear layer quantizes its input with the scheme
+/// of the file's metadata (whatever its weights), the head reads f32.
+fn activation_plan(file: &TernFile) -> ActivationPlanReport {
+    let meta = file.meta();
+    let hp = &meta.hparams;
+    let acts = meta.activations;
+    let kind = |name: &str| -> &'static str {
+        file.index_of(name)
+            .and_then(|i| file.tensors().get(i))
+            .map(|t| weight_kind(&t.encoding))
+            .unwrap_or("other")
+    };
+    let group = |l: u32, names: &[&str]| -> &'static str {
+        let kinds: Vec<&'static str> = names
+            .iter()
+            .map(|s| kind(&format!("blk.{l}.{s}.weight")))
+            .collect();
+        match kinds.first() {
+            Some(&k) if kinds.iter().all(|&x| x == k) => k,
+            Some(_) => "mixed",
+            None => "other",
+        }
+    };
+    let linears: [(&str, &[&str], ActQuant); 4] = [
+        ("qkv", &["attn_q", "attn_k", "attn_v"], acts.qkv),
+        ("attn_out", &["attn_output"], acts.out),
+        ("gate_up", &["ffn_gate", "ffn_up"], acts.gate_up),
+        ("down", &["ffn_down"], acts.down),
+    ];
+    // Per layer: the weight kind of each linear (the schemes are the same in every layer).
+    let layers: Vec<[&'static str; 4]> = (0..hp.n_layer)
+        .map(|l| linears.map(|(_, names, _)| group(l, names)))
+        .collect();
+    let mut rows = Vec::new();
+    let mut start = 0usize;
+    while start < layers.len() {
+        let mut end = start;
+        while layers.get(end + 1) == layers.get(start) {
+            end += 1;
+        }
+        let span = if end == start {
+            format!("{start}")
+        } else {
+            format!("{start}-{end}")
+        };
+        if let Some(kinds) = layers.get(start) {
+            for ((name, _, q), w) in linears.iter().zip(kinds) {
+                rows.push(ActivationRow {
+                    layers: span.clone(),
+                    linear: (*name).into(),
+                    weights: (*w).into(),
+                    input: scheme_name(*q).into(),
+                    producer: producer_name(*q).into(),
+                });
+            }
+        }
+        start = end + 1;
+    }
+    let head = if hp.tied_embeddings {
+        "token_embd.weight"
+    } else {
+        "output.weight"
+    };
+    rows.push(ActivationRow {
+        layers: "-".into(),
+        linear: "head".into(),
+        weights: kind(head).into(),
+        input: scheme_name(ActQuant::None).into(),
+        producer: "rmsnorm".into(),
+    });
+    ActivationPlanReport { rows }
+}

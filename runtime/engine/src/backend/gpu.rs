@@ -1,0 +1,249 @@
+//! The GPU engine backend (`tern-gpu`): weights uploaded as stored, a `GpuSession` per session,
+//! scoring through the fused Cut-Cross-Entropy kernel. `Model::score` reuses one cached scoring
+//! session instead of building a new one per call.
+
+use std::sync::{Arc, Mutex, TryLockError};
+
+use tern_format::TernFile;
+use tern_gpu::{GpuError, GpuModel, GpuSession};
+use tern_reference::ForwardOptions;
+
+use super::{check_finite, Logits, ModelBackend, SessionBackend};
+use crate::error::{EngineError, Result};
+use crate::report::{
+    ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
+    SessionReport, TensorReport,
+};
+use crate::score::{ScoreObserver, ScoreOptions};
+use crate::session::LoadOptions;
+
+/// Tokens per GPU batch (prefill chunk) of a session.
+const GPU_BATCH: u64 = 512;
+
+/// The session `Model::score` runs in, and the batch it was made for.
+struct Scorer {
+    session: GpuSession,
+    batch: usize,
+}
+
+pub(crate) struct GpuBackend {
+    model: Arc<GpuModel>,
+    /// Kept between `Model::score` calls (perplexity scores window after window); grown when a
+    /// longer text comes. A concurrent call that finds it busy uses a fresh session.
+    scorer: Mutex<Option<Scorer>>,
+}
+
+impl GpuBackend {
+    pub(crate) fn load(file: &TernFile, opts: &LoadOptions, allow_software: bool) -> Result<Self> {
+        let ctx = tern_gpu::GpuContext::with_options(tern_gpu::GpuOptions {
+            preference: tern_gpu::DevicePreference::Gpu,
+            allow_software,
+            binding_limit: None,
+        })?;
+        let model = GpuModel::load(
+            Arc::new(ctx),
+            file,
+            tern_gpu::GpuModelOptions {
+                max_memory: opts.max_memory,
+            },
+        )
+        .map_err(|e| match e {
+            // At load time the shapes checked are the file's (tensor shapes against the
+            // hyperparameters, the hyperparameters themselves): a bad file, as on the CPU.
+            GpuError::Shape { op, detail } => GpuError::BadModel(format!("{op}: {detail}")),
+            e => e,
+        })?;
+        Ok(Self {
+            model: Arc::new(model),
+            scorer: Mutex::new(None),
+        })
+    }
+}
+
+impl ModelBackend for GpuBackend {
+    fn device_name(&self) -> String {
+        let i = &self.model.context().info;
+        format!("gpu ({}, {})", i.name, i.backend)
+    }
+
+    fn new_session(&self, n_ctx: usize) -> Result<Box<dyn SessionBackend + '_>> {
+        Ok(Box::new(GpuState(GpuSession::new(
+            Arc::clone(&self.model),
+            n_ctx as u64,
+            GPU_BATCH,
+        )?)))
+    }
+
+    fn score(
+        &self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        let n_in = tokens.len().saturating_sub(1);
+        let batch = if opts.batch == 0 { 512 } else { opts.batch };
+        let fresh = |n_ctx: usize| -> Result<Scorer> {
+            Ok(Scorer {
+                session: GpuSession::new(
+                    Arc::clone(&self.model),
+                    n_ctx as u64,
+                    batch.min(n_ctx) as u64,
+                )?,
+                batch,
+            })
+        };
+        let mut guard = match self.scorer.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => {
+                let mut g = p.into_inner();
+                *g = None;
+                g
+            }
+            Err(TryLockError::WouldBlock) => {
+                // Another thread is scoring: do not wait for it.
+                let mut s = fresh(n_in)?;
+                return gpu_score(&mut s.session, tokens, obs);
+            }
+        };
+        let fits = guard
+            .as_ref()
+            .is_some_and(|s| s.batch == batch && s.session.n_ctx() as usize >= n_in);
+        if !fits {
+            let grown = guard
+                .as_ref()
+                .filter(|s| s.batch == batch)
+                .map_or(n_in, |s| (s.session.n_ctx() as usize).max(n_in));
+            // Free the old session's buffers before the new one is made.
+            *guard = None;
+            *guard = Some(fresh(grown)?);
+        }
+        match guard.as_mut() {
+            Some(s) => gpu_score(&mut s.session, tokens, obs),
+            None => Err(EngineError::Gpu(GpuError::Internal {
+                op: "score",
+                detail: "no scoring session".into(),
+            })),
+        }
+    }
+
+    fn report(&self) -> ModelReport {
+        let plan = self.model.memory_plan();
+        let memory = MemoryReport {
+            budget: plan.budget,
+            weight_bytes: plan.weight_bytes(),
+            by_encoding: plan.by_encoding(),
+            tensors: plan
+                .tensors
+                .iter()
+                .map(|t| TensorReport {
+                    name: t.name.clone(),
+                    encoding: t.encoding.clone(),
+                    placement: t.placement.to_string(),
+                    bytes: t.gpu_bytes,
+                })
+                .collect(),
+            jit_scratch_bytes: plan.jit_scratch_bytes,
+            gpu_allocated_peak: Some(self.model.context().allocated_peak()),
+        };
+        let rows = self
+            .model
+            .activation_plan()
+            .rows()
+            .into_iter()
+            .map(|(layers, linear, weights, input, producer)| ActivationRow {
+                layers,
+                linear: linear.into(),
+                weights: weights.into(),
+                input: input.into(),
+                producer: producer.into(),
+            })
+            .collect();
+        ModelReport {
+            device: self.device_name(),
+            backend: BackendKind::Gpu,
+            memory,
+            activation_plan: ActivationPlanReport { rows },
+        }
+    }
+
+    fn reference(&self) -> Option<&tern_reference::Model> {
+        None
+    }
+
+    fn set_forward_options(&mut self, _o: ForwardOptions) {}
+}
+
+/// Score on the GPU (one call: the forward pass and the fused head run batch after batch).
+fn gpu_score(gs: &mut GpuSession, tokens: &[u32], obs: &mut dyn ScoreObserver) -> Result<Vec<f32>> {
+    let n_in = tokens.len().saturating_sub(1);
+    if obs.cancelled() {
+        return Err(EngineError::Cancelled);
+    }
+    obs.scoring_started();
+    let lp = gs.score(tokens);
+    obs.scoring_finished();
+    let lp = lp?;
+    check_finite(&lp, 0)?;
+    obs.progress(n_in, n_in);
+    Ok(lp)
+}
+
+struct GpuState(GpuSession);
+
+impl SessionBackend for GpuState {
+    fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        Ok(match logits {
+            Logits::Last => self.0.eval(tokens)?,
+            Logits::All => self.0.eval_all(tokens)?,
+        })
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.0.truncate(n as u64);
+    }
+
+    fn len(&self) -> usize {
+        self.0.len() as usize
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.0.n_ctx() as usize
+    }
+
+    fn score(
+        &mut self,
+        tokens: &[u32],
+        _opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        gpu_score(&mut self.0, tokens, obs)
+    }
+
+    fn kv_bytes_per_token(&self) -> u64 {
+        self.0.kv_bytes_per_token()
+    }
+
+    fn report(&mut self) -> Result<SessionReport> {
+        let m = self.0.memory();
+        Ok(SessionReport {
+            n_ctx: self.0.n_ctx() as usize,
+            kv_bytes: m.kv_bytes,
+            kv_bytes_per_token: self.0.kv_bytes_per_token(),
+            scratch_bytes: Some(m.scratch_bytes),
+            dispatches_per_token: Some(self.0.dispatches_per_token()?),
+        })
+    }
+
+    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
+        let p = self.0.profile_decode_step(token)?;
+        Ok(Some(
+            p.into_iter()
+                .map(|(kernel, dispatches, micros)| KernelTime {
+                    kernel,
+                    dispatches,
+                    micros,
+                })
+                .collect(),
+        ))
+    }
+}

@@ -1,0 +1,104 @@
+//! The backend seam: one pair of traits that the CPU reference (`cpu.rs`) and the GPU engine
+//! (`gpu.rs`) both implement with the same verbs, so that [`crate::Model`] and
+//! [`crate::Session`] never match on the backend.
+//!
+//! * [`ModelBackend`]: the loaded weights. Makes sessions, scores a text with a fresh cache
+//!   ([`crate::Model::score`]), reports memory and the activation plan.
+//! * [`SessionBackend`]: one KV cache. Evaluates tokens (last or all logits), truncates, scores
+//!   with the fused Cut-Cross-Entropy scorer (no logit matrix), reports its memory.
+//!
+//! The checks every backend shares (empty input, token ids, room in the context) are done by the
+//! callers in `session.rs` / `score.rs` before a backend is called.
+
+use tern_format::TernFile;
+use tern_reference::ForwardOptions;
+
+use crate::error::Result;
+use crate::report::{KernelTime, ModelReport, SessionReport};
+use crate::score::{ScoreObserver, ScoreOptions};
+use crate::session::{Device, LoadOptions};
+
+pub(crate) mod cpu;
+pub(crate) mod gpu;
+
+/// Which logits [`SessionBackend::eval`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Logits {
+    /// The last token's row, `[n_vocab]`.
+    Last,
+    /// Every token's row, `[tokens, n_vocab]`.
+    All,
+}
+
+/// A model loaded for one backend.
+pub(crate) trait ModelBackend: Send + Sync {
+    /// "cpu", or "gpu (adapter name, backend)".
+    fn device_name(&self) -> String;
+    /// A session with a KV cache of `n_ctx` positions (`n_ctx > 0`).
+    fn new_session(&self, n_ctx: usize) -> Result<Box<dyn SessionBackend + '_>>;
+    /// `log p(tokens[i+1] | tokens[..=i])` from an empty cache (`tokens.len() ≥ 2`, ids checked).
+    fn score(
+        &self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>>;
+    fn report(&self) -> ModelReport;
+    /// The CPU forward pass, when this is the CPU backend.
+    fn reference(&self) -> Option<&tern_reference::Model>;
+    /// The CPU forward pass's numerical options (no effect elsewhere).
+    fn set_forward_options(&mut self, o: ForwardOptions);
+}
+
+/// One KV cache on a backend.
+pub(crate) trait SessionBackend: Send {
+    /// Run `tokens` after what the cache holds (non-empty, ids checked, room checked).
+    fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>>;
+    /// Keep only the first `n` positions.
+    fn truncate(&mut self, n: usize);
+    /// Positions filled.
+    fn len(&self) -> usize;
+    /// Positions the cache holds.
+    fn n_ctx(&self) -> usize;
+    /// `log p(tokens[i+1] | tokens[..=i])` through the fused scorer, from an empty cache; the
+    /// cache holds `tokens[..n-1]` afterwards (a prefix of them after an error). `tokens.len() − 1`
+    /// fits the cache (checked by the caller).
+    fn score(
+        &mut self,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>>;
+    /// KV-cache bytes one position takes over all layers (keys and values).
+    fn kv_bytes_per_token(&self) -> u64;
+    fn report(&mut self) -> Result<SessionReport>;
+    /// Per-kernel timings of one decode step of `token` (which enters the cache); `None` when
+    /// the backend has no such timings.
+    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>>;
+}
+
+/// Load `file` for the backend `opts.device` asks for.
+pub(crate) fn load(file: &TernFile, opts: &LoadOptions) -> Result<Box<dyn ModelBackend>> {
+    Ok(match opts.device {
+        Device::Cpu => Box::new(cpu::CpuModel::load(file)?),
+        Device::Gpu => Box::new(gpu::GpuBackend::load(file, opts, true)?),
+        Device::Auto => match gpu::GpuBackend::load(file, opts, false) {
+            Ok(m) => Box::new(m),
+            Err(e) => {
+                log::info!("GPU not used ({e}); running on the CPU");
+                Box::new(cpu::CpuModel::load(file)?)
+            }
+        },
+    })
+}
+
+/// Check that no log-probability is NaN or infinite (`offset`: the position of `lp[0]`).
+pub(crate) fn check_finite(lp: &[f32], offset: usize) -> Result<()> {
+    match lp.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(crate::EngineError::Numeric(format!(
+            "non-finite log-probability at position {}",
+            offset + i
+        ))),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,121 @@
+//! Plain reports of what a loaded model and a session hold and do, the same on every backend:
+//! device, memory by part, dispatches per token and per-kernel timings (GPU), and the activation
+//! plan (each linear layer's input scheme and the code that produces it).
+//!
+//! These are plain data: `tern bench`, `tern run -v` and the C ABI print them without naming a
+//! backend crate.
+
+use std::fmt;
+
+/// Which backend a model was loaded for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The CPU reference (`tern-reference`).
+    Cpu,
+    /// The GPU engine (`tern-gpu`).
+    Gpu,
+}
+
+/// One weight tensor as the backend holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorReport {
+    pub name: String,
+    /// Encoding in the file.
+    pub encoding: String,
+    /// GPU: "resident" (as stored), "decoded" (NeuZip decoded once at load), "jit" (NeuZip kept
+    /// compressed, decoded before each use), "host" (looked up on the CPU). CPU: "host".
+    pub placement: String,
+    /// Bytes on the device (GPU) or as stored in the file (CPU).
+    pub bytes: u64,
+}
+
+/// Memory of the model's weights.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The weight budget asked for (`--max-memory`), GPU only.
+    pub budget: Option<u64>,
+    /// All weight bytes (see [`TensorReport::bytes`]).
+    pub weight_bytes: u64,
+    /// Weight bytes by encoding name (`"q4_1"`, `"neuzip(bf16) (jit)"`), sorted by name.
+    pub by_encoding: Vec<(String, u64)>,
+    /// Every tensor.
+    pub tensors: Vec<TensorReport>,
+    /// Bytes of the just-in-time decode scratch (GPU; 0 on the CPU).
+    pub jit_scratch_bytes: u64,
+    /// Peak bytes allocated on the GPU so far (GPU only).
+    pub gpu_allocated_peak: Option<u64>,
+}
+
+/// One row of the activation plan: a linear layer kind over a run of identical layers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivationRow {
+    /// `"0-29"`, `"3"`, or `"-"` for the output head.
+    pub layers: String,
+    /// `"qkv"`, `"attn_out"`, `"gate_up"`, `"down"`, `"head"`.
+    pub linear: String,
+    /// `"ternary"`, `"ggml"`, `"float"`, `"other"`.
+    pub weights: String,
+    /// The input scheme (`"f32"`, `"int8 absmax"`, `"int4 absmean"`, `"topk50% + int8 absmax"`).
+    pub input: String,
+    /// What makes that input (a GPU kernel, or the CPU reference's quantizer function).
+    pub producer: String,
+}
+
+/// Every linear layer's input scheme and producer; `Display` prints it as a table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActivationPlanReport {
+    pub rows: Vec<ActivationRow>,
+}
+
+impl fmt::Display for ActivationPlanReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:<8} {:<9} {:<8} {:<22} producer",
+            "layers", "linear", "weights", "input"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "{:<8} {:<9} {:<8} {:<22} {}",
+                r.layers, r.linear, r.weights, r.input, r.producer
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What a loaded model holds ([`crate::Model::report`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelReport {
+    /// "cpu", or "gpu (adapter name, backend)".
+    pub device: String,
+    pub backend: BackendKind,
+    pub memory: MemoryReport,
+    pub activation_plan: ActivationPlanReport,
+}
+
+/// What a session holds ([`crate::Session::report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionReport {
+    /// Positions the KV cache holds.
+    pub n_ctx: usize,
+    /// Bytes of the KV cache (all positions, keys and values, every layer).
+    pub kv_bytes: u64,
+    /// KV-cache bytes one position takes over all layers.
+    pub kv_bytes_per_token: u64,
+    /// Activation scratch bytes (GPU only).
+    pub scratch_bytes: Option<u64>,
+    /// Compute dispatches of one decode step (GPU only).
+    pub dispatches_per_token: Option<usize>,
+}
+
+/// One kernel's share of a profiled decode step ([`crate::Session::profile_decode_step`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// The kernel (pipeline) label.
+    pub kernel: String,
+    pub dispatches: u32,
+    /// Total GPU time of its dispatches, µs.
+    pub micros: f64,
+}
