@@ -188,6 +188,6 @@ pub fn load_with_delta(
         t0.elapsed().as_secs_f64(),
         m.device_name()
     );
-    crate::run::log_plan(&m);
+    crate::models::log_plan(&m);
     Ok(m)
 }

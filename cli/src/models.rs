@@ -74,3 +74,31 @@ pub fn resolve(model: Option<&Path>) -> Result<PathBuf> {
     }
     Ok(dst)
 }
+
+/// Log the memory plan (GPU) and the activation plan (with -v).
+pub fn log_plan(m: &tern_engine::Model) {
+    let r = m.report();
+    if r.backend == tern_engine::BackendKind::Gpu {
+        let p = &r.memory;
+        log::info!(
+            "GPU memory plan (budget {}): weights {:.1} MiB, jit scratch {:.1} MiB",
+            p.budget
+                .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
+                .unwrap_or_else(|| "none".into()),
+            p.weight_bytes as f64 / 1048576.0,
+            p.jit_scratch_bytes as f64 / 1048576.0
+        );
+        for (enc, bytes) in &p.by_encoding {
+            log::info!("  {enc:<28} {:>10.2} MiB", *bytes as f64 / 1048576.0);
+        }
+    }
+    if log::log_enabled!(log::Level::Info) {
+        log::info!(
+            "activation plan on {} (input of each linear layer):",
+            r.device
+        );
+        for line in r.activation_plan.to_string().lines() {
+            log::info!("  {line}");
+        }
+    }
+}

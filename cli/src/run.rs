@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use tern_engine::chat::{render_chat, ChatMessage};
 use tern_engine::session::{Device, GenerateOptions, LoadOptions, Model, Session};
-use tern_engine::{BackendKind, SamplingParams};
+use tern_engine::SamplingParams;
 
 #[derive(Args, Clone)]
 pub struct SamplingArgs {
@@ -133,36 +133,8 @@ pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
         t0.elapsed().as_secs_f64(),
         m.device_name()
     );
-    log_plan(&m);
+    crate::models::log_plan(&m);
     Ok(m)
-}
-
-/// Log the memory plan (GPU) and the activation plan (with -v).
-pub fn log_plan(m: &Model) {
-    let r = m.report();
-    if r.backend == BackendKind::Gpu {
-        let p = &r.memory;
-        log::info!(
-            "GPU memory plan (budget {}): weights {:.1} MiB, jit scratch {:.1} MiB",
-            p.budget
-                .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
-                .unwrap_or_else(|| "none".into()),
-            p.weight_bytes as f64 / 1048576.0,
-            p.jit_scratch_bytes as f64 / 1048576.0
-        );
-        for (enc, bytes) in &p.by_encoding {
-            log::info!("  {enc:<28} {:>10.2} MiB", *bytes as f64 / 1048576.0);
-        }
-    }
-    if log::log_enabled!(log::Level::Info) {
-        log::info!(
-            "activation plan on {} (input of each linear layer):",
-            r.device
-        );
-        for line in r.activation_plan.to_string().lines() {
-            log::info!("  {line}");
-        }
-    }
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {

@@ -6,6 +6,7 @@
 mod backend;
 pub mod chat;
 pub mod error;
+pub mod options;
 pub mod report;
 pub mod sampler;
 pub mod score;

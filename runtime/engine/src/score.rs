@@ -25,36 +25,7 @@ use tern_reference::{CceOptions, KvCache};
 use crate::error::{EngineError, Result};
 use crate::session::Model;
 
-/// Options of [`Model::score_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ScoreOptions {
-    /// Tokens per forward call (0 = 512, llama.cpp's default micro-batch).
-    pub batch: usize,
-    /// Most tokens one call may score (0 = the model's training context).
-    pub max_tokens: usize,
-    /// Block sizes of the fused scorer.
-    pub cce: CceOptions,
-}
-
-/// Hooks into a long scoring run: progress, cancellation, and the bounds of each scoring stage
-/// (head product + log-sum-exp, after the forward pass of a batch) for memory measurements.
-pub trait ScoreObserver {
-    /// A batch's hidden states are ready and the scoring stage starts.
-    fn scoring_started(&mut self) {}
-    /// The scoring stage of that batch is done.
-    fn scoring_finished(&mut self) {}
-    /// `done` of `total` tokens have been run.
-    fn progress(&mut self, _done: usize, _total: usize) {}
-    /// Return `true` to stop with [`EngineError::Cancelled`] (checked before every batch).
-    fn cancelled(&mut self) -> bool {
-        false
-    }
-}
-
-/// An observer that does nothing.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoObserver;
-impl ScoreObserver for NoObserver {}
+pub use crate::options::{NoObserver, ScoreObserver, ScoreOptions};
 
 /// Options of [`Model::perplexity`].
 #[derive(Debug, Clone, PartialEq, Eq)]

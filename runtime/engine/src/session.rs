@@ -10,46 +10,11 @@ use tern_reference::ForwardOptions;
 
 use crate::backend::{Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
+pub use crate::options::{Device, LoadOptions};
+use crate::options::{NoObserver, ScoreObserver, ScoreOptions};
 use crate::report::{KernelTime, ModelReport, SessionReport};
 use crate::sampler::{Sampler, SamplingParams};
-use crate::score::{NoObserver, ScoreObserver, ScoreOptions};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
-
-/// Which backend runs the model (`--device cpu|gpu|auto`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Device {
-    /// The CPU reference.
-    #[default]
-    Cpu,
-    /// The GPU engine (a software adapter such as lavapipe is accepted); an error when there is
-    /// no usable adapter or the model has tensors without GPU kernels.
-    Gpu,
-    /// A hardware GPU when there is one and the model runs on it; else the CPU reference.
-    Auto,
-}
-
-impl std::str::FromStr for Device {
-    type Err = EngineError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "cpu" => Ok(Device::Cpu),
-            "gpu" => Ok(Device::Gpu),
-            "auto" => Ok(Device::Auto),
-            o => Err(EngineError::InvalidArgument(format!(
-                "--device `{o}`: expected cpu, gpu or auto"
-            ))),
-        }
-    }
-}
-
-/// Options of [`Model::open_with`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LoadOptions {
-    pub device: Device,
-    /// GPU memory the weights may take (`--max-memory`): NeuZip tensors beyond it stay
-    /// compressed and are decoded just in time.
-    pub max_memory: Option<u64>,
-}
 
 /// A loaded model: weights for the CPU reference or the GPU engine, tokenizer, metadata.
 pub struct Model {

@@ -8,11 +8,11 @@ use tern_reference::{ForwardOptions, KvCache, LogitsWanted};
 
 use super::{check_finite, Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
+use crate::options::{ScoreObserver, ScoreOptions};
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,
 };
-use crate::score::{ScoreObserver, ScoreOptions};
 
 pub(crate) struct CpuModel {
     net: tern_reference::Model,

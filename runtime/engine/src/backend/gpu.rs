@@ -10,12 +10,12 @@ use tern_reference::ForwardOptions;
 
 use super::{check_finite, Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
+use crate::options::LoadOptions;
+use crate::options::{ScoreObserver, ScoreOptions};
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,
 };
-use crate::score::{ScoreObserver, ScoreOptions};
-use crate::session::LoadOptions;
 
 /// Tokens per GPU batch (prefill chunk) of a session.
 const GPU_BATCH: u64 = 512;

@@ -14,9 +14,9 @@ use tern_format::TernFile;
 use tern_reference::ForwardOptions;
 
 use crate::error::Result;
+use crate::options::{Device, LoadOptions};
+use crate::options::{ScoreObserver, ScoreOptions};
 use crate::report::{KernelTime, ModelReport, SessionReport};
-use crate::score::{ScoreObserver, ScoreOptions};
-use crate::session::{Device, LoadOptions};
 
 pub(crate) mod cpu;
 pub(crate) mod gpu;
