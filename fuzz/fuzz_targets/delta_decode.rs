@@ -4,10 +4,9 @@
 //! decoded against a zero base). Nothing may panic; errors are fine.
 //! Seeds and minimized crashes: fuzz/regressions/delta_decode/ (seeds written by
 //! `tests/tests/delta.rs::fuzz_seeds` with TERN_BLESS=1).
+//! `tests/tests/fuzz_regressions.rs` mirrors this target on stable.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+include!("../bodies/delta_decode.rs");
 
-fuzz_target!(|data: &[u8]| {
-    tern_format::delta::fuzz_input(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| run(data));

@@ -210,3 +210,29 @@ fn tokenize_corpus() {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// delta_decode (mirrors fuzz/fuzz_targets/delta_decode.rs)
+
+mod delta_decode {
+    include!("../../fuzz/bodies/delta_decode.rs");
+}
+
+#[test]
+fn delta_decode_corpus() {
+    run_corpus("delta_decode", 7, delta_decode::run);
+}
+
+// ------------------------------------------------------------------------------------------------
+// model_load (mirrors fuzz/fuzz_targets/model_load.rs)
+
+mod model_load {
+    include!("../../fuzz/bodies/model_load.rs");
+}
+
+#[test]
+fn model_load_corpus() {
+    // Hostile hyperparameters (seeds written by tests/tests/hostile_hparams.rs, TERN_BLESS=1)
+    // must be typed errors or run, never abort: an abort here kills the test process.
+    run_corpus("model_load", 5, model_load::run);
+}

@@ -437,9 +437,14 @@ fn typed_errors() {
         "blk.0.attn_k.weight",
         Some((&[64, 64], Encoding::F32, vec![0; 64 * 64 * 4])),
     );
+    // attn_k's shape is checked against the hyperparameters (n_head_kv·head_dim) before loading
+    // (`tern_format::check_hparams`), so this is the format's typed error naming the tensor.
     assert!(matches!(
         Model::load(&f),
         Err(ReferenceError::TensorShape { .. })
+            | Err(ReferenceError::Format(
+                tern_format::FormatError::Malformed { .. }
+            ))
     ));
     let f = rewrite(
         "output_norm.weight",

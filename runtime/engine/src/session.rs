@@ -175,13 +175,46 @@ pub struct Session<'m> {
 }
 
 impl<'m> Session<'m> {
-    /// A session with room for `n_ctx` tokens (0 = the model's training context).
+    /// The largest context [`Session::new`] picks on its own when given `n_ctx = 0`.
+    pub const DEFAULT_MAX_CTX: usize = 4096;
+
+    /// A session with room for `n_ctx` tokens.
+    ///
+    /// `n_ctx = 0` means the model's training context `n_ctx_train`, capped at
+    /// [`Session::DEFAULT_MAX_CTX`] (4096) tokens: the training context is a number from the file
+    /// (131072 for Llama 3, and a hostile file may say 4294967295), and the KV cache is allocated
+    /// in full up front, so the default stays at a size every machine this runs on can hold (for
+    /// SmolLM2-135M, 4096 positions are 360 MB of f32 KV cache). Ask for more explicitly.
+    ///
+    /// The KV cache size (`2 · n_layer · n_head_kv · head_dim · 4 · n_ctx` bytes) is computed
+    /// with checked arithmetic and the cache is allocated fallibly: a size that overflows or that
+    /// the system refuses is a typed error naming the bytes, never an abort.
     pub fn new(model: &'m Model, n_ctx: usize) -> Result<Self> {
+        let hp = &model.meta.hparams;
         let n_ctx = if n_ctx == 0 {
-            model.meta.hparams.n_ctx_train as usize
+            (hp.n_ctx_train as usize).min(Self::DEFAULT_MAX_CTX)
         } else {
             n_ctx
         };
+        let bytes = 8usize.checked_mul(n_ctx).and_then(|b| {
+            [hp.n_layer, hp.n_head_kv, hp.head_dim]
+                .iter()
+                .try_fold(b, |a, &v| a.checked_mul(v as usize))
+        });
+        if bytes.is_none_or(|b| b > isize::MAX as usize) {
+            return Err(EngineError::InvalidArgument(format!(
+                "a context of {n_ctx} tokens needs a KV cache of {} bytes ({} layers × {} KV \
+                 heads × {} dims × 8 bytes per token), more than can be addressed",
+                8u128
+                    * n_ctx as u128
+                    * hp.n_layer as u128
+                    * hp.n_head_kv as u128
+                    * hp.head_dim as u128,
+                hp.n_layer,
+                hp.n_head_kv,
+                hp.head_dim
+            )));
+        }
         Ok(Self {
             model,
             state: model.backend.new_session(n_ctx)?,

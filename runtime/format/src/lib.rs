@@ -51,6 +51,7 @@
 //! [`TernWriter`] streams: tensor bytes go to disk as they are added, and only the directory is
 //! kept in memory; header and tables are written by [`TernWriter::finish`].
 
+pub mod check;
 pub mod container;
 pub mod delta;
 pub mod dtype;
@@ -61,6 +62,7 @@ pub mod meta;
 pub mod neuzip;
 pub mod ternary;
 
+pub use check::{check_hparams, check_hparams_alone};
 pub use container::{hash_file, Section, TensorInfo, TensorView, TernFile, TernWriter};
 pub use dtype::{FloatType, TernaryLayout};
 pub use encoding::Encoding;

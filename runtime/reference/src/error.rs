@@ -59,3 +59,43 @@ pub(crate) fn check_len(what: &'static str, name: &str, len: usize, expected: us
         ))
     }
 }
+
+/// The error for an allocation of `bytes` that cannot be made: a
+/// [`tern_format::FormatError::OutOfRange`] naming `what` and the bytes (no variant of its own, so
+/// that the exhaustive status maps of the FFI stay as they are; it counts as a bad file).
+pub(crate) fn too_large(what: &str, bytes: u128) -> ReferenceError {
+    ReferenceError::Format(tern_format::FormatError::OutOfRange {
+        what: what.to_string(),
+        detail: format!(
+            "needs {bytes} bytes, more than this process can allocate (a hostile or corrupt \
+             file, or a context too large for this machine)"
+        ),
+    })
+}
+
+/// A zero-filled `Vec` of `n` elements, allocated fallibly: an allocation the system refuses (or
+/// a byte count that overflows) is a [`too_large`] error naming `what` and the bytes, not a
+/// process abort.
+pub(crate) fn try_zeroed<T: Clone + Default>(what: &str, n: usize) -> Result<Vec<T>> {
+    let too_large = || too_large(what, n as u128 * std::mem::size_of::<T>() as u128);
+    n.checked_mul(std::mem::size_of::<T>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(too_large)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| too_large())?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
+/// Check that `bytes` (as u128, so no product can overflow) could be allocated at all, before a
+/// decoder allocates them infallibly: refuses more than `isize::MAX` and anything the allocator
+/// refuses now, as a [`too_large`] error.
+pub(crate) fn probe_alloc(what: &str, bytes: u128) -> Result<()> {
+    let too_large = || too_large(what, bytes);
+    let n = usize::try_from(bytes)
+        .ok()
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(too_large)?;
+    let mut v: Vec<u8> = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| too_large())
+}

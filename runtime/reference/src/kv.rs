@@ -2,7 +2,7 @@
 
 use tern_format::HParams;
 
-use crate::error::{ReferenceError, Result};
+use crate::error::{too_large, try_zeroed, Result};
 
 /// Keys and values of every layer, `[layer][pos][kv_head][head_dim]` f32, for up to `n_ctx`
 /// positions. Keys are stored after RoPE.
@@ -19,7 +19,8 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache for a model of hyperparameters `hp` holding `n_ctx` positions (all memory is
-    /// allocated here). `KvCache::new(&model, n_ctx)` (in `model.rs`, which uses this module, not
+    /// allocated here, fallibly: a cache the system cannot hold is an out-of-range error naming the bytes,
+    /// not an abort). `KvCache::new(&model, n_ctx)` (in `model.rs`, which uses this module, not
     /// the reverse) reads `hp` from a [`crate::Model`].
     pub fn for_hparams(hp: &HParams, n_ctx: usize) -> Result<Self> {
         let n_layer = hp.n_layer as usize;
@@ -28,11 +29,16 @@ impl KvCache {
             .checked_mul(n_ctx)
             .and_then(|v| v.checked_mul(row))
             .ok_or_else(|| {
-                ReferenceError::BadHParams(format!("KV cache of {n_ctx} positions overflows"))
+                too_large(
+                    &format!("a KV cache of {n_ctx} positions"),
+                    8 * n_layer as u128 * n_ctx as u128 * row as u128,
+                )
             })?;
+        let what =
+            format!("a KV cache of {n_ctx} positions ({n_layer} layers × {row} floats, K and V)");
         Ok(Self {
-            k: vec![0.0; total],
-            v: vec![0.0; total],
+            k: try_zeroed(&what, total)?,
+            v: try_zeroed(&what, total)?,
             n_layer,
             row,
             n_ctx,

@@ -19,7 +19,7 @@
 
 use tern_format::{ActQuant, ActivationScheme, Arch, FfnAct, HParams, TensorView, TernFile};
 
-use crate::error::{ReferenceError, Result};
+use crate::error::{probe_alloc, ReferenceError, Result};
 use crate::ggml_cpu;
 use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
 use crate::kv::KvCache;
@@ -171,6 +171,7 @@ fn check_shape(view: &TensorView<'_>, expected: &[u64]) -> Result<()> {
 fn load_vector(file: &TernFile, name: &str, n: usize) -> Result<Vec<f32>> {
     let v = view(file, name)?;
     check_shape(&v, &[n as u64])?;
+    probe_alloc(&format!("tensor {name:?} decoded to f32"), n as u128 * 4)?;
     use tern_format::Encoding as E;
     match v.info.encoding {
         E::F32 | E::F16 | E::Bf16 | E::NeuZip { .. } => Ok(v.to_f32()?),
@@ -185,6 +186,13 @@ fn load_vector(file: &TernFile, name: &str, n: usize) -> Result<Vec<f32>> {
 fn load_matrix(file: &TernFile, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
     let v = view(file, name)?;
     check_shape(&v, &[rows as u64, cols as u64])?;
+    // The decoders allocate `rows × cols` f32 (or bytes) infallibly; a shape the file's bytes
+    // cannot back was refused by the reader, but a compressed encoding can still ask for much
+    // more than it stores, so make sure that much can be had at all.
+    probe_alloc(
+        &format!("tensor {name:?} decoded to f32"),
+        rows as u128 * cols as u128 * 4,
+    )?;
     Matrix::from_encoded(name, rows, cols, &v.info.encoding, v.bytes)
 }
 
@@ -197,8 +205,11 @@ impl KvCache {
 }
 
 impl Model {
-    /// Load and validate every tensor the hyperparameters call for.
+    /// Load and validate every tensor the hyperparameters call for. The hyperparameters are first
+    /// checked against each other and against the tensors present
+    /// ([`tern_format::check_hparams`]), so nothing below is sized from an unchecked value.
     pub fn load(file: &TernFile) -> Result<Self> {
+        tern_format::check_hparams(file)?;
         let meta = file.meta();
         let hp = meta.hparams.clone();
         check_hparams(&hp)?;
