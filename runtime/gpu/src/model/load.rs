@@ -198,6 +198,9 @@ impl GpuModel {
     pub fn load(ctx: Arc<GpuContext>, file: &TernFile, opts: GpuModelOptions) -> Result<Self> {
         let meta = file.meta();
         let hp = meta.hparams.clone();
+        // Hyperparameters against each other and the tensors present, before anything is sized
+        // from them (a hostile file must not make the loader allocate what it says).
+        tern_format::check_hparams(file)?;
         let act_plan = ActivationPlan::from_file(file)?;
         if let Some((layer, i)) = act_plan.unsupported() {
             let at = layer.map_or("the head".to_string(), |l| format!("layer {l}"));
