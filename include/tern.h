@@ -110,8 +110,9 @@ typedef struct tern_model_options {
 typedef struct tern_session_options {
   // `sizeof(tern_session_options)`, set by `tern_session_options_default()`.
   uint32_t struct_size;
-  // Context size in tokens; 0 (default) = the model's training context. The KV cache for all
-  // of it is allocated up front.
+  // Context size in tokens; 0 (default) = the model's training context, capped at 4096 (a
+  // number from the file does not decide the app's memory). The KV cache for all of it is
+  // allocated up front.
   uint32_t n_ctx;
 } tern_session_options;
 

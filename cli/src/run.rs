@@ -33,7 +33,7 @@ pub struct SamplingArgs {
     /// Stop when this string appears (repeatable).
     #[arg(long = "stop")]
     pub stop: Vec<String>,
-    /// Context size in tokens (0 = the model's training context).
+    /// Context size in tokens (0 = the model's training context, capped at 4096 positions).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub ctx: usize,
     /// Device: cpu, gpu (the GPU engine; software adapters such as lavapipe count) or auto

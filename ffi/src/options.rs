@@ -42,8 +42,9 @@ pub struct tern_model_options {
 pub struct tern_session_options {
     /// `sizeof(tern_session_options)`, set by `tern_session_options_default()`.
     pub struct_size: u32,
-    /// Context size in tokens; 0 (default) = the model's training context. The KV cache for all
-    /// of it is allocated up front.
+    /// Context size in tokens; 0 (default) = the model's training context, capped at 4096 (a
+    /// number from the file does not decide the app's memory). The KV cache for all of it is
+    /// allocated up front.
     pub n_ctx: u32,
 }
 

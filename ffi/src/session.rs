@@ -129,7 +129,7 @@ pub unsafe extern "C" fn tern_session_new(
         // SAFETY: the caller's contract.
         let opts = unsafe { read_versioned(opts, tern_session_options_default()) }?;
         let n_ctx = match opts.n_ctx {
-            0 => model.model.meta().hparams.n_ctx_train as usize,
+            0 => (model.model.meta().hparams.n_ctx_train as usize).min(Session::DEFAULT_MAX_CTX),
             n => n as usize,
         };
         check_kv_memory(&model.model, n_ctx)?;
