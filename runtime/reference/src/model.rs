@@ -113,42 +113,6 @@ fn u(v: u32) -> usize {
     v as usize
 }
 
-fn check_hparams(hp: &HParams) -> Result<()> {
-    let bad = |m: String| Err(ReferenceError::BadHParams(m));
-    for (name, v) in [
-        ("n_vocab", hp.n_vocab),
-        ("n_embd", hp.n_embd),
-        ("n_layer", hp.n_layer),
-        ("n_head", hp.n_head),
-        ("n_head_kv", hp.n_head_kv),
-        ("head_dim", hp.head_dim),
-        ("n_ff", hp.n_ff),
-    ] {
-        if v == 0 {
-            return bad(format!("{name} is 0"));
-        }
-    }
-    if hp.n_head % hp.n_head_kv != 0 {
-        return bad(format!(
-            "n_head {} is not a multiple of n_head_kv {}",
-            hp.n_head, hp.n_head_kv
-        ));
-    }
-    if hp.rope_dim > hp.head_dim || hp.rope_dim % 2 != 0 {
-        return bad(format!(
-            "rope_dim {} must be even and ≤ head_dim {}",
-            hp.rope_dim, hp.head_dim
-        ));
-    }
-    if !(hp.rms_eps >= 0.0 && hp.rope_theta > 0.0) {
-        return bad(format!(
-            "rms_eps {} / rope_theta {} out of range",
-            hp.rms_eps, hp.rope_theta
-        ));
-    }
-    Ok(())
-}
-
 fn view<'a>(file: &'a TernFile, name: &str) -> Result<TensorView<'a>> {
     if file.index_of(name).is_none() {
         return Err(ReferenceError::MissingTensor { name: name.into() });
@@ -212,7 +176,6 @@ impl Model {
         tern_format::check_hparams(file)?;
         let meta = file.meta();
         let hp = meta.hparams.clone();
-        check_hparams(&hp)?;
         let (n_embd, n_ff, n_vocab) = (u(hp.n_embd), u(hp.n_ff), u(hp.n_vocab));
         let q_dim = u(hp.n_head) * u(hp.head_dim);
         let kv_dim = u(hp.n_head_kv) * u(hp.head_dim);
