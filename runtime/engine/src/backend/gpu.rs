@@ -46,13 +46,7 @@ impl GpuBackend {
             tern_gpu::GpuModelOptions {
                 max_memory: opts.max_memory,
             },
-        )
-        .map_err(|e| match e {
-            // At load time the shapes checked are the file's (tensor shapes against the
-            // hyperparameters, the hyperparameters themselves): a bad file, as on the CPU.
-            GpuError::Shape { op, detail } => GpuError::BadModel(format!("{op}: {detail}")),
-            e => e,
-        })?;
+        )?;
         Ok(Self {
             model: Arc::new(model),
             scorer: Mutex::new(None),

@@ -23,7 +23,7 @@ use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
 use crate::weights::ternary::GEMV_ROWS_PER_WG;
-use crate::weights::{FloatWeight, GgmlWeight, TernaryWeight};
+use crate::weights::{FloatWeight, GgmlWeight, Part, TernaryWeight};
 
 /// Weight rows per GEMM workgroup (`TR` in the shaders).
 pub const GEMM_TILE_ROWS: u64 = 64;
@@ -36,6 +36,50 @@ pub const GEMM_TILE_TOKENS: u64 = 32;
 /// matrices the GEMM has only 10 workgroups and the GEMV wins up to ~16 tokens; 4 is the
 /// compromise.
 pub const GEMM_MIN_TOKENS: u64 = 4;
+
+/// The parameters of one row part of a ternary weight (GEMV and GEMM share the struct).
+fn ternary_params(
+    op: &'static str,
+    w: &TernaryWeight,
+    part: &Part,
+    a: &ActInt8,
+    words_per_row: u64,
+) -> Result<TernaryParams> {
+    let groups_per_row = if w.group == 0 {
+        1
+    } else {
+        w.cols / u64::from(w.group)
+    };
+    Ok(TernaryParams {
+        rows: u32_of(op, "rows", part.rows)?,
+        cols: u32_of(op, "cols", w.cols)?,
+        words_per_row: u32_of(op, "words per row", words_per_row)?,
+        group: w.group,
+        groups_per_row: u32_of(op, "groups", groups_per_row)?,
+        scale_word_offset: u32_of(op, "scale offset", part.scale_word_offset)?,
+        act_stride: a.stride,
+        out_stride: u32_of(op, "rows", w.rows)?,
+        row0: u32_of(op, "row0", part.row0)?,
+        n_tokens: a.n_tokens,
+        _pad0: 0,
+        _pad1: 0,
+    })
+}
+
+/// The parameters of one row part of a ggml-block weight (GEMV and GEMM share the struct;
+/// `blocks_per_row` counts 32-column units).
+fn ggml_params(op: &'static str, w: &GgmlWeight, part: &Part, n_tokens: u32) -> Result<GgmlParams> {
+    Ok(GgmlParams {
+        rows: u32_of(op, "rows", part.rows)?,
+        cols: u32_of(op, "cols", w.cols)?,
+        blocks_per_row: u32_of(op, "blocks", w.cols / 32)?,
+        out_stride: u32_of(op, "rows", w.rows)?,
+        row0: u32_of(op, "row0", part.row0)?,
+        n_tokens,
+        _pad0: 0,
+        _pad1: 0,
+    })
+}
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
 /// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32.
@@ -68,26 +112,8 @@ pub fn ternary_gemv(
         layout: w.layout,
         scale_type: w.scale_type,
     };
-    let gpr = if w.group == 0 {
-        1
-    } else {
-        w.cols / u64::from(w.group)
-    };
     for part in &w.parts {
-        let p = TernaryParams {
-            rows: u32_of(OP, "rows", part.rows)?,
-            cols: u32_of(OP, "cols", w.cols)?,
-            words_per_row: u32_of(OP, "words per row", wpr)?,
-            group: w.group,
-            groups_per_row: u32_of(OP, "groups", gpr)?,
-            scale_word_offset: u32_of(OP, "scale offset", part.scale_word_offset)?,
-            act_stride: a.stride,
-            out_stride: u32_of(OP, "rows", w.rows)?,
-            row0: u32_of(OP, "row0", part.row0)?,
-            n_tokens: a.n_tokens,
-            _pad0: 0,
-            _pad1: 0,
-        };
+        let p = ternary_params(OP, w, part, a, wpr)?;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
         ctx.dispatch(
@@ -118,16 +144,7 @@ pub fn ggml_gemv(
     check_binding(ctx, "ggml output", yb)?;
     let nt = u32_of(OP, "n_tokens", n_tokens)?;
     for part in &w.parts {
-        let p = GgmlParams {
-            rows: u32_of(OP, "rows", part.rows)?,
-            cols: u32_of(OP, "cols", w.cols)?,
-            blocks_per_row: u32_of(OP, "blocks", w.cols / 32)?,
-            out_stride: u32_of(OP, "rows", w.rows)?,
-            row0: u32_of(OP, "row0", part.row0)?,
-            n_tokens: nt,
-            _pad0: 0,
-            _pad1: 0,
-        };
+        let p = ggml_params(OP, w, part, nt)?;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
         ctx.dispatch(
@@ -229,27 +246,9 @@ pub fn ternary_gemm(
         layout: w.layout,
         scale_type: w.scale_type,
     };
-    let gpr = if w.group == 0 {
-        1
-    } else {
-        w.cols / u64::from(w.group)
-    };
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
     for part in &w.parts {
-        let p = TernaryParams {
-            rows: u32_of(OP, "rows", part.rows)?,
-            cols: u32_of(OP, "cols", w.cols)?,
-            words_per_row: u32_of(OP, "words per row", wpr)?,
-            group: w.group,
-            groups_per_row: u32_of(OP, "groups", gpr)?,
-            scale_word_offset: u32_of(OP, "scale offset", part.scale_word_offset)?,
-            act_stride: a.stride,
-            out_stride: u32_of(OP, "rows", w.rows)?,
-            row0: u32_of(OP, "row0", part.row0)?,
-            n_tokens: a.n_tokens,
-            _pad0: 0,
-            _pad1: 0,
-        };
+        let p = ternary_params(OP, w, part, a, wpr)?;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "row tiles", part.rows.div_ceil(GEMM_TILE_ROWS))?;
         ctx.dispatch(
@@ -282,16 +281,7 @@ pub fn ggml_gemm(
     let nt = u32_of(OP, "n_tokens", n_tokens)?;
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
     for part in &w.parts {
-        let p = GgmlParams {
-            rows: u32_of(OP, "rows", part.rows)?,
-            cols: u32_of(OP, "cols", w.cols)?,
-            blocks_per_row: u32_of(OP, "blocks", w.cols / 32)?,
-            out_stride: u32_of(OP, "rows", w.rows)?,
-            row0: u32_of(OP, "row0", part.row0)?,
-            n_tokens: nt,
-            _pad0: 0,
-            _pad1: 0,
-        };
+        let p = ggml_params(OP, w, part, nt)?;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "row tiles", part.rows.div_ceil(GEMM_TILE_ROWS))?;
         ctx.dispatch(

@@ -196,6 +196,15 @@ impl GpuModel {
     /// GPU kernel, when a tensor exceeds the adapter's limits, or on out-of-memory; the caller
     /// can then fall back to the CPU reference.
     pub fn load(ctx: Arc<GpuContext>, file: &TernFile, opts: GpuModelOptions) -> Result<Self> {
+        Self::load_checked(ctx, file, opts).map_err(|e| match e {
+            // Every operand shape checked while loading comes from the file (tensor bytes and
+            // shapes against the hyperparameters): a bad file, as on the CPU.
+            GpuError::Shape { op, detail } => GpuError::BadModel(format!("{op}: {detail}")),
+            e => e,
+        })
+    }
+
+    fn load_checked(ctx: Arc<GpuContext>, file: &TernFile, opts: GpuModelOptions) -> Result<Self> {
         let meta = file.meta();
         let hp = meta.hparams.clone();
         // Hyperparameters against each other and the tensors present, before anything is sized
