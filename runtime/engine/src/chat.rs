@@ -47,7 +47,20 @@ pub enum ChatError {
     /// Any other failure while rendering.
     #[error("chat template failed to render: {0}")]
     Render(String),
+    /// The template ran past a limit (instructions executed, template or output size): an
+    /// endless or runaway template from a file must not hang or exhaust the app.
+    #[error("chat template exceeded a limit: {0}")]
+    Limit(String),
 }
+
+/// Instructions a template may execute for one rendering. SmolLM2's and Llama 3's templates use
+/// about 30 per message, so this is ~10,000 messages of headroom and a few tens of milliseconds of
+/// CPU at most.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+/// Largest template accepted (the largest templates on the Hugging Face hub are ~10 KB).
+pub const TEMPLATE_MAX_BYTES: usize = 1 << 20;
+/// Output allowed beyond the messages' own text (role markers, system prompts, tool schemas).
+pub const TEMPLATE_OUTPUT_SLACK: usize = 4 << 20;
 
 impl From<ChatError> for crate::error::EngineError {
     fn from(e: ChatError) -> Self {
@@ -100,7 +113,14 @@ pub fn render_chat_with(
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs() as i64),
     };
+    if template.len() > TEMPLATE_MAX_BYTES {
+        return Err(ChatError::Limit(format!(
+            "template is {} bytes (most {TEMPLATE_MAX_BYTES})",
+            template.len()
+        )));
+    }
     let mut env = Environment::new();
+    env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
@@ -129,18 +149,64 @@ pub fn render_chat_with(
     );
     ctx.insert("bos_token".into(), opts.bos_token.clone().into());
     ctx.insert("eos_token".into(), opts.eos_token.clone().into());
-    tmpl.render(Value::from_serialize(&ctx)).map_err(|e| {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(err) = cur {
-            if let Some(detail) = err.downcast_ref::<Error>().and_then(Error::detail) {
-                if let Some(msg) = detail.strip_prefix(RAISED) {
-                    return ChatError::Raised(msg.to_string());
-                }
-            }
-            cur = err.source();
+    let text_bytes: usize = messages
+        .iter()
+        .map(|m| m.content.len() + m.role.len())
+        .sum();
+    let mut out = BoundedOutput {
+        buf: Vec::new(),
+        limit: text_bytes
+            .saturating_mul(2)
+            .saturating_add(TEMPLATE_OUTPUT_SLACK),
+    };
+    let rendered = tmpl
+        .render_captured_to(Value::from_serialize(&ctx), &mut out)
+        .map(drop);
+    match rendered {
+        Ok(()) => String::from_utf8(out.buf).map_err(|e| ChatError::Render(e.to_string())),
+        Err(e) => Err(classify(&e, out.limit)),
+    }
+}
+
+/// An output sink that refuses to grow past `limit` bytes.
+struct BoundedOutput {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(data.len()) > self.limit {
+            return Err(std::io::Error::other("output limit"));
         }
-        ChatError::Render(describe(&e))
-    })
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn classify(e: &Error, limit: usize) -> ChatError {
+    if e.kind() == ErrorKind::OutOfFuel {
+        return ChatError::Limit(format!(
+            "ran more than {TEMPLATE_FUEL} instructions (an endless loop?)"
+        ));
+    }
+    if e.kind() == ErrorKind::WriteFailure {
+        return ChatError::Limit(format!("output longer than {limit} bytes"));
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(detail) = err.downcast_ref::<Error>().and_then(Error::detail) {
+            if let Some(msg) = detail.strip_prefix(RAISED) {
+                return ChatError::Raised(msg.to_string());
+            }
+        }
+        cur = err.source();
+    }
+    ChatError::Render(describe(e))
 }
 
 fn describe(e: &Error) -> String {
@@ -543,5 +609,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, "hi\nyo\n");
+    }
+
+    #[test]
+    fn endless_and_runaway_templates_hit_limits() {
+        let msgs = [ChatMessage::new("user", "hi")];
+        let start = std::time::Instant::now();
+        // 10^10 iterations: only the fuel limit ends it.
+        let endless = "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}";
+        let err = render_chat(endless, &msgs, false, "", "").unwrap_err();
+        assert!(
+            matches!(err, ChatError::Limit(ref m) if m.contains("instructions")),
+            "{err}"
+        );
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "fuel limit took {:?}",
+            start.elapsed()
+        );
+        // Few instructions, huge output: the output limit ends it.
+        let wide = "{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}";
+        let err = render_chat(wide, &msgs, false, "", "").unwrap_err();
+        assert!(
+            matches!(err, ChatError::Limit(ref m) if m.contains("output")),
+            "{err}"
+        );
+        // A template file larger than any real one.
+        let big = " ".repeat(TEMPLATE_MAX_BYTES + 1);
+        let err = render_chat(&big, &msgs, false, "", "").unwrap_err();
+        assert!(matches!(err, ChatError::Limit(_)), "{err}");
+        // A long real conversation stays far inside the fuel.
+        let t = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+        let many: Vec<_> = (0..2000)
+            .map(|i| ChatMessage::new("user", format!("m{i}")))
+            .collect();
+        assert!(render_chat(t, &many, true, "", "").is_ok());
     }
 }
