@@ -208,7 +208,12 @@ fn inspect_tern(a: &InspectArgs) -> Result<Inspected> {
         })
         .collect();
     let err = if a.verify {
-        f.verify().err().map(|e| e.to_string())
+        // Bytes first (checksums, padding, decodes), then what the metadata says about them
+        // (hyperparameters against each other and against the tensors present).
+        f.verify()
+            .and_then(|()| tern_format::check_hparams(&f))
+            .err()
+            .map(|e| e.to_string())
     } else {
         None
     };

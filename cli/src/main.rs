@@ -53,6 +53,15 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Mesa's implicit Vulkan layer `VK_LAYER_MESA_device_select` connects to Wayland while it lists
+    // GPUs, and on a machine without a desktop session (no XDG_RUNTIME_DIR) libwayland prints
+    // "error: XDG_RUNTIME_DIR is invalid or not set in the environment." on stderr for every
+    // probe. The layer only reorders GPUs for a display; tern picks its adapter itself. Turned
+    // off here, at the start of the process and before any thread exists (a library cannot
+    // safely change its host's environment); a user's own setting wins.
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
     let cli = Cli::parse();
     let level = match cli.verbose {
         0 => "warn",

@@ -5,6 +5,7 @@
 #   2. regenerate include/tern.h with cbindgen and fail if it differs from the committed one
 #   3. compile tests/c/test_tern.c with gcc -fsanitize=address,undefined against libtern.so and run
 #      it with LeakSanitizer on
+#      and tests/c/test_hostile.c on the hostile model files of fuzz/regressions/model_load
 #   4. compare its greedy output with `tern run --device cpu` for the same prompt
 #   5. compile the Kotlin wrapper + android/jvm-test with kotlinc and run it on the JVM
 set -euo pipefail
@@ -45,6 +46,15 @@ ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_error=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$work/test_tern" "$model" "$PROMPT" "$N_TOKENS" "$work/greedy_c.txt" 2>&1 \
   | grep -v "AddressSanitizer failed to allocate"
+
+echo "== C ABI: hostile model files (fuzz/regressions/model_load) through tern_model_load + tern_session_new"
+gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
+  -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+  -Iinclude tests/c/test_hostile.c -L"$lib" -ltern -lpthread -lm -Wl,-rpath,"$lib" \
+  -o "$work/test_hostile"
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_error=0 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 NODEVICE_SELECT=1 \
+  "$work/test_hostile" fuzz/regressions/model_load
 
 echo "== C ABI: greedy output equals \`tern run --device cpu\`"
 ./target/release/tern run "$model" -p "$PROMPT" -n "$N_TOKENS" -c 256 --device cpu \

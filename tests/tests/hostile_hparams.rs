@@ -141,6 +141,17 @@ fn variants() -> Vec<(&'static str, HParams, bool)> {
             false,
         ),
         ("n_head_not_multiple", with(&|h| h.n_head_kv = 3), false),
+        ("n_head_zero", with(&|h| h.n_head = 0), false),
+        ("n_head_kv_zero", with(&|h| h.n_head_kv = 0), false),
+        (
+            "head_dim_mismatch",
+            with(&|h| {
+                h.head_dim = HEAD_DIM / 2;
+                h.rope_dim = HEAD_DIM / 2
+            }),
+            false,
+        ),
+        ("n_ff_mismatch", with(&|h| h.n_ff = 2 * N_FF), false),
         ("rope_dim_odd", with(&|h| h.rope_dim = 7), false),
         (
             "rope_dim_too_big",
@@ -244,5 +255,57 @@ fn write_fuzz_seeds() {
     std::fs::create_dir_all(&out).unwrap();
     for (name, path, _) in files("hostile_hparams_seeds") {
         std::fs::copy(&path, out.join(format!("{name}.tern"))).unwrap();
+    }
+}
+
+/// The word each lie's message must contain (the variant names say which lie).
+fn expected_word(name: &str) -> &'static str {
+    [
+        ("n_layer", "n_layer"),
+        ("n_vocab", "n_vocab"),
+        ("n_embd", "n_embd"),
+        ("n_ff", "n_ff"),
+        ("rope", "rope"),
+        ("n_head", "head"),
+        ("head_dim", "head"),
+    ]
+    .into_iter()
+    .find(|(p, _)| name.starts_with(p))
+    .map_or("", |(_, w)| w)
+}
+
+/// `tern run` and `tern inspect --verify` on every hostile file: a normal exit (no signal) with
+/// an error that names the lie; `--verify` passes the valid files.
+#[test]
+fn cli_run_and_verify_name_the_problem() {
+    use std::process::Command;
+    for (name, path, should_load) in files("hostile_hparams_cli") {
+        let verify = Command::new(tern_tests::tern_bin())
+            .args(["inspect", "--verify"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&verify.stderr);
+        assert!(verify.status.code().is_some(), "{name}: killed by a signal");
+        assert_eq!(verify.status.success(), should_load, "{name}: {err}");
+        if should_load {
+            continue;
+        }
+        assert!(err.contains(expected_word(name)), "{name}: {err}");
+        // Default device (auto): the GPU is probed, which must not add lines to stderr (Mesa's
+        // device-select layer made libwayland complain twice without a desktop session).
+        let run = Command::new(tern_tests::tern_bin())
+            .arg("run")
+            .arg(&path)
+            .args(["-p", "a", "-n", "1"])
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("NODEVICE_SELECT")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains(expected_word(name)), "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: stray lines: {err}");
+        eprintln!("{name}: {}", err.trim());
     }
 }

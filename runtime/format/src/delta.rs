@@ -1609,7 +1609,15 @@ impl DeltaFile {
                 computed,
             });
         }
-        std::fs::write(out, &image)?;
+        // Written beside `out` and renamed: `out` may be the mapped base file itself, which must
+        // not be truncated while mapped, and a failed write must not leave half a model.
+        let mut part = out.as_os_str().to_owned();
+        part.push(".part");
+        let part = std::path::PathBuf::from(part);
+        if let Err(e) = std::fs::write(&part, &image).and_then(|()| std::fs::rename(&part, out)) {
+            let _ = std::fs::remove_file(&part);
+            return Err(e.into());
+        }
         Ok(image.len() as u64)
     }
 

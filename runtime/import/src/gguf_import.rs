@@ -97,6 +97,16 @@ pub fn import_gguf(
     opts: &PackOptions,
     progress: Progress,
 ) -> Result<tern_format::ModelMeta> {
+    crate::check_output(path, out)?;
+    crate::write_via_part(out, |part| import_gguf_to(path, part, opts, progress))
+}
+
+fn import_gguf_to(
+    path: &Path,
+    out: &Path,
+    opts: &PackOptions,
+    progress: Progress,
+) -> Result<tern_format::ModelMeta> {
     let g = GgufFile::open(path)?;
     let mut meta = crate::gguf_meta::model_meta(&g, opts.activations)?;
     meta.provenance.source_name = path

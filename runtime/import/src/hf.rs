@@ -1020,6 +1020,7 @@ pub fn import_hf_dir(
     opts: &PackOptions,
     progress: Progress,
 ) -> Result<ModelMeta> {
+    crate::check_output(dir, out)?;
     let cfg_path = dir.join("config.json");
     if !cfg_path.is_file() {
         return Err(hf_err(format!("no config.json in {}", dir.display())));
@@ -1125,13 +1126,8 @@ pub fn import_hf_dir(
         )));
     }
 
-    let part = {
-        let mut s = out.as_os_str().to_owned();
-        s.push(".part");
-        PathBuf::from(s)
-    };
-    let written = (|| -> Result<()> {
-        let mut w = TernWriter::create(&part, meta.clone())?;
+    crate::write_via_part(out, |part| -> Result<ModelMeta> {
+        let mut w = TernWriter::create(part, meta.clone())?;
         let total = plan.len();
         for (i, p) in plan.iter().enumerate() {
             progress(i, total, &p.tern);
@@ -1172,16 +1168,6 @@ pub fn import_hf_dir(
         }
         progress(total, total, "");
         w.finish()?;
-        Ok(())
-    })();
-    match written {
-        Ok(()) => {
-            std::fs::rename(&part, out)?;
-            Ok(meta)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&part);
-            Err(e)
-        }
-    }
+        Ok(meta)
+    })
 }
