@@ -1072,8 +1072,15 @@ pub fn decode(blob: &[u8]) -> Result<Vec<u8>> {
 /// Decode rows `first_row .. first_row + n_rows` only (raw little-endian elements), touching only
 /// the blocks holding them; each lane stops after the last requested symbol.
 pub fn decode_rows(blob: &[u8], first_row: u64, n_rows: u64) -> Result<Vec<u8>> {
-    let plan = Plan::parse(blob)?;
-    let end_row = first_row
+    Plan::parse(blob)?.decode_rows(blob, first_row, n_rows)
+}
+
+impl Plan {
+    /// [`decode_rows`] with a plan already parsed from `blob` (a caller decoding many row tiles
+    /// of one tensor, e.g. the CPU reference's per-tile decode, parses the blob once).
+    pub fn decode_rows(&self, blob: &[u8], first_row: u64, n_rows: u64) -> Result<Vec<u8>> {
+        let plan = self;
+        let end_row = first_row
         .checked_add(n_rows)
         .filter(|&e| e <= plan.rows())
         .ok_or_else(|| {
@@ -1085,7 +1092,8 @@ pub fn decode_rows(blob: &[u8], first_row: u64, n_rows: u64) -> Result<Vec<u8>> 
                 ),
             )
         })?;
-    plan.decode_elements(blob, first_row * plan.row_len, end_row * plan.row_len)
+        plan.decode_elements(blob, first_row * plan.row_len, end_row * plan.row_len)
+    }
 }
 
 /// Compression statistics of one blob (decodes the exponents to measure their entropy).
