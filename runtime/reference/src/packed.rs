@@ -17,9 +17,11 @@
 //! the same integer arithmetic in plain Rust otherwise). Padding elements after the last column
 //! meet zero activations, so whatever their codes they add nothing.
 //!
-//! Scale groups that are not whole chunks (`group % 128 != 0` in 2bit, `% 160` in base3) take the
-//! plain path: the row's trits are decoded into a per-thread buffer and dotted as before. So do
-//! float activations ([`TernaryWeights::dot_f32`]), whose sums are order-dependent.
+//! Scale groups at least a chunk long (any per-tensor scale; 256-element groups from TQ1_0/TQ2_0
+//! blocks) split a chunk that straddles a group boundary into two passes, each against its own
+//! group's activations (the others zeroed in the prepared copy). Shorter groups take the plain
+//! path: the row's trits are decoded into a per-thread buffer and dotted as before. So do float
+//! activations ([`TernaryWeights::dot_f32`]), whose sums are order-dependent.
 
 use tern_format::ternary::{codes_bytes, scale_count, words_per_row};
 use tern_format::{Encoding, FloatType, FormatError, TernaryLayout};
@@ -49,11 +51,22 @@ pub struct TernaryWeights {
 /// permuted into plane order and zero-padded to whole chunks, and `Σ q` per scale group.
 pub(crate) struct TernActs {
     qp: Vec<i8>,
-    /// `qp` elements per token (whole chunks covering a row).
+    /// `qp` elements per token (the runs' chunks).
     stride: usize,
     qsum: Vec<i32>,
     /// Scale groups per row.
     n_groups: usize,
+    /// A row's chunks as runs of consecutive chunks within one scale group, in order; a chunk that
+    /// straddles a group boundary is in two runs, each seeing only its group's activations.
+    runs: Vec<Run>,
+}
+
+/// Chunks `c0 .. c0 + n` of a row, against activations of scale group `group` only.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    c0: usize,
+    n: usize,
+    group: usize,
 }
 
 fn planes(layout: TernaryLayout) -> usize {
@@ -288,9 +301,28 @@ impl TernaryWeights {
         Ok(())
     }
 
-    /// Whether the packed integer dots apply (scale groups of whole chunks).
+    /// Whether the packed integer dots apply: a chunk meets at most two scale groups.
     fn packed_dots(&self) -> bool {
-        self.group == 0 || self.group % chunk_elems(self.layout) == 0
+        self.group == 0 || self.group >= chunk_elems(self.layout)
+    }
+
+    /// The runs of [`TernActs::runs`] for this tensor's shape.
+    fn runs(&self) -> Vec<Run> {
+        let k = chunk_elems(self.layout);
+        let g = self.group_len();
+        let n_chunks = self.row_bytes.div_ceil(CHUNK_BYTES);
+        let mut runs: Vec<Run> = Vec::new();
+        for c in 0..n_chunks {
+            let lo = (c * k).min(self.cols.saturating_sub(1)) / g;
+            let hi = ((c + 1) * k).min(self.cols).saturating_sub(1) / g;
+            for group in lo..=hi.max(lo) {
+                match runs.last_mut() {
+                    Some(r) if r.group == group && r.c0 + r.n == c => r.n += 1,
+                    _ => runs.push(Run { c0: c, n: 1, group }),
+                }
+            }
+        }
+        runs
     }
 
     /// Prepare `n` tokens of quantized activations `q` (`[n][cols]`) for [`Self::dot_int`], or
@@ -301,26 +333,29 @@ impl TernaryWeights {
         }
         let p = planes(self.layout);
         let k = chunk_elems(self.layout);
-        let n_chunks = self.row_bytes.div_ceil(CHUNK_BYTES);
-        let stride = n_chunks * k;
+        let runs = self.runs();
+        let stride = runs.iter().map(|r| r.n).sum::<usize>() * k;
         let n_groups = self.groups_per_row();
-        let g = if self.group == 0 {
-            self.cols
-        } else {
-            self.group
-        };
+        let g = self.group_len();
         let mut qp = vec![0i8; stride * n];
         let mut qsum = vec![0i32; n_groups * n];
         for ((qt, pt), st) in q
             .chunks_exact(self.cols)
-            .zip(qp.chunks_exact_mut(stride))
+            .zip(qp.chunks_exact_mut(stride.max(1)))
             .zip(qsum.chunks_exact_mut(n_groups))
         {
-            for (ci, pc) in pt.chunks_exact_mut(k).enumerate() {
-                let base = ci * k;
+            let chunks = runs
+                .iter()
+                .flat_map(|r| (r.c0..r.c0 + r.n).map(move |c| (c, r.group)));
+            for ((c, group), pc) in chunks.zip(pt.chunks_exact_mut(k)) {
+                let base = c * k;
                 for (plane, pp) in pc.chunks_exact_mut(CHUNK_BYTES).enumerate() {
                     for (i, d) in pp.iter_mut().enumerate() {
-                        *d = qt.get(base + p * i + plane).copied().unwrap_or(0);
+                        let e = base + p * i + plane;
+                        *d = match qt.get(e) {
+                            Some(&v) if e / g == group => v,
+                            _ => 0,
+                        };
                     }
                 }
             }
@@ -333,6 +368,7 @@ impl TernaryWeights {
             stride,
             qsum,
             n_groups,
+            runs,
         })
     }
 
@@ -350,16 +386,31 @@ impl TernaryWeights {
             .get(t * acts.n_groups..(t + 1) * acts.n_groups)
             .unwrap_or_default();
         let k = chunk_elems(self.layout);
-        let gbytes = if self.group == 0 {
-            row.len().max(1)
-        } else {
-            self.group / k * CHUNK_BYTES
-        };
-        let gq = gbytes.div_ceil(CHUNK_BYTES) * k;
         let mut sum = 0.0f32;
-        for (gi, ((cg, qg), &s)) in row.chunks(gbytes).zip(qp.chunks(gq)).zip(qs).enumerate() {
-            let acc = codes_dot(self.layout, cg, qg).wrapping_sub(s);
-            sum += acc as f32 * self.scale(self.scale_index(r, gi));
+        let mut off = 0;
+        let mut cur: Option<(usize, i32)> = None; // (group, Σ k·q so far)
+        let flush = |sum: &mut f32, (g, acc): (usize, i32)| {
+            let acc = acc.wrapping_sub(qs.get(g).copied().unwrap_or(0));
+            *sum += acc as f32 * self.scale(self.scale_index(r, g));
+        };
+        for run in &acts.runs {
+            let codes = row
+                .get(run.c0 * CHUNK_BYTES..((run.c0 + run.n) * CHUNK_BYTES).min(row.len()))
+                .unwrap_or_default();
+            let q = qp.get(off..off + run.n * k).unwrap_or_default();
+            off += run.n * k;
+            let d = codes_dot(self.layout, codes, q);
+            cur = match cur {
+                Some((g, acc)) if g == run.group => Some((g, acc.wrapping_add(d))),
+                Some(prev) => {
+                    flush(&mut sum, prev);
+                    Some((run.group, d))
+                }
+                None => Some((run.group, d)),
+            };
+        }
+        if let Some(last) = cur {
+            flush(&mut sum, last);
         }
         sum
     }

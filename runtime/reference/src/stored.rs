@@ -131,3 +131,138 @@ pub(crate) fn halves<T: bytemuck::Pod>(bytes: &[u8], from: fn([u8; 2]) -> T) -> 
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::matmul::{MatmulOptions, Matrix, WeightData};
+    use tern_format::neuzip::{encode_with, Params};
+    use tern_format::{ActQuant, Encoding, FloatType};
+
+    fn rng(seed: u64) -> impl FnMut() -> f32 {
+        let mut s = seed | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Every stored float encoding gives bit for bit what widening it to f32 at load gave (the
+    /// previous CPU path): products with float and quantized activations, row tiles, row lookups;
+    /// and holds only the stored bytes.
+    #[test]
+    fn stored_floats_equal_widened_f32() {
+        let mut r = rng(9);
+        let mut cases: Vec<(usize, usize, Encoding, Vec<u8>)> = Vec::new();
+        for (rows, cols) in [(70, 37), (9, 250), (130, 64)] {
+            let v: Vec<f32> = (0..rows * cols).map(|_| r() * 0.3).collect();
+            let f16: Vec<u8> = v
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect();
+            let bf16: Vec<u8> = v
+                .iter()
+                .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                .collect();
+            cases.push((rows, cols, Encoding::F16, f16.clone()));
+            cases.push((rows, cols, Encoding::Bf16, bf16.clone()));
+            // small blocks: several rows per block (cols 37, 64) or several blocks per row (250)
+            let p = Params {
+                lanes: 4,
+                block_symbols: 100,
+            };
+            for (dt, raw, k) in [
+                (FloatType::F16, &f16, 10u8),
+                (FloatType::Bf16, &bf16, 3u8),
+            ] {
+                let blob = encode_with(dt, k, raw, cols, p).unwrap();
+                let enc = Encoding::NeuZip {
+                    dtype: dt,
+                    mantissa_bits: k,
+                };
+                cases.push((rows, cols, enc, blob));
+            }
+        }
+        // Q6_K: rows of whole 256-element super-blocks with a sane scale
+        let (rows, cols) = (5, 512);
+        let mut q6: Vec<u8> = (0..rows * cols / 256 * 210)
+            .map(|_| (r() * 127.0) as i8 as u8)
+            .collect();
+        for b in q6.chunks_exact_mut(210) {
+            b[208..].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+        cases.push((rows, cols, Encoding::Q6K, q6));
+
+        for (rows, cols, enc, bytes) in cases {
+            let what = format!("{} {rows}×{cols}", enc.name());
+            let m = Matrix::from_encoded("w", rows, cols, &enc, &bytes).unwrap();
+            assert!(
+                !matches!(m.data, WeightData::F32(_)),
+                "{what} was widened"
+            );
+            assert_eq!(m.resident_bytes(), bytes.len(), "{what}");
+            let wide = enc.decode_f32(&[rows as u64, cols as u64], &bytes).unwrap();
+            let f = Matrix::from_f32(rows, cols, wide).unwrap();
+            let n = 3;
+            let x: Vec<f32> = (0..n * cols).map(|_| r()).collect();
+            for act in [ActQuant::None, ActQuant::Int8] {
+                for parallel in [false, true] {
+                    let mm = MatmulOptions {
+                        parallel,
+                        ..Default::default()
+                    };
+                    let (mut a, mut b) = (vec![0.0; n * rows], vec![0.0; n * rows]);
+                    m.matmul(&x, act, &mm, &mut a).unwrap();
+                    f.matmul(&x, act, &mm, &mut b).unwrap();
+                    assert_eq!(bits(&a), bits(&b), "{what} {act:?}");
+                }
+            }
+            let acts = m.prepare_acts(&x, ActQuant::None, &MatmulOptions::default()).unwrap();
+            let (r0, r1) = (rows / 3, rows - 1);
+            let (mut a, mut b) = (vec![0.0; (r1 - r0) * n], vec![0.0; (r1 - r0) * n]);
+            m.row_tile(r0, r1, &acts, &mut a).unwrap();
+            let facts = f.prepare_acts(&x, ActQuant::None, &MatmulOptions::default()).unwrap();
+            f.row_tile(r0, r1, &facts, &mut b).unwrap();
+            assert_eq!(bits(&a), bits(&b), "{what} tile");
+            let (mut a, mut b) = (vec![0.0; cols], vec![0.0; cols]);
+            for row in [0, rows / 2, rows - 1] {
+                m.row_f32(row, &mut a).unwrap();
+                f.row_f32(row, &mut b).unwrap();
+                assert_eq!(bits(&a), bits(&b), "{what} row {row}");
+            }
+            assert!(m.row_f32(rows, &mut a).is_err());
+        }
+    }
+
+    #[test]
+    fn damaged_neuzip_stream_is_refused_at_load() {
+        let v: Vec<u8> = (0..40 * 64)
+            .flat_map(|i| half::f16::from_f32((i % 17) as f32 * 0.01 - 0.08).to_le_bytes())
+            .collect();
+        let p = Params {
+            lanes: 4,
+            block_symbols: 256,
+        };
+        let blob = encode_with(FloatType::F16, 10, &v, 64, p).unwrap();
+        let plan = tern_format::neuzip::Plan::parse(&blob).unwrap();
+        let enc = Encoding::NeuZip {
+            dtype: FloatType::F16,
+            mantissa_bits: 10,
+        };
+        Matrix::from_encoded("w", 40, 64, &enc, &blob).unwrap();
+        // flip bits in the words of the last block: parses, but a lane no longer ends right
+        let mut bad = blob.clone();
+        let w = plan.words.offset as usize + plan.words.len as usize - 8;
+        for b in &mut bad[w..w + 6] {
+            *b ^= 0x5a;
+        }
+        assert!(Matrix::from_encoded("w", 40, 64, &enc, &bad).is_err());
+        // a blob describing another shape
+        assert!(Matrix::from_encoded("w", 20, 128, &enc, &blob).is_err());
+    }
+}
