@@ -1081,17 +1081,17 @@ impl Plan {
     pub fn decode_rows(&self, blob: &[u8], first_row: u64, n_rows: u64) -> Result<Vec<u8>> {
         let plan = self;
         let end_row = first_row
-        .checked_add(n_rows)
-        .filter(|&e| e <= plan.rows())
-        .ok_or_else(|| {
-            FormatError::out_of_range(
-                "neuzip rows",
-                format!(
-                    "rows {first_row}..+{n_rows} of a tensor with {} rows",
-                    plan.rows()
-                ),
-            )
-        })?;
+            .checked_add(n_rows)
+            .filter(|&e| e <= plan.rows())
+            .ok_or_else(|| {
+                FormatError::out_of_range(
+                    "neuzip rows",
+                    format!(
+                        "rows {first_row}..+{n_rows} of a tensor with {} rows",
+                        plan.rows()
+                    ),
+                )
+            })?;
         plan.decode_elements(blob, first_row * plan.row_len, end_row * plan.row_len)
     }
 }

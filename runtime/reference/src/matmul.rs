@@ -237,9 +237,10 @@ impl Matrix {
             WeightData::F32(v) => v.len() * 4,
             WeightData::F16(v) => v.len() * 2,
             WeightData::Bf16(v) => v.len() * 2,
-            WeightData::Q6K(b) | WeightData::Q8_0(b) | WeightData::Q4_0(b) | WeightData::Q4_1(b) => {
-                b.len()
-            }
+            WeightData::Q6K(b)
+            | WeightData::Q8_0(b)
+            | WeightData::Q4_0(b)
+            | WeightData::Q4_1(b) => b.len(),
             WeightData::NeuZip(z) => z.resident_bytes(),
             WeightData::Ternary(t) => t.resident_bytes(),
         }
@@ -441,7 +442,10 @@ impl Matrix {
             }
             // f16 / bf16 / Q6_K / NeuZip: decode the row, then the f32 dot
             (
-                WeightData::F16(_) | WeightData::Bf16(_) | WeightData::Q6K(_) | WeightData::NeuZip(_),
+                WeightData::F16(_)
+                | WeightData::Bf16(_)
+                | WeightData::Q6K(_)
+                | WeightData::NeuZip(_),
                 Acts::F32(x),
                 _,
             ) => {
@@ -638,7 +642,10 @@ mod tests {
         // group 2: scales per (row, pair)
         let w = [0.5, -0.5, 2.0, 0.0, 0.0, 0.25, -1.0, -1.0];
         let t = ternary_from_values("w", 2, 4, 2, &w).unwrap();
-        assert_eq!((0..4).map(|i| t.scale(i)).collect::<Vec<_>>(), [0.5, 2.0, 0.25, 1.0]);
+        assert_eq!(
+            (0..4).map(|i| t.scale(i)).collect::<Vec<_>>(),
+            [0.5, 2.0, 0.25, 1.0]
+        );
         let mut tr = [0i8; 4];
         t.row_trits(0, &mut tr).unwrap();
         assert_eq!(tr, [1, -1, 1, 0]);

@@ -155,7 +155,15 @@ fn load_matrix(file: &TernFile, name: &str, rows: usize, cols: usize) -> Result<
     // one with partial rows is decoded whole, to `rows × cols` f32. Make sure that much can be had.
     probe_alloc(
         &format!("tensor {name:?} held in memory"),
-        (v.bytes.len() as u128).max(rows as u128 * cols as u128 * 4 * matches!(v.info.encoding, tern_format::Encoding::F32 | tern_format::Encoding::Q6K) as u128),
+        (v.bytes.len() as u128).max(
+            rows as u128
+                * cols as u128
+                * 4
+                * matches!(
+                    v.info.encoding,
+                    tern_format::Encoding::F32 | tern_format::Encoding::Q6K
+                ) as u128,
+        ),
     )?;
     Matrix::from_encoded(name, rows, cols, &v.info.encoding, v.bytes)
 }

@@ -18,11 +18,8 @@ impl Unpacked {
         let Encoding::Ternary { group, .. } = *enc else {
             panic!("not ternary")
         };
-        let values = enc
-            .decode_f32(&[rows as u64, cols as u64], bytes)
-            .unwrap();
-        let (trits, scales) =
-            trits_from_values("w", rows, cols, group as usize, &values).unwrap();
+        let values = enc.decode_f32(&[rows as u64, cols as u64], bytes).unwrap();
+        let (trits, scales) = trits_from_values("w", rows, cols, group as usize, &values).unwrap();
         Self {
             trits,
             scales,
@@ -196,7 +193,10 @@ fn packed_dots_equal_the_unpacked_reference() {
         }
     }
     // both layouts went through the packed fast path, per tensor and per group
-    assert!(checked_fast[0] > 20 && checked_fast[1] > 20, "{checked_fast:?}");
+    assert!(
+        checked_fast[0] > 20 && checked_fast[1] > 20,
+        "{checked_fast:?}"
+    );
 }
 
 /// The AVX2 plane dots equal the plain-Rust definition on random codes (including 2bit code 3 and
@@ -233,7 +233,9 @@ fn simd_chunk_dots_equal_the_plain_definition() {
                         for (i, &b) in c.iter().enumerate() {
                             let code = match layout {
                                 TernaryLayout::Bits2 => (b >> (2 * p)) & 3,
-                                TernaryLayout::Base3 => ((b.wrapping_mul(3u8.pow(p as u32)) as u16 * 3) >> 8) as u8,
+                                TernaryLayout::Base3 => {
+                                    ((b.wrapping_mul(3u8.pow(p as u32)) as u16 * 3) >> 8) as u8
+                                }
                             };
                             want += code as i64 * qp[ci * k + p * CHUNK_BYTES + i] as i64;
                         }
@@ -269,8 +271,7 @@ fn invalid_codes_and_scales_are_refused() {
     // code 3 in padding (element 5 of a 5-column row) is ignored, as before
     let mut p = ok.clone();
     p[1] |= 0b0000_1100;
-    TernaryWeights::from_stored("w", 2, 5, &enc(TernaryLayout::Bits2, FloatType::F32), &p)
-        .unwrap();
+    TernaryWeights::from_stored("w", 2, 5, &enc(TernaryLayout::Bits2, FloatType::F32), &p).unwrap();
     let mut inf = ok.clone();
     let l = inf.len();
     inf[l - 4..].copy_from_slice(&f32::INFINITY.to_le_bytes());

@@ -176,10 +176,7 @@ mod tests {
                 lanes: 4,
                 block_symbols: 100,
             };
-            for (dt, raw, k) in [
-                (FloatType::F16, &f16, 10u8),
-                (FloatType::Bf16, &bf16, 3u8),
-            ] {
+            for (dt, raw, k) in [(FloatType::F16, &f16, 10u8), (FloatType::Bf16, &bf16, 3u8)] {
                 let blob = encode_with(dt, k, raw, cols, p).unwrap();
                 let enc = Encoding::NeuZip {
                     dtype: dt,
@@ -201,10 +198,7 @@ mod tests {
         for (rows, cols, enc, bytes) in cases {
             let what = format!("{} {rows}×{cols}", enc.name());
             let m = Matrix::from_encoded("w", rows, cols, &enc, &bytes).unwrap();
-            assert!(
-                !matches!(m.data, WeightData::F32(_)),
-                "{what} was widened"
-            );
+            assert!(!matches!(m.data, WeightData::F32(_)), "{what} was widened");
             assert_eq!(m.resident_bytes(), bytes.len(), "{what}");
             let wide = enc.decode_f32(&[rows as u64, cols as u64], &bytes).unwrap();
             let f = Matrix::from_f32(rows, cols, wide).unwrap();
@@ -222,11 +216,15 @@ mod tests {
                     assert_eq!(bits(&a), bits(&b), "{what} {act:?}");
                 }
             }
-            let acts = m.prepare_acts(&x, ActQuant::None, &MatmulOptions::default()).unwrap();
+            let acts = m
+                .prepare_acts(&x, ActQuant::None, &MatmulOptions::default())
+                .unwrap();
             let (r0, r1) = (rows / 3, rows - 1);
             let (mut a, mut b) = (vec![0.0; (r1 - r0) * n], vec![0.0; (r1 - r0) * n]);
             m.row_tile(r0, r1, &acts, &mut a).unwrap();
-            let facts = f.prepare_acts(&x, ActQuant::None, &MatmulOptions::default()).unwrap();
+            let facts = f
+                .prepare_acts(&x, ActQuant::None, &MatmulOptions::default())
+                .unwrap();
             f.row_tile(r0, r1, &facts, &mut b).unwrap();
             assert_eq!(bits(&a), bits(&b), "{what} tile");
             let (mut a, mut b) = (vec![0.0; cols], vec![0.0; cols]);
