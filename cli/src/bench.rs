@@ -182,6 +182,10 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         );
     } else {
         mem.insert("weights".into(), json!(file_bytes));
+        if let Some(b) = model.report().memory.host_resident_bytes {
+            mem.insert("cpu_resident_weights".into(), json!(b));
+        }
+        mem.insert("kv".into(), json!(session.kv_bytes));
     }
 
     let device = model.device_name();

@@ -44,6 +44,9 @@ pub struct MemoryReport {
     pub jit_scratch_bytes: u64,
     /// Peak bytes allocated on the GPU so far (GPU only).
     pub gpu_allocated_peak: Option<u64>,
+    /// Bytes of weights the CPU backend holds in host memory (kept as stored, so close to
+    /// `weight_bytes`; `tern_reference::Model::resident_bytes`). CPU only.
+    pub host_resident_bytes: Option<u64>,
 }
 
 /// One row of the activation plan: a linear layer kind over a run of identical layers.

@@ -1072,20 +1072,28 @@ pub fn decode(blob: &[u8]) -> Result<Vec<u8>> {
 /// Decode rows `first_row .. first_row + n_rows` only (raw little-endian elements), touching only
 /// the blocks holding them; each lane stops after the last requested symbol.
 pub fn decode_rows(blob: &[u8], first_row: u64, n_rows: u64) -> Result<Vec<u8>> {
-    let plan = Plan::parse(blob)?;
-    let end_row = first_row
-        .checked_add(n_rows)
-        .filter(|&e| e <= plan.rows())
-        .ok_or_else(|| {
-            FormatError::out_of_range(
-                "neuzip rows",
-                format!(
-                    "rows {first_row}..+{n_rows} of a tensor with {} rows",
-                    plan.rows()
-                ),
-            )
-        })?;
-    plan.decode_elements(blob, first_row * plan.row_len, end_row * plan.row_len)
+    Plan::parse(blob)?.decode_rows(blob, first_row, n_rows)
+}
+
+impl Plan {
+    /// [`decode_rows`] with a plan already parsed from `blob` (a caller decoding many row tiles
+    /// of one tensor, e.g. the CPU reference's per-tile decode, parses the blob once).
+    pub fn decode_rows(&self, blob: &[u8], first_row: u64, n_rows: u64) -> Result<Vec<u8>> {
+        let plan = self;
+        let end_row = first_row
+            .checked_add(n_rows)
+            .filter(|&e| e <= plan.rows())
+            .ok_or_else(|| {
+                FormatError::out_of_range(
+                    "neuzip rows",
+                    format!(
+                        "rows {first_row}..+{n_rows} of a tensor with {} rows",
+                        plan.rows()
+                    ),
+                )
+            })?;
+        plan.decode_elements(blob, first_row * plan.row_len, end_row * plan.row_len)
+    }
 }
 
 /// Compression statistics of one blob (decodes the exponents to measure their entropy).

@@ -51,8 +51,10 @@ pub mod kernels;
 pub mod kv;
 pub mod matmul;
 pub mod model;
+pub mod packed;
 pub mod quant;
 mod simd;
+pub mod stored;
 
 pub use cce::CceOptions;
 pub use error::{ReferenceError, Result};

@@ -5,9 +5,12 @@
 //!
 //! | weights | activations `ActQuant::None` | quantized activations (BitNet) |
 //! |---|---|---|
-//! | f32 (also f16/bf16/NeuZip, widened at load) | [`dot_f32`] | dot with `x_q / s` |
+//! | f32; f16 / bf16 / Q6_K / NeuZip (kept as stored, [`crate::stored`]) | row (tile) decoded to f32, then [`dot_f32`] | dot with `x_q / s` |
 //! | Q8_0 / Q4_0 / Q4_1 | row dequantized, then [`dot_f32`]; or llama.cpp-style Q8 activation blocks | dot with `x_q / s` |
-//! | ternary | `Σ_g scale_g · Σ t·x` (f32) | `(Σ_g scale_g · Σ t·x_q) / s`, inner sums in i32 |
+//! | ternary (packed codes as stored, [`crate::packed`]) | `Σ_g scale_g · Σ t·x` (f32) | `(Σ_g scale_g · Σ t·x_q) / s`, inner sums in i32 on the codes |
+//!
+//! Weights stay in their stored form ([`Matrix::resident_bytes`] ≈ the file's bytes); rows are
+//! decoded per tile when a product or a lookup needs them.
 //!
 //! Each output element is computed by the same sequential code whatever the batch size or thread
 //! count, so a batched prefill gives bit-identical results to one token at a time.
@@ -19,24 +22,21 @@ use crate::error::{check_len, ReferenceError, Result};
 use crate::ggml_cpu;
 use crate::ggml_dot;
 use crate::kernels::dot_f32;
+use crate::packed::TernActs;
+pub use crate::packed::{ternary_from_values, TernaryWeights};
 use crate::par_map;
 use crate::quant::quantize_act;
-
-/// Ternary weights unpacked for the reference: one `i8` trit per weight plus the group scales.
-#[derive(Debug, Clone)]
-pub struct TernaryWeights {
-    /// `[rows][cols]`, each in {-1, 0, 1}.
-    pub trits: Vec<i8>,
-    /// `[rows][groups_per_row]` when `group > 0`, else a single per-tensor scale.
-    pub scales: Vec<f32>,
-    /// Consecutive elements of a row sharing a scale; `0` = one scale for the whole tensor.
-    pub group: usize,
-}
+use crate::stored::{halves, raw_to_f32, NeuZipRows};
 
 /// The stored form of a weight matrix.
 #[derive(Debug, Clone)]
 pub enum WeightData {
     F32(Vec<f32>),
+    F16(Vec<half::f16>),
+    Bf16(Vec<half::bf16>),
+    /// Q6_K super-blocks, each row a whole number of them.
+    Q6K(Vec<u8>),
+    NeuZip(NeuZipRows),
     Q8_0(Vec<u8>),
     Q4_0(Vec<u8>),
     Q4_1(Vec<u8>),
@@ -98,10 +98,12 @@ impl PreparedActs {
 /// Activations prepared once per matmul (per token), then shared by all rows.
 enum Acts {
     F32(Vec<f32>),
-    /// `[n][cols]` integers and the per-token multipliers `s` (x ≈ q / s).
+    /// `[n][cols]` integers and the per-token multipliers `s` (x ≈ q / s); for packed ternary
+    /// weights also in the plane order of their codes.
     Int {
         q: Vec<i8>,
         s: Vec<f32>,
+        tern: Option<TernActs>,
     },
     /// `[n][cols/32]` llama.cpp activation blocks.
     Blocks(Vec<ggml_dot::ActBlock>),
@@ -118,8 +120,10 @@ impl Matrix {
         })
     }
 
-    /// Build from a tensor's stored bytes and encoding. ggml blocks are kept as they are; floats and
-    /// NeuZip are widened to f32; ternary tensors are unpacked to trits + scales.
+    /// Build from a tensor's stored bytes and encoding, kept as stored: ggml blocks, f16/bf16,
+    /// Q6_K (rows of whole super-blocks), NeuZip streams and ternary codes + scales are copied as
+    /// they are (f32 too); only a Q6_K tensor whose rows are not whole super-blocks is widened to
+    /// f32.
     pub fn from_encoded(
         name: &str,
         rows: usize,
@@ -151,17 +155,47 @@ impl Matrix {
                     _ => WeightData::Q4_1(b),
                 }
             }
-            (Encoding::Ternary { group, .. }, _) => {
-                let values = encoding.decode_f32(&shape, bytes)?;
-                WeightData::Ternary(ternary_from_values(
-                    name,
-                    rows,
-                    cols,
-                    *group as usize,
-                    &values,
-                )?)
+            (Encoding::Ternary { .. }, _) => WeightData::Ternary(TernaryWeights::from_stored(
+                name, rows, cols, encoding, bytes,
+            )?),
+            (Encoding::F16 | Encoding::Bf16, _) => {
+                if Some(bytes.len()) != rows.checked_mul(cols).and_then(|n| n.checked_mul(2)) {
+                    return Err(ReferenceError::TensorShape {
+                        name: name.into(),
+                        expected: shape.to_vec(),
+                        found: vec![bytes.len() as u64],
+                    });
+                }
+                if *encoding == Encoding::F16 {
+                    WeightData::F16(halves(bytes, half::f16::from_le_bytes))
+                } else {
+                    WeightData::Bf16(halves(bytes, half::bf16::from_le_bytes))
+                }
             }
-            // floats, NeuZip, Q6_K
+            (_, Some(BlockType::Q6K))
+                if cols % BlockType::Q6K.block_elems() == 0
+                    && Some(bytes.len())
+                        == (cols / BlockType::Q6K.block_elems())
+                            .checked_mul(BlockType::Q6K.block_bytes())
+                            .and_then(|rb| rb.checked_mul(rows)) =>
+            {
+                WeightData::Q6K(bytes.to_vec())
+            }
+            (
+                Encoding::NeuZip {
+                    dtype,
+                    mantissa_bits,
+                },
+                _,
+            ) => WeightData::NeuZip(NeuZipRows::new(
+                name,
+                rows,
+                cols,
+                *dtype,
+                *mantissa_bits,
+                bytes,
+            )?),
+            // f32, and Q6_K with partial rows
             _ => WeightData::F32(encoding.decode_f32(&shape, bytes)?),
         };
         Ok(Self { rows, cols, data })
@@ -188,14 +222,73 @@ impl Matrix {
                     ggml_dot::dequantize_row(bt, row, out)?;
                 }
             }
-            WeightData::Ternary(t) => {
-                let trits = t.trits.get(r * c..(r + 1) * c).unwrap_or_default();
-                for (j, (o, &tv)) in out.iter_mut().zip(trits).enumerate() {
-                    *o = tv as f32 * t.scale(r, j, c);
-                }
+            WeightData::Ternary(t) => t.row_f32(r, out, &mut Vec::new())?,
+            WeightData::F16(_)
+            | WeightData::Bf16(_)
+            | WeightData::Q6K(_)
+            | WeightData::NeuZip(_) => self.float_row(r, out)?,
+        }
+        Ok(())
+    }
+
+    /// Bytes of weights held in memory (as stored; per-call decode scratch not included).
+    pub fn resident_bytes(&self) -> usize {
+        match &self.data {
+            WeightData::F32(v) => v.len() * 4,
+            WeightData::F16(v) => v.len() * 2,
+            WeightData::Bf16(v) => v.len() * 2,
+            WeightData::Q6K(b)
+            | WeightData::Q8_0(b)
+            | WeightData::Q4_0(b)
+            | WeightData::Q4_1(b) => b.len(),
+            WeightData::NeuZip(z) => z.resident_bytes(),
+            WeightData::Ternary(t) => t.resident_bytes(),
+        }
+    }
+
+    /// Row `r` (< rows, checked by the caller) of a float matrix decoded to f32 into `out`
+    /// (`cols` elements).
+    #[inline(always)]
+    fn float_row(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        let c = self.cols;
+        match &self.data {
+            WeightData::F32(v) => {
+                out.copy_from_slice(v.get(r * c..(r + 1) * c).unwrap_or_default());
+            }
+            WeightData::F16(v) => {
+                use half::slice::HalfFloatSliceExt;
+                v.get(r * c..(r + 1) * c)
+                    .unwrap_or_default()
+                    .convert_to_f32_slice(out);
+            }
+            WeightData::Bf16(v) => {
+                use half::slice::HalfFloatSliceExt;
+                v.get(r * c..(r + 1) * c)
+                    .unwrap_or_default()
+                    .convert_to_f32_slice(out);
+            }
+            WeightData::Q6K(b) => {
+                let rb = c / BlockType::Q6K.block_elems() * BlockType::Q6K.block_bytes();
+                let row = b.get(r * rb..(r + 1) * rb).unwrap_or_default();
+                tern_format::ggml::dequantize_into(BlockType::Q6K, row, out)?;
+            }
+            WeightData::NeuZip(z) => raw_to_f32(z.dtype(), &z.raw_rows(r, 1)?, out)?,
+            _ => {
+                return Err(ReferenceError::shape(
+                    "Matrix::float_row",
+                    "not a float matrix",
+                ))
             }
         }
         Ok(())
+    }
+
+    /// Rows per parallel chunk of a product: 64, rounded up to whole NeuZip blocks.
+    fn row_chunk(&self) -> usize {
+        match &self.data {
+            WeightData::NeuZip(z) => z.tile_rows() * 64usize.div_ceil(z.tile_rows()),
+            _ => 64,
+        }
     }
 
     /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `n = x.len() / cols` tokens; `act` quantizes each
@@ -217,19 +310,19 @@ impl Matrix {
         check_len("matmul", "y", y.len(), n * self.rows)?;
         let acts = self.prepare(x, n, act, opts)?;
         // Rows in chunks; each chunk fills a [chunk][n] block, scattered into y[t][r] afterwards.
-        const CHUNK: usize = 64;
-        let n_chunks = self.rows.div_ceil(CHUNK);
-        let run = |ci: usize| -> Vec<f32> {
-            let r0 = ci * CHUNK;
-            let r1 = (r0 + CHUNK).min(self.rows);
+        let chunk = self.row_chunk();
+        let n_chunks = self.rows.div_ceil(chunk);
+        let run = |ci: usize| -> Result<Vec<f32>> {
+            let r0 = ci * chunk;
+            let r1 = (r0 + chunk).min(self.rows);
             let mut out = vec![0.0f32; (r1 - r0) * n];
-            self.rows_dots(r0, r1, &acts, n, &mut out);
-            out
+            self.rows_dots(r0, r1, &acts, n, &mut out)?;
+            Ok(out)
         };
-        let blocks: Vec<Vec<f32>> = par_map(n_chunks, opts.parallel, run);
-        for (ci, blk) in blocks.iter().enumerate() {
-            for (i, row) in blk.chunks_exact(n.max(1)).enumerate() {
-                let r = ci * CHUNK + i;
+        let blocks: Vec<Result<Vec<f32>>> = par_map(n_chunks, opts.parallel, run);
+        for (ci, blk) in blocks.into_iter().enumerate() {
+            for (i, row) in blk?.chunks_exact(n.max(1)).enumerate() {
+                let r = ci * chunk + i;
                 for (t, &v) in row.iter().enumerate() {
                     if let Some(d) = y.get_mut(t * self.rows + r) {
                         *d = v;
@@ -280,7 +373,7 @@ impl Matrix {
         }
         check_len("row_tile", "out", out.len(), (r1 - r0) * acts.n)?;
         if acts.n > 0 {
-            self.rows_dots(r0, r1, &acts.acts, acts.n, out);
+            self.rows_dots(r0, r1, &acts.acts, acts.n, out)?;
         }
         Ok(())
     }
@@ -293,8 +386,9 @@ impl Matrix {
             for (xt, qt) in x.chunks_exact(c).zip(q.chunks_exact_mut(c)) {
                 s.push(quantize_act(act, xt, qt)?.unwrap_or(1.0));
             }
-            if matches!(self.data, WeightData::Ternary(_)) {
-                return Ok(Acts::Int { q, s });
+            if let WeightData::Ternary(tw) = &self.data {
+                let tern = tw.prepare(&q, n);
+                return Ok(Acts::Int { q, s, tern });
             }
             // Float or ggml weights with quantized activations: use the dequantized activations.
             let deq = q
@@ -317,7 +411,14 @@ impl Matrix {
     }
 
     /// Rows `r0..r1` (all tokens each) into `out` `[r1 - r0][n]`, with AVX2 + FMA when available.
-    fn rows_dots(&self, r0: usize, r1: usize, acts: &Acts, n: usize, out: &mut [f32]) {
+    fn rows_dots(
+        &self,
+        r0: usize,
+        r1: usize,
+        acts: &Acts,
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
         rows_dots(self, r0, r1, acts, n, out)
     }
 
@@ -337,6 +438,23 @@ impl Matrix {
                 let wr = w.get(r * c..(r + 1) * c).unwrap_or_default();
                 for (t, o) in outs {
                     *o = dot_f32(wr, xrow(x, t, c));
+                }
+            }
+            // f16 / bf16 / Q6_K / NeuZip: decode the row, then the f32 dot
+            (
+                WeightData::F16(_)
+                | WeightData::Bf16(_)
+                | WeightData::Q6K(_)
+                | WeightData::NeuZip(_),
+                Acts::F32(x),
+                _,
+            ) => {
+                sc.w.resize(c, 0.0);
+                if self.float_row(r, &mut sc.w).is_err() {
+                    sc.w.fill(f32::NAN);
+                }
+                for (t, o) in outs {
+                    *o = dot_f32(&sc.w, xrow(x, t, c));
                 }
             }
             // f32 activations: dequantize the row, then an f32 dot per token
@@ -386,12 +504,23 @@ impl Matrix {
                     };
                 }
             }
-            (WeightData::Ternary(tw), Acts::Int { q, s }, _) => outs.for_each(|(t, o)| {
-                let st = s.get(t).copied().unwrap_or(1.0);
-                *o = tw.dot_int(r, c, q.get(t * c..(t + 1) * c).unwrap_or_default()) / st;
-            }),
+            (WeightData::Ternary(tw), Acts::Int { q, s, tern }, _) => {
+                for (t, o) in outs {
+                    let st = s.get(t).copied().unwrap_or(1.0);
+                    let dot = match tern {
+                        Some(ta) => tw.dot_packed(r, ta, t),
+                        None => {
+                            let qt = q.get(t * c..(t + 1) * c).unwrap_or_default();
+                            tw.dot_int_plain(r, qt, &mut sc.t)
+                        }
+                    };
+                    *o = dot / st;
+                }
+            }
             (WeightData::Ternary(tw), Acts::F32(x), _) => {
-                outs.for_each(|(t, o)| *o = tw.dot_f32(r, c, xrow(x, t, c)))
+                for (t, o) in outs {
+                    *o = tw.dot_f32(r, xrow(x, t, c), &mut sc.t);
+                }
             }
             // prepare() never pairs other combinations
             _ => outs.for_each(|(_, o)| *o = f32::NAN),
@@ -416,11 +545,26 @@ impl Matrix {
 }
 
 crate::simd::multiversion! {
-    fn rows_dots(m: &Matrix, r0: usize, r1: usize, acts: &Acts, n: usize, out: &mut [f32]) {
+    fn rows_dots(m: &Matrix, r0: usize, r1: usize, acts: &Acts, n: usize, out: &mut [f32]) -> Result<()> {
         let mut sc = Scratch::default();
+        // NeuZip: decode the tile's blocks once (they hold many rows each), then row by row.
+        if let (WeightData::NeuZip(z), Acts::F32(x)) = (&m.data, acts) {
+            let c = m.cols;
+            let raw = z.raw_rows(r0, r1 - r0)?;
+            sc.w.resize(c, 0.0);
+            let rb = (c * z.dtype().size()).max(1);
+            for (rr, o) in raw.chunks_exact(rb).zip(out.chunks_exact_mut(n.max(1))) {
+                raw_to_f32(z.dtype(), rr, &mut sc.w)?;
+                for (t, ot) in o.iter_mut().enumerate() {
+                    *ot = dot_f32(&sc.w, x.get(t * c..(t + 1) * c).unwrap_or_default());
+                }
+            }
+            return Ok(());
+        }
         for (r, o) in (r0..r1).zip(out.chunks_exact_mut(n.max(1))) {
             m.row_dots(r, acts, n, o, &mut sc);
         }
+        Ok(())
     }
 }
 
@@ -431,108 +575,8 @@ struct Scratch {
     q: Vec<i8>,
     d: Vec<f32>,
     m: Vec<f32>,
-}
-
-impl TernaryWeights {
-    fn scale(&self, r: usize, c: usize, cols: usize) -> f32 {
-        let i = if self.group == 0 {
-            0
-        } else {
-            r * cols.div_ceil(self.group) + c / self.group
-        };
-        self.scales.get(i).copied().unwrap_or(0.0)
-    }
-
-    fn groups(&self, cols: usize) -> usize {
-        if self.group == 0 {
-            cols.max(1)
-        } else {
-            self.group
-        }
-    }
-
-    /// `Σ_g scale_g · Σ_{c∈g} t_c · q_c`: i32 inner sums, f32 across groups (in group order).
-    pub fn dot_int(&self, r: usize, cols: usize, q: &[i8]) -> f32 {
-        let trits = self.trits.get(r * cols..(r + 1) * cols).unwrap_or_default();
-        let g = self.groups(cols);
-        let mut sum = 0.0f32;
-        for (gi, (tg, qg)) in trits.chunks(g).zip(q.chunks(g)).enumerate() {
-            let acc: i32 = tg.iter().zip(qg).map(|(&t, &x)| t as i32 * x as i32).sum();
-            sum += acc as f32 * self.scale(r, gi * g, cols);
-        }
-        sum
-    }
-
-    /// `Σ_g scale_g · Σ_{c∈g} t_c · x_c` with f32 activations.
-    pub fn dot_f32(&self, r: usize, cols: usize, x: &[f32]) -> f32 {
-        let trits = self.trits.get(r * cols..(r + 1) * cols).unwrap_or_default();
-        let g = self.groups(cols);
-        let mut sum = 0.0f32;
-        for (gi, (tg, xg)) in trits.chunks(g).zip(x.chunks(g)).enumerate() {
-            let acc: f32 = tg.iter().zip(xg).map(|(&t, &v)| t as f32 * v).sum();
-            sum += acc * self.scale(r, gi * g, cols);
-        }
-        sum
-    }
-}
-
-/// Recover trits and scales from dequantized ternary values (`w = t · scale`, exact in f32): the
-/// scale of a group is its largest `|w|`, and every other non-zero `|w|` must equal it.
-pub fn ternary_from_values(
-    name: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    values: &[f32],
-) -> Result<TernaryWeights> {
-    check_len("ternary weights", "values", values.len(), rows * cols)?;
-    let not_ternary = |detail: String| ReferenceError::NotTernary {
-        name: name.into(),
-        detail,
-    };
-    let mut trits = vec![0i8; values.len()];
-    let mut scales = Vec::new();
-    // Group the values the way the scales are laid out: per tensor, or per `group` columns of a row.
-    let spans: Vec<(usize, usize)> = if group == 0 {
-        vec![(0, values.len())]
-    } else {
-        (0..rows)
-            .flat_map(|r| {
-                (0..cols.div_ceil(group))
-                    .map(move |g| (r * cols + g * group, r * cols + ((g + 1) * group).min(cols)))
-            })
-            .collect()
-    };
-    for (a, b) in spans {
-        let vs = values.get(a..b).unwrap_or_default();
-        let scale = vs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        for (i, (t, &v)) in trits
-            .get_mut(a..b)
-            .unwrap_or_default()
-            .iter_mut()
-            .zip(vs)
-            .enumerate()
-        {
-            *t = if v == 0.0 {
-                0
-            } else if v == scale {
-                1
-            } else if v == -scale {
-                -1
-            } else {
-                return Err(not_ternary(format!(
-                    "element {} is {v}, its group's scale is {scale}",
-                    a + i
-                )));
-            };
-        }
-        scales.push(scale);
-    }
-    Ok(TernaryWeights {
-        trits,
-        scales,
-        group,
-    })
+    /// One ternary row's trits (plain paths).
+    t: Vec<i8>,
 }
 
 #[cfg(test)]
@@ -598,8 +642,15 @@ mod tests {
         // group 2: scales per (row, pair)
         let w = [0.5, -0.5, 2.0, 0.0, 0.0, 0.25, -1.0, -1.0];
         let t = ternary_from_values("w", 2, 4, 2, &w).unwrap();
-        assert_eq!(t.scales, vec![0.5, 2.0, 0.25, 1.0]);
-        assert_eq!(t.trits, vec![1, -1, 1, 0, 0, 1, -1, -1]);
+        assert_eq!(
+            (0..4).map(|i| t.scale(i)).collect::<Vec<_>>(),
+            [0.5, 2.0, 0.25, 1.0]
+        );
+        let mut tr = [0i8; 4];
+        t.row_trits(0, &mut tr).unwrap();
+        assert_eq!(tr, [1, -1, 1, 0]);
+        t.row_trits(1, &mut tr).unwrap();
+        assert_eq!(tr, [0, 1, -1, -1]);
         let m = Matrix {
             rows: 2,
             cols: 4,

@@ -85,8 +85,9 @@ struct Layer {
 }
 
 /// A model loaded for the reference forward pass: weights validated against the hyperparameters
-/// and held in memory (ggml blocks as stored, ternary unpacked to one trit per byte, everything
-/// else widened to f32).
+/// and held in memory as stored (ternary codes, ggml blocks, f16/bf16, NeuZip streams; only the
+/// norm vectors and f32 tensors are f32), decoded per row tile when used
+/// ([`Model::resident_bytes`]).
 pub struct Model {
     arch: Arch,
     hp: HParams,
@@ -150,12 +151,19 @@ fn load_vector(file: &TernFile, name: &str, n: usize) -> Result<Vec<f32>> {
 fn load_matrix(file: &TernFile, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
     let v = view(file, name)?;
     check_shape(&v, &[rows as u64, cols as u64])?;
-    // The decoders allocate `rows × cols` f32 (or bytes) infallibly; a shape the file's bytes
-    // cannot back was refused by the reader, but a compressed encoding can still ask for much
-    // more than it stores, so make sure that much can be had at all.
+    // The weights are kept as stored (a copy of the tensor's bytes); only an f32 tensor or a Q6_K
+    // one with partial rows is decoded whole, to `rows × cols` f32. Make sure that much can be had.
     probe_alloc(
-        &format!("tensor {name:?} decoded to f32"),
-        rows as u128 * cols as u128 * 4,
+        &format!("tensor {name:?} held in memory"),
+        (v.bytes.len() as u128).max(
+            rows as u128
+                * cols as u128
+                * 4
+                * matches!(
+                    v.info.encoding,
+                    tern_format::Encoding::F32 | tern_format::Encoding::Q6K
+                ) as u128,
+        ),
     )?;
     Matrix::from_encoded(name, rows, cols, &v.info.encoding, v.bytes)
 }
@@ -221,6 +229,31 @@ impl Model {
             layers,
             opts: ForwardOptions::default(),
         })
+    }
+
+    /// Bytes of weights held in memory (matrices as stored plus the f32 norm vectors); the KV
+    /// cache and per-call scratch are not included.
+    pub fn resident_bytes(&self) -> u64 {
+        let vec = |v: &Vec<f32>| v.len() * 4;
+        let opt = |v: &Option<Vec<f32>>| v.as_ref().map_or(0, vec);
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                vec(&l.attn_norm)
+                    + vec(&l.ffn_norm)
+                    + opt(&l.attn_sub_norm)
+                    + opt(&l.ffn_sub_norm)
+                    + [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                        .iter()
+                        .map(|m| m.resident_bytes())
+                        .sum::<usize>()
+            })
+            .sum();
+        (layers
+            + self.tok_embd.resident_bytes()
+            + vec(&self.output_norm)
+            + self.output.as_ref().map_or(0, Matrix::resident_bytes)) as u64
     }
 
     pub fn hparams(&self) -> &HParams {

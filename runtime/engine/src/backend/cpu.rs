@@ -22,9 +22,12 @@ pub(crate) struct CpuModel {
 
 impl CpuModel {
     pub(crate) fn load(file: &TernFile) -> Result<Self> {
+        let net = tern_reference::Model::load(file)?;
+        let mut memory = memory_of(file);
+        memory.host_resident_bytes = Some(net.resident_bytes());
         Ok(Self {
-            net: tern_reference::Model::load(file)?,
-            memory: memory_of(file),
+            net,
+            memory,
             plan: activation_plan(file),
         })
     }
@@ -164,8 +167,8 @@ pub(crate) fn score_in_cache(
     Ok(out)
 }
 
-/// The weights as stored in the file (the CPU widens floats and unpacks ternary codes in memory;
-/// the report counts the file's bytes).
+/// The weights as stored in the file (the CPU keeps them so: `host_resident_bytes`, set by the
+/// caller, is what it holds).
 fn memory_of(file: &TernFile) -> MemoryReport {
     let tensors: Vec<TensorReport> = file
         .tensors()
@@ -188,6 +191,7 @@ fn memory_of(file: &TernFile) -> MemoryReport {
         tensors,
         jit_scratch_bytes: 0,
         gpu_allocated_peak: None,
+        host_resident_bytes: None,
     }
 }
 

@@ -138,6 +138,7 @@ impl ModelBackend for GpuBackend {
                 .collect(),
             jit_scratch_bytes: plan.jit_scratch_bytes,
             gpu_allocated_peak: Some(self.model.context().allocated_peak()),
+            host_resident_bytes: None,
         };
         let rows = self
             .model
