@@ -90,3 +90,52 @@ fn tiny_bitnet_resident_within_file_size() {
         }
     }
 }
+
+/// NeuZip on the CPU follows the GPU's `--max-memory` rule: without a budget (or with one that
+/// fits) the matrices are decoded at load to 16-bit (the speed of raw floats), under a smaller
+/// budget they stay compressed (resident = the file's tensor bytes). Same logits either way.
+#[test]
+fn neuzip_decoded_at_load_unless_the_budget_forbids() {
+    use tern_engine::{Device, LoadOptions, Model, Session};
+    for floats in [FloatMode::NeuZip, FloatMode::NeuZipLossy(3)] {
+        let what = floats.name();
+        let dir = tern_tests::scratch(&format!("cpu_resident_budget_{what}"));
+        let out = dir.join("m.tern");
+        let opts = PackOptions {
+            floats,
+            ..PackOptions::default()
+        };
+        // bitnet.cpp's I2_S form of the tiny model: f16 embeddings → NeuZip f16
+        let src = tern_tests::golden("ggml/tiny-i2_s.gguf");
+        tern_import::import_path(&src, &out, &opts, &mut |_, _, _| {}).unwrap();
+        let f = TernFile::open(&out).unwrap();
+        let stored = tensor_bytes(&f);
+        let extra = tern_reference::Model::neuzip_decoded_bytes(&f);
+        assert!(extra > 0, "{what}: the tiny model has NeuZip matrices");
+        let run = |max_memory: Option<u64>| {
+            let m = Model::from_file_with(
+                &f,
+                &LoadOptions {
+                    device: Device::Cpu,
+                    max_memory,
+                },
+            )
+            .unwrap();
+            let resident = m.report().memory.host_resident_bytes.unwrap();
+            let mut s = Session::new(&m, 16).unwrap();
+            (resident, s.eval_all(&[1, 2, 3, 4]).unwrap())
+        };
+        let (r_free, l_free) = run(None);
+        let (r_fit, l_fit) = run(Some(stored + extra));
+        let (r_tight, l_tight) = run(Some(stored + extra - 1));
+        eprintln!("{what}: stored {stored} B; resident decoded {r_free} B, compressed {r_tight} B");
+        assert_eq!(r_free, r_fit, "{what}");
+        assert!(r_free >= stored + extra / 2, "{what}: decoded at load");
+        assert!(r_tight as f64 <= 1.25 * stored as f64, "{what}: compressed");
+        assert_eq!(l_free, l_fit);
+        assert_eq!(
+            l_free, l_tight,
+            "{what}: decoded and compressed give the same logits"
+        );
+    }
+}

@@ -60,7 +60,9 @@ pub use cce::CceOptions;
 pub use error::{ReferenceError, Result};
 pub use kernels::{attention, dot_f32, relu2_glu, rmsnorm, rope, silu, softmax, swiglu};
 pub use kv::KvCache;
-pub use matmul::{GgmlActivations, MatmulOptions, Matrix, TernaryWeights, WeightData};
+pub use matmul::{
+    GgmlActivations, MatmulOptions, Matrix, NeuZipResidency, TernaryWeights, WeightData,
+};
 pub use model::{ForwardOptions, LogitsWanted, Model};
 pub use quant::{quantize_act, quantize_act_int4, quantize_act_int8, topk50_int8};
 

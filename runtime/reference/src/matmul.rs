@@ -16,7 +16,7 @@
 //! count, so a batched prefill gives bit-identical results to one token at a time.
 
 use tern_format::ggml::BlockType;
-use tern_format::{ActQuant, Encoding};
+use tern_format::{ActQuant, Encoding, FloatType};
 
 use crate::error::{check_len, ReferenceError, Result};
 use crate::ggml_cpu;
@@ -49,6 +49,18 @@ pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
     pub data: WeightData,
+}
+
+/// Where a NeuZip-compressed matrix lives on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NeuZipResidency {
+    /// Kept as the compressed stream; products and lookups decode tiles of blocks when they run
+    /// (least memory; every use of a large tensor such as the head pays a decode).
+    #[default]
+    Compressed,
+    /// Decoded once at load into its float type (f16/bf16 stay 16-bit): bit-identical results,
+    /// the speed and the memory of a raw tensor of that type.
+    Decoded,
 }
 
 /// How a float-activation product with ggml-block weights is computed.
@@ -131,6 +143,26 @@ impl Matrix {
         encoding: &Encoding,
         bytes: &[u8],
     ) -> Result<Self> {
+        Self::from_encoded_with(
+            name,
+            rows,
+            cols,
+            encoding,
+            bytes,
+            NeuZipResidency::Compressed,
+        )
+    }
+
+    /// [`Self::from_encoded`], with NeuZip tensors kept compressed or decoded at load as `neuzip`
+    /// says.
+    pub fn from_encoded_with(
+        name: &str,
+        rows: usize,
+        cols: usize,
+        encoding: &Encoding,
+        bytes: &[u8],
+        neuzip: NeuZipResidency,
+    ) -> Result<Self> {
         let shape = [rows as u64, cols as u64];
         let data = match (encoding, encoding.ggml_block()) {
             // Q8_0/Q4_0/Q4_1 stay blocks (the block dots of `ggml_dot`/`ggml_cpu`); Q6_K is
@@ -183,11 +215,40 @@ impl Matrix {
             }
             (
                 Encoding::NeuZip {
+                    dtype: dt @ (FloatType::F16 | FloatType::Bf16),
+                    mantissa_bits,
+                },
+                _,
+            ) if neuzip == NeuZipResidency::Decoded => {
+                if *dt == FloatType::F16 {
+                    WeightData::F16(NeuZipRows::decode_whole(
+                        name,
+                        rows,
+                        cols,
+                        *dt,
+                        *mantissa_bits,
+                        bytes,
+                        half::f16::from_le_bytes,
+                    )?)
+                } else {
+                    WeightData::Bf16(NeuZipRows::decode_whole(
+                        name,
+                        rows,
+                        cols,
+                        *dt,
+                        *mantissa_bits,
+                        bytes,
+                        half::bf16::from_le_bytes,
+                    )?)
+                }
+            }
+            (
+                Encoding::NeuZip {
                     dtype,
                     mantissa_bits,
                 },
                 _,
-            ) => WeightData::NeuZip(NeuZipRows::new(
+            ) if neuzip == NeuZipResidency::Compressed => WeightData::NeuZip(NeuZipRows::new(
                 name,
                 rows,
                 cols,
@@ -195,7 +256,7 @@ impl Matrix {
                 *mantissa_bits,
                 bytes,
             )?),
-            // f32, and Q6_K with partial rows
+            // f32, Q6_K with partial rows, an f32 NeuZip stream decoded at load
             _ => WeightData::F32(encoding.decode_f32(&shape, bytes)?),
         };
         Ok(Self { rows, cols, data })

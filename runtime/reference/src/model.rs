@@ -23,7 +23,7 @@ use crate::error::{probe_alloc, ReferenceError, Result};
 use crate::ggml_cpu;
 use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
 use crate::kv::KvCache;
-use crate::matmul::{GgmlActivations, MatmulOptions, Matrix};
+use crate::matmul::{GgmlActivations, MatmulOptions, Matrix, NeuZipResidency};
 use crate::par_map;
 
 /// Which positions' logits (or hidden states) [`Model::forward`] returns.
@@ -148,24 +148,31 @@ fn load_vector(file: &TernFile, name: &str, n: usize) -> Result<Vec<f32>> {
     }
 }
 
-fn load_matrix(file: &TernFile, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+fn load_matrix(
+    file: &TernFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    neuzip: NeuZipResidency,
+) -> Result<Matrix> {
     let v = view(file, name)?;
     check_shape(&v, &[rows as u64, cols as u64])?;
     // The weights are kept as stored (a copy of the tensor's bytes); only an f32 tensor or a Q6_K
     // one with partial rows is decoded whole, to `rows × cols` f32. Make sure that much can be had.
+    let widened = rows as u128
+        * cols as u128
+        * match v.info.encoding {
+            tern_format::Encoding::F32 | tern_format::Encoding::Q6K => 4,
+            tern_format::Encoding::NeuZip { dtype, .. } if neuzip == NeuZipResidency::Decoded => {
+                dtype.size() as u128
+            }
+            _ => 0,
+        };
     probe_alloc(
         &format!("tensor {name:?} held in memory"),
-        (v.bytes.len() as u128).max(
-            rows as u128
-                * cols as u128
-                * 4
-                * matches!(
-                    v.info.encoding,
-                    tern_format::Encoding::F32 | tern_format::Encoding::Q6K
-                ) as u128,
-        ),
+        (v.bytes.len() as u128).max(widened),
     )?;
-    Matrix::from_encoded(name, rows, cols, &v.info.encoding, v.bytes)
+    Matrix::from_encoded_with(name, rows, cols, &v.info.encoding, v.bytes, neuzip)
 }
 
 impl KvCache {
@@ -181,37 +188,43 @@ impl Model {
     /// checked against each other and against the tensors present
     /// ([`tern_format::check_hparams`]), so nothing below is sized from an unchecked value.
     pub fn load(file: &TernFile) -> Result<Self> {
+        Self::load_with(file, NeuZipResidency::Compressed)
+    }
+
+    /// [`Self::load`], with NeuZip matrices kept compressed or decoded at load as `neuzip` says
+    /// (see [`Self::neuzip_decoded_bytes`] for what decoding costs).
+    pub fn load_with(file: &TernFile, neuzip: NeuZipResidency) -> Result<Self> {
         tern_format::check_hparams(file)?;
         let meta = file.meta();
         let hp = meta.hparams.clone();
         let (n_embd, n_ff, n_vocab) = (u(hp.n_embd), u(hp.n_ff), u(hp.n_vocab));
         let q_dim = u(hp.n_head) * u(hp.head_dim);
         let kv_dim = u(hp.n_head_kv) * u(hp.head_dim);
-        let tok_embd = load_matrix(file, "token_embd.weight", n_vocab, n_embd)?;
+        let tok_embd = load_matrix(file, "token_embd.weight", n_vocab, n_embd, neuzip)?;
         let output_norm = load_vector(file, "output_norm.weight", n_embd)?;
         let output = if hp.tied_embeddings {
             None
         } else {
-            Some(load_matrix(file, "output.weight", n_vocab, n_embd)?)
+            Some(load_matrix(file, "output.weight", n_vocab, n_embd, neuzip)?)
         };
         let mut layers = Vec::with_capacity(u(hp.n_layer));
         for l in 0..u(hp.n_layer) {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
                 attn_norm: load_vector(file, &n("attn_norm"), n_embd)?,
-                wq: load_matrix(file, &n("attn_q"), q_dim, n_embd)?,
-                wk: load_matrix(file, &n("attn_k"), kv_dim, n_embd)?,
-                wv: load_matrix(file, &n("attn_v"), kv_dim, n_embd)?,
-                wo: load_matrix(file, &n("attn_output"), n_embd, q_dim)?,
+                wq: load_matrix(file, &n("attn_q"), q_dim, n_embd, neuzip)?,
+                wk: load_matrix(file, &n("attn_k"), kv_dim, n_embd, neuzip)?,
+                wv: load_matrix(file, &n("attn_v"), kv_dim, n_embd, neuzip)?,
+                wo: load_matrix(file, &n("attn_output"), n_embd, q_dim, neuzip)?,
                 attn_sub_norm: if hp.sub_norms {
                     Some(load_vector(file, &n("attn_sub_norm"), q_dim)?)
                 } else {
                     None
                 },
                 ffn_norm: load_vector(file, &n("ffn_norm"), n_embd)?,
-                gate: load_matrix(file, &n("ffn_gate"), n_ff, n_embd)?,
-                up: load_matrix(file, &n("ffn_up"), n_ff, n_embd)?,
-                down: load_matrix(file, &n("ffn_down"), n_embd, n_ff)?,
+                gate: load_matrix(file, &n("ffn_gate"), n_ff, n_embd, neuzip)?,
+                up: load_matrix(file, &n("ffn_up"), n_ff, n_embd, neuzip)?,
+                down: load_matrix(file, &n("ffn_down"), n_embd, n_ff, neuzip)?,
                 ffn_sub_norm: if hp.sub_norms {
                     Some(load_vector(file, &n("ffn_sub_norm"), n_ff)?)
                 } else {
@@ -229,6 +242,25 @@ impl Model {
             layers,
             opts: ForwardOptions::default(),
         })
+    }
+
+    /// Bytes the NeuZip matrices of `file` take once decoded (0 when there are none):
+    /// what [`NeuZipResidency::Decoded`] adds to the resident weights, less their compressed size.
+    pub fn neuzip_decoded_bytes(file: &TernFile) -> u64 {
+        file.tensors()
+            .iter()
+            .filter(|t| t.shape.len() == 2)
+            .filter_map(|t| match t.encoding {
+                tern_format::Encoding::NeuZip { dtype, .. } => Some(
+                    t.shape
+                        .iter()
+                        .product::<u64>()
+                        .saturating_mul(dtype.size() as u64)
+                        .saturating_sub(t.size),
+                ),
+                _ => None,
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Bytes of weights held in memory (matrices as stored plus the f32 norm vectors); the KV

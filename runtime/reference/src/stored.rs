@@ -17,7 +17,7 @@ use half::slice::HalfFloatSliceExt;
 use tern_format::neuzip::Plan;
 use tern_format::FloatType;
 
-use crate::error::{check_len, ReferenceError, Result};
+use crate::error::{check_len, try_zeroed, ReferenceError, Result};
 
 /// A NeuZip-compressed `[rows, cols]` float tensor.
 #[derive(Debug, Clone)]
@@ -37,22 +37,7 @@ impl NeuZipRows {
         mantissa_bits: u8,
         blob: &[u8],
     ) -> Result<Self> {
-        let plan = Plan::parse(blob)?;
-        if plan.dtype != dtype
-            || plan.mantissa_bits != mantissa_bits
-            || plan.row_len != cols.max(1) as u64
-            || Some(plan.n_elements) != (rows as u64).checked_mul(cols as u64)
-        {
-            return Err(ReferenceError::TensorShape {
-                name: name.into(),
-                expected: vec![rows as u64, cols as u64],
-                found: vec![plan.n_elements / plan.row_len.max(1), plan.row_len],
-            });
-        }
-        let nz = Self {
-            blob: blob.to_vec(),
-            plan,
-        };
+        let nz = Self::parse(name, rows, cols, dtype, mantissa_bits, blob)?;
         let tile = nz.tile_rows() * 64usize.div_ceil(nz.tile_rows());
         let mut r = 0;
         while r < rows {
@@ -61,6 +46,59 @@ impl NeuZipRows {
             r += n;
         }
         Ok(nz)
+    }
+
+    /// [`Self::new`] without the decode pass: only the stream's structure is checked.
+    fn parse(
+        name: &str,
+        rows: usize,
+        cols: usize,
+        dtype: FloatType,
+        mantissa_bits: u8,
+        blob: &[u8],
+    ) -> Result<Self> {
+        Ok(Self {
+            plan: plan_of(name, rows, cols, dtype, mantissa_bits, blob)?,
+            blob: blob.to_vec(),
+        })
+    }
+
+    /// Decode a whole stream at load into 16-bit floats `T` (f16/bf16 streams stay 16-bit), tile
+    /// by tile so that the peak is the decoded tensor plus one tile. Every block is decoded, so a
+    /// damaged stream is refused here too.
+    pub fn decode_whole<T: bytemuck::Pod + Default>(
+        name: &str,
+        rows: usize,
+        cols: usize,
+        dtype: FloatType,
+        mantissa_bits: u8,
+        blob: &[u8],
+        from: fn([u8; 2]) -> T,
+    ) -> Result<Vec<T>> {
+        let plan = plan_of(name, rows, cols, dtype, mantissa_bits, blob)?;
+        let tile_rows = if plan.blocks_per_row == 1 {
+            (plan.rows_per_block as usize).max(1)
+        } else {
+            1
+        };
+        let tile = tile_rows * 64usize.div_ceil(tile_rows);
+        let mut out: Vec<T> = try_zeroed(
+            &format!("NeuZip tensor {name:?} decoded at load"),
+            rows.saturating_mul(cols),
+        )?;
+        let mut r = 0;
+        while r < rows {
+            let k = tile.min(rows - r);
+            let raw = plan.decode_rows(blob, r as u64, k as u64)?;
+            let dst = out.get_mut(r * cols..(r + k) * cols).unwrap_or_default();
+            for (o, b) in dst.iter_mut().zip(raw.chunks_exact(2)) {
+                if let &[x, y] = b {
+                    *o = from([x, y]);
+                }
+            }
+            r += k;
+        }
+        Ok(out)
     }
 
     /// The decoded element type.
@@ -87,6 +125,31 @@ impl NeuZipRows {
     pub fn raw_rows(&self, r0: usize, n: usize) -> Result<Vec<u8>> {
         Ok(self.plan.decode_rows(&self.blob, r0 as u64, n as u64)?)
     }
+}
+
+/// Parse `blob` and check that it is a stream of `rows × cols` elements of `dtype` with
+/// `mantissa_bits`.
+fn plan_of(
+    name: &str,
+    rows: usize,
+    cols: usize,
+    dtype: FloatType,
+    mantissa_bits: u8,
+    blob: &[u8],
+) -> Result<Plan> {
+    let plan = Plan::parse(blob)?;
+    if plan.dtype != dtype
+        || plan.mantissa_bits != mantissa_bits
+        || plan.row_len != cols.max(1) as u64
+        || Some(plan.n_elements) != (rows as u64).checked_mul(cols as u64)
+    {
+        return Err(ReferenceError::TensorShape {
+            name: name.into(),
+            expected: vec![rows as u64, cols as u64],
+            found: vec![plan.n_elements / plan.row_len.max(1), plan.row_len],
+        });
+    }
+    Ok(plan)
 }
 
 /// Raw little-endian elements of `t` into f32 (`out.len()` elements).

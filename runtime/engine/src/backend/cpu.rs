@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use tern_format::{ActQuant, Encoding, TernFile};
-use tern_reference::{ForwardOptions, KvCache, LogitsWanted};
+use tern_reference::{ForwardOptions, KvCache, LogitsWanted, NeuZipResidency};
 
 use super::{check_finite, Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
@@ -21,8 +21,22 @@ pub(crate) struct CpuModel {
 }
 
 impl CpuModel {
-    pub(crate) fn load(file: &TernFile) -> Result<Self> {
-        let net = tern_reference::Model::load(file)?;
+    /// Load on the CPU. NeuZip matrices are decoded at load to 16-bit (the speed of raw floats:
+    /// a compressed head would be decoded again for every token) unless `max_memory` is smaller
+    /// than the file's tensors with them decoded; then they stay compressed and are decoded tile by
+    /// tile when used (resident weights = the file's tensor bytes) — the GPU's `--max-memory`
+    /// rule, applied to host memory.
+    pub(crate) fn load(file: &TernFile, max_memory: Option<u64>) -> Result<Self> {
+        let stored: u64 = file.tensors().iter().map(|t| t.size).sum();
+        let decoded = stored.saturating_add(tern_reference::Model::neuzip_decoded_bytes(file));
+        let neuzip = match max_memory {
+            Some(b) if decoded > b => NeuZipResidency::Compressed,
+            _ => NeuZipResidency::Decoded,
+        };
+        log::info!(
+            "cpu: NeuZip matrices {neuzip:?} (weights {stored} B stored, {decoded} B decoded, budget {max_memory:?})"
+        );
+        let net = tern_reference::Model::load_with(file, neuzip)?;
         let mut memory = memory_of(file);
         memory.host_resident_bytes = Some(net.resident_bytes());
         Ok(Self {

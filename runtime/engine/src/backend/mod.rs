@@ -80,13 +80,13 @@ pub(crate) trait SessionBackend: Send {
 /// Load `file` for the backend `opts.device` asks for.
 pub(crate) fn load(file: &TernFile, opts: &LoadOptions) -> Result<Box<dyn ModelBackend>> {
     Ok(match opts.device {
-        Device::Cpu => Box::new(cpu::CpuModel::load(file)?),
+        Device::Cpu => Box::new(cpu::CpuModel::load(file, opts.max_memory)?),
         Device::Gpu => Box::new(gpu::GpuBackend::load(file, opts, true)?),
         Device::Auto => match gpu::GpuBackend::load(file, opts, false) {
             Ok(m) => Box::new(m),
             Err(e) => {
                 log::info!("GPU not used ({e}); running on the CPU");
-                Box::new(cpu::CpuModel::load(file)?)
+                Box::new(cpu::CpuModel::load(file, opts.max_memory)?)
             }
         },
     })
