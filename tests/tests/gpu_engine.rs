@@ -15,8 +15,10 @@ use tern_import::hf::import_hf_dir;
 use tern_import::pack::{FloatMode, PackOptions};
 use tern_tests::{golden, scratch};
 
+/// A missing adapter fails under TERN_REQUIRE_GPU=1 or CI=true (tests/ci-skips.txt may list
+/// `gpu_engine`).
 fn gpu_required() -> bool {
-    std::env::var("TERN_REQUIRE_GPU").as_deref() == Ok("1")
+    tern_tests::gpu_required("gpu_engine")
 }
 
 /// Open `path` on the GPU, or `None` (test skipped) when there is no adapter and none is required.
