@@ -607,7 +607,11 @@ fn golden() -> Golden {
 fn smollm2_gpl3_perplexity_matches_llama_cpp() {
     let quick = std::env::var_os("TERN_GPL3_QUICK").is_some();
     let rel = gpl3_perplexity(false, quick);
-    assert!(rel.abs() <= 0.005, "ppl_second_half off by {:.3}%", rel * 100.0);
+    assert!(
+        rel.abs() <= 0.005,
+        "ppl_second_half off by {:.3}%",
+        rel * 100.0
+    );
 }
 
 /// With llama.cpp's numerics (`--llama-cpp-numerics`, `ForwardOptions::llama_cpp_like()`) the
@@ -621,7 +625,11 @@ fn smollm2_gpl3_perplexity_matches_llama_cpp() {
 fn smollm2_gpl3_perplexity_llama_cpp_numerics_equals_llama_cpp() {
     let full = std::env::var_os("TERN_GPL3_FULL").is_some();
     let rel = gpl3_perplexity(true, !full);
-    assert!(rel.abs() <= 2e-5, "ppl_second_half off by {:.5}%", rel * 100.0);
+    assert!(
+        rel.abs() <= 2e-5,
+        "ppl_second_half off by {:.5}%",
+        rel * 100.0
+    );
 }
 
 /// Perplexity of SmolLM2 on GPL-3 (windows 0, 4, 9, 13 when `quick`, else all 14), relative to
