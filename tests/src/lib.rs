@@ -98,13 +98,21 @@ pub fn ci_skips() -> Vec<(String, String)> {
 /// it panics unless `test` is listed in `tests/ci-skips.txt`; elsewhere it prints why the test
 /// was skipped.
 pub fn skip_or_fail(test: &str, reason: &str) {
-    if ci() && !ci_skips().iter().any(|(n, _)| n == test) {
-        panic!(
-            "{test}: {reason}. Under CI=true a test whose oracle or data is missing fails: \
-             provide it, or list `{test}: <why CI cannot>` in tests/ci-skips.txt"
-        );
+    if let Err(e) = may_skip(ci(), test, reason) {
+        panic!("{e}");
     }
     eprintln!("skipped {test}: {reason}");
+}
+
+/// The decision of [`skip_or_fail`]: under CI only the listed tests may skip.
+fn may_skip(ci: bool, test: &str, reason: &str) -> Result<(), String> {
+    if ci && !ci_skips().iter().any(|(n, _)| n == test) {
+        return Err(format!(
+            "{test}: {reason}. Under CI=true a test whose oracle or data is missing fails: \
+             provide it, or list `{test}: <why CI cannot>` in tests/ci-skips.txt"
+        ));
+    }
+    Ok(())
 }
 
 /// [`skip_or_fail`] for a missing GPU adapter: also fails when `TERN_REQUIRE_GPU=1` (CI sets it:
@@ -121,4 +129,38 @@ pub fn skip_gpu_or_fail(test: &str, reason: &str) {
 pub fn gpu_required(test: &str) -> bool {
     std::env::var("TERN_REQUIRE_GPU").as_deref() == Ok("1")
         || (ci() && !ci_skips().iter().any(|(n, _)| n == test))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under CI an unlisted test may not skip, a listed one may; outside CI any may. Every name
+    /// in tests/ci-skips.txt is a test that exists and calls `skip_or_fail` (a stale entry would
+    /// let a test skip silently after a rename).
+    #[test]
+    fn ci_skip_list_is_enforced_and_current() {
+        assert!(may_skip(true, "no_such_test", "data missing").is_err());
+        assert!(may_skip(false, "no_such_test", "data missing").is_ok());
+        let skips = ci_skips();
+        assert!(!skips.is_empty());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut sources = String::new();
+        for dir in ["tests", "../ffi/src", "../runtime/gpu/tests"] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "rs") {
+                    sources.push_str(&std::fs::read_to_string(&p).unwrap());
+                }
+            }
+        }
+        for (name, _) in &skips {
+            assert!(may_skip(true, name, "listed").is_ok());
+            assert!(
+                sources.contains(&format!("fn {name}()"))
+                    && sources.contains(&format!("\"{name}\"")),
+                "tests/ci-skips.txt lists {name}, which is not a test that calls skip_or_fail"
+            );
+        }
+    }
 }
