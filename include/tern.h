@@ -114,6 +114,12 @@ typedef struct tern_session_options {
   // number from the file does not decide the app's memory). The KV cache for all of it is
   // allocated up front.
   uint32_t n_ctx;
+  // Non-zero: run this session with llama.cpp's CPU numerics (Q8 activation blocks, an f16 KV
+  // cache, its kernels), which reproduce llama.cpp's greedy output token for token for
+  // llama-family Q4_1/Q8_0 models on x86. 0 (default): the model's own numerics (f32
+  // activations and KV cache). A CPU mode: `TERN_INVALID_ARGUMENT` on a model loaded on the
+  // GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
+  uint32_t llama_cpp_numerics;
 } tern_session_options;
 
 // Sampling parameters. Initialise with `tern_sampling_default()` (greedy); the chain is

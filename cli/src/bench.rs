@@ -40,6 +40,8 @@ pub struct BenchArgs {
     /// GPU memory budget for weights (bytes or K/M/G), as for `tern run`.
     #[arg(long)]
     pub max_memory: Option<String>,
+    #[command(flatten)]
+    pub numerics: crate::numerics::NumericsArgs,
 }
 
 /// Mean and sample standard deviation.
@@ -79,7 +81,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         bail!("-r must be at least 1");
     }
     let lo = tern_engine::LoadOptions {
-        device: a.device.parse()?,
+        device: a.numerics.device(a.device.parse()?)?,
         max_memory: a
             .max_memory
             .as_deref()
@@ -88,7 +90,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     };
     let path = crate::models::resolve(a.model.as_deref())?;
     let t0 = Instant::now();
-    let model = crate::run::load(Some(&path), &lo)?;
+    let mut model = crate::run::load(Some(&path), &lo)?;
+    a.numerics.apply(&mut model);
     let load_secs = t0.elapsed().as_secs_f64();
     let vocab = model.n_vocab();
     let n_ctx = (a.depth + a.n_prompt.max(a.n_gen) + 1).max(64);

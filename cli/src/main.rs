@@ -5,6 +5,7 @@ mod bench;
 mod delta;
 mod inspect;
 mod models;
+mod numerics;
 mod pack;
 mod perplexity;
 mod run;

@@ -27,10 +27,8 @@ pub struct PerplexityArgs {
     /// Score only the first N windows (llama-perplexity's --chunks).
     #[arg(long)]
     pub chunks: Option<usize>,
-    /// Use llama.cpp's CPU numerics (Q8 activation blocks, f16 KV cache, its kernels) instead of
-    /// the f32 reference.
-    #[arg(long)]
-    pub llama_cpp_numerics: bool,
+    #[command(flatten)]
+    pub numerics: crate::numerics::NumericsArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -78,7 +76,7 @@ impl ScoreObserver for Observer {
 }
 
 pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
-    let device = check_device(&a.device)?;
+    let device = a.numerics.device(check_device(&a.device)?)?;
     let raw = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     if raw.is_empty() {
         bail!("{} is empty: nothing to score", a.file.display());
@@ -86,9 +84,7 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
     let text = String::from_utf8(raw)
         .map_err(|e| anyhow::anyhow!("{} is not UTF-8 text: {e}", a.file.display()))?;
     let mut model = load_model(a.model.as_deref(), device)?;
-    if a.llama_cpp_numerics {
-        model.set_forward_options(tern_engine::ForwardOptions::llama_cpp_like());
-    }
+    a.numerics.apply(&mut model);
     let n_ctx_train = model.meta().hparams.n_ctx_train as usize;
     if a.ctx > n_ctx_train {
         bail!(

@@ -44,6 +44,8 @@ pub struct SamplingArgs {
     /// decoded stay compressed and are decoded just in time. The plan is printed with -v.
     #[arg(long)]
     pub max_memory: Option<String>,
+    #[command(flatten)]
+    pub numerics: crate::numerics::NumericsArgs,
 }
 
 impl SamplingArgs {
@@ -64,7 +66,7 @@ impl SamplingArgs {
     /// The backend and memory budget asked for.
     pub fn load_options(&self) -> Result<LoadOptions> {
         let device: Device = self.device.parse()?;
-        Ok(LoadOptions {
+        self.numerics.load_options(LoadOptions {
             device,
             max_memory: self.max_memory.as_deref().map(parse_bytes).transpose()?,
         })
@@ -139,12 +141,13 @@ pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let lo = a.sampling.load_options()?;
-    let model = match &a.delta {
+    let mut model = match &a.delta {
         Some(d) => {
             crate::delta::load_with_delta(&crate::models::resolve(a.model.as_deref())?, d, &lo)?
         }
         None => load(a.model.as_deref(), &lo)?,
     };
+    a.sampling.numerics.apply(&mut model);
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
         (None, Some(t)) => t.clone(),
@@ -254,7 +257,8 @@ pub struct ChatArgs {
 }
 
 pub fn chat(a: ChatArgs) -> Result<ExitCode> {
-    let model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
+    let mut model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
+    a.sampling.numerics.apply(&mut model);
     let tok = model.tokenizer()?;
     let template = model
         .meta()

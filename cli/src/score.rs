@@ -20,9 +20,8 @@ pub struct ScoreArgs {
     /// Treat special-token text (like <|im_start|>) as plain text.
     #[arg(long)]
     pub no_special: bool,
-    /// Use llama.cpp's CPU numerics instead of the f32 reference.
-    #[arg(long)]
-    pub llama_cpp_numerics: bool,
+    #[command(flatten)]
+    pub numerics: crate::numerics::NumericsArgs,
     /// Device: cpu, gpu or auto.
     #[arg(long, default_value = "auto")]
     pub device: String,
@@ -40,11 +39,11 @@ fn ranks(values: &[f64]) -> Vec<usize> {
 }
 
 pub fn run(a: ScoreArgs) -> Result<ExitCode> {
-    let device = crate::perplexity::check_device(&a.device)?;
+    let device = a
+        .numerics
+        .device(crate::perplexity::check_device(&a.device)?)?;
     let mut model = crate::perplexity::load_model(a.model.as_deref(), device)?;
-    if a.llama_cpp_numerics {
-        model.set_forward_options(tern_engine::ForwardOptions::llama_cpp_like());
-    }
+    a.numerics.apply(&mut model);
     let tok = model.tokenizer()?;
     let special = !a.no_special;
     let ctx = tok.encode_with(&a.context, true, special)?;

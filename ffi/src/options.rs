@@ -46,6 +46,12 @@ pub struct tern_session_options {
     /// number from the file does not decide the app's memory). The KV cache for all of it is
     /// allocated up front.
     pub n_ctx: u32,
+    /// Non-zero: run this session with llama.cpp's CPU numerics (Q8 activation blocks, an f16 KV
+    /// cache, its kernels), which reproduce llama.cpp's greedy output token for token for
+    /// llama-family Q4_1/Q8_0 models on x86. 0 (default): the model's own numerics (f32
+    /// activations and KV cache). A CPU mode: `TERN_INVALID_ARGUMENT` on a model loaded on the
+    /// GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
+    pub llama_cpp_numerics: u32,
 }
 
 /// Sampling parameters. Initialise with `tern_sampling_default()` (greedy); the chain is
@@ -123,6 +129,7 @@ pub extern "C" fn tern_session_options_default() -> tern_session_options {
     tern_session_options {
         struct_size: size_of::<tern_session_options>() as u32,
         n_ctx: 0,
+        llama_cpp_numerics: 0,
     }
 }
 
@@ -165,7 +172,8 @@ unsafe impl Versioned for tern_model_options {
 
 // SAFETY: repr(C), u32 struct_size first, only u32 fields.
 unsafe impl Versioned for tern_session_options {
-    const MIN_SIZE: usize = size_of::<Self>();
+    /// The first version ended after `n_ctx`.
+    const MIN_SIZE: usize = std::mem::offset_of!(Self, llama_cpp_numerics);
     const NAME: &'static str = "tern_session_options";
     fn set_struct_size(&mut self) {
         self.struct_size = size_of::<Self>() as u32;

@@ -133,8 +133,14 @@ pub unsafe extern "C" fn tern_session_new(
             n => n as usize,
         };
         check_kv_memory(&model.model, n_ctx)?;
-        let session = OwnedSession::try_new(model.model.clone(), |m| Session::new(m, n_ctx))
-            .map_err(Error::from)?;
+        let session = OwnedSession::try_new(model.model.clone(), |m| {
+            let mut s = Session::new(m, n_ctx)?;
+            if opts.llama_cpp_numerics != 0 {
+                s.set_llama_cpp_numerics(true)?;
+            }
+            Ok::<_, tern_engine::EngineError>(s)
+        })
+        .map_err(Error::from)?;
         let cancel = session.borrow_dependent().cancel_handle();
         let handle = Box::into_raw(Box::new(tern_session {
             state: Mutex::new(State {

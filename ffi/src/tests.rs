@@ -95,16 +95,28 @@ fn versioned_structs() {
         base: tern_session_options {
             struct_size: std::mem::size_of::<Newer>() as u32,
             n_ctx: 77,
+            llama_cpp_numerics: 1,
         },
         extra: u64::MAX,
     };
     // SAFETY: `newer` holds struct_size readable bytes.
     let got = unsafe { read_versioned(&newer.base, tern_session_options_default()) }.unwrap();
     assert_eq!(got.n_ctx, 77);
+    assert_eq!(got.llama_cpp_numerics, 1);
     assert_eq!(
         got.struct_size as usize,
         std::mem::size_of::<tern_session_options>()
     );
+    // A caller compiled against the first version (struct_size 8: no llama_cpp_numerics): the
+    // bytes after its struct are not read, the field keeps its default.
+    let older = tern_session_options {
+        struct_size: 8,
+        n_ctx: 5,
+        llama_cpp_numerics: 0xdead,
+    };
+    // SAFETY: `older` holds (more than) struct_size readable bytes.
+    let got = unsafe { read_versioned(&older, tern_session_options_default()) }.unwrap();
+    assert_eq!((got.n_ctx, got.llama_cpp_numerics), (5, 0));
 }
 
 /// The default model's path (`tern fetch-default`, run once per test process: two tests running
@@ -379,11 +391,11 @@ fn a_missing_tensor_is_corrupt_file_on_every_device() {
     assert!(e.is_bad_file(), "{e}");
     let (gpu, msg) = load(TERN_DEVICE_GPU);
     eprintln!("gpu: {gpu:?}: {msg}");
-    if gpu == tern_status::TERN_UNSUPPORTED
-        && msg.contains("no GPU adapter")
-        && std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1")
-    {
-        eprintln!("skipping the GPU part: no adapter");
+    if gpu == tern_status::TERN_UNSUPPORTED && msg.contains("no GPU adapter") {
+        tern_tests::skip_gpu_or_fail(
+            "a_missing_tensor_is_corrupt_file_on_every_device",
+            "no GPU adapter for the GPU part",
+        );
         return;
     }
     assert_eq!(gpu, cpu, "{msg}");
@@ -397,4 +409,52 @@ fn a_missing_tensor_is_corrupt_file_on_every_device() {
     .err()
     .expect("a model missing a tensor loaded on the GPU");
     assert!(e.is_bad_file(), "{e}");
+}
+
+/// `tern_session_options.llama_cpp_numerics`: accepted on a CPU model (the C test checks its
+/// output against `tern run --llama-cpp-numerics`), `TERN_INVALID_ARGUMENT` naming the CPU on a
+/// GPU model (no session is made).
+#[test]
+fn llama_cpp_numerics_is_a_cpu_session_option() {
+    let path = CString::new(default_model_path()).unwrap();
+    let session = |device: u32| -> (tern_status, String) {
+        let mo = tern_model_options {
+            device,
+            ..tern_model_options_default()
+        };
+        let mut m = ptr::null_mut();
+        // SAFETY: valid arguments.
+        let st = unsafe { tern_model_load(path.as_ptr(), &mo, &mut m) };
+        if st != tern_status::TERN_OK {
+            return (st, last_error());
+        }
+        let so = tern_session_options {
+            n_ctx: 64,
+            llama_cpp_numerics: 1,
+            ..tern_session_options_default()
+        };
+        let mut s = ptr::null_mut();
+        // SAFETY: a live model handle, valid options.
+        let st = unsafe { tern_session_new(m, &so, &mut s) };
+        let msg = last_error();
+        assert_eq!(st == tern_status::TERN_OK, !s.is_null());
+        // SAFETY: NULL or live handles.
+        unsafe {
+            tern_session_free(s);
+            tern_model_free(m);
+        }
+        (st, msg)
+    };
+    let (cpu, msg) = session(TERN_DEVICE_CPU);
+    assert_eq!(cpu, tern_status::TERN_OK, "{msg}");
+    let (gpu, msg) = session(TERN_DEVICE_GPU);
+    if gpu == tern_status::TERN_UNSUPPORTED && msg.contains("no GPU adapter") {
+        tern_tests::skip_gpu_or_fail(
+            "llama_cpp_numerics_is_a_cpu_session_option",
+            "no GPU adapter for the GPU part",
+        );
+        return;
+    }
+    assert_eq!(gpu, tern_status::TERN_INVALID_ARGUMENT, "{msg}");
+    assert!(msg.contains("CPU mode"), "{msg}");
 }

@@ -65,6 +65,16 @@ if ! cmp -s "$work/greedy_cli.txt" "$work/greedy_c.txt"; then
 fi
 echo "1 passed, 0 failed: same text ($(wc -c <"$work/greedy_c.txt") bytes)"
 
+echo "== C ABI: llama_cpp_numerics session option equals \`tern run --llama-cpp-numerics\`"
+./target/release/tern run "$model" -p "$PROMPT" -n "$N_TOKENS" -c 256 --device cpu \
+  --llama-cpp-numerics >"$work/greedy_cli_llama.txt" 2>/dev/null
+if ! cmp -s "$work/greedy_cli_llama.txt" "$work/greedy_c.txt.llama"; then
+  echo "C ABI and tern run --llama-cpp-numerics differ:"
+  diff "$work/greedy_cli_llama.txt" "$work/greedy_c.txt.llama" || true
+  exit 1
+fi
+echo "1 passed, 0 failed: same text ($(wc -c <"$work/greedy_c.txt.llama") bytes)"
+
 echo "== Kotlin wrapper on the desktop JVM (Debian kotlin 1.3.31, JNI into libtern.so)"
 if ! command -v kotlinc >/dev/null; then
   if command -v apt-get >/dev/null; then
@@ -76,10 +86,18 @@ if ! command -v kotlinc >/dev/null || ! command -v java >/dev/null; then
 fi
 kt=android/src/main/kotlin/dev/tern
 # TernFlow.kt needs kotlinx-coroutines >= 1.3 (Flow), which Debian does not package: not compiled here.
+# A compile error fails the run: kotlinc's own exit status decides (the grep only drops noise),
+# and the jar of an earlier run is removed first so that a stale one cannot pass.
+rm -f "$work/tern-jvm-test.jar"
+kotlin_status=0
 kotlinc "$kt/Native.kt" "$kt/Tern.kt" "$kt/TernModel.kt" "$kt/TernSession.kt" \
-  android/jvm-test/TernJvmTest.kt -d "$work/tern-jvm-test.jar" 2>&1 \
-  | grep -vE "^warning: unable to find kotlin-stdlib.jar|Xverify:none|^$" || true
-[ -s "$work/tern-jvm-test.jar" ]
+  android/jvm-test/TernJvmTest.kt -d "$work/tern-jvm-test.jar" >"$work/kotlinc.log" 2>&1 \
+  || kotlin_status=$?
+grep -vE "^warning: unable to find kotlin-stdlib.jar|Xverify:none|^$" "$work/kotlinc.log" || true
+if [ "$kotlin_status" -ne 0 ] || [ ! -s "$work/tern-jvm-test.jar" ]; then
+  echo "Kotlin compilation failed (kotlinc exit status $kotlin_status)"
+  exit 1
+fi
 stdlib=$(ls /usr/share/java/kotlin-stdlib.jar 2>/dev/null || ls "$(dirname "$(readlink -f "$(command -v kotlinc)")")"/../lib/kotlin-stdlib.jar)
 java -Djava.library.path="$lib" -cp "$work/tern-jvm-test.jar:$stdlib" dev.tern.TernJvmTestKt \
   "$model" "$PROMPT" "$N_TOKENS" "$work/greedy_cli.txt"

@@ -6,6 +6,8 @@
  *
  * Writes the greedy continuation of PROMPT (N_TOKENS at most, default sampling = NULL) to
  * GREEDY_OUT.txt; run.sh compares it with `tern run MODEL -p PROMPT -n N_TOKENS --device cpu`.
+ * The same with `tern_session_options.llama_cpp_numerics = 1` goes to GREEDY_OUT.txt.llama;
+ * run.sh compares it with `tern run ... --llama-cpp-numerics`.
  * Prints "N passed, N failed" last; exits non-zero on any failure.
  */
 #include <math.h>
@@ -327,6 +329,56 @@ static void test_greedy(tern_model *m, const char *prompt, int n_tokens, const c
   tern_session_free(s);
 }
 
+/* llama.cpp's numerics as a session option: greedy output written for run.sh (to compare with
+   `tern run --llama-cpp-numerics`), reproducible, and the option has an effect (the scores differ
+   from the default numerics' by a little). A caller compiled against the first version of the
+   struct (struct_size 8, no such field) gets the default numerics. */
+static void test_llama_cpp_numerics(tern_model *m, const char *prompt, int n_tokens,
+                                    const char *out_path) {
+  tern_session_options so = tern_session_options_default();
+  CHECK(so.llama_cpp_numerics == 0);
+  so.n_ctx = 256;
+  so.llama_cpp_numerics = 1;
+  tern_session *ll = NULL, *ll2 = NULL, *def = NULL, *old = NULL;
+  CHECK_STATUS(tern_session_new(m, &so, &ll), TERN_OK);
+  CHECK_STATUS(tern_session_new(m, &so, &ll2), TERN_OK);
+  so.llama_cpp_numerics = 0;
+  CHECK_STATUS(tern_session_new(m, &so, &def), TERN_OK);
+  so.struct_size = 8; /* first version: ends after n_ctx */
+  so.llama_cpp_numerics = 1; /* not read */
+  CHECK_STATUS(tern_session_new(m, &so, &old), TERN_OK);
+  if (!ll || !ll2 || !def || !old) goto out;
+
+  sink k = {0}, k2 = {0};
+  CHECK_STATUS(tern_generate(ll, prompt, NULL, n_tokens, on_piece, &k), TERN_OK);
+  CHECK_STATUS(tern_generate(ll2, prompt, NULL, n_tokens, on_piece, &k2), TERN_OK);
+  CHECK(k.text && k2.text && strcmp(k.text, k2.text) == 0);
+  char path[4096];
+  snprintf(path, sizeof path, "%s.llama", out_path);
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    fprintf(f, "%s\n", k.text ? k.text : "");
+    fclose(f);
+  }
+  CHECK(f != NULL);
+  printf("greedy (llama.cpp numerics): %s\n", k.text);
+
+  const char *text = "The cat sat on the mat. It was a sunny day, and the children played.";
+  double t_ll = 0, t_def = 0, t_old = 0;
+  size_t n_ll = 0, n_def = 0, n_old = 0;
+  CHECK_STATUS(tern_score(ll, text, &t_ll, &n_ll), TERN_OK);
+  CHECK_STATUS(tern_score(def, text, &t_def, &n_def), TERN_OK);
+  CHECK_STATUS(tern_score(old, text, &t_old, &n_old), TERN_OK);
+  CHECK(n_ll == n_def && n_ll == n_old && n_ll > 0);
+  CHECK(t_old == t_def);      /* the old struct got the default numerics */
+  CHECK(t_ll != t_def);       /* the option changes the numerics ... */
+  CHECK(fabs(t_ll - t_def) < 0.05 * fabs(t_def)); /* ... by a little */
+  printf("score (llama.cpp numerics): total %.6f vs %.6f (default numerics)\n", t_ll, t_def);
+  sink_free(&k), sink_free(&k2);
+out:
+  tern_session_free(ll), tern_session_free(ll2), tern_session_free(def), tern_session_free(old);
+}
+
 static void test_callback_stop(tern_model *m) {
   tern_session *s = new_session(m, 256);
   if (!s) return;
@@ -553,6 +605,7 @@ int main(int argc, char **argv) {
   CHECK(tern_debug_live_handles() == 1);
   test_session_errors(m);
   test_greedy(m, prompt, n_tokens, out_path);
+  test_llama_cpp_numerics(m, prompt, n_tokens, out_path);
   test_callback_stop(m);
   test_cancel(m);
   test_two_threads(m);

@@ -64,3 +64,103 @@ pub fn tern_bin() -> PathBuf {
     })
     .clone()
 }
+
+/// Whether this run is CI (`CI=true`, as CI services set it): a test whose oracle or data is
+/// missing then fails instead of skipping, unless it is listed in `tests/ci-skips.txt`.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// The tests allowed to skip under `CI=true`: `tests/ci-skips.txt`, one `name: reason` per line
+/// (`#` comments and blank lines ignored). Panics on a line without a reason.
+pub fn ci_skips() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci-skips.txt");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (name, reason) = l.split_once(':').unwrap_or((l, ""));
+            let (name, reason) = (name.trim(), reason.trim());
+            assert!(
+                !name.is_empty() && !reason.is_empty(),
+                "{}: `{l}` is not `test_name: reason`",
+                path.display()
+            );
+            (name.to_string(), reason.to_string())
+        })
+        .collect()
+}
+
+/// The one way a test skips because its oracle, data or device is missing: call it and
+/// `return`. Under `CI=true` (or `TERN_REQUIRE_GPU=1` for `gpu` skips: see [`skip_gpu_or_fail`])
+/// it panics unless `test` is listed in `tests/ci-skips.txt`; elsewhere it prints why the test
+/// was skipped.
+pub fn skip_or_fail(test: &str, reason: &str) {
+    if let Err(e) = may_skip(ci(), test, reason) {
+        panic!("{e}");
+    }
+    eprintln!("skipped {test}: {reason}");
+}
+
+/// The decision of [`skip_or_fail`]: under CI only the listed tests may skip.
+fn may_skip(ci: bool, test: &str, reason: &str) -> Result<(), String> {
+    if ci && !ci_skips().iter().any(|(n, _)| n == test) {
+        return Err(format!(
+            "{test}: {reason}. Under CI=true a test whose oracle or data is missing fails: \
+             provide it, or list `{test}: <why CI cannot>` in tests/ci-skips.txt"
+        ));
+    }
+    Ok(())
+}
+
+/// [`skip_or_fail`] for a missing GPU adapter: also fails when `TERN_REQUIRE_GPU=1` (CI sets it:
+/// its GPU is Mesa's lavapipe).
+pub fn skip_gpu_or_fail(test: &str, reason: &str) {
+    if std::env::var("TERN_REQUIRE_GPU").as_deref() == Ok("1") {
+        panic!("{test}: TERN_REQUIRE_GPU=1 but {reason}");
+    }
+    skip_or_fail(test, reason);
+}
+
+/// Whether a missing GPU adapter must fail the test (`TERN_REQUIRE_GPU=1`, or `CI=true` and
+/// `test` is not in `tests/ci-skips.txt`).
+pub fn gpu_required(test: &str) -> bool {
+    std::env::var("TERN_REQUIRE_GPU").as_deref() == Ok("1")
+        || (ci() && !ci_skips().iter().any(|(n, _)| n == test))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under CI an unlisted test may not skip, a listed one may; outside CI any may. Every name
+    /// in tests/ci-skips.txt is a test that exists and calls `skip_or_fail` (a stale entry would
+    /// let a test skip silently after a rename).
+    #[test]
+    fn ci_skip_list_is_enforced_and_current() {
+        assert!(may_skip(true, "no_such_test", "data missing").is_err());
+        assert!(may_skip(false, "no_such_test", "data missing").is_ok());
+        let skips = ci_skips();
+        assert!(!skips.is_empty());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut sources = String::new();
+        for dir in ["tests", "../ffi/src", "../runtime/gpu/tests"] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "rs") {
+                    sources.push_str(&std::fs::read_to_string(&p).unwrap());
+                }
+            }
+        }
+        for (name, _) in &skips {
+            assert!(may_skip(true, name, "listed").is_ok());
+            assert!(
+                sources.contains(&format!("fn {name}()"))
+                    && sources.contains(&format!("\"{name}\"")),
+                "tests/ci-skips.txt lists {name}, which is not a test that calls skip_or_fail"
+            );
+        }
+    }
+}

@@ -584,15 +584,16 @@ fn smollm2_q4_1() {
 #[test]
 fn smollm2_finetunes() {
     let Some(dir) = std::env::var_os("TERN_DELTA_PAIRS").map(PathBuf::from) else {
-        println!(
-            "skipped: set TERN_DELTA_PAIRS=DIR with smollm2-base.tern and smollm2-step*.tern \
-             (made by tests/golden/delta/finetune_smollm2.py + `tern pack`)"
+        tern_tests::skip_or_fail(
+            "smollm2_finetunes",
+            "set TERN_DELTA_PAIRS=DIR with smollm2-base.tern and smollm2-step*.tern \
+             (made by tests/golden/delta/finetune_smollm2.py + `tern pack`)",
         );
         return;
     };
     let bp = dir.join("smollm2-base.tern");
     if !bp.is_file() {
-        println!("skipped: {} is missing", bp.display());
+        tern_tests::skip_or_fail("smollm2_finetunes", &format!("{} is missing", bp.display()));
         return;
     }
     let base = TernFile::open(&bp).unwrap();

@@ -395,7 +395,8 @@ fn i2s_gguf_from_shared_tool() {
         })
         .join("gen_i2s_synth.py");
     if !tool.is_file() {
-        eprintln!("skipped: {} not found", tool.display());
+        let why = format!("{} not found", tool.display());
+        tern_tests::skip_or_fail("i2s_gguf_from_shared_tool", &why);
         return;
     }
     let dir = tern_tests::scratch("ggml_golden_i2s");
@@ -406,7 +407,8 @@ fn i2s_gguf_from_shared_tool() {
         .env("SMALL", "1")
         .status();
     if !ok.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: python3 {} failed (needs numpy)", tool.display());
+        let why = format!("python3 {} failed (needs numpy)", tool.display());
+        tern_tests::skip_or_fail("i2s_gguf_from_shared_tool", &why);
         return;
     }
     let g = GgufFile::open(&out).unwrap();

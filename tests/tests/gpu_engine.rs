@@ -5,7 +5,9 @@
 //!   to the CPU reference for 32 tokens on 10 prompts;
 //! * random BitNet b1.58 models (transformers' BitNet layout, 2-bit and base-3 ternary layouts,
 //!   raw and NeuZip floats, the NeuZip tensors kept decoded or decoded just in time): every
-//!   position's logits within NMSE 1e-5 of the CPU reference, batched prefill and token-by-token;
+//!   position's logits within NMSE 1e-11 of the CPU reference, batched prefill and token-by-token
+//!   (measured ≤ 5.3e-14 on lavapipe and on an H100; margin ~200× for other drivers' summation
+//!   order and FMA contraction), fused GPU scores within 1e-5 (measured ≤ 9.5e-7, margin ~10×);
 //! * typed errors: a4.8 activations (no GPU kernels), a context whose KV cache exceeds a binding.
 
 use std::path::Path;
@@ -15,8 +17,10 @@ use tern_import::hf::import_hf_dir;
 use tern_import::pack::{FloatMode, PackOptions};
 use tern_tests::{golden, scratch};
 
+/// A missing adapter fails under TERN_REQUIRE_GPU=1 or CI=true (tests/ci-skips.txt may list
+/// `gpu_engine`).
 fn gpu_required() -> bool {
-    std::env::var("TERN_REQUIRE_GPU").as_deref() == Ok("1")
+    tern_tests::gpu_required("gpu_engine")
 }
 
 /// Open `path` on the GPU, or `None` (test skipped) when there is no adapter and none is required.
@@ -146,6 +150,8 @@ fn smollm2_greedy_gpu_equals_cpu() {
         "SmolLM2 score of {} tokens: GPU vs CPU max |Δ log p| {d:.2e}",
         got.len()
     );
+    // Measured 1.1e-5 (lavapipe 2026-11-23: Q4_1 layers in another summation order over 36
+    // tokens of context), margin ~10×.
     assert!(d <= 1e-4, "GPU score differs by {d}");
 }
 
@@ -216,14 +222,16 @@ fn random_bitnet_logits_match_cpu() {
                     eprintln!(
                         "{name} {tag} budget {budget:?}: prefill NMSE {e1:.2e}, decode NMSE {e2:.2e} ({jit} jit tensors)"
                     );
-                    assert!(e1 <= 1e-5 && e2 <= 1e-5, "{name} {tag}: NMSE {e1} / {e2}");
+                    // Measured ≤ 5.3e-14 (lavapipe 2026-11-23, H100 2026-11-22), margin ~200×.
+                    assert!(e1 <= 1e-11 && e2 <= 1e-11, "{name} {tag}: NMSE {e1} / {e2}");
                     // Scoring through the fused CCE kernel on the GPU (head resident only).
                     if budget.is_none() {
                         let want = cpu.score(&toks).unwrap();
                         let got = gpu.score(&toks).unwrap();
                         let d = max_abs_diff(&got, &want);
                         eprintln!("  score: max |Δ log p| {d:.2e} over {} tokens", got.len());
-                        assert!(d <= 1e-4, "{name} {tag}: GPU score differs by {d}");
+                        // Measured ≤ 9.5e-7 (lavapipe 2026-11-23), margin ~10×.
+                        assert!(d <= 1e-5, "{name} {tag}: GPU score differs by {d}");
                         worst_lp = worst_lp.max(d);
                     }
                     worst = worst.max(e1).max(e2);
@@ -322,7 +330,8 @@ fn kv_bytes_per_token_and_session_score_agree_across_backends() {
     let got = gs.score(&toks).unwrap();
     assert_eq!(gs.history(), &toks[..toks.len() - 1]);
     let d = max_abs_diff(&got, &want_lp);
-    assert!(d <= 1e-4, "GPU session score differs by {d}");
+    // The same model and scorer as above: measured ≤ 9.5e-7, margin ~10×.
+    assert!(d <= 1e-5, "GPU session score differs by {d}");
     // Model::score twice (the cached scoring session, then a longer text that grows it).
     assert_eq!(gpu.score(&toks).unwrap(), got);
     let longer: Vec<u32> = toks.iter().chain(&toks).copied().collect();

@@ -596,16 +596,49 @@ fn golden() -> Golden {
 }
 
 /// All 14 windows (7154 predicted tokens; ~90 s in release mode on 2 cores) against llama.cpp's
-/// whole-file 18.3459, with the default f32 reference numerics that `tern perplexity` uses
-/// (measured −0.25%). `TERN_GPL3_QUICK=1`: windows 0, 4, 9, 13 only, against llama.cpp's figure
-/// for those windows (from its per-window NLL sums). `TERN_PPL_LLAMA_LIKE=1`: llama.cpp's numerics
-/// (`ForwardOptions::llama_cpp_like()`; measured 18.3459 ± 0.8623, llama.cpp's own figures).
+/// whole-file 18.3459, with the default f32 reference numerics that `tern perplexity` uses.
+/// `TERN_GPL3_QUICK=1`: windows 0, 4, 9, 13 only, against llama.cpp's figure for those windows
+/// (from its per-window NLL sums).
+///
+/// Measured 2026-11-23 (2-core x86-64): −0.250% (ppl_second_half 18.3001 vs 18.3459); the f32
+/// reference quantizes no activations where llama.cpp uses Q8 blocks, so it is not llama.cpp's
+/// number, only close to it. Tolerance: 0.5% (2× the measured level).
 #[test]
 fn smollm2_gpl3_perplexity_matches_llama_cpp() {
+    let quick = std::env::var_os("TERN_GPL3_QUICK").is_some();
+    let rel = gpl3_perplexity(false, quick);
+    assert!(
+        rel.abs() <= 0.005,
+        "ppl_second_half off by {:.3}%",
+        rel * 100.0
+    );
+}
+
+/// With llama.cpp's numerics (`--llama-cpp-numerics`, `ForwardOptions::llama_cpp_like()`) the
+/// perplexity is llama.cpp's: windows 0, 4, 9, 13 (~60 s on 2 cores; `TERN_GPL3_FULL=1`: all 14,
+/// against the whole-file 18.3459). Measured 2026-11-23 (2-core x86-64, 4 windows): 20.8371 vs
+/// 20.8372, relative −2.2e-6 — what is left is the rounding of the golden (llama-perplexity's
+/// printed figures: per-window NLL from 6-decimal running means, the final ppl to 4 decimals,
+/// ±2.7e-6 relative). Tolerance 2e-5 (~10× the measured level), 100× below the 0.25% at which
+/// the f32 numerics sit.
+#[test]
+fn smollm2_gpl3_perplexity_llama_cpp_numerics_equals_llama_cpp() {
+    let full = std::env::var_os("TERN_GPL3_FULL").is_some();
+    let rel = gpl3_perplexity(true, !full);
+    assert!(
+        rel.abs() <= 2e-5,
+        "ppl_second_half off by {:.5}%",
+        rel * 100.0
+    );
+}
+
+/// Perplexity of SmolLM2 on GPL-3 (windows 0, 4, 9, 13 when `quick`, else all 14), relative to
+/// llama-perplexity's figure for the same windows.
+fn gpl3_perplexity(llama_cpp_numerics: bool, quick: bool) -> f64 {
     let _g = shared();
     let g = golden();
     let mut model = tern_engine::Model::open(smollm2_path()).unwrap();
-    if std::env::var_os("TERN_PPL_LLAMA_LIKE").is_some() {
+    if llama_cpp_numerics {
         model.set_forward_options(ForwardOptions::llama_cpp_like());
     }
     let text = std::fs::read_to_string(GPL3).unwrap();
@@ -615,7 +648,7 @@ fn smollm2_gpl3_perplexity_matches_llama_cpp() {
         g.tokens,
         "tokenization differs from llama.cpp's"
     );
-    let full = std::env::var_os("TERN_GPL3_QUICK").is_none();
+    let full = !quick;
     let windows: Vec<usize> = if full {
         (0..g.window_nll.len()).collect()
     } else {
@@ -648,10 +681,10 @@ fn smollm2_gpl3_perplexity_matches_llama_cpp() {
             g.window_nll[w.index] / per as f64
         );
     }
-    let rel = (r.ppl_second_half - want).abs() / want;
+    let rel = (r.ppl_second_half - want) / want;
     eprintln!(
-        "GPL-3 c={} windows {windows:?}: ppl_second_half {:.4} ± {:.4} vs llama.cpp {want:.4} \
-         ({:+.3}%), ppl (all tokens) {:.4}; {} tokens scored in {secs:.1}s ({:.1} t/s)",
+        "GPL-3 c={} windows {windows:?}, llama.cpp numerics {llama_cpp_numerics}: ppl_second_half {:.4} ± {:.4} vs llama.cpp {want:.4} \
+         ({:+.3}%, relative {rel:+.2e}), ppl (all tokens) {:.4}; {} tokens scored in {secs:.1}s ({:.1} t/s)",
         g.n_ctx,
         r.ppl_second_half,
         r.ppl_second_half_stderr,
@@ -660,7 +693,7 @@ fn smollm2_gpl3_perplexity_matches_llama_cpp() {
         r.scored,
         r.scored as f64 / secs
     );
-    assert!(rel <= 0.01, "ppl_second_half off by {:.3}%", rel * 100.0);
+    rel
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -145,7 +145,8 @@ impl Model {
                 ctx: cache.capacity() + 1,
             });
         }
-        crate::backend::cpu::score_in_cache(self.net()?, cache, tokens, opts, obs)
+        let net = self.net()?;
+        crate::backend::cpu::score_in_cache(net, &net.options(), cache, tokens, opts, obs)
     }
 
     /// Tokenize a text for [`Model::perplexity`] as llama-perplexity does: BOS when the model adds

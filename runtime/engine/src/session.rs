@@ -258,6 +258,16 @@ impl<'m> Session<'m> {
         p
     }
 
+    /// Run this session with llama.cpp's CPU numerics ([`ForwardOptions::llama_cpp_like`]: its
+    /// greedy output token for token) or, with `false`, with the model's own. The cache is
+    /// cleared (its entries were computed with the other numerics). `InvalidArgument` on the GPU
+    /// backend, which has no such mode.
+    pub fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
+        self.state.set_llama_cpp_numerics(on)?;
+        self.reset();
+        Ok(())
+    }
+
     /// Forget everything.
     pub fn reset(&mut self) {
         self.state.truncate(0);

@@ -30,7 +30,7 @@
 
 use crate::error::{check_len, ReferenceError, Result};
 use crate::matmul::{MatmulOptions, Matrix};
-use crate::model::Model;
+use crate::model::{ForwardOptions, Model};
 use crate::par_map;
 use tern_format::ActQuant;
 
@@ -229,7 +229,18 @@ impl Model {
         targets: &[u32],
         opts: &CceOptions,
     ) -> Result<Vec<f32>> {
-        log_probs(self.head(), hidden, targets, &self.options().matmul, opts)
+        self.score_hidden_opts(&self.options(), hidden, targets, opts)
+    }
+
+    /// [`Model::score_hidden_with`] with the forward options `fwd` instead of the model's own.
+    pub fn score_hidden_opts(
+        &self,
+        fwd: &ForwardOptions,
+        hidden: &[f32],
+        targets: &[u32],
+        opts: &CceOptions,
+    ) -> Result<Vec<f32>> {
+        log_probs(self.head(), hidden, targets, &fwd.matmul, opts)
     }
 
     /// The plain reference for [`Model::score_hidden`]: all logits ([`Model::logits`], `n ×

@@ -317,14 +317,37 @@ impl Model {
         cache: &mut KvCache,
         wanted: LogitsWanted,
     ) -> Result<Vec<f32>> {
-        let hidden = self.forward_hidden(tokens, cache, wanted)?;
-        self.logits(&hidden)
+        self.forward_opts(&self.opts, tokens, cache, wanted)
+    }
+
+    /// [`Model::forward`] with the numerical options `opts` instead of the model's own (so that
+    /// several caches on one model can each use their own numerics).
+    pub fn forward_opts(
+        &self,
+        opts: &ForwardOptions,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+    ) -> Result<Vec<f32>> {
+        let hidden = self.forward_hidden_opts(opts, tokens, cache, wanted)?;
+        self.logits_opts(opts, &hidden)
     }
 
     /// Like [`Model::forward`] but returns the final hidden states (after the output norm),
     /// `[n, n_embd]`, so a caller can score tokens without materializing all logits.
     pub fn forward_hidden(
         &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+    ) -> Result<Vec<f32>> {
+        self.forward_hidden_opts(&self.opts, tokens, cache, wanted)
+    }
+
+    /// [`Model::forward_hidden`] with the numerical options `opts`.
+    pub fn forward_hidden_opts(
+        &self,
+        opts: &ForwardOptions,
         tokens: &[u32],
         cache: &mut KvCache,
         wanted: LogitsWanted,
@@ -360,7 +383,7 @@ impl Model {
                 capacity: cache.n_ctx,
             });
         }
-        let mm = &self.opts.matmul;
+        let mm = &opts.matmul;
         let eps = hp.rms_eps;
 
         let mut x = vec![0.0f32; n * n_embd];
@@ -382,7 +405,7 @@ impl Model {
 
         for (li, layer) in self.layers.iter().enumerate() {
             // attention
-            self.norm(&x, &layer.attn_norm, &mut a)?;
+            self.norm(opts, &x, &layer.attn_norm, &mut a)?;
             layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
             layer.wk.matmul(&a, self.acts.qkv, mm, &mut k)?;
             layer.wv.matmul(&a, self.acts.qkv, mm, &mut v)?;
@@ -390,21 +413,21 @@ impl Model {
             for i in 0..n {
                 let pos = p0 + i;
                 let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                self.rope(qi, n_head, pos, &mut rope_cache)?;
+                self.rope(opts, qi, n_head, pos, &mut rope_cache)?;
                 let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                self.rope(ki, n_head_kv, pos, &mut rope_cache)?;
+                self.rope(opts, ki, n_head_kv, pos, &mut rope_cache)?;
                 let vi = v.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
                 let kd = kc
                     .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
                     .unwrap_or_default();
-                store(kd, ki, self.opts.kv_f16);
+                store(kd, ki, opts.kv_f16);
                 let vd = vc
                     .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
                     .unwrap_or_default();
-                store(vd, vi, self.opts.kv_f16);
+                store(vd, vi, opts.kv_f16);
             }
             let (kc, vc) = cache.layer(li);
-            let llama_ops = self.opts.llama_cpp_ops;
+            let llama_ops = opts.llama_cpp_ops;
             let scale = 1.0 / (hd as f32).sqrt();
             let group = n_head / n_head_kv;
             if llama_ops && n >= ggml_cpu::FA_TILE {
@@ -488,11 +511,11 @@ impl Model {
             add(&mut x, &proj);
 
             // feed-forward
-            self.norm(&x, &layer.ffn_norm, &mut a)?;
+            self.norm(opts, &x, &layer.ffn_norm, &mut a)?;
             layer.gate.matmul(&a, self.acts.gate_up, mm, &mut g)?;
             layer.up.matmul(&a, self.acts.gate_up, mm, &mut up)?;
             match hp.ffn_act {
-                FfnAct::Silu if self.opts.llama_cpp_ops => ggml_cpu::swiglu(&g, &up, &mut h),
+                FfnAct::Silu if opts.llama_cpp_ops => ggml_cpu::swiglu(&g, &up, &mut h),
                 FfnAct::Silu => swiglu(&g, &up, &mut h)?,
                 FfnAct::Relu2 => relu2_glu(&g, &up, &mut h)?,
             }
@@ -515,13 +538,13 @@ impl Model {
         };
         let mut out = vec![0.0f32; rows.len()];
         if !rows.is_empty() {
-            self.norm(rows, &self.output_norm, &mut out)?;
+            self.norm(opts, rows, &self.output_norm, &mut out)?;
         }
         Ok(out)
     }
 
-    fn norm(&self, x: &[f32], w: &[f32], out: &mut [f32]) -> Result<()> {
-        if self.opts.llama_cpp_ops {
+    fn norm(&self, opts: &ForwardOptions, x: &[f32], w: &[f32], out: &mut [f32]) -> Result<()> {
+        if opts.llama_cpp_ops {
             if w.is_empty() || x.len() % w.len() != 0 || out.len() != x.len() {
                 return Err(ReferenceError::shape("rms_norm", "input is not whole rows"));
             }
@@ -534,6 +557,7 @@ impl Model {
 
     fn rope(
         &self,
+        opts: &ForwardOptions,
         x: &mut [f32],
         heads: usize,
         pos: usize,
@@ -541,7 +565,7 @@ impl Model {
     ) -> Result<()> {
         let hp = &self.hp;
         let (hd, rd) = (u(hp.head_dim), u(hp.rope_dim));
-        if self.opts.llama_cpp_ops {
+        if opts.llama_cpp_ops {
             if x.len() != heads * hd {
                 return Err(ReferenceError::shape("rope", "x is not n_heads × head_dim"));
             }
@@ -560,11 +584,16 @@ impl Model {
     /// Logits `[n, n_vocab]` from final hidden states `[n, n_embd]` (output of
     /// [`Model::forward_hidden`]). The output head takes float activations.
     pub fn logits(&self, hidden: &[f32]) -> Result<Vec<f32>> {
+        self.logits_opts(&self.opts, hidden)
+    }
+
+    /// [`Model::logits`] with the numerical options `opts`.
+    pub fn logits_opts(&self, opts: &ForwardOptions, hidden: &[f32]) -> Result<Vec<f32>> {
         let head = self.head();
         let n = hidden.len() / u(self.hp.n_embd).max(1);
         let mut y = vec![0.0f32; n * head.rows];
         if n > 0 {
-            head.matmul(hidden, ActQuant::None, &self.opts.matmul, &mut y)?;
+            head.matmul(hidden, ActQuant::None, &opts.matmul, &mut y)?;
         }
         Ok(y)
     }

@@ -56,6 +56,7 @@ impl ModelBackend for CpuModel {
         Ok(Box::new(CpuSession {
             net: &self.net,
             cache: KvCache::new(&self.net, n_ctx)?,
+            opts: self.net.options(),
         }))
     }
 
@@ -66,7 +67,14 @@ impl ModelBackend for CpuModel {
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
         let mut cache = KvCache::new(&self.net, tokens.len().saturating_sub(1))?;
-        score_in_cache(&self.net, &mut cache, tokens, opts, obs)
+        score_in_cache(
+            &self.net,
+            &self.net.options(),
+            &mut cache,
+            tokens,
+            opts,
+            obs,
+        )
     }
 
     fn report(&self) -> ModelReport {
@@ -90,6 +98,8 @@ impl ModelBackend for CpuModel {
 struct CpuSession<'m> {
     net: &'m tern_reference::Model,
     cache: KvCache,
+    /// This session's numerics (the model's when the session was made, unless switched).
+    opts: ForwardOptions,
 }
 
 impl SessionBackend for CpuSession<'_> {
@@ -98,7 +108,9 @@ impl SessionBackend for CpuSession<'_> {
             Logits::Last => LogitsWanted::Last,
             Logits::All => LogitsWanted::All,
         };
-        Ok(self.net.forward(tokens, &mut self.cache, wanted)?)
+        Ok(self
+            .net
+            .forward_opts(&self.opts, tokens, &mut self.cache, wanted)?)
     }
 
     fn truncate(&mut self, n: usize) {
@@ -119,7 +131,7 @@ impl SessionBackend for CpuSession<'_> {
         opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
-        score_in_cache(self.net, &mut self.cache, tokens, opts, obs)
+        score_in_cache(self.net, &self.opts, &mut self.cache, tokens, opts, obs)
     }
 
     fn kv_bytes_per_token(&self) -> u64 {
@@ -141,12 +153,24 @@ impl SessionBackend for CpuSession<'_> {
         self.eval(&[token], Logits::Last)?;
         Ok(None)
     }
+
+    fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
+        let parallel = self.net.options().matmul.parallel;
+        self.opts = if on {
+            ForwardOptions::llama_cpp_like()
+        } else {
+            self.net.options()
+        };
+        self.opts.matmul.parallel = parallel;
+        Ok(())
+    }
 }
 
 /// The CPU scoring loop: clear `cache`, run `tokens[..n-1]` in batches of `opts.batch`, and score
 /// each batch's hidden states with the fused scorer. `tokens.len() − 1` fits the cache.
 pub(crate) fn score_in_cache(
     net: &tern_reference::Model,
+    fwd: &ForwardOptions,
     cache: &mut KvCache,
     tokens: &[u32],
     opts: &ScoreOptions,
@@ -167,9 +191,9 @@ pub(crate) fn score_in_cache(
         else {
             break; // unreachable: end + 1 ≤ n_in + 1 = tokens.len()
         };
-        let hidden = net.forward_hidden(inputs, cache, LogitsWanted::All)?;
+        let hidden = net.forward_hidden_opts(fwd, inputs, cache, LogitsWanted::All)?;
         obs.scoring_started();
-        let lp = net.score_hidden_with(&hidden, targets, &opts.cce);
+        let lp = net.score_hidden_opts(fwd, &hidden, targets, &opts.cce);
         obs.scoring_finished();
         drop(hidden);
         let lp = lp?;

@@ -241,4 +241,15 @@ impl SessionBackend for GpuState {
                 .collect(),
         ))
     }
+
+    fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
+        if on {
+            return Err(EngineError::InvalidArgument(
+                "llama.cpp numerics are a CPU mode: load the model on the CPU (--device cpu, \
+                 TERN_DEVICE_CPU) to use them"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
