@@ -233,7 +233,7 @@ fn cancel_during_a_long_prefill_is_prompt_and_rolls_the_session_back() {
     // One layer of a 1000-token batch of SmolLM2-135M (30 layers) is ~0.1-0.3 s on 2 cores: the
     // bound leaves room for a loaded CI machine, but not for the rest of the prompt.
     eprintln!("CPU prefill of 1000 tokens cancelled: returned {latency:?} after the flag");
-    assert!(latency < std::time::Duration::from_secs(2), "{latency:?}");
+    assert!(latency < std::time::Duration::from_secs(4), "{latency:?}");
 
     // The session is where it was before the cancelled call, and generates as if nothing happened.
     assert_eq!(s.history(), &start[..]);
@@ -263,7 +263,7 @@ fn cancel_during_scoring_is_prompt_and_leaves_an_empty_session() {
     assert!(matches!(r, Err(EngineError::Cancelled)), "{r:?}");
     let latency = ended.saturating_duration_since(sent);
     eprintln!("CPU score of 1000 tokens cancelled: returned {latency:?} after the flag");
-    assert!(latency < std::time::Duration::from_secs(2), "{latency:?}");
+    assert!(latency < std::time::Duration::from_secs(4), "{latency:?}");
     assert!(s.history().is_empty());
     // Usable afterwards: a short score equals a fresh session's.
     let short = &text[..12];

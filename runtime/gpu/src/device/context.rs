@@ -210,7 +210,11 @@ impl GpuContext {
         device.set_device_lost_callback(move |reason, msg| {
             log::error!("GPU device lost ({reason:?}): {msg}");
             if let Ok(mut g) = l2.lock() {
-                *g = Some(format!("{reason:?}: {msg}"));
+                *g = Some(if msg.is_empty() {
+                    format!("{reason:?}")
+                } else {
+                    format!("{reason:?}: {msg}")
+                });
             }
             f2.store(true, Ordering::SeqCst);
         });

@@ -20,12 +20,12 @@ pub struct SessionMemory {
     pub scratch_bytes: u64,
 }
 
-/// Token·layers a prefill submission holds by default (a batch of `n > 1` tokens is submitted
-/// `max(1, this / n)` layers at a time; a decode step is one submission). The session checks for
-/// cancellation between submissions, so this bounds the cancel latency: on the 2B4T shape a
-/// token·layer is ~0.1 GFLOP, so a submission is ~200 GFLOP, a few ms on a desktop GPU; the
-/// submit-and-wait between two costs ~0.1 ms.
-pub const PREFILL_TOKEN_LAYERS_PER_SUBMIT: u64 = 2048;
+/// Batches of at least this many tokens are submitted one layer at a time (smaller ones, decode
+/// steps included, in one submission). The session checks for cancellation between submissions,
+/// so a cancel waits for at most about one layer of the batch (~3 ms for 512 tokens of the 2B4T
+/// shape on a desktop GPU, seconds on lavapipe). Two submissions are kept in flight, so the GPU
+/// does not idle between them; the cost is the CPU's encoding and submitting, ~0.1 ms a layer.
+pub const LAYERED_SUBMIT_MIN_TOKENS: u64 = 8;
 
 /// A check that says whether to stop (cancellation), called between GPU submissions.
 pub type Stop<'a> = &'a dyn Fn() -> bool;
@@ -41,7 +41,6 @@ pub struct GpuSession {
     /// Per batch size and output: the recorded pass, in submission segments.
     pub(crate) plans: HashMap<(u64, Wanted), Vec<Plan>>,
     mem: SessionMemory,
-    token_layers_per_submit: u64,
 }
 
 impl std::fmt::Debug for GpuSession {
@@ -79,23 +78,12 @@ impl GpuSession {
             kv,
             s,
             plans: HashMap::new(),
-            token_layers_per_submit: PREFILL_TOKEN_LAYERS_PER_SUBMIT,
         })
     }
 
-    /// Change how much of a prefill goes into one GPU submission (token·layers, at least one
-    /// layer; see [`PREFILL_TOKEN_LAYERS_PER_SUBMIT`]). Plans recorded before are dropped.
-    pub fn set_token_layers_per_submit(&mut self, v: u64) {
-        self.token_layers_per_submit = v.max(1);
-        self.plans.clear();
-    }
-
     /// Layers per submission for a batch of `n` tokens (0: all in one).
-    fn layers_per_segment(&self, n: u64) -> usize {
-        if n <= 1 {
-            return 0;
-        }
-        (self.token_layers_per_submit / n).max(1) as usize
+    fn layers_per_segment(n: u64) -> usize {
+        usize::from(n >= LAYERED_SUBMIT_MIN_TOKENS)
     }
 
     pub fn len(&self) -> u64 {
@@ -143,7 +131,7 @@ impl GpuSession {
             // Keep decode plans; drop odd prefill sizes.
             self.plans.retain(|(k, _), _| *k == 1);
         }
-        let per = self.layers_per_segment(n);
+        let per = Self::layers_per_segment(n);
         let plan = graph::record(&self.model, &self.s, &self.kv, n, wanted, per)?;
         self.plans.insert((n, wanted), plan);
         Ok(())
@@ -288,9 +276,8 @@ impl GpuSession {
         never_stopped(self.eval_with(tokens, &|| false))
     }
 
-    /// [`GpuSession::eval`] that checks `stop` between GPU submissions (every
-    /// [`PREFILL_TOKEN_LAYERS_PER_SUBMIT`] token·layers of a prefill) and returns `Ok(None)` when
-    /// it says so. After `Ok(None)` or an error, `len()` is what it was before the call.
+    /// [`GpuSession::eval`] that checks `stop` between GPU submissions (every layer of a batch of
+    /// [`LAYERED_SUBMIT_MIN_TOKENS`] or more) and returns `Ok(None)` when it says so. After `Ok(None)` or an error, `len()` is what it was before the call.
     pub fn eval_with(&mut self, tokens: &[u32], stop: Stop<'_>) -> Result<Option<Vec<f32>>> {
         if tokens.is_empty() {
             return Err(GpuError::invalid("eval", "no tokens"));
