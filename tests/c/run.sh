@@ -34,6 +34,17 @@ fi
 
 model=$(./target/release/tern fetch-default)
 
+# GPU parts of the C test (cancel during a long prompt, device loss) run where a GPU is required
+# (CI's lavapipe job): SmolLM2 with a short prompt and a bound suited to software Vulkan, where one
+# layer of a 40-token batch takes seconds. On a real GPU, run the test by hand with
+# TERN_TEST_GPU_MODEL=2b4t.tern (defaults: a ~2600-token prompt, cancel 100 ms in, bound 100 ms).
+if [ "${TERN_REQUIRE_GPU:-0}" = 1 ] && [ -z "${TERN_TEST_GPU_MODEL:-}" ]; then
+  export TERN_TEST_GPU=${TERN_TEST_GPU:-1}
+  export TERN_CANCEL_PROMPT_WORDS=${TERN_CANCEL_PROMPT_WORDS:-30}
+  export TERN_CANCEL_DELAY_MS=${TERN_CANCEL_DELAY_MS:-300}
+  export TERN_CANCEL_GPU_BOUND_MS=${TERN_CANCEL_GPU_BOUND_MS:-15000}
+fi
+
 echo "== C ABI: C test under AddressSanitizer + LeakSanitizer + UBSan"
 gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
   -fsanitize=address,undefined -fno-sanitize-recover=undefined \
