@@ -221,10 +221,7 @@ fn cancel_during_a_long_prefill_is_prompt_and_rolls_the_session_back() {
     let len0 = s.history().len();
 
     // A 1000-token prompt takes seconds on the CPU; cancel it 300 ms in.
-    let setter = cancel_after(
-        s.cancel_handle(),
-        std::time::Duration::from_millis(300),
-    );
+    let setter = cancel_after(s.cancel_handle(), std::time::Duration::from_millis(300));
     let r = s.eval(&prompt);
     let ended = std::time::Instant::now();
     let sent = setter.join().unwrap();
@@ -253,10 +250,7 @@ fn cancel_during_scoring_is_prompt_and_leaves_an_empty_session() {
     let text = long_prompt(m, 1000);
     let mut s = Session::new(m, 1100).unwrap();
     s.eval(&text[..5]).unwrap();
-    let setter = cancel_after(
-        s.cancel_handle(),
-        std::time::Duration::from_millis(300),
-    );
+    let setter = cancel_after(s.cancel_handle(), std::time::Duration::from_millis(300));
     let r = s.score(&text);
     let ended = std::time::Instant::now();
     let sent = setter.join().unwrap();

@@ -374,13 +374,21 @@ fn gpu_prefill_stops_between_layers_and_rolls_back() {
     };
     let never = stop_at(usize::MAX);
     let full = s.eval_all_with(&toks[3..], &never).unwrap().unwrap();
-    assert_eq!(calls.get(), n_layer, "one check per layer of a 9-token batch");
+    assert_eq!(
+        calls.get(),
+        n_layer,
+        "one check per layer of a 9-token batch"
+    );
     s.truncate(3);
     // Stop before the last layer (the first ones ran and wrote their KV rows).
     assert!(n_layer >= 2);
     let last = stop_at(n_layer);
     assert!(s.eval_with(&toks[3..], &last).unwrap().is_none());
-    assert_eq!(s.len(), 3, "a stopped prefill leaves the session where it was");
+    assert_eq!(
+        s.len(),
+        3,
+        "a stopped prefill leaves the session where it was"
+    );
     assert_eq!(s.eval_all(&toks[3..]).unwrap(), full);
     // A decode step is one submission (one check).
     let once = stop_at(usize::MAX);
@@ -423,7 +431,11 @@ fn device_loss_mid_generation_then_the_cpu_continues() {
         }
         other => panic!("expected DeviceLost, got {other:?}"),
     }
-    assert_eq!(s.history(), &before[..], "rolled back to the last good position");
+    assert_eq!(
+        s.history(),
+        &before[..],
+        "rolled back to the last good position"
+    );
     assert!(s.is_device_lost() && gpu.is_device_lost());
     // Every later call says so at once.
     assert!(matches!(
