@@ -697,6 +697,12 @@ int main(int argc, char **argv) {
   const char *tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   printf("tern %s, ABI %u\n", tern_version(), tern_abi_version());
 
+  if (getenv("TERN_TEST_GPU_ONLY")) { /* run.sh's GPU pass (see there) */
+    test_cancel_prefill_gpu(model_path);
+    test_device_loss(model_path, prompt);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+  }
   test_versions();
   test_null_arguments(model_path);
   test_load_errors(model_path, tmpdir);
