@@ -79,6 +79,11 @@ typedef enum tern_status {
   TERN_TEMPLATE = 12,
   // The forward pass produced non-finite values.
   TERN_NUMERIC = 13,
+  // The GPU device was lost (driver reset, GPU hang, the OS reclaiming it). The process and
+  // every other handle are fine, but this model and its sessions can no longer run: free them,
+  // load the model again (`TERN_DEVICE_CPU` always works) and make a new session. Appended
+  // (ABI version unchanged); libraries before it reported a lost device as `TERN_INTERNAL`.
+  TERN_DEVICE_LOST = 14,
 } tern_status;
 
 // A loaded model (opaque). Free with `tern_model_free`.
@@ -269,16 +274,21 @@ enum tern_status tern_session_reset(struct tern_session *session);
 // Errors: `TERN_NULL_ARGUMENT` (session, prompt, cb), `TERN_INVALID_ARGUMENT` (bad sampling
 // values, empty prompt, prompt not UTF-8), `TERN_CONTEXT_FULL` (the prompt does not fit),
 // `TERN_CANCELLED` (`tern_cancel` during the call: the text passed to `cb` so far stands),
-// `TERN_BUSY`, `TERN_NO_TOKENIZER`.
+// `TERN_BUSY`, `TERN_NO_TOKENIZER`, `TERN_DEVICE_LOST` (the GPU was lost: free the session and
+// the model, load the model again — `TERN_DEVICE_CPU` always works — and resend the prompt with
+// the text generated so far).
 //
 // # Safety
 // `session` is NULL or a live session handle; `prompt` is NULL or NUL-terminated; `params` is NULL
 // or a valid `tern_sampling`; `cb` is NULL or a function safe to call with `user_data`.
 enum tern_status tern_generate(struct tern_session *session, const char *prompt, const struct tern_sampling *params, int32_t max_tokens, tern_piece_callback cb, void *user_data);
 
-// Make the `tern_generate` or `tern_score` running on `session` return `TERN_CANCELLED` promptly
-// (after the token being computed). Safe from any thread at any time; does nothing when no call is
-// running (a cancel that arrives before a call starts is not remembered). NULL is ignored.
+// Make the `tern_generate` or `tern_score` running on `session` return `TERN_CANCELLED` promptly:
+// between generated tokens, and inside a prompt or a scored text before every layer on the CPU
+// and between GPU submissions (a long prompt is submitted a few layers at a time). The session
+// is left as it was before the cancelled part (the prompt's tokens are not half in the cache)
+// and stays usable. Safe from any thread at any time; does nothing when no call is running (a
+// cancel that arrives before a call starts is not remembered). NULL is ignored.
 //
 // # Safety
 // `session` is NULL or a live session handle.
@@ -302,15 +312,28 @@ enum tern_status tern_session_last_stats(const struct tern_session *session, str
 // The log-probabilities come from the engine's fused scorer (the same numbers as `tern score`
 // and `Model::score`; no logit matrix is made). Uses the session's KV cache: it is cleared first
 // and holds the text's tokens (but the last) afterwards. `tern_cancel` stops it with
-// `TERN_CANCELLED` (checked between batches of 512 tokens on the CPU, before the GPU runs it).
+// `TERN_CANCELLED` (checked before every layer on the CPU, between submissions on the GPU); the
+// cache is empty after a failed or cancelled score.
 //
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
-// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`.
+// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`,
+// `TERN_DEVICE_LOST`.
 //
 // # Safety
 // `session` is NULL or a live session handle; `text` is NULL or NUL-terminated; the outputs are
 // NULL or writable.
 enum tern_status tern_score(struct tern_session *session, const char *text, double *out_total_logprob, size_t *out_tokens);
+
+// Testing aid: destroy the GPU device under `model` (`wgpu::Device::destroy`), as a driver reset
+// would, so that an app can test its handling of `TERN_DEVICE_LOST`: the next GPU work of the
+// model's sessions (the running `tern_generate` too) fails with `TERN_DEVICE_LOST`; the process
+// and other models are unaffected. Safe from any thread, also from a piece callback.
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_UNSUPPORTED` (the model runs on the CPU; nothing happens).
+//
+// # Safety
+// `model` is NULL or a live model handle.
+enum tern_status tern_debug_lose_device(const struct tern_model *model);
 
 // The name of a status code (`"TERN_OK"`, ...) as a static string; `"TERN_UNKNOWN"` for a number
 // that is not a status. Takes an integer so that any value is safe to pass.

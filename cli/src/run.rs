@@ -46,6 +46,10 @@ pub struct SamplingArgs {
     pub max_memory: Option<String>,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
+    /// Testing aid: destroy the GPU device (as a driver reset would) after this many pieces of
+    /// generated text, and then go on as `--device auto` does after a device loss.
+    #[arg(long, hide = true)]
+    pub debug_lose_device_after: Option<usize>,
 }
 
 impl SamplingArgs {
@@ -63,6 +67,12 @@ impl SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// Whether a lost GPU device is replaced by the CPU (with a warning) instead of failing:
+    /// `--device auto`, or a simulated loss.
+    pub fn falls_back(&self) -> bool {
+        self.device == "auto" || self.debug_lose_device_after.is_some()
+    }
+
     /// The backend and memory budget asked for.
     pub fn load_options(&self) -> Result<LoadOptions> {
         let device: Device = self.device.parse()?;
@@ -154,8 +164,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         _ => bail!("give a prompt: -p TEXT or --tokens 1,2,3"),
     };
     model.check_tokens(&prompt)?;
-    let mut s = Session::new(&model, a.sampling.ctx)?;
     if let Some(path) = &a.dump_logits {
+        let mut s = Session::new(&model, a.sampling.ctx)?;
         let logits = s.eval_all(&prompt)?;
         write_npy(path, &logits, prompt.len(), model.n_vocab())?;
         log::info!(
@@ -167,7 +177,6 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         if a.n == 0 {
             return Ok(ExitCode::SUCCESS);
         }
-        s.reset();
     }
     if a.n == 0 {
         return Ok(ExitCode::SUCCESS);
@@ -178,11 +187,35 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         stop_strings: a.sampling.stop.clone(),
     };
     let mut out = std::io::stdout().lock();
-    let r = s.generate(&prompt, &a.sampling.params(), &opts, &mut |piece| {
-        let _ = out.write_all(piece.as_bytes());
-        let _ = out.flush();
-        true
-    })?;
+    let (mut model, mut prompt, mut opts) = (model, prompt, opts);
+    let mut pieces = 0usize;
+    let r = loop {
+        let mut s = Session::new(&model, a.sampling.ctx)?;
+        let r = s.generate(&prompt, &a.sampling.params(), &opts, &mut |piece| {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+            pieces += 1;
+            if a.sampling.debug_lose_device_after == Some(pieces) {
+                model.simulate_device_loss();
+            }
+            true
+        });
+        match r {
+            Err(e) if e.is_device_lost() && a.sampling.falls_back() => {
+                // Continue on the CPU from what was generated (the text already printed stands).
+                let (next, done) = resume_point(&s, &prompt);
+                drop(s);
+                model = reopen_on_cpu(&model, &e)?;
+                prompt = next;
+                opts.max_tokens = opts.max_tokens.saturating_sub(done);
+                if opts.max_tokens == 0 {
+                    let _ = writeln!(out);
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            r => break r?,
+        }
+    };
     let _ = writeln!(out);
     let n = r.tokens.len();
     eprintln!(
@@ -196,6 +229,27 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         r.stop
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a generation that failed with a device loss goes on: the tokens to feed a new session
+/// (what the old one held plus the token sampled but not run, or the prompt when the prompt itself
+/// failed) and how many tokens had been generated.
+fn resume_point(s: &Session<'_>, prompt: &[u32]) -> (Vec<u32>, usize) {
+    let mut next = s.history().to_vec();
+    next.extend_from_slice(s.unevaluated_tokens());
+    if next.len() < prompt.len() {
+        return (prompt.to_vec(), 0);
+    }
+    let done = next.len() - prompt.len();
+    (next, done)
+}
+
+/// After a device loss: warn and open the same model on the CPU.
+fn reopen_on_cpu(model: &Model, e: &tern_engine::EngineError) -> Result<Model> {
+    eprintln!("warning: {e}; continuing on the CPU");
+    model
+        .reopen_on(Device::Cpu)
+        .context("reopening the model on the CPU after the GPU was lost")
 }
 
 /// Write a little-endian f32 C-order .npy of shape [rows, cols].
@@ -256,9 +310,48 @@ pub struct ChatArgs {
     pub sampling: SamplingArgs,
 }
 
+/// A reply cut short by a device loss, to finish on the CPU.
+struct Resume {
+    tokens: Vec<u32>,
+    max_tokens: usize,
+    text: String,
+}
+
+/// How a chat ended on one device.
+enum ChatEnd {
+    /// The input ended (or /quit).
+    Done,
+    /// The GPU was lost in the middle of a reply.
+    Lost(tern_engine::EngineError, Resume),
+}
+
 pub fn chat(a: ChatArgs) -> Result<ExitCode> {
     let mut model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
     a.sampling.numerics.apply(&mut model);
+    let mut messages = Vec::new();
+    if let Some(sys) = &a.system {
+        messages.push(ChatMessage::new("system", sys.clone()));
+    }
+    let mut resume = None;
+    loop {
+        match chat_on(&model, &a, &mut messages, resume.take())? {
+            ChatEnd::Done => return Ok(ExitCode::SUCCESS),
+            ChatEnd::Lost(e, r) => {
+                model = reopen_on_cpu(&model, &e)?;
+                resume = Some(r);
+            }
+        }
+    }
+}
+
+/// The chat loop on one model; a reply cut short by a lost device (with `--device auto`) is
+/// handed back to be finished on the CPU.
+fn chat_on(
+    model: &Model,
+    a: &ChatArgs,
+    messages: &mut Vec<ChatMessage>,
+    mut resume: Option<Resume>,
+) -> Result<ChatEnd> {
     let tok = model.tokenizer()?;
     let template = model
         .meta()
@@ -272,66 +365,89 @@ pub fn chat(a: ChatArgs) -> Result<ExitCode> {
             .to_string()
     };
     let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
-    let mut s = Session::new(&model, a.sampling.ctx)?;
-    let mut messages = Vec::new();
-    if let Some(sys) = &a.system {
-        messages.push(ChatMessage::new("system", sys.clone()));
-    }
+    let mut s = Session::new(model, a.sampling.ctx)?;
     let stdin = std::io::stdin();
     let interactive = std::io::IsTerminal::is_terminal(&stdin);
-    if interactive {
+    if interactive && resume.is_none() {
         eprintln!("chatting with {} — type a message; /reset clears the conversation, /quit or Ctrl-D ends.", model.meta().provenance.model_name.as_deref().unwrap_or("the model"));
     }
     let mut out = std::io::stdout();
     let mut line = String::new();
+    let mut pieces = 0usize;
     loop {
-        if interactive {
-            eprint!("> ");
-        }
-        line.clear();
-        if stdin.lock().read_line(&mut line)? == 0 {
-            break;
-        }
-        let text = line.trim_end_matches(['\n', '\r']);
-        match text.trim() {
-            "" => continue,
-            "/quit" | "/exit" => break,
-            "/reset" => {
-                messages.retain(|m: &ChatMessage| m.role == "system");
-                s.reset();
-                continue;
+        let (ids, max_tokens, mut text) = match resume.take() {
+            Some(r) => (r.tokens, r.max_tokens, r.text),
+            None => {
+                if interactive {
+                    eprint!("> ");
+                }
+                line.clear();
+                if stdin.lock().read_line(&mut line)? == 0 {
+                    return Ok(ChatEnd::Done);
+                }
+                let text = line.trim_end_matches(['\n', '\r']);
+                match text.trim() {
+                    "" => continue,
+                    "/quit" | "/exit" => return Ok(ChatEnd::Done),
+                    "/reset" => {
+                        messages.retain(|m: &ChatMessage| m.role == "system");
+                        s.reset();
+                        continue;
+                    }
+                    _ => {}
+                }
+                messages.push(ChatMessage::new("user", text));
+                let rendered = render_chat(&template, messages, true, &bos, &eos)?;
+                // The template already holds BOS where the model wants it: do not add another.
+                let ids = tok.encode_with(&rendered, false, true)?;
+                if ids.len() + 1 >= s.n_ctx() {
+                    bail!(
+                        "the conversation ({} tokens) no longer fits the context ({}): /reset it",
+                        ids.len(),
+                        s.n_ctx()
+                    );
+                }
+                let max = a.n.min(s.n_ctx() - ids.len());
+                (ids, max, String::new())
             }
-            _ => {}
-        }
-        messages.push(ChatMessage::new("user", text));
-        let rendered = render_chat(&template, &messages, true, &bos, &eos)?;
-        // The template already holds BOS where the model wants it: do not add another.
-        let ids = tok.encode_with(&rendered, false, true)?;
-        if ids.len() + 1 >= s.n_ctx() {
-            bail!(
-                "the conversation ({} tokens) no longer fits the context ({}): /reset it",
-                ids.len(),
-                s.n_ctx()
-            );
-        }
+        };
         // Keep the cached prefix; feed only what is new.
         let opts = GenerateOptions {
-            max_tokens: a.n.min(s.n_ctx() - ids.len()),
+            max_tokens,
             stop_tokens: vec![],
             stop_strings: a.sampling.stop.clone(),
         };
-        let (r, _reused) = s.generate_from(&ids, &a.sampling.params(), &opts, &mut |p| {
+        let r = s.generate_from(&ids, &a.sampling.params(), &opts, &mut |p| {
             let _ = out.write_all(p.as_bytes());
             let _ = out.flush();
+            text.push_str(p);
+            pieces += 1;
+            if a.sampling.debug_lose_device_after == Some(pieces) {
+                model.simulate_device_loss();
+            }
             true
-        })?;
+        });
+        let r = match r {
+            Err(e) if e.is_device_lost() && a.sampling.falls_back() => {
+                let (tokens, done) = resume_point(&s, &ids);
+                let max_tokens = max_tokens.saturating_sub(done);
+                return Ok(ChatEnd::Lost(
+                    e,
+                    Resume {
+                        tokens,
+                        max_tokens,
+                        text,
+                    },
+                ));
+            }
+            r => r?.0,
+        };
         let _ = writeln!(out);
         log::info!(
             "{} tokens, {:.1} t/s",
             r.tokens.len(),
             r.tokens.len() as f64 / r.decode_secs.max(1e-9)
         );
-        messages.push(ChatMessage::new("assistant", r.text));
+        messages.push(ChatMessage::new("assistant", text));
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -47,8 +47,8 @@ pub use options::{
     TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
 };
 pub use session::{
-    tern_cancel, tern_generate, tern_piece_callback, tern_score, tern_session, tern_session_free,
-    tern_session_last_stats, tern_session_new, tern_session_reset,
+    tern_cancel, tern_debug_lose_device, tern_generate, tern_piece_callback, tern_score,
+    tern_session, tern_session_free, tern_session_last_stats, tern_session_new, tern_session_reset,
 };
 pub use status::{tern_last_error, tern_status, tern_status_name};
 

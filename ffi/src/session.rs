@@ -202,7 +202,9 @@ pub unsafe extern "C" fn tern_session_reset(session: *mut tern_session) -> tern_
 /// Errors: `TERN_NULL_ARGUMENT` (session, prompt, cb), `TERN_INVALID_ARGUMENT` (bad sampling
 /// values, empty prompt, prompt not UTF-8), `TERN_CONTEXT_FULL` (the prompt does not fit),
 /// `TERN_CANCELLED` (`tern_cancel` during the call: the text passed to `cb` so far stands),
-/// `TERN_BUSY`, `TERN_NO_TOKENIZER`.
+/// `TERN_BUSY`, `TERN_NO_TOKENIZER`, `TERN_DEVICE_LOST` (the GPU was lost: free the session and
+/// the model, load the model again — `TERN_DEVICE_CPU` always works — and resend the prompt with
+/// the text generated so far).
 ///
 /// # Safety
 /// `session` is NULL or a live session handle; `prompt` is NULL or NUL-terminated; `params` is NULL
@@ -267,9 +269,12 @@ pub unsafe extern "C" fn tern_generate(
     })
 }
 
-/// Make the `tern_generate` or `tern_score` running on `session` return `TERN_CANCELLED` promptly
-/// (after the token being computed). Safe from any thread at any time; does nothing when no call is
-/// running (a cancel that arrives before a call starts is not remembered). NULL is ignored.
+/// Make the `tern_generate` or `tern_score` running on `session` return `TERN_CANCELLED` promptly:
+/// between generated tokens, and inside a prompt or a scored text before every layer on the CPU
+/// and between GPU submissions (a long prompt is submitted a few layers at a time). The session
+/// is left as it was before the cancelled part (the prompt's tokens are not half in the cache)
+/// and stays usable. Safe from any thread at any time; does nothing when no call is running (a
+/// cancel that arrives before a call starts is not remembered). NULL is ignored.
 ///
 /// # Safety
 /// `session` is NULL or a live session handle.
@@ -314,10 +319,12 @@ pub unsafe extern "C" fn tern_session_last_stats(
 /// The log-probabilities come from the engine's fused scorer (the same numbers as `tern score`
 /// and `Model::score`; no logit matrix is made). Uses the session's KV cache: it is cleared first
 /// and holds the text's tokens (but the last) afterwards. `tern_cancel` stops it with
-/// `TERN_CANCELLED` (checked between batches of 512 tokens on the CPU, before the GPU runs it).
+/// `TERN_CANCELLED` (checked before every layer on the CPU, between submissions on the GPU); the
+/// cache is empty after a failed or cancelled score.
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
-/// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`.
+/// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`,
+/// `TERN_DEVICE_LOST`.
 ///
 /// # Safety
 /// `session` is NULL or a live session handle; `text` is NULL or NUL-terminated; the outputs are
@@ -361,5 +368,30 @@ pub unsafe extern "C" fn tern_score(
             out_tokens.write(n);
         }
         Ok(())
+    })
+}
+
+/// Testing aid: destroy the GPU device under `model` (`wgpu::Device::destroy`), as a driver reset
+/// would, so that an app can test its handling of `TERN_DEVICE_LOST`: the next GPU work of the
+/// model's sessions (the running `tern_generate` too) fails with `TERN_DEVICE_LOST`; the process
+/// and other models are unaffected. Safe from any thread, also from a piece callback.
+///
+/// Errors: `TERN_NULL_ARGUMENT`, `TERN_UNSUPPORTED` (the model runs on the CPU; nothing happens).
+///
+/// # Safety
+/// `model` is NULL or a live model handle.
+#[no_mangle]
+pub unsafe extern "C" fn tern_debug_lose_device(model: *const tern_model) -> tern_status {
+    boundary("tern_debug_lose_device", || {
+        // SAFETY: the caller's contract.
+        let m = unsafe { arg_ref(model, "model") }?;
+        if m.model.simulate_device_loss() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                tern_status::TERN_UNSUPPORTED,
+                "the model runs on the CPU: there is no device to lose",
+            ))
+        }
     })
 }

@@ -45,6 +45,11 @@ pub enum tern_status {
     TERN_TEMPLATE = 12,
     /// The forward pass produced non-finite values.
     TERN_NUMERIC = 13,
+    /// The GPU device was lost (driver reset, GPU hang, the OS reclaiming it). The process and
+    /// every other handle are fine, but this model and its sessions can no longer run: free them,
+    /// load the model again (`TERN_DEVICE_CPU` always works) and make a new session. Appended
+    /// (ABI version unchanged); libraries before it reported a lost device as `TERN_INTERNAL`.
+    TERN_DEVICE_LOST = 14,
 }
 
 use tern_status::*;
@@ -68,6 +73,7 @@ pub extern "C" fn tern_status_name(status: i32) -> *const c_char {
         11 => "TERN_NO_TOKENIZER\0",
         12 => "TERN_TEMPLATE\0",
         13 => "TERN_NUMERIC\0",
+        14 => "TERN_DEVICE_LOST\0",
         _ => "TERN_UNKNOWN\0",
     };
     s.as_ptr().cast()
@@ -168,13 +174,13 @@ pub(crate) fn engine_status(e: &EngineError) -> tern_status {
         E::Cancelled => TERN_CANCELLED,
         E::Io(io) => io_status(io),
         E::Gpu(g) => gpu_status(g),
+        E::DeviceLost(_) => TERN_DEVICE_LOST,
     }
 }
 
 /// The status of a GPU error. A bad model file is `TERN_CORRUPT_FILE` as on the CPU
 /// (`GpuError::is_bad_file`); a broken invariant is `TERN_INTERNAL`; a lost device is
-/// `TERN_INTERNAL` too (there is no status of its own; `EngineError::is_device_lost` tells it
-/// apart in Rust, and the message says so).
+/// `TERN_DEVICE_LOST`.
 fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
     use tern_gpu::GpuError as G;
     match e {
@@ -187,7 +193,7 @@ fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
         G::InvalidArgument { .. } => TERN_INVALID_ARGUMENT,
         // Operands of the wrong shape inside the engine: its own checks ran before.
         G::Shape { .. } | G::Internal { .. } => TERN_INTERNAL,
-        G::DeviceLost(_) => TERN_INTERNAL,
+        G::DeviceLost(_) => TERN_DEVICE_LOST,
         G::RequestDevice(_) | G::Wgpu { .. } | G::Readback { .. } => TERN_INTERNAL,
     }
 }

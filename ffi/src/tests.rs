@@ -29,7 +29,8 @@ fn versions_and_status_names() {
         (2, "TERN_NULL_ARGUMENT"),
         (8, "TERN_CANCELLED"),
         (13, "TERN_NUMERIC"),
-        (14, "TERN_UNKNOWN"),
+        (14, "TERN_DEVICE_LOST"),
+        (15, "TERN_UNKNOWN"),
         (-5, "TERN_UNKNOWN"),
     ] {
         // SAFETY: static NUL-terminated strings.
@@ -37,6 +38,7 @@ fn versions_and_status_names() {
         assert_eq!(s.to_str().unwrap(), name);
     }
     assert_eq!(tern_status::TERN_NUMERIC as i32, 13);
+    assert_eq!(tern_status::TERN_DEVICE_LOST as i32, 14);
 }
 
 #[test]
@@ -59,6 +61,14 @@ fn panics_become_internal_and_last_error_is_per_thread() {
 fn engine_errors_map_to_stable_statuses() {
     use tern_status::*;
     assert_eq!(engine_status(&EngineError::Cancelled), TERN_CANCELLED);
+    // A lost device has its own status, whichever way it arrives.
+    assert_eq!(
+        engine_status(&EngineError::DeviceLost("destroyed".into())),
+        TERN_DEVICE_LOST
+    );
+    let lost: EngineError = tern_gpu::GpuError::DeviceLost("reset".into()).into();
+    assert!(matches!(lost, EngineError::DeviceLost(_)));
+    assert_eq!(engine_status(&lost), TERN_DEVICE_LOST);
     assert_eq!(
         engine_status(&EngineError::PromptTooLong { prompt: 9, ctx: 8 }),
         TERN_CONTEXT_FULL

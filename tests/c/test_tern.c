@@ -61,7 +61,7 @@ typedef struct {
   int pieces;
   int stop_after;           /* > 0: return 1 after this many pieces */
   atomic_int started;       /* set at the first piece */
-  double cancel_sent_at;    /* set by the cancelling thread */
+  _Atomic double cancel_sent_at; /* set by the cancelling thread, read in the callback */
   int pieces_after_cancel;
   int bad_nul;              /* a piece without its NUL terminator */
 } sink;
@@ -80,7 +80,7 @@ static int32_t on_piece(const char *piece, size_t len, void *user_data) {
   s->text[s->len] = '\0';
   s->pieces++;
   atomic_store(&s->started, 1);
-  if (s->cancel_sent_at > 0) s->pieces_after_cancel++;
+  if (atomic_load(&s->cancel_sent_at) > 0) s->pieces_after_cancel++;
   return s->stop_after > 0 && s->pieces >= s->stop_after;
 }
 
@@ -423,11 +423,11 @@ static void test_cancel(tern_model *m) {
   CHECK_STATUS(tern_generate(s, "Hi", NULL, 4, never_called, NULL), TERN_BUSY);
   CHECK_STATUS(tern_score(s, "Hi", &total, &n), TERN_BUSY);
   /* ...and tern_cancel stops it promptly. */
-  k.cancel_sent_at = now_s();
+  atomic_store(&k.cancel_sent_at, now_s());
   tern_cancel(s);
   pthread_join(t, NULL);
   CHECK(j.status == TERN_CANCELLED);
-  double latency = j.ended_at - k.cancel_sent_at;
+  double latency = j.ended_at - atomic_load(&k.cancel_sent_at);
   printf("cancel: returned %.3fs after tern_cancel, %d piece(s) after it\n", latency,
          k.pieces_after_cancel);
   CHECK(latency < 2.0);
@@ -439,6 +439,165 @@ static void test_cancel(tern_model *m) {
   CHECK(k2.pieces > 0);
   sink_free(&k), sink_free(&k2);
   tern_session_free(s);
+}
+
+/* ---- cancel in the middle of a long prompt (prefill) ---- */
+
+typedef struct {
+  tern_session *s;
+  const char *prompt;
+  sink *k;
+  tern_status status;
+  _Atomic double ended_at;
+} prefill_job;
+
+static void *prefill_thread(void *p) {
+  prefill_job *j = p;
+  j->status = tern_generate(j->s, j->prompt, NULL, 4, on_piece, j->k);
+  atomic_store(&j->ended_at, now_s());
+  return NULL;
+}
+
+/* A prompt of about `words` words of plain prose (~1.3 tokens a word for SmolLM2). */
+static char *long_prompt(int words) {
+  static const char *para =
+      "The history of the city goes back two thousand years, to a settlement on the river where "
+      "traders met to exchange salt, grain and cloth. ";
+  size_t plen = strlen(para), n = (size_t)words / 26 + 1; /* 26 words a paragraph */
+  char *p = malloc(n * plen + 1);
+  for (size_t i = 0; i < n; i++) memcpy(p + i * plen, para, plen);
+  p[n * plen] = '\0';
+  return p;
+}
+
+static double env_num(const char *name, double dflt) {
+  const char *v = getenv(name);
+  return v && *v ? atof(v) : dflt;
+}
+
+/* Run `prompt` on a fresh session of `m` and cancel it `delay_s` in; returns the latency from
+   tern_cancel to the call's return (-1 when the call did not end TERN_CANCELLED), after checking
+   that nothing was generated and that the session works afterwards. */
+static double cancel_prefill_once(tern_model *m, const char *prompt, double delay_s) {
+  tern_session *s = new_session(m, 4096);
+  if (!s) return -1;
+  sink k = {0};
+  prefill_job j = {.s = s, .prompt = prompt, .k = &k};
+  pthread_t t;
+  pthread_create(&t, NULL, prefill_thread, &j);
+  usleep((useconds_t)(delay_s * 1e6));
+  double sent = now_s();
+  atomic_store(&k.cancel_sent_at, sent);
+  tern_cancel(s);
+  pthread_join(t, NULL);
+  double latency = atomic_load(&j.ended_at) - sent;
+  CHECK_STATUS(j.status, TERN_CANCELLED);
+  CHECK(k.pieces == 0); /* stopped inside the prompt: nothing generated */
+  /* The session is usable afterwards. */
+  sink k2 = {0};
+  CHECK_STATUS(tern_generate(s, "Hello", NULL, 2, on_piece, &k2), TERN_OK);
+  sink_free(&k), sink_free(&k2);
+  tern_session_free(s);
+  return j.status == TERN_CANCELLED ? latency : -1;
+}
+
+/* CPU: a ~1000-token prompt takes seconds; tern_cancel 300 ms in returns within about one layer
+   of the batch (SmolLM2-135M has 30). */
+static void test_cancel_prefill_cpu(tern_model *m) {
+  char *prompt = long_prompt(750);
+  double latency = cancel_prefill_once(m, prompt, 0.3);
+  printf("cancel during a ~1000-token prompt (CPU): returned %.1f ms after tern_cancel\n",
+         latency * 1e3);
+  /* One layer of this batch is ~0.3 s on 2 loaded cores; the whole prompt is ~10-40 s. */
+  CHECK(latency >= 0 && latency < env_num("TERN_CANCEL_CPU_BOUND_S", 4.0));
+  free(prompt);
+}
+
+/* GPU, when TERN_TEST_GPU_MODEL names a model (e.g. the 2B4T shape on a real GPU) or
+   TERN_TEST_GPU=1 (the test's model; on lavapipe). Knobs: TERN_CANCEL_PROMPT_WORDS (default
+   2000), TERN_CANCEL_DELAY_MS (default 100), TERN_CANCEL_GPU_BOUND_MS (default 100). The first
+   run records the batch's plans (not cancellable: pipelines compile); the second is measured. */
+static void test_cancel_prefill_gpu(const char *default_model) {
+  const char *path = getenv("TERN_TEST_GPU_MODEL");
+  if (!path || !*path) {
+    const char *on = getenv("TERN_TEST_GPU");
+    if (!on || strcmp(on, "1") != 0) {
+      printf("cancel on the GPU: skipped (set TERN_TEST_GPU=1 or TERN_TEST_GPU_MODEL=PATH)\n");
+      return;
+    }
+    path = default_model;
+  }
+  tern_model_options o = tern_model_options_default();
+  o.device = TERN_DEVICE_GPU;
+  tern_model *m = NULL;
+  CHECK_STATUS(tern_model_load(path, &o, &m), TERN_OK);
+  if (!m) return;
+  char *prompt = long_prompt((int)env_num("TERN_CANCEL_PROMPT_WORDS", 2000));
+  double delay = env_num("TERN_CANCEL_DELAY_MS", 100) / 1e3;
+  double cold = cancel_prefill_once(m, prompt, delay);
+  double warm = cancel_prefill_once(m, prompt, delay);
+  printf("cancel during a long prompt (GPU, %s): returned %.1f ms after tern_cancel (first run, "
+         "plans recorded: %.1f ms)\n", path, warm * 1e3, cold * 1e3);
+  CHECK(warm >= 0 && warm * 1e3 < env_num("TERN_CANCEL_GPU_BOUND_MS", 100));
+  free(prompt);
+  tern_model_free(m);
+}
+
+/* ---- device loss (a GPU model; tern_debug_lose_device simulates it) ---- */
+
+typedef struct {
+  sink k;
+  tern_model *m;
+  int lose_after;
+} losing_sink;
+
+static int32_t lose_on_piece(const char *piece, size_t len, void *user_data) {
+  losing_sink *l = user_data;
+  on_piece(piece, len, &l->k);
+  if (l->k.pieces == l->lose_after) CHECK_STATUS(tern_debug_lose_device(l->m), TERN_OK);
+  return 0;
+}
+
+static void test_device_loss(const char *model_path, const char *prompt) {
+  CHECK_STATUS(tern_debug_lose_device(NULL), TERN_NULL_ARGUMENT);
+  const char *on = getenv("TERN_TEST_GPU");
+  if (!on || strcmp(on, "1") != 0) {
+    printf("device loss: skipped (set TERN_TEST_GPU=1)\n");
+    return;
+  }
+  tern_model_options o = tern_model_options_default();
+  o.device = TERN_DEVICE_GPU;
+  tern_model *gpu = NULL;
+  CHECK_STATUS(tern_model_load(model_path, &o, &gpu), TERN_OK);
+  if (!gpu) return;
+  tern_session *s = new_session(gpu, 256);
+  losing_sink l = {.m = gpu, .lose_after = 2};
+  CHECK_STATUS(tern_generate(s, prompt, NULL, 6, lose_on_piece, &l), TERN_DEVICE_LOST);
+  CHECK(l.k.pieces == 2);
+  CHECK(strstr(tern_last_error(), "lost") != NULL);
+  CHECK(strcmp(tern_status_name(TERN_DEVICE_LOST), "TERN_DEVICE_LOST") == 0);
+  /* The session and the model say so again; the process goes on. */
+  sink k = {0};
+  CHECK_STATUS(tern_generate(s, "Hi", NULL, 1, on_piece, &k), TERN_DEVICE_LOST);
+  tern_session_free(s);
+  tern_model_free(gpu);
+  /* Reloaded on the CPU, the conversation continues from the text so far. */
+  tern_model *cpu = NULL;
+  CHECK_STATUS(tern_model_load(model_path, NULL, &cpu), TERN_OK);
+  CHECK_STATUS(tern_debug_lose_device(cpu), TERN_UNSUPPORTED);
+  s = new_session(cpu, 256);
+  size_t plen = strlen(prompt);
+  char *cont = malloc(plen + l.k.len + 1);
+  memcpy(cont, prompt, plen);
+  memcpy(cont + plen, l.k.text, l.k.len + 1);
+  CHECK_STATUS(tern_generate(s, cont, NULL, 4, on_piece, &k), TERN_OK);
+  CHECK(k.pieces > 0);
+  printf("device loss: TERN_DEVICE_LOST after %d pieces (\"%s\"); on the CPU: \"%s\"\n",
+         l.k.pieces, l.k.text, k.text);
+  free(cont);
+  sink_free(&k), sink_free(&l.k);
+  tern_session_free(s);
+  tern_model_free(cpu);
 }
 
 /* ---- two sessions on one model, two threads at once ---- */
@@ -590,6 +749,12 @@ int main(int argc, char **argv) {
   const char *tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   printf("tern %s, ABI %u\n", tern_version(), tern_abi_version());
 
+  if (getenv("TERN_TEST_GPU_ONLY")) { /* run.sh's GPU pass (see there) */
+    test_cancel_prefill_gpu(model_path);
+    test_device_loss(model_path, prompt);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+  }
   test_versions();
   test_null_arguments(model_path);
   test_load_errors(model_path, tmpdir);
@@ -608,11 +773,14 @@ int main(int argc, char **argv) {
   test_llama_cpp_numerics(m, prompt, n_tokens, out_path);
   test_callback_stop(m);
   test_cancel(m);
+  test_cancel_prefill_cpu(m);
   test_two_threads(m);
   test_score(m);
   test_chat(m);
   tern_model_free(m);
   test_model_freed_first(model_path);
+  test_cancel_prefill_gpu(model_path);
+  test_device_loss(model_path, prompt);
   CHECK(tern_debug_live_handles() == 0);
 
   printf("%d passed, %d failed\n", passed, failed);

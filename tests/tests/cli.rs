@@ -347,3 +347,43 @@ fn run_verbose_prints_the_activation_plan() {
     assert!(err.contains("activation plan on gpu"), "{err}");
     assert!(err.contains("rmsnorm_quant_int8 (fused)"), "{err}");
 }
+
+/// `tern run` survives a GPU device loss in the middle of the output (simulated with the hidden
+/// `--debug-lose-device-after`, which then behaves as `--device auto`): a warning on stderr, and the
+/// text goes on on the CPU — the whole output equals a CPU-only run's. Needs a GPU adapter
+/// (lavapipe counts); skipped without one unless `TERN_REQUIRE_GPU=1`.
+#[test]
+fn run_continues_on_the_cpu_after_a_device_loss() {
+    let m = model().to_str().unwrap();
+    let args = |device: &'static str| {
+        let mut v = vec![
+            "run",
+            m,
+            "-p",
+            "The capital of France is",
+            "-n",
+            "4",
+            "-c",
+            "64",
+        ];
+        v.extend(["--device", device]);
+        v
+    };
+    let (ok, want, err) = tern(&args("cpu"));
+    assert!(ok, "{err}");
+    let mut lossy = args("gpu");
+    lossy.extend(["--debug-lose-device-after", "2"]);
+    let (ok, got, err) = tern(&lossy);
+    if !ok
+        && err.contains("no GPU adapter")
+        && std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1")
+    {
+        return eprintln!("skipping: {err}");
+    }
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: the GPU device was lost") && err.contains("continuing on the CPU"),
+        "{err}"
+    );
+    assert_eq!(got, want);
+}

@@ -172,3 +172,117 @@ fn model_without_tokenizer_refuses_text() {
         .unwrap();
     assert_eq!(r.tokens.len(), 3);
 }
+
+/// Greedy tokens after what `s` holds (token by token, through `Session::eval`).
+fn greedy_after(s: &mut Session<'_>, last_logits: Vec<f32>, n: usize) -> Vec<u32> {
+    let mut logits = last_logits;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap();
+        out.push(t);
+        logits = s.eval(&[t]).unwrap();
+    }
+    out
+}
+
+/// A long prompt of real text: `n` tokens of a repeated paragraph.
+fn long_prompt(m: &Model, n: usize) -> Vec<u32> {
+    let para = "The history of the city goes back two thousand years, to a settlement on the \
+                river where traders met to exchange salt, grain and cloth. ";
+    let ids = m.tokenize(&para.repeat(n / 20 + 1), false).unwrap();
+    ids[..n].to_vec()
+}
+
+/// Set `flag` after `delay` on another thread; returns when it was set.
+fn cancel_after(
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    delay: std::time::Duration,
+) -> std::thread::JoinHandle<std::time::Instant> {
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let at = std::time::Instant::now();
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        at
+    })
+}
+
+#[test]
+fn cancel_during_a_long_prefill_is_prompt_and_rolls_the_session_back() {
+    let m = model();
+    let start = m.tokenize("The capital of France is", true).unwrap();
+    let prompt = long_prompt(m, 1000);
+    let mut s = Session::new(m, 1100).unwrap();
+    s.eval(&start).unwrap();
+    let len0 = s.history().len();
+
+    // A 1000-token prompt takes seconds on the CPU; cancel it 300 ms in.
+    let setter = cancel_after(s.cancel_handle(), std::time::Duration::from_millis(300));
+    let r = s.eval(&prompt);
+    let ended = std::time::Instant::now();
+    let sent = setter.join().unwrap();
+    assert!(matches!(r, Err(EngineError::Cancelled)), "{r:?}");
+    let latency = ended.saturating_duration_since(sent);
+    // One layer of a 1000-token batch of SmolLM2-135M (30 layers) is ~0.1-0.3 s on 2 cores: the
+    // bound leaves room for a loaded CI machine, but not for the rest of the prompt.
+    eprintln!("CPU prefill of 1000 tokens cancelled: returned {latency:?} after the flag");
+    assert!(latency < std::time::Duration::from_secs(4), "{latency:?}");
+
+    // The session is where it was before the cancelled call, and generates as if nothing happened.
+    assert_eq!(s.history(), &start[..]);
+    assert_eq!(s.history().len(), len0);
+    let logits = s.eval(&prompt[..8]).unwrap();
+    let after = greedy_after(&mut s, logits, 6);
+    let mut fresh = Session::new(m, 64).unwrap();
+    let mut both = start.clone();
+    both.extend_from_slice(&prompt[..8]);
+    let logits = fresh.eval(&both).unwrap();
+    assert_eq!(after, greedy_after(&mut fresh, logits, 6));
+}
+
+#[test]
+fn cancel_during_scoring_is_prompt_and_leaves_an_empty_session() {
+    let m = model();
+    let text = long_prompt(m, 1000);
+    let mut s = Session::new(m, 1100).unwrap();
+    s.eval(&text[..5]).unwrap();
+    let setter = cancel_after(s.cancel_handle(), std::time::Duration::from_millis(300));
+    let r = s.score(&text);
+    let ended = std::time::Instant::now();
+    let sent = setter.join().unwrap();
+    assert!(matches!(r, Err(EngineError::Cancelled)), "{r:?}");
+    let latency = ended.saturating_duration_since(sent);
+    eprintln!("CPU score of 1000 tokens cancelled: returned {latency:?} after the flag");
+    assert!(latency < std::time::Duration::from_secs(4), "{latency:?}");
+    assert!(s.history().is_empty());
+    // Usable afterwards: a short score equals a fresh session's.
+    let short = &text[..12];
+    assert_eq!(
+        s.score(short).unwrap(),
+        Session::new(m, 64).unwrap().score(short).unwrap()
+    );
+}
+
+#[test]
+fn a_failed_eval_leaves_the_session_at_its_last_good_position() {
+    let m = model();
+    let start = m.tokenize("Once upon a time", true).unwrap();
+    let mut s = Session::new(m, 16).unwrap();
+    s.eval(&start).unwrap();
+    let len0 = s.history().len();
+    // Too long for the context, and a bad token id: refused, nothing changes.
+    assert!(s.eval(&vec![1u32; 16]).is_err());
+    assert!(s.eval(&[u32::MAX]).is_err());
+    assert_eq!(s.history().len(), len0);
+    let logits = s.eval(&[28u32]).unwrap();
+    let got = greedy_after(&mut s, logits, 4);
+    let mut fresh = Session::new(m, 16).unwrap();
+    let mut both = start.clone();
+    both.push(28);
+    let logits = fresh.eval(&both).unwrap();
+    assert_eq!(got, greedy_after(&mut fresh, logits, 4));
+}

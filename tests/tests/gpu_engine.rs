@@ -339,3 +339,127 @@ fn kv_bytes_per_token_and_session_score_agree_across_backends() {
     assert_eq!(a.len(), longer.len() - 1);
     assert_eq!(gpu.score(&toks).unwrap(), got);
 }
+
+/// Greedy tokens after `logits`, token by token through `Session::eval`.
+fn greedy_after(s: &mut Session<'_>, logits: Vec<f32>, n: usize) -> tern_engine::Result<Vec<u32>> {
+    let mut logits = logits;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = argmax(&logits);
+        out.push(t);
+        logits = s.eval(&[t])?;
+    }
+    Ok(out)
+}
+
+/// A prefill is submitted one layer at a time: the stop check runs before every layer, a stop
+/// leaves the session where it was, and what follows equals an uninterrupted run.
+#[test]
+fn gpu_prefill_stops_between_layers_and_rolls_back() {
+    let path = import("tiny_a", "2bit_raw_cancel", &PackOptions::default());
+    let file = tern_format::TernFile::open(&path).unwrap();
+    let ctx = match tern_gpu::GpuContext::new(tern_gpu::DevicePreference::Gpu) {
+        Ok(c) => c,
+        Err(e) if !gpu_required() => return eprintln!("skipping: {e}"),
+        Err(e) => panic!("{e}"),
+    };
+    let model = std::sync::Arc::new(
+        tern_gpu::GpuModel::load(std::sync::Arc::new(ctx), &file, Default::default()).unwrap(),
+    );
+    let n_layer = file.meta().hparams.n_layer as usize;
+    let vocab = file.meta().hparams.n_vocab;
+    let toks: Vec<u32> = (0..12u32).map(|i| (i * 37 + 1) % vocab).collect();
+    let mut s = tern_gpu::GpuSession::new(model.clone(), 64, 64).unwrap();
+    s.eval(&toks[..3]).unwrap();
+    // Count the checks; stop at the k-th.
+    let calls = std::cell::Cell::new(0usize);
+    let calls = &calls;
+    let stop_at = |k: usize| {
+        calls.set(0);
+        move || {
+            calls.set(calls.get() + 1);
+            calls.get() >= k
+        }
+    };
+    let never = stop_at(usize::MAX);
+    let full = s.eval_all_with(&toks[3..], &never).unwrap().unwrap();
+    assert_eq!(
+        calls.get(),
+        n_layer,
+        "one check per layer of a 9-token batch"
+    );
+    s.truncate(3);
+    // Stop before the last layer (the first ones ran and wrote their KV rows).
+    assert!(n_layer >= 2);
+    let last = stop_at(n_layer);
+    assert!(s.eval_with(&toks[3..], &last).unwrap().is_none());
+    assert_eq!(
+        s.len(),
+        3,
+        "a stopped prefill leaves the session where it was"
+    );
+    assert_eq!(s.eval_all(&toks[3..]).unwrap(), full);
+    // A decode step is one submission (one check).
+    let once = stop_at(usize::MAX);
+    s.eval_with(&[5], &once).unwrap().unwrap();
+    assert_eq!(calls.get(), 1);
+    // Scoring stops too, and leaves the cache empty.
+    let first = stop_at(2);
+    assert!(s.score_with(&toks, &first).unwrap().is_none());
+    assert!(s.is_empty());
+}
+
+/// Device loss in the middle of a generation: a distinct error, the session stays at its last
+/// good position and says it must be recreated, and the model reopened on the CPU continues with
+/// the tokens a CPU-only run gives.
+#[test]
+fn device_loss_mid_generation_then_the_cpu_continues() {
+    let path = import("tiny_a", "2bit_raw_lost", &PackOptions::default());
+    let Some(gpu) = open_gpu(&path, None) else {
+        return;
+    };
+    let cpu_only = Model::open(&path).unwrap();
+    let vocab = cpu_only.n_vocab() as u32;
+    let prompt: Vec<u32> = [1u32, 17, 42, 5, 99, 3].iter().map(|t| t % vocab).collect();
+    let want = greedy(&cpu_only, &prompt, 8);
+
+    let mut s = Session::new(&gpu, 32).unwrap();
+    let logits = s.eval(&prompt).unwrap();
+    let mut got = greedy_after(&mut s, logits, 3).unwrap();
+    assert_eq!(got, want[..3], "GPU and CPU greedy agree before the loss");
+    let before = s.history().to_vec();
+    assert!(!s.is_device_lost());
+    assert!(gpu.simulate_device_loss());
+    let next = want[3];
+    let r = s.eval(&[next]);
+    match &r {
+        Err(e @ tern_engine::EngineError::DeviceLost(_)) => {
+            assert!(e.is_device_lost());
+            assert!(!e.is_internal());
+            eprintln!("after Device::destroy: {e}");
+        }
+        other => panic!("expected DeviceLost, got {other:?}"),
+    }
+    assert_eq!(
+        s.history(),
+        &before[..],
+        "rolled back to the last good position"
+    );
+    assert!(s.is_device_lost() && gpu.is_device_lost());
+    // Every later call says so at once.
+    assert!(matches!(
+        s.eval(&[next]),
+        Err(tern_engine::EngineError::DeviceLost(_))
+    ));
+    assert!(Session::new(&gpu, 8).is_err() || gpu.is_device_lost());
+    let history = s.history().to_vec();
+    drop(s);
+
+    let cpu = gpu.reopen_on(Device::Cpu).unwrap();
+    assert_eq!(cpu.device_name(), "cpu");
+    assert!(!cpu.simulate_device_loss());
+    let mut s = Session::new(&cpu, 32).unwrap();
+    let logits = s.eval(&history).unwrap();
+    got.extend(greedy_after(&mut s, logits, 5).unwrap());
+    assert_eq!(got, want, "the CPU continues as a CPU-only run does");
+}

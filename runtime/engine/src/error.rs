@@ -8,8 +8,14 @@ pub enum EngineError {
     Format(#[from] tern_format::FormatError),
     #[error(transparent)]
     Reference(#[from] tern_reference::ReferenceError),
+    /// Any GPU error but a lost device (which is [`EngineError::DeviceLost`]).
     #[error(transparent)]
-    Gpu(#[from] tern_gpu::GpuError),
+    Gpu(tern_gpu::GpuError),
+    /// The GPU device was lost (driver reset, GPU hang, the OS reclaiming it): the model and its
+    /// sessions cannot be used again. Reopen the model (`Model::reopen_on(Device::Cpu)` runs it
+    /// on the CPU) and make a new session; `Session::history` says what to feed it.
+    #[error("the GPU device was lost ({0}): this model and its sessions must be recreated (e.g. reopened on the CPU)")]
+    DeviceLost(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("chat template: {0}")]
@@ -42,6 +48,15 @@ pub enum EngineError {
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+impl From<tern_gpu::GpuError> for EngineError {
+    fn from(e: tern_gpu::GpuError) -> Self {
+        match e {
+            tern_gpu::GpuError::DeviceLost(why) => EngineError::DeviceLost(why),
+            e => EngineError::Gpu(e),
+        }
+    }
+}
 
 impl EngineError {
     /// The model file is at fault (bad magic, checksum, a missing tensor, a shape or
@@ -82,7 +97,10 @@ impl EngineError {
 
     /// The GPU device was lost (driver reset, hang): the model must be loaded again.
     pub fn is_device_lost(&self) -> bool {
-        matches!(self, EngineError::Gpu(tern_gpu::GpuError::DeviceLost(_)))
+        matches!(
+            self,
+            EngineError::DeviceLost(_) | EngineError::Gpu(tern_gpu::GpuError::DeviceLost(_))
+        )
     }
 
     /// An internal invariant failed (a bug in tern, or a GPU driver problem), not the caller's

@@ -1,6 +1,6 @@
 //! Models and sessions: open a `.tern` file, prefill, decode, generate with streaming and stops.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +21,18 @@ pub struct Model {
     meta: ModelMeta,
     backend: Box<dyn ModelBackend>,
     tokenizer: Option<Tokenizer>,
+    /// Where the model came from, to open it again ([`Model::reopen_on`]); `None` when it was
+    /// made from a caller's [`TernFile`].
+    source: Option<Source>,
+    opts: LoadOptions,
+    forward: Option<ForwardOptions>,
+}
+
+/// The files a model was opened from.
+#[derive(Debug, Clone)]
+struct Source {
+    path: PathBuf,
+    delta: Option<PathBuf>,
 }
 
 impl Model {
@@ -32,7 +44,12 @@ impl Model {
     /// Open a `.tern` file for the backend `opts.device` asks for.
     pub fn open_with(path: &Path, opts: &LoadOptions) -> Result<Self> {
         let file = TernFile::open(path)?;
-        Self::from_file_with(&file, opts)
+        let mut m = Self::from_file_with(&file, opts)?;
+        m.source = Some(Source {
+            path: path.to_path_buf(),
+            delta: None,
+        });
+        Ok(m)
     }
 
     /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory, for the CPU
@@ -45,7 +62,51 @@ impl Model {
     /// [`Model::open_with_delta`] for the backend and memory budget of `opts`.
     pub fn open_with_delta_with(base: &Path, delta: &Path, opts: &LoadOptions) -> Result<Self> {
         let file = tern_format::delta::open_with_delta(base, delta)?;
-        Self::from_file_with(&file, opts)
+        let mut m = Self::from_file_with(&file, opts)?;
+        m.source = Some(Source {
+            path: base.to_path_buf(),
+            delta: Some(delta.to_path_buf()),
+        });
+        Ok(m)
+    }
+
+    /// Open the same file(s) again for `device` (same memory budget and CPU numerical options):
+    /// what to do after [`EngineError::DeviceLost`], with `Device::Cpu`. The old model and its
+    /// sessions stay as they are (drop them); a new session fed the old one's
+    /// [`Session::history`] continues where it stopped. An error for a model made by
+    /// [`Model::from_file_with`] (open the file again instead).
+    pub fn reopen_on(&self, device: Device) -> Result<Model> {
+        let src = self.source.as_ref().ok_or_else(|| {
+            EngineError::InvalidArgument(
+                "this model was made from an open TernFile: load that file again instead".into(),
+            )
+        })?;
+        let opts = LoadOptions {
+            device,
+            ..self.opts
+        };
+        let mut m = match &src.delta {
+            Some(d) => Self::open_with_delta_with(&src.path, d, &opts)?,
+            None => Self::open_with(&src.path, &opts)?,
+        };
+        if let Some(f) = self.forward {
+            m.set_forward_options(f);
+        }
+        Ok(m)
+    }
+
+    /// The GPU device this model runs on was lost: every call on it and its sessions fails with
+    /// [`EngineError::DeviceLost`]; [`Model::reopen_on`] makes a usable one. Never on the CPU.
+    pub fn is_device_lost(&self) -> bool {
+        self.backend.device_lost()
+    }
+
+    /// Destroy the GPU device under this model (`wgpu::Device::destroy`) to test how an app
+    /// survives a device loss; returns `false` (and does nothing) on the CPU. Safe to call from
+    /// any thread, also during a generation on one of its sessions.
+    #[doc(hidden)]
+    pub fn simulate_device_loss(&self) -> bool {
+        self.backend.simulate_device_loss()
     }
 
     pub fn from_file(file: &TernFile) -> Result<Self> {
@@ -65,6 +126,9 @@ impl Model {
             meta,
             backend,
             tokenizer,
+            source: None,
+            opts: *opts,
+            forward: None,
         })
     }
 
@@ -98,6 +162,7 @@ impl Model {
     /// Numerical options of the CPU forward pass (e.g. llama.cpp-like activation quantization);
     /// no effect on the GPU backend.
     pub fn set_forward_options(&mut self, o: ForwardOptions) {
+        self.forward = Some(o);
         self.backend.set_forward_options(o);
     }
 
@@ -172,6 +237,8 @@ pub struct Session<'m> {
     state: Box<dyn SessionBackend + 'm>,
     history: Vec<u32>,
     cancel: Arc<AtomicBool>,
+    /// Tokens the last `generate` sampled (and streamed) but could not run because it failed.
+    unevaluated: Vec<u32>,
 }
 
 impl<'m> Session<'m> {
@@ -220,6 +287,7 @@ impl<'m> Session<'m> {
             state: model.backend.new_session(n_ctx)?,
             history: Vec::new(),
             cancel: Arc::new(AtomicBool::new(false)),
+            unevaluated: Vec::new(),
         })
     }
 
@@ -281,9 +349,11 @@ impl<'m> Session<'m> {
         self.history.truncate(n);
     }
 
-    /// A flag that, once set (from any thread), makes a running `generate` or `score` return
-    /// [`EngineError::Cancelled`] (at the next token for `generate`, before the next batch for
-    /// `score`). They clear it when they start.
+    /// A flag that, once set (from any thread), makes a running `generate`, `eval`, `eval_all`,
+    /// `sync_prefix` or `score` return [`EngineError::Cancelled`] promptly: it is checked between
+    /// decoded tokens, and inside a prompt or a scored batch before every layer on the CPU and
+    /// between GPU submissions (a prefill is submitted a few layers at a time). They clear it
+    /// when they start, and a cancelled call leaves the session where it was before the call.
     pub fn cancel_handle(&self) -> Arc<AtomicBool> {
         self.cancel.clone()
     }
@@ -318,20 +388,55 @@ impl<'m> Session<'m> {
         }
     }
 
+    /// The GPU under this session was lost: it must be recreated (see [`Model::reopen_on`]);
+    /// every call on it fails with [`EngineError::DeviceLost`].
+    pub fn is_device_lost(&self) -> bool {
+        self.model.is_device_lost()
+    }
+
+    /// After a failed [`Session::generate`]: the tokens it had sampled and passed to `on_piece`
+    /// but could not run (at most one; empty after a success or when the prompt failed). A
+    /// session that takes over (e.g. on the CPU after a device loss) continues from
+    /// `history() + unevaluated_tokens()`.
+    pub fn unevaluated_tokens(&self) -> &[u32] {
+        &self.unevaluated
+    }
+
+    /// Run `tokens` after the history, checking the cancel flag (not cleared here). A failed or
+    /// cancelled run leaves the session at its position before the call on every backend.
     fn run(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         self.check_room(tokens)?;
-        let l = self.state.eval(tokens, logits);
-        self.sync_history_len(tokens);
-        l
+        if self.is_device_lost() {
+            return Err(EngineError::DeviceLost(
+                "lost before this call; the session must be recreated".into(),
+            ));
+        }
+        let len0 = self.history.len();
+        let cancel = &self.cancel;
+        let stop = || cancel.load(Ordering::SeqCst);
+        let r = self.state.eval(tokens, logits, &stop);
+        match r {
+            Ok(l) => {
+                self.sync_history_len(tokens);
+                Ok(l)
+            }
+            Err(e) => {
+                self.state.truncate(len0);
+                self.history.truncate(len0);
+                Err(e)
+            }
+        }
     }
 
     /// Run `tokens` and return the logits of every one of them, `[tokens.len(), n_vocab]`.
     pub fn eval_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.cancel.store(false, Ordering::SeqCst);
         self.run(tokens, Logits::All)
     }
 
     /// Run `tokens` and return the logits of the last one.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.cancel.store(false, Ordering::SeqCst);
         self.run(tokens, Logits::Last)
     }
 
@@ -416,7 +521,12 @@ impl<'m> Session<'m> {
             cancel: &self.cancel,
         };
         let lp = self.state.score(tokens, opts, &mut obs);
-        self.sync_history_len(tokens.get(..n_in).unwrap_or_default());
+        if lp.is_err() {
+            // A failed or cancelled score leaves the session empty, as the score began.
+            self.reset();
+        } else {
+            self.sync_history_len(tokens.get(..n_in).unwrap_or_default());
+        }
         lp
     }
 
@@ -432,9 +542,10 @@ impl<'m> Session<'m> {
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerateOutput> {
         self.cancel.store(false, Ordering::SeqCst);
+        self.unevaluated.clear();
         let mut sampler = Sampler::new(params.clone())?;
         let t0 = Instant::now();
-        let mut logits = self.eval(prompt)?;
+        let mut logits = self.run(prompt, Logits::Last)?;
         let prefill_secs = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let tok = self.model.tokenizer.as_ref();
@@ -505,7 +616,13 @@ impl<'m> Session<'m> {
                 out.stop = StopReason::Context;
                 break;
             }
-            logits = self.eval(&[next])?;
+            logits = match self.run(&[next], Logits::Last) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.unevaluated.push(next);
+                    return Err(e);
+                }
+            };
         }
         if out.stop != StopReason::Callback && emitted < out.text.len() {
             on_piece(&out.text[emitted..]);

@@ -352,6 +352,43 @@ impl Model {
         cache: &mut KvCache,
         wanted: LogitsWanted,
     ) -> Result<Vec<f32>> {
+        Ok(self
+            .forward_hidden_until(opts, tokens, cache, wanted, &|| false)?
+            .unwrap_or_default())
+    }
+
+    /// [`Model::forward_opts`] that calls `stop` before every layer and before the head, and
+    /// returns `Ok(None)` as soon as it says `true` (cancellation). A stopped pass leaves
+    /// `cache.len()` as it was (the rows it wrote past it are overwritten by the next pass).
+    pub fn forward_until(
+        &self,
+        opts: &ForwardOptions,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<f32>>> {
+        let p0 = cache.len;
+        let Some(hidden) = self.forward_hidden_until(opts, tokens, cache, wanted, stop)? else {
+            return Ok(None);
+        };
+        if stop() {
+            cache.len = p0;
+            return Ok(None);
+        }
+        self.logits_opts(opts, &hidden).map(Some)
+    }
+
+    /// [`Model::forward_hidden_opts`] with the `stop` check of [`Model::forward_until`] before
+    /// every layer.
+    pub fn forward_hidden_until(
+        &self,
+        opts: &ForwardOptions,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<f32>>> {
         let hp = &self.hp;
         let (n_embd, n_ff) = (u(hp.n_embd), u(hp.n_ff));
         let (n_head, n_head_kv, hd) = (u(hp.n_head), u(hp.n_head_kv), u(hp.head_dim));
@@ -404,6 +441,9 @@ impl Model {
         let mut rope_cache = Vec::new();
 
         for (li, layer) in self.layers.iter().enumerate() {
+            if stop() {
+                return Ok(None);
+            }
             // attention
             self.norm(opts, &x, &layer.attn_norm, &mut a)?;
             layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
@@ -540,7 +580,7 @@ impl Model {
         if !rows.is_empty() {
             self.norm(opts, rows, &self.output_norm, &mut out)?;
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn norm(&self, opts: &ForwardOptions, x: &[f32], w: &[f32], out: &mut [f32]) -> Result<()> {

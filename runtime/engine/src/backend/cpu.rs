@@ -1,12 +1,13 @@
 //! The CPU reference backend (`tern-reference`): weights in host memory, an f32 KV cache, the
 //! fused Cut-Cross-Entropy scorer of `tern_reference::cce`.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use tern_format::{ActQuant, Encoding, TernFile};
 use tern_reference::{ForwardOptions, KvCache, LogitsWanted, NeuZipResidency};
 
-use super::{check_finite, Logits, ModelBackend, SessionBackend};
+use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
 use crate::error::{EngineError, Result};
 use crate::options::{ScoreObserver, ScoreOptions};
 use crate::report::{
@@ -103,14 +104,15 @@ struct CpuSession<'m> {
 }
 
 impl SessionBackend for CpuSession<'_> {
-    fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+    fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>> {
         let wanted = match logits {
             Logits::Last => LogitsWanted::Last,
             Logits::All => LogitsWanted::All,
         };
-        Ok(self
-            .net
-            .forward_opts(&self.opts, tokens, &mut self.cache, wanted)?)
+        // A stopped or failed pass leaves the cache length as it was.
+        self.net
+            .forward_until(&self.opts, tokens, &mut self.cache, wanted, stop)?
+            .ok_or(EngineError::Cancelled)
     }
 
     fn truncate(&mut self, n: usize) {
@@ -150,7 +152,7 @@ impl SessionBackend for CpuSession<'_> {
     }
 
     fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
-        self.eval(&[token], Logits::Last)?;
+        self.eval(&[token], Logits::Last, &|| false)?;
         Ok(None)
     }
 
@@ -168,6 +170,8 @@ impl SessionBackend for CpuSession<'_> {
 
 /// The CPU scoring loop: clear `cache`, run `tokens[..n-1]` in batches of `opts.batch`, and score
 /// each batch's hidden states with the fused scorer. `tokens.len() − 1` fits the cache.
+/// `obs.cancelled()` is checked before every batch and every layer; after an error or a cancel
+/// the cache is empty.
 pub(crate) fn score_in_cache(
     net: &tern_reference::Model,
     fwd: &ForwardOptions,
@@ -176,8 +180,23 @@ pub(crate) fn score_in_cache(
     opts: &ScoreOptions,
     obs: &mut dyn ScoreObserver,
 ) -> Result<Vec<f32>> {
-    let n_in = tokens.len().saturating_sub(1);
     cache.clear();
+    let r = score_batches(net, fwd, cache, tokens, opts, obs);
+    if r.is_err() {
+        cache.clear();
+    }
+    r
+}
+
+fn score_batches(
+    net: &tern_reference::Model,
+    fwd: &ForwardOptions,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    opts: &ScoreOptions,
+    obs: &mut dyn ScoreObserver,
+) -> Result<Vec<f32>> {
+    let n_in = tokens.len().saturating_sub(1);
     let batch = if opts.batch == 0 { 512 } else { opts.batch };
     let mut out = Vec::with_capacity(n_in);
     let mut start = 0;
@@ -191,7 +210,13 @@ pub(crate) fn score_in_cache(
         else {
             break; // unreachable: end + 1 ≤ n_in + 1 = tokens.len()
         };
-        let hidden = net.forward_hidden_opts(fwd, inputs, cache, LogitsWanted::All)?;
+        let hidden = {
+            // The forward pass asks the observer before every layer.
+            let cell = RefCell::new(&mut *obs);
+            let stop = || cell.try_borrow_mut().is_ok_and(|mut o| o.cancelled());
+            net.forward_hidden_until(fwd, inputs, cache, LogitsWanted::All, &stop)?
+                .ok_or(EngineError::Cancelled)?
+        };
         obs.scoring_started();
         let lp = net.score_hidden_opts(fwd, &hidden, targets, &opts.cce);
         obs.scoring_finished();

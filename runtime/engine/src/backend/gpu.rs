@@ -2,13 +2,14 @@
 //! scoring through the fused Cut-Cross-Entropy kernel. `Model::score` reuses one cached scoring
 //! session instead of building a new one per call.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex, TryLockError};
 
 use tern_format::TernFile;
 use tern_gpu::{GpuError, GpuModel, GpuSession};
 use tern_reference::ForwardOptions;
 
-use super::{check_finite, Logits, ModelBackend, SessionBackend};
+use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
 use crate::error::{EngineError, Result};
 use crate::options::LoadOptions;
 use crate::options::{ScoreObserver, ScoreOptions};
@@ -166,18 +167,32 @@ impl ModelBackend for GpuBackend {
     }
 
     fn set_forward_options(&mut self, _o: ForwardOptions) {}
+
+    fn device_lost(&self) -> bool {
+        self.model.context().is_lost()
+    }
+
+    fn simulate_device_loss(&self) -> bool {
+        self.model.context().simulate_device_loss();
+        true
+    }
 }
 
-/// Score on the GPU (one call: the forward pass and the fused head run batch after batch).
+/// Score on the GPU (one call: the forward pass and the fused head run batch after batch;
+/// `obs.cancelled()` is asked between GPU submissions).
 fn gpu_score(gs: &mut GpuSession, tokens: &[u32], obs: &mut dyn ScoreObserver) -> Result<Vec<f32>> {
     let n_in = tokens.len().saturating_sub(1);
     if obs.cancelled() {
         return Err(EngineError::Cancelled);
     }
     obs.scoring_started();
-    let lp = gs.score(tokens);
+    let lp = {
+        let cell = RefCell::new(&mut *obs);
+        let stop = || cell.try_borrow_mut().is_ok_and(|mut o| o.cancelled());
+        gs.score_with(tokens, &stop)
+    };
     obs.scoring_finished();
-    let lp = lp?;
+    let lp = lp?.ok_or(EngineError::Cancelled)?;
     check_finite(&lp, 0)?;
     obs.progress(n_in, n_in);
     Ok(lp)
@@ -186,11 +201,13 @@ fn gpu_score(gs: &mut GpuSession, tokens: &[u32], obs: &mut dyn ScoreObserver) -
 struct GpuState(GpuSession);
 
 impl SessionBackend for GpuState {
-    fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
-        Ok(match logits {
-            Logits::Last => self.0.eval(tokens)?,
-            Logits::All => self.0.eval_all(tokens)?,
-        })
+    fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>> {
+        // `GpuSession` puts its length back on a stop or an error.
+        let out = match logits {
+            Logits::Last => self.0.eval_with(tokens, stop)?,
+            Logits::All => self.0.eval_all_with(tokens, stop)?,
+        };
+        out.ok_or(EngineError::Cancelled)
     }
 
     fn truncate(&mut self, n: usize) {

@@ -30,6 +30,11 @@ pub(crate) enum Logits {
     All,
 }
 
+/// A cancellation check: `true` means stop. Backends call it between units of work — on the CPU
+/// before every layer of a batch, on the GPU between submissions — and then return
+/// [`crate::EngineError::Cancelled`].
+pub(crate) type Stop<'a> = &'a dyn Fn() -> bool;
+
 /// A model loaded for one backend.
 pub(crate) trait ModelBackend: Send + Sync {
     /// "cpu", or "gpu (adapter name, backend)".
@@ -48,12 +53,21 @@ pub(crate) trait ModelBackend: Send + Sync {
     fn reference(&self) -> Option<&tern_reference::Model>;
     /// The CPU forward pass's numerical options (no effect elsewhere).
     fn set_forward_options(&mut self, o: ForwardOptions);
+    /// The device this model runs on was lost (never on the CPU).
+    fn device_lost(&self) -> bool {
+        false
+    }
+    /// Destroy the GPU device (tests of device loss); `false` on the CPU.
+    fn simulate_device_loss(&self) -> bool {
+        false
+    }
 }
 
 /// One KV cache on a backend.
 pub(crate) trait SessionBackend: Send {
-    /// Run `tokens` after what the cache holds (non-empty, ids checked, room checked).
-    fn eval(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>>;
+    /// Run `tokens` after what the cache holds (non-empty, ids checked, room checked); `stop`
+    /// cancels it ([`crate::EngineError::Cancelled`]). On any error `len()` is what it was.
+    fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>>;
     /// Keep only the first `n` positions.
     fn truncate(&mut self, n: usize);
     /// Positions filled.
@@ -62,7 +76,8 @@ pub(crate) trait SessionBackend: Send {
     fn n_ctx(&self) -> usize;
     /// `log p(tokens[i+1] | tokens[..=i])` through the fused scorer, from an empty cache; the
     /// cache holds `tokens[..n-1]` afterwards (a prefix of them after an error). `tokens.len() − 1`
-    /// fits the cache (checked by the caller).
+    /// fits the cache (checked by the caller). `obs.cancelled()` is the stop check (as often as
+    /// [`SessionBackend::eval`]'s).
     fn score(
         &mut self,
         tokens: &[u32],

@@ -210,7 +210,11 @@ impl GpuContext {
         device.set_device_lost_callback(move |reason, msg| {
             log::error!("GPU device lost ({reason:?}): {msg}");
             if let Ok(mut g) = l2.lock() {
-                *g = Some(format!("{reason:?}: {msg}"));
+                *g = Some(if msg.is_empty() {
+                    format!("{reason:?}")
+                } else {
+                    format!("{reason:?}: {msg}")
+                });
             }
             f2.store(true, Ordering::SeqCst);
         });
@@ -402,9 +406,22 @@ impl GpuContext {
 
     /// Submit and wait until the GPU is done (the synchronous path used by tests and benches).
     pub fn submit_wait(&self, enc: wgpu::CommandEncoder) -> Result<()> {
+        let idx = self.submit(enc)?;
+        self.wait(idx)
+    }
+
+    /// Submit without waiting (a later [`GpuContext::wait`] collects errors).
+    pub fn submit(&self, enc: wgpu::CommandEncoder) -> Result<wgpu::SubmissionIndex> {
         self.check_alive()?;
-        let idx = self.queue.submit([enc.finish()]);
-        self.device
+        Ok(self.queue.submit([enc.finish()]))
+    }
+
+    /// Wait until submission `idx` is done. A failure on a device that turns out to be lost
+    /// (a destroyed device fails the wait or raises validation errors before its lost callback
+    /// runs) is reported as [`GpuError::DeviceLost`], not as the failure it caused.
+    pub fn wait(&self, idx: wgpu::SubmissionIndex) -> Result<()> {
+        let r = self
+            .device
             .poll(wgpu::PollType::Wait {
                 submission_index: Some(idx),
                 timeout: None,
@@ -412,9 +429,37 @@ impl GpuContext {
             .map_err(|e| GpuError::Wgpu {
                 what: "waiting for the GPU".into(),
                 detail: e.to_string(),
-            })?;
-        self.check_alive()?;
-        self.take_uncaptured()
+            })
+            .and_then(|_| self.check_alive())
+            .and_then(|()| self.take_uncaptured());
+        r.map_err(|e| self.lost_or(e))
+    }
+
+    /// `e`, or [`GpuError::DeviceLost`] when the device is gone (polled once so that a pending
+    /// lost callback runs).
+    pub fn lost_or(&self, e: GpuError) -> GpuError {
+        if matches!(e, GpuError::DeviceLost(_)) {
+            return e;
+        }
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        match self.check_alive() {
+            Err(lost) => lost,
+            Ok(()) => e,
+        }
+    }
+
+    /// Whether the device is lost (the lost callback ran): every later call fails with
+    /// [`GpuError::DeviceLost`] and the model must be loaded again.
+    pub fn is_lost(&self) -> bool {
+        self.lost_flag.load(Ordering::SeqCst)
+    }
+
+    /// Destroy the device (`wgpu::Device::destroy`) to simulate a device loss in tests: the next
+    /// submission fails with [`GpuError::DeviceLost`].
+    #[doc(hidden)]
+    pub fn simulate_device_loss(&self) {
+        log::warn!("simulating a GPU device loss (wgpu::Device::destroy)");
+        self.device.destroy();
     }
 
     /// Copy `len` bytes from `offset` of `buf` back to the host (submits and waits).

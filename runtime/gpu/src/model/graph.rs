@@ -57,14 +57,19 @@ struct Graph<'a> {
 }
 
 /// Record the whole pass of `m` for a batch of `n` tokens producing `wanted`, over a session's
-/// scratch `s` and cache `kv`.
+/// scratch `s` and cache `kv`, as consecutive segments of `layers_per_segment` layers each (0: one
+/// segment; the embedding goes with the first, the head with the last). The session submits
+/// segments separately so that it can stop between them (cancellation); they communicate only
+/// through the scratch buffers and the KV cache, so running them one after the other equals
+/// running their concatenation.
 pub(crate) fn record(
     m: &GpuModel,
     s: &Scratch,
     kv: &KvCache,
     n: u64,
     wanted: Wanted,
-) -> Result<Plan> {
+    layers_per_segment: usize,
+) -> Result<Vec<Plan>> {
     let nt = u32::try_from(n).map_err(|_| GpuError::invalid("plan", "batch too large"))?;
     let (act_d, act_q, act_f) = (
         s.act_embd.prefix(nt)?,
@@ -84,8 +89,12 @@ pub(crate) fn record(
         jit_turn: 0,
         p: Plan::new(),
     };
+    let mut segments = Vec::new();
     g.embed()?;
     for (li, layer) in m.layers.iter().enumerate() {
+        if layers_per_segment > 0 && li > 0 && li % layers_per_segment == 0 {
+            segments.push(std::mem::take(&mut g.p));
+        }
         let inputs =
             m.act_plan.layers.get(li).ok_or_else(|| {
                 GpuError::internal("plan", format!("no activation plan for {li}"))
@@ -94,7 +103,8 @@ pub(crate) fn record(
         g.ffn_block(layer, inputs)?;
     }
     g.head(wanted)?;
-    Ok(g.p)
+    segments.push(g.p);
+    Ok(segments)
 }
 
 impl<'a> Graph<'a> {

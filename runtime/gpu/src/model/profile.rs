@@ -17,7 +17,7 @@ impl GpuSession {
         Ok(self
             .plans
             .get(&(1, Wanted::Last))
-            .map(Plan::dispatches)
+            .map(|segs| segs.iter().map(Plan::dispatches).sum())
             .unwrap_or(0))
     }
 
@@ -37,9 +37,11 @@ impl GpuSession {
         }
         self.plan_for(1, Wanted::Last)?;
         self.write_inputs(&[token])?;
+        // A decode step's plan is one segment.
         let plan = self
             .plans
             .get(&(1, Wanted::Last))
+            .and_then(|segs| segs.first())
             .ok_or_else(|| GpuError::internal("profile", "plan missing"))?;
         let keys = plan.keys();
         let n_q = u32::try_from(keys.len() * 2)

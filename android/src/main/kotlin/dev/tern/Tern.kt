@@ -58,6 +58,8 @@ class TernException(val status: Int, message: String) : Exception(message) {
         const val NO_TOKENIZER = 11
         const val TEMPLATE = 12
         const val NUMERIC = 13
+        /** The GPU was lost: close the model and its sessions, load it again (CPU works). */
+        const val DEVICE_LOST = 14
     }
 }
 
