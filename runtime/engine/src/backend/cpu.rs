@@ -188,6 +188,9 @@ fn memory_of(file: &TernFile) -> MemoryReport {
         tensors,
         jit_scratch_bytes: 0,
         gpu_allocated_peak: None,
+        gpu_allocated_now: None,
+        gpu_allocation_measured: None,
+        gpu_min_budget: None,
     }
 }
 

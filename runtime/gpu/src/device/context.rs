@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::device::memory::{MemoryStats, Tracked};
 use crate::device::pipeline::{KernelKey, PipelineCache};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
@@ -26,6 +27,9 @@ pub enum DevicePreference {
 pub const MAX_BINDING_BYTES: u64 = 128 << 20;
 /// Workgroup memory the kernels may use (WebGPU guarantees 16 KiB; wgpu's downlevel is 16352 B).
 pub const WORKGROUP_MEMORY_BYTES: u32 = 16352;
+
+/// Largest piece of data one `queue.write_buffer` stages (see [`GpuContext::write`]).
+pub const UPLOAD_SLICE: u64 = 4 << 20;
 
 /// Knobs of [`GpuContext::with_options`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +78,9 @@ pub struct GpuContext {
     lost: Arc<Mutex<Option<String>>>,
     lost_flag: Arc<AtomicBool>,
     uncaptured: Arc<Mutex<Vec<String>>>,
-    /// Bytes of every buffer this context created (buffers are long-lived: weights, caches,
-    /// scratch, plans' parameters), so this is the peak of what it holds.
-    allocated: std::sync::atomic::AtomicU64,
+    /// GPU memory accounting: every buffer is created by [`GpuContext::create_buffer`], which
+    /// checks the budget and samples the peak (see `memory.rs` of this folder).
+    pub(crate) mem: super::memory::MemoryCounter,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -240,6 +244,11 @@ impl GpuContext {
             info.device_type,
             binding_limit
         );
+        let mem = super::memory::MemoryCounter::new();
+        // wgpu made buffers of its own when the device was opened: a non-zero count means the
+        // driver's allocator counts buffer memory on this backend.
+        let driver = device.get_internal_counters().hal.buffer_memory.read() > 0;
+        mem.driver.store(driver, Ordering::Relaxed);
         Ok(GpuContext {
             device,
             queue,
@@ -250,7 +259,7 @@ impl GpuContext {
             lost,
             lost_flag,
             uncaptured,
-            allocated: std::sync::atomic::AtomicU64::new(0),
+            mem,
         })
     }
 
@@ -309,6 +318,7 @@ impl GpuContext {
                 ),
             });
         }
+        self.check_budget(what, size)?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -332,13 +342,101 @@ impl GpuContext {
                 detail: e.to_string(),
             });
         }
-        self.allocated.fetch_add(size, Ordering::Relaxed);
+        self.mem.own.fetch_add(size, Ordering::Relaxed);
+        self.sample();
         Ok(buf)
     }
 
-    /// Bytes of all buffers created so far (see the field's doc).
+    /// Cap every later allocation at `budget` bytes of live GPU memory (`None`: no cap).
+    pub fn set_budget(&self, budget: Option<u64>) {
+        self.mem
+            .budget
+            .store(budget.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The budget set with [`GpuContext::set_budget`].
+    pub fn budget(&self) -> Option<u64> {
+        Some(self.mem.budget.load(Ordering::Relaxed)).filter(|&b| b != u64::MAX)
+    }
+
+    /// Bytes of GPU buffers alive now (see `device/memory.rs`: measured by the driver's
+    /// allocator where it counts, else tern's own count).
+    pub fn live_bytes(&self) -> u64 {
+        if self.mem.driver.load(Ordering::Relaxed) {
+            let c = self.device.get_internal_counters();
+            c.hal.buffer_memory.read().max(0) as u64
+        } else {
+            self.mem.own.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Live bytes, their peak, the budget.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.sample();
+        MemoryStats {
+            live: self.live_bytes(),
+            peak: self.mem.peak.load(Ordering::Relaxed),
+            budget: self.budget(),
+            measured: self.mem.driver.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Peak of live GPU bytes so far (see [`GpuContext::memory_stats`]).
     pub fn allocated_peak(&self) -> u64 {
-        self.allocated.load(Ordering::Relaxed)
+        self.memory_stats().peak
+    }
+
+    /// Start measuring the peak again from the bytes alive now.
+    pub fn reset_peak(&self) {
+        self.free_deferred();
+        self.mem.peak.store(self.live_bytes(), Ordering::Relaxed);
+    }
+
+    /// Record the live bytes into the peak.
+    pub(crate) fn sample(&self) {
+        self.mem
+            .peak
+            .fetch_max(self.live_bytes(), Ordering::Relaxed);
+    }
+
+    /// A guard releasing `bytes` from tern's own count when dropped.
+    pub(crate) fn track(&self, bytes: u64) -> Tracked {
+        self.mem.track(bytes)
+    }
+
+    /// Let wgpu free buffers that were dropped (their memory is returned on a poll).
+    pub(crate) fn free_deferred(&self) {
+        let _ = self.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// Submit what is staged (pending writes) and wait, so wgpu frees its staging buffers.
+    pub(crate) fn flush(&self) {
+        let idx = self.queue.submit([]);
+        let _ = self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(idx),
+            timeout: None,
+        });
+    }
+
+    /// `Err(OverBudget)` when `size` more bytes would exceed the budget.
+    fn check_budget(&self, what: &str, size: u64) -> Result<()> {
+        let Some(budget) = self.budget() else {
+            return Ok(());
+        };
+        let mut live = self.live_bytes();
+        if live.saturating_add(size) > budget {
+            self.free_deferred();
+            live = self.live_bytes();
+        }
+        if live.saturating_add(size) > budget {
+            return Err(GpuError::OverBudget {
+                what: format!("{what} ({size} bytes, with {live} bytes already allocated)"),
+                budget,
+                minimum: live.saturating_add(size),
+                detail: String::new(),
+            });
+        }
+        Ok(())
     }
 
     /// A storage buffer holding `data` (padded with zeros to a multiple of 4 bytes).
@@ -354,12 +452,22 @@ impl GpuContext {
         Ok(buf)
     }
 
-    /// Write `data` at offset 0 of `buf` (zero-padded to a multiple of 4).
+    /// Write `data` at offset 0 of `buf` (zero-padded to a multiple of 4). wgpu stages every
+    /// write in a buffer of its own until the next submission completes: data larger than
+    /// [`UPLOAD_SLICE`] is written slice by slice, each flushed before the next, so staging never
+    /// takes more than one slice of the budget.
     pub fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
         let whole = data.len() / 4 * 4;
-        if whole > 0 {
+        let mut at = 0;
+        while at < whole {
+            let end = (at + UPLOAD_SLICE as usize).min(whole);
             self.queue
-                .write_buffer(buf, 0, data.get(..whole).unwrap_or_default());
+                .write_buffer(buf, at as u64, data.get(at..end).unwrap_or_default());
+            self.sample();
+            if whole > UPLOAD_SLICE as usize {
+                self.flush();
+            }
+            at = end;
         }
         if whole < data.len() {
             let mut tail = [0u8; 4];
@@ -403,6 +511,8 @@ impl GpuContext {
     /// Submit and wait until the GPU is done (the synchronous path used by tests and benches).
     pub fn submit_wait(&self, enc: wgpu::CommandEncoder) -> Result<()> {
         self.check_alive()?;
+        // Staged writes are alive until this submission completes: their peak is now.
+        self.sample();
         let idx = self.queue.submit([enc.finish()]);
         self.device
             .poll(wgpu::PollType::Wait {
@@ -458,6 +568,8 @@ impl GpuContext {
         let mut out = view.to_vec();
         drop(view);
         staging.unmap();
+        drop(staging);
+        self.mem.release(size);
         out.truncate(len as usize); // ok: len ≤ size = out.len()
         Ok(out)
     }

@@ -2,6 +2,8 @@
 //!
 //! * `context.rs` — [`GpuContext`]: adapter choice, limits no higher than mobile GPUs give,
 //!   allocation inside error scopes, readback, device-lost and uncaptured-error handling.
+//! * `memory.rs` — GPU memory accounting: live bytes (measured by the driver's allocator where
+//!   it counts), the peak, the budget every allocation is checked against.
 //! * `pipeline.rs` — [`KernelKey`]: typed pipeline-cache keys whose `Display` is the pipeline
 //!   label and the `tern-shaders` variant label; the pipeline cache.
 //! * `plan.rs` — [`Recorder`]: launchers record into a command encoder or a [`Plan`] replayed
@@ -12,6 +14,7 @@
 
 pub mod check;
 pub mod context;
+pub mod memory;
 pub mod params;
 pub mod pipeline;
 pub mod plan;
