@@ -28,6 +28,8 @@ impl NeuzipTensor {
             )
         })?;
         check_buffer("neuzip decode", "scratch", out, c.out_bytes)?;
+        // 16-bit elements are OR-ed into their words: the scratch starts at zero.
+        enc.record_clear(out);
         let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
         ctx.dispatch(
             enc,

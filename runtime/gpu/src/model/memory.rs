@@ -182,13 +182,13 @@ pub(crate) fn decide(ctx: &GpuContext, file: &TernFile, budget: Option<u64>) -> 
     let base = ctx.live_bytes() + fixed + session_reserve + largest.min(UPLOAD_SLICE) + OVERHEAD;
     let all_decoded: u64 = nz.iter().map(|n| n.decoded + SLACK).sum();
     let max_decoded = nz.iter().map(|n| n.decoded).max().unwrap_or(0);
-    // The smallest chunk: a row group of every tensor, and at most 256 chunks per tensor.
+    // The smallest chunk: a row group of every tensor, and at most 16 chunks of the largest tensor.
     let min_group = nz
         .iter()
         .map(|n| n.row_group)
         .max()
         .unwrap_or(0)
-        .max(max_decoded / 256);
+        .max(max_decoded / 16);
     let max_blob = nz
         .iter()
         .map(|n| n.compressed(min_group))

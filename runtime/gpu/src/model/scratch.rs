@@ -205,3 +205,32 @@ impl Scratch {
         .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes the memory budget plans for a session's scratch are the bytes allocated.
+    #[test]
+    fn bytes_for_matches_the_buffers() {
+        let Ok(ctx) = GpuContext::new(crate::DevicePreference::Auto) else {
+            assert!(std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1"));
+            return;
+        };
+        let hp = HParams {
+            n_embd: 48,
+            n_ff: 96,
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim: 8,
+            rope_dim: 8,
+            n_vocab: 320,
+            n_layer: 2,
+            ..HParams::default()
+        };
+        for b in [1, 7, 64] {
+            let s = Scratch::alloc(&ctx, &hp, b).unwrap();
+            assert_eq!(s.all_bytes(), Scratch::bytes_for(&ctx, &hp, b), "batch {b}");
+        }
+    }
+}
