@@ -122,7 +122,7 @@ impl Scratch {
         };
         let lr = logits_rows(ctx, vocab, b);
         let half = u64::from(hp.rope_dim / 2).max(1);
-        5 * f(b * d)
+        4 * f(b * d)
             + 3 * f(b * q_dim)
             + 2 * f(b * kv_dim)
             + 4 * f(b * ff)
@@ -226,7 +226,13 @@ mod tests {
             rope_dim: 8,
             n_vocab: 320,
             n_layer: 2,
-            ..HParams::default()
+            n_ctx_train: 256,
+            rope_theta: 10000.0,
+            rope_neox: false,
+            rms_eps: 1e-5,
+            ffn_act: tern_format::FfnAct::Silu,
+            tied_embeddings: false,
+            sub_norms: false,
         };
         for b in [1, 7, 64] {
             let s = Scratch::alloc(&ctx, &hp, b).unwrap();
