@@ -411,6 +411,7 @@ impl GpuContext {
 
     /// Submit what is staged (pending writes) and wait, so wgpu frees its staging buffers.
     pub(crate) fn flush(&self) {
+        self.mem.staged.store(0, Ordering::Relaxed);
         let idx = self.queue.submit([]);
         let _ = self.device.poll(wgpu::PollType::Wait {
             submission_index: Some(idx),
@@ -453,20 +454,23 @@ impl GpuContext {
     }
 
     /// Write `data` at offset 0 of `buf` (zero-padded to a multiple of 4). wgpu stages every
-    /// write in a buffer of its own until the next submission completes: data larger than
-    /// [`UPLOAD_SLICE`] is written slice by slice, each flushed before the next, so staging never
-    /// takes more than one slice of the budget.
+    /// write in a buffer of its own until the next submission completes: whenever more than
+    /// [`UPLOAD_SLICE`] bytes are staged they are flushed, so staging never takes more than
+    /// about one slice of the budget (a large upload goes slice by slice).
     pub fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
         let whole = data.len() / 4 * 4;
         let mut at = 0;
         while at < whole {
             let end = (at + UPLOAD_SLICE as usize).min(whole);
-            self.queue
-                .write_buffer(buf, at as u64, data.get(at..end).unwrap_or_default());
-            self.sample();
-            if whole > UPLOAD_SLICE as usize {
+            if self.mem.staged.load(Ordering::Relaxed) + (end - at) as u64 > UPLOAD_SLICE {
                 self.flush();
             }
+            self.queue
+                .write_buffer(buf, at as u64, data.get(at..end).unwrap_or_default());
+            self.mem
+                .staged
+                .fetch_add((end - at) as u64, Ordering::Relaxed);
+            self.sample();
             at = end;
         }
         if whole < data.len() {
@@ -513,6 +517,7 @@ impl GpuContext {
         self.check_alive()?;
         // Staged writes are alive until this submission completes: their peak is now.
         self.sample();
+        self.mem.staged.store(0, Ordering::Relaxed);
         let idx = self.queue.submit([enc.finish()]);
         self.device
             .poll(wgpu::PollType::Wait {

@@ -25,6 +25,8 @@ pub(crate) struct MemoryCounter {
     pub(crate) budget: AtomicU64,
     /// The driver allocator counts buffer memory (measured, not tern's own count).
     pub(crate) driver: AtomicBool,
+    /// Bytes written with `queue.write_buffer` since the last submission (staged by wgpu).
+    pub(crate) staged: AtomicU64,
 }
 
 impl MemoryCounter {
@@ -34,6 +36,7 @@ impl MemoryCounter {
             peak: AtomicU64::new(0),
             budget: AtomicU64::new(u64::MAX),
             driver: AtomicBool::new(false),
+            staged: AtomicU64::new(0),
         }
     }
 
