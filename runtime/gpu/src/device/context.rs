@@ -381,11 +381,6 @@ impl GpuContext {
         }
     }
 
-    /// Peak of live GPU bytes so far (see [`GpuContext::memory_stats`]).
-    pub fn allocated_peak(&self) -> u64 {
-        self.memory_stats().peak
-    }
-
     /// Start measuring the peak again from the bytes alive now.
     pub fn reset_peak(&self) {
         self.free_deferred();
