@@ -109,6 +109,14 @@ typedef struct tern_model_options {
   // Non-zero (default): split matrix products over a thread pool. Zero: run on the calling
   // thread only. The results are bit-identical either way.
   uint32_t use_threads;
+  // Unused; keeps `max_memory` at offset 16 on every ABI. Set to 0.
+  uint32_t reserved0;
+  // GPU memory budget in bytes (`TERN_DEVICE_GPU`): everything the model and its sessions
+  // allocate on the GPU (weights, just-in-time scratch, KV caches, activation scratch,
+  // staging) stays within it, or `tern_model_load` / `tern_session_new` fail with
+  // `TERN_OUT_OF_MEMORY` and a message naming the smallest budget that works. 0 (default): no
+  // cap. Added after the first version (`struct_size` 12 = no budget).
+  uint64_t max_memory;
 } tern_model_options;
 
 // How to make a session. Initialise with `tern_session_options_default()`.

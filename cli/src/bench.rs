@@ -37,7 +37,8 @@ pub struct BenchArgs {
     /// Device: cpu, gpu or auto.
     #[arg(long, default_value = "gpu")]
     pub device: String,
-    /// GPU memory budget for weights (bytes or K/M/G), as for `tern run`.
+    /// GPU memory budget (bytes or K/M/G) for everything the model and session allocate, as for
+    /// `tern run`; the peak allocation is printed against it.
     #[arg(long)]
     pub max_memory: Option<String>,
     #[command(flatten)]
@@ -146,6 +147,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let mut mem = serde_json::Map::new();
     let mut dispatches = None;
     let mut profile = None;
+    let mut peak_line = None;
     let session = s.report()?;
     if model.report().backend == BackendKind::Gpu {
         let plan = model.report().memory;
@@ -179,10 +181,38 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                     .collect()
             });
         }
+        let m = model.report().memory;
+        mem.insert("gpu_allocated_peak".into(), json!(m.gpu_allocated_peak));
+        mem.insert("gpu_allocated_now".into(), json!(m.gpu_allocated_now));
+        mem.insert("gpu_min_budget".into(), json!(m.gpu_min_budget));
         mem.insert(
-            "gpu_allocated_peak".into(),
-            json!(model.report().memory.gpu_allocated_peak),
+            "gpu_allocation_measured".into(),
+            json!(m.gpu_allocation_measured),
         );
+        if let (Some(peak), Some(b)) = (m.gpu_allocated_peak, m.budget) {
+            mem.insert("gpu_peak_within_budget".into(), json!(peak <= b));
+        }
+        peak_line = m.gpu_allocated_peak.map(|peak| {
+            let how = if m.gpu_allocation_measured == Some(true) {
+                "measured by the driver's allocator"
+            } else {
+                "counted by tern"
+            };
+            match m.budget {
+                Some(b) => format!(
+                    "GPU peak allocation: {:.2} MiB of a {:.2} MiB budget ({:.1}%, {how}; \
+                     smallest budget {:.2} MiB)",
+                    mib(peak),
+                    mib(b),
+                    100.0 * peak as f64 / b.max(1) as f64,
+                    mib(m.gpu_min_budget.unwrap_or(0))
+                ),
+                None => format!(
+                    "GPU peak allocation: {:.2} MiB (no budget; {how})",
+                    mib(peak)
+                ),
+            }
+        });
     } else {
         mem.insert("weights".into(), json!(file_bytes));
         if let Some(b) = model.report().memory.host_resident_bytes {
@@ -253,6 +283,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             }
             _ => {}
         }
+    }
+    if let Some(l) = peak_line {
+        println!("{l}");
     }
     if let Some(d) = dispatches {
         println!("dispatches per decoded token: {d}");

@@ -40,8 +40,9 @@ pub struct SamplingArgs {
     /// (a hardware GPU when present, else the CPU).
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// GPU memory budget for weights (bytes, or with K/M/G): NeuZip tensors that do not fit
-    /// decoded stay compressed and are decoded just in time. The plan is printed with -v.
+    /// GPU memory budget (bytes, or with K/M/G) for everything the model and session allocate:
+    /// NeuZip tensors that do not fit decoded stay compressed and are decoded just in time; a
+    /// budget below the smallest that works is refused, naming it. The plan is printed with -v.
     #[arg(long)]
     pub max_memory: Option<String>,
     #[command(flatten)]

@@ -33,6 +33,14 @@ pub struct tern_model_options {
     /// Non-zero (default): split matrix products over a thread pool. Zero: run on the calling
     /// thread only. The results are bit-identical either way.
     pub use_threads: u32,
+    /// Unused; keeps `max_memory` at offset 16 on every ABI. Set to 0.
+    pub reserved0: u32,
+    /// GPU memory budget in bytes (`TERN_DEVICE_GPU`): everything the model and its sessions
+    /// allocate on the GPU (weights, just-in-time scratch, KV caches, activation scratch,
+    /// staging) stays within it, or `tern_model_load` / `tern_session_new` fail with
+    /// `TERN_OUT_OF_MEMORY` and a message naming the smallest budget that works. 0 (default): no
+    /// cap. Added after the first version (`struct_size` 12 = no budget).
+    pub max_memory: u64,
 }
 
 /// How to make a session. Initialise with `tern_session_options_default()`.
@@ -120,6 +128,8 @@ pub extern "C" fn tern_model_options_default() -> tern_model_options {
         struct_size: size_of::<tern_model_options>() as u32,
         device: TERN_DEVICE_AUTO,
         use_threads: 1,
+        reserved0: 0,
+        max_memory: 0,
     }
 }
 
@@ -161,9 +171,10 @@ pub(crate) unsafe trait Versioned: Copy {
     fn set_struct_size(&mut self);
 }
 
-// SAFETY: repr(C), u32 struct_size first, only u32 fields.
+// SAFETY: repr(C), u32 struct_size first, only u32/u64 fields.
 unsafe impl Versioned for tern_model_options {
-    const MIN_SIZE: usize = size_of::<Self>();
+    /// The first version: `struct_size`, `device`, `use_threads`.
+    const MIN_SIZE: usize = 12;
     const NAME: &'static str = "tern_model_options";
     fn set_struct_size(&mut self) {
         self.struct_size = size_of::<Self>() as u32;

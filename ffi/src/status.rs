@@ -186,7 +186,7 @@ fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
     match e {
         G::Format(f) => format_status(f),
         G::BadModel(_) | G::Corrupt { .. } => TERN_CORRUPT_FILE,
-        G::OutOfMemory { .. } => TERN_OUT_OF_MEMORY,
+        G::OutOfMemory { .. } | G::OverBudget { .. } => TERN_OUT_OF_MEMORY,
         G::CpuRequested | G::NoAdapter(_) | G::Unsupported { .. } | G::TooLarge { .. } => {
             TERN_UNSUPPORTED
         }

@@ -95,6 +95,37 @@ fn versioned_structs() {
     // SAFETY: a valid struct.
     let e = unsafe { read_versioned(&small, tern_session_options_default()) }.unwrap_err();
     assert_eq!(e.status, tern_status::TERN_INVALID_ARGUMENT);
+    // tern_model_options of the first version (12 bytes, before max_memory): accepted, no
+    // budget; the current version carries it.
+    let old = [
+        12u32,
+        crate::options::TERN_DEVICE_GPU,
+        0,
+        0xdead,
+        0xbeef,
+        0xf00d,
+    ];
+    // SAFETY: `old` holds 24 readable bytes, struct_size says 12; u32 alignment is enough for
+    // an unaligned read.
+    let got = unsafe {
+        read_versioned(
+            old.as_ptr().cast::<crate::options::tern_model_options>(),
+            crate::options::tern_model_options_default(),
+        )
+    }
+    .unwrap();
+    assert_eq!((got.device, got.use_threads, got.max_memory), (2, 0, 0));
+    let mut cur = crate::options::tern_model_options_default();
+    assert_eq!(cur.struct_size, 24);
+    cur.max_memory = 5 << 20;
+    // SAFETY: a valid struct.
+    let got = unsafe { read_versioned(&cur, crate::options::tern_model_options_default()) };
+    assert_eq!(got.unwrap().max_memory, 5 << 20);
+    let mut small = crate::options::tern_model_options_default();
+    small.struct_size = 8;
+    // SAFETY: a valid struct.
+    let e = unsafe { read_versioned(&small, crate::options::tern_model_options_default()) };
+    assert_eq!(e.unwrap_err().status, tern_status::TERN_INVALID_ARGUMENT);
     // A caller with a newer, larger struct: the known fields are read, the rest ignored.
     #[repr(C)]
     struct Newer {

@@ -155,6 +155,83 @@ fn smollm2_greedy_gpu_equals_cpu() {
     assert!(d <= 1e-4, "GPU score differs by {d}");
 }
 
+/// The smallest GPU budget `path` loads with: what the `OverBudget` error of a budget of 0
+/// names (0 when there is no adapter: the caller's `open_gpu` then skips).
+fn min_budget(path: &Path) -> u64 {
+    let opts = LoadOptions {
+        device: Device::Gpu,
+        max_memory: Some(0),
+    };
+    match Model::open_with(path, &opts) {
+        Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::OverBudget { minimum, .. })) => {
+            minimum
+        }
+        Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::NoAdapter(_))) => 0,
+        Err(e) => panic!("a budget of 0: {e}"),
+        Ok(_) => panic!("a budget of 0 was accepted"),
+    }
+}
+
+/// The GPU memory budget is a cap: a NeuZip model under a budget below what it takes decoded
+/// runs (NeuZip matrices decoded just in time, chunk by chunk), greedy tokens equal to the
+/// unbudgeted run, the measured peak ≤ the budget; a budget below the minimum is refused before
+/// allocating, naming the minimum, which then works; a session larger than what is left is
+/// refused naming the largest context that fits.
+#[test]
+fn budget_caps_gpu_memory() {
+    let path = import(
+        "llama_tiny",
+        "lossy0",
+        &PackOptions {
+            ternary: tern_format::TernaryLayout::Bits2,
+            floats: FloatMode::NeuZipLossy(0),
+            activations: None,
+        },
+    );
+    let Some(free) = open_gpu(&path, None) else {
+        return;
+    };
+    let prompt = [1u32, 17, 42, 5, 99];
+    let want = greedy(&free, &prompt, 16);
+    let free_mem = free.report().memory;
+    let free_peak = free_mem.gpu_allocated_peak.unwrap();
+    drop(free);
+    let min = min_budget(&path);
+    eprintln!("unbudgeted peak {free_peak} B; smallest budget {min} B");
+    assert!(min < free_peak, "the minimum is below the unbudgeted peak");
+    let m = open_gpu(&path, Some(min)).unwrap();
+    let mem = m.report().memory;
+    assert_eq!(mem.gpu_min_budget, Some(min));
+    let jit = mem.tensors.iter().filter(|t| t.placement == "jit").count();
+    assert!(
+        jit > 0,
+        "NeuZip matrices decoded just in time under the budget"
+    );
+    let got = greedy(&m, &prompt, 16);
+    assert_eq!(got, want, "greedy tokens under the budget");
+    let mem = m.report().memory;
+    let peak = mem.gpu_allocated_peak.unwrap();
+    eprintln!(
+        "budget {min} B: peak {peak} B ({jit} jit tensors, measured by the driver: {:?})",
+        mem.gpu_allocation_measured
+    );
+    assert!(peak <= min, "peak {peak} > budget {min}");
+    // A session beyond what is left: typed, naming the largest context that fits.
+    match Session::new(&m, 200_000) {
+        Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::OverBudget {
+            minimum,
+            detail,
+            ..
+        })) => {
+            assert!(minimum > min);
+            assert!(detail.contains("largest context that fits"), "{detail}");
+        }
+        Err(e) => panic!("a session beyond the budget: unexpected {e}"),
+        Ok(_) => panic!("a session beyond the budget was made"),
+    }
+    assert!(m.report().memory.gpu_allocated_peak.unwrap() <= min);
+}
+
 fn import(name: &str, tag: &str, opts: &PackOptions) -> std::path::PathBuf {
     let out = scratch(&format!("gpu_engine_{name}_{tag}")).join("model.tern");
     import_hf_dir(
@@ -208,9 +285,10 @@ fn random_bitnet_logits_match_cpu() {
                 let toks: Vec<u32> = tokens.iter().map(|t| t % vocab).collect();
                 let (want, want_step) = logits_both(&cpu, &toks);
                 assert_eq!(want, want_step);
-                // Budgets: unlimited (NeuZip decoded at load) and 0 (every NeuZip matrix decoded
-                // just in time).
-                for budget in [None, Some(0)] {
+                // Budgets: unlimited (NeuZip decoded at load) and the smallest that works (named
+                // by the error a budget of 0 gets; NeuZip matrices decoded just in time when
+                // that is smaller).
+                for budget in [None, Some(min_budget(&path))] {
                     let Some(gpu) = open_gpu(&path, budget) else {
                         return;
                     };

@@ -36,8 +36,10 @@ impl std::str::FromStr for Device {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     pub device: Device,
-    /// GPU memory the weights may take (`--max-memory`): NeuZip tensors beyond it stay
-    /// compressed and are decoded just in time.
+    /// GPU memory the model and its sessions may take (`--max-memory`): weights, just-in-time
+    /// scratch, KV caches, activation scratch, staging. NeuZip tensors beyond it stay compressed
+    /// and are decoded just in time; a budget below the smallest that works is refused at load
+    /// (`GpuError::OverBudget` naming it), a session that does not fit when it is made.
     pub max_memory: Option<u64>,
 }
 

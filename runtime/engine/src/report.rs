@@ -42,11 +42,19 @@ pub struct MemoryReport {
     pub tensors: Vec<TensorReport>,
     /// Bytes of the just-in-time decode scratch (GPU; 0 on the CPU).
     pub jit_scratch_bytes: u64,
-    /// Peak bytes allocated on the GPU so far (GPU only).
+    /// Peak bytes allocated on the GPU so far (GPU only): everything alive at once — weights,
+    /// just-in-time scratch, KV caches, activation scratch, staging.
     pub gpu_allocated_peak: Option<u64>,
     /// Bytes of weights the CPU backend holds in host memory (kept as stored, so close to
     /// `weight_bytes`; `tern_reference::Model::resident_bytes`). CPU only.
     pub host_resident_bytes: Option<u64>,
+    /// Bytes allocated on the GPU now (GPU only).
+    pub gpu_allocated_now: Option<u64>,
+    /// Whether those two are measured by the driver's allocator (Vulkan, D3D12) rather than
+    /// counted by tern (GPU only).
+    pub gpu_allocation_measured: Option<bool>,
+    /// The smallest budget the model loads with (and runs a 512-position session), GPU only.
+    pub gpu_min_budget: Option<u64>,
 }
 
 /// One row of the activation plan: a linear layer kind over a run of identical layers.

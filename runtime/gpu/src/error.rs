@@ -22,6 +22,19 @@ pub enum GpuError {
     /// An allocation failed for lack of GPU memory.
     #[error("out of GPU memory allocating {bytes} bytes for {what}")]
     OutOfMemory { what: String, bytes: u64 },
+    /// The GPU memory budget (`--max-memory`) cannot hold what was asked for: refused before
+    /// allocating, naming the smallest budget that would work (`minimum`, bytes).
+    #[error(
+        "the GPU memory budget of {budget} bytes is too small for {what}: it needs at least \
+         {minimum} bytes{detail}"
+    )]
+    OverBudget {
+        what: String,
+        budget: u64,
+        minimum: u64,
+        /// Extra advice (e.g. the largest context that fits), starting with "; " or empty.
+        detail: String,
+    },
     /// A tensor or buffer exceeds what this adapter can hold or bind, even when split.
     #[error("{what} is too large for this adapter: {detail}")]
     TooLarge { what: String, detail: String },

@@ -34,6 +34,7 @@ pub use device::context::{
     AdapterSummary, DevicePreference, GpuContext, GpuOptions, MAX_BINDING_BYTES,
     WORKGROUP_MEMORY_BYTES,
 };
+pub use device::memory::MemoryStats;
 pub use device::pipeline::{EltOp, GgmlType, KernelKey, KvFormat};
 pub use device::plan::{Plan, Recorder};
 pub use error::{GpuError, Result};

@@ -919,6 +919,38 @@ fn errors_are_typed_and_survivable() {
         t.decode_to_host(&ctx),
         Err(GpuError::Corrupt { .. })
     ));
+    // The same stream kept compressed and decoded just in time, chunk by chunk into one small
+    // scratch: the sticky status is read after the decodes → Corrupt; an intact stream → Ok.
+    let jit_status = |blob: &[u8]| -> Result<usize, GpuError> {
+        let t = NeuzipTensor::upload_compressed(&ctx, blob, 1024)?;
+        let scratch = ctx.zeroed("jit scratch", t.max_chunk_output_bytes())?;
+        let mut enc = ctx.encoder();
+        t.clear_status(&mut enc);
+        for c in 0..t.chunks() {
+            t.decode_chunk_into(&ctx, &mut enc, c, &scratch)?;
+        }
+        ctx.submit_wait(enc)?;
+        t.check_status(&ctx).map(|()| t.chunks())
+    };
+    assert!(matches!(jit_status(&blob), Err(GpuError::Corrupt { .. })));
+    let params = neuzip::Params {
+        lanes: 8,
+        block_symbols: 256,
+    };
+    let good = neuzip::encode_with(
+        FloatType::Bf16,
+        7,
+        &to_dtype(FloatType::Bf16, &v),
+        64,
+        params,
+    )
+    .unwrap();
+    let blocks = neuzip::Plan::parse(&good).unwrap().n_blocks;
+    let chunks = jit_status(&good).unwrap();
+    assert!(
+        chunks > 1 || blocks == 1,
+        "{chunks} chunks of {blocks} blocks"
+    );
     // Malformed header → the format's typed error.
     assert!(matches!(
         NeuzipTensor::upload(&ctx, &blob[..40]),

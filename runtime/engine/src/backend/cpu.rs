@@ -255,6 +255,9 @@ fn memory_of(file: &TernFile) -> MemoryReport {
         jit_scratch_bytes: 0,
         gpu_allocated_peak: None,
         host_resident_bytes: None,
+        gpu_allocated_now: None,
+        gpu_allocation_measured: None,
+        gpu_min_budget: None,
     }
 }
 

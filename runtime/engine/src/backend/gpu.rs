@@ -123,6 +123,7 @@ impl ModelBackend for GpuBackend {
 
     fn report(&self) -> ModelReport {
         let plan = self.model.memory_plan();
+        let stats = self.model.context().memory_stats();
         let memory = MemoryReport {
             budget: plan.budget,
             weight_bytes: plan.weight_bytes(),
@@ -138,7 +139,10 @@ impl ModelBackend for GpuBackend {
                 })
                 .collect(),
             jit_scratch_bytes: plan.jit_scratch_bytes,
-            gpu_allocated_peak: Some(self.model.context().allocated_peak()),
+            gpu_allocated_peak: Some(stats.peak),
+            gpu_allocated_now: Some(stats.live),
+            gpu_allocation_measured: Some(stats.measured),
+            gpu_min_budget: Some(plan.min_budget),
             host_resident_bytes: None,
         };
         let rows = self

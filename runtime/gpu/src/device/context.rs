@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::device::memory::{MemoryStats, Tracked};
 use crate::device::pipeline::{KernelKey, PipelineCache};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
@@ -26,6 +27,9 @@ pub enum DevicePreference {
 pub const MAX_BINDING_BYTES: u64 = 128 << 20;
 /// Workgroup memory the kernels may use (WebGPU guarantees 16 KiB; wgpu's downlevel is 16352 B).
 pub const WORKGROUP_MEMORY_BYTES: u32 = 16352;
+
+/// Largest piece of data one `queue.write_buffer` stages (see [`GpuContext::write`]).
+pub const UPLOAD_SLICE: u64 = 4 << 20;
 
 /// Knobs of [`GpuContext::with_options`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,12 +75,12 @@ pub struct GpuContext {
     pub limits: wgpu::Limits,
     binding_limit: u64,
     pipelines: PipelineCache,
-    lost: Arc<Mutex<Option<String>>>,
-    lost_flag: Arc<AtomicBool>,
-    uncaptured: Arc<Mutex<Vec<String>>>,
-    /// Bytes of every buffer this context created (buffers are long-lived: weights, caches,
-    /// scratch, plans' parameters), so this is the peak of what it holds.
-    allocated: std::sync::atomic::AtomicU64,
+    pub(super) lost: Arc<Mutex<Option<String>>>,
+    pub(super) lost_flag: Arc<AtomicBool>,
+    pub(super) uncaptured: Arc<Mutex<Vec<String>>>,
+    /// GPU memory accounting: every buffer is created by [`GpuContext::create_buffer`], which
+    /// checks the budget and samples the peak (see `memory.rs` of this folder).
+    pub(crate) mem: super::memory::MemoryCounter,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -244,6 +248,11 @@ impl GpuContext {
             info.device_type,
             binding_limit
         );
+        let mem = super::memory::MemoryCounter::new();
+        // wgpu made buffers of its own when the device was opened: a non-zero count means the
+        // driver's allocator counts buffer memory on this backend.
+        let driver = device.get_internal_counters().hal.buffer_memory.read() > 0;
+        mem.driver.store(driver, Ordering::Relaxed);
         Ok(GpuContext {
             device,
             queue,
@@ -254,44 +263,13 @@ impl GpuContext {
             lost,
             lost_flag,
             uncaptured,
-            allocated: std::sync::atomic::AtomicU64::new(0),
+            mem,
         })
     }
 
     /// Largest byte size of one storage binding (tensors above it are split).
     pub fn binding_limit(&self) -> u64 {
         self.binding_limit
-    }
-
-    /// `Err(DeviceLost)` once the device is gone; every launcher calls this first.
-    pub fn check_alive(&self) -> Result<()> {
-        if self.lost_flag.load(Ordering::SeqCst) {
-            let msg = self
-                .lost
-                .lock()
-                .ok()
-                .and_then(|g| g.clone())
-                .unwrap_or_default();
-            return Err(GpuError::DeviceLost(msg));
-        }
-        Ok(())
-    }
-
-    /// Errors wgpu raised outside an error scope since the last call, as one typed error.
-    pub fn take_uncaptured(&self) -> Result<()> {
-        let mut v = match self.uncaptured.lock() {
-            Ok(v) => v,
-            Err(p) => p.into_inner(),
-        };
-        if v.is_empty() {
-            return Ok(());
-        }
-        let detail = v.join("; ");
-        v.clear();
-        Err(GpuError::Wgpu {
-            what: "a submitted command".into(),
-            detail,
-        })
     }
 
     /// A storage buffer of `size` bytes (at least 4), allocated inside error scopes so that
@@ -313,6 +291,7 @@ impl GpuContext {
                 ),
             });
         }
+        self.check_budget(what, size)?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -336,13 +315,97 @@ impl GpuContext {
                 detail: e.to_string(),
             });
         }
-        self.allocated.fetch_add(size, Ordering::Relaxed);
+        self.mem.own.fetch_add(size, Ordering::Relaxed);
+        self.sample();
         Ok(buf)
     }
 
-    /// Bytes of all buffers created so far (see the field's doc).
-    pub fn allocated_peak(&self) -> u64 {
-        self.allocated.load(Ordering::Relaxed)
+    /// Cap every later allocation at `budget` bytes of live GPU memory (`None`: no cap).
+    pub fn set_budget(&self, budget: Option<u64>) {
+        self.mem
+            .budget
+            .store(budget.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The budget set with [`GpuContext::set_budget`].
+    pub fn budget(&self) -> Option<u64> {
+        Some(self.mem.budget.load(Ordering::Relaxed)).filter(|&b| b != u64::MAX)
+    }
+
+    /// Bytes of GPU buffers alive now (see `device/memory.rs`: measured by the driver's
+    /// allocator where it counts, else tern's own count).
+    pub fn live_bytes(&self) -> u64 {
+        if self.mem.driver.load(Ordering::Relaxed) {
+            let c = self.device.get_internal_counters();
+            c.hal.buffer_memory.read().max(0) as u64
+        } else {
+            self.mem.own.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Live bytes, their peak, the budget.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.sample();
+        MemoryStats {
+            live: self.live_bytes(),
+            peak: self.mem.peak.load(Ordering::Relaxed),
+            budget: self.budget(),
+            measured: self.mem.driver.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Start measuring the peak again from the bytes alive now.
+    pub fn reset_peak(&self) {
+        self.free_deferred();
+        self.mem.peak.store(self.live_bytes(), Ordering::Relaxed);
+    }
+
+    /// Record the live bytes into the peak.
+    pub(crate) fn sample(&self) {
+        self.mem
+            .peak
+            .fetch_max(self.live_bytes(), Ordering::Relaxed);
+    }
+
+    /// A guard releasing `bytes` from tern's own count when dropped.
+    pub(crate) fn track(&self, bytes: u64) -> Tracked {
+        self.mem.track(bytes)
+    }
+
+    /// Let wgpu free buffers that were dropped (their memory is returned on a poll).
+    pub(crate) fn free_deferred(&self) {
+        let _ = self.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// Submit what is staged (pending writes) and wait, so wgpu frees its staging buffers.
+    pub(crate) fn flush(&self) {
+        self.mem.staged.store(0, Ordering::Relaxed);
+        let idx = self.queue.submit([]);
+        let _ = self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(idx),
+            timeout: None,
+        });
+    }
+
+    /// `Err(OverBudget)` when `size` more bytes would exceed the budget.
+    fn check_budget(&self, what: &str, size: u64) -> Result<()> {
+        let Some(budget) = self.budget() else {
+            return Ok(());
+        };
+        let mut live = self.live_bytes();
+        if live.saturating_add(size) > budget {
+            self.free_deferred();
+            live = self.live_bytes();
+        }
+        if live.saturating_add(size) > budget {
+            return Err(GpuError::OverBudget {
+                what: format!("{what} ({size} bytes, with {live} bytes already allocated)"),
+                budget,
+                minimum: live.saturating_add(size),
+                detail: String::new(),
+            });
+        }
+        Ok(())
     }
 
     /// A storage buffer holding `data` (padded with zeros to a multiple of 4 bytes).
@@ -358,12 +421,25 @@ impl GpuContext {
         Ok(buf)
     }
 
-    /// Write `data` at offset 0 of `buf` (zero-padded to a multiple of 4).
+    /// Write `data` at offset 0 of `buf` (zero-padded to a multiple of 4). wgpu stages every
+    /// write in a buffer of its own until the next submission completes: whenever more than
+    /// [`UPLOAD_SLICE`] bytes are staged they are flushed, so staging never takes more than
+    /// about one slice of the budget (a large upload goes slice by slice).
     pub fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
         let whole = data.len() / 4 * 4;
-        if whole > 0 {
+        let mut at = 0;
+        while at < whole {
+            let end = (at + UPLOAD_SLICE as usize).min(whole);
+            if self.mem.staged.load(Ordering::Relaxed) + (end - at) as u64 > UPLOAD_SLICE {
+                self.flush();
+            }
             self.queue
-                .write_buffer(buf, 0, data.get(..whole).unwrap_or_default());
+                .write_buffer(buf, at as u64, data.get(at..end).unwrap_or_default());
+            self.mem
+                .staged
+                .fetch_add((end - at) as u64, Ordering::Relaxed);
+            self.sample();
+            at = end;
         }
         if whole < data.len() {
             let mut tail = [0u8; 4];
@@ -402,125 +478,6 @@ impl GpuContext {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("tern"),
             })
-    }
-
-    /// Submit and wait until the GPU is done (the synchronous path used by tests and benches).
-    pub fn submit_wait(&self, enc: wgpu::CommandEncoder) -> Result<()> {
-        let idx = self.submit(enc)?;
-        self.wait(idx)
-    }
-
-    /// Submit without waiting (a later [`GpuContext::wait`] collects errors).
-    pub fn submit(&self, enc: wgpu::CommandEncoder) -> Result<wgpu::SubmissionIndex> {
-        self.check_alive()?;
-        Ok(self.queue.submit([enc.finish()]))
-    }
-
-    /// Wait until submission `idx` is done. A failure on a device that turns out to be lost
-    /// (a destroyed device fails the wait or raises validation errors before its lost callback
-    /// runs) is reported as [`GpuError::DeviceLost`], not as the failure it caused.
-    pub fn wait(&self, idx: wgpu::SubmissionIndex) -> Result<()> {
-        let r = self
-            .device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(idx),
-                timeout: None,
-            })
-            .map_err(|e| GpuError::Wgpu {
-                what: "waiting for the GPU".into(),
-                detail: e.to_string(),
-            })
-            .and_then(|_| self.check_alive())
-            .and_then(|()| self.take_uncaptured());
-        r.map_err(|e| self.lost_or(e))
-    }
-
-    /// `e`, or [`GpuError::DeviceLost`] when the device is gone (polled once so that a pending
-    /// lost callback runs).
-    pub fn lost_or(&self, e: GpuError) -> GpuError {
-        if matches!(e, GpuError::DeviceLost(_)) {
-            return e;
-        }
-        let _ = self.device.poll(wgpu::PollType::Poll);
-        match self.check_alive() {
-            Err(lost) => lost,
-            Ok(()) => e,
-        }
-    }
-
-    /// Whether the device is lost (the lost callback ran): every later call fails with
-    /// [`GpuError::DeviceLost`] and the model must be loaded again.
-    pub fn is_lost(&self) -> bool {
-        self.lost_flag.load(Ordering::SeqCst)
-    }
-
-    /// Destroy the device (`wgpu::Device::destroy`) to simulate a device loss in tests: the next
-    /// submission fails with [`GpuError::DeviceLost`].
-    #[doc(hidden)]
-    pub fn simulate_device_loss(&self) {
-        log::warn!("simulating a GPU device loss (wgpu::Device::destroy)");
-        self.device.destroy();
-    }
-
-    /// Copy `len` bytes from `offset` of `buf` back to the host (submits and waits).
-    pub fn read_bytes(&self, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.check_alive()?;
-        let size = len.div_ceil(4) * 4;
-        if size == 0 {
-            return Ok(Vec::new());
-        }
-        let staging = self.create_buffer(
-            "readback",
-            size,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        )?;
-        let mut enc = self.encoder();
-        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
-        self.submit_wait(enc)?;
-        let slice = staging.slice(..);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Readback {
-                what: "buffer".into(),
-                detail: e.to_string(),
-            })?;
-        let mapped = rx.recv().map_err(|e| GpuError::Readback {
-            what: "buffer".into(),
-            detail: e.to_string(),
-        })?;
-        mapped.map_err(|e| GpuError::Readback {
-            what: "buffer".into(),
-            detail: e.to_string(),
-        })?;
-        let view = slice.get_mapped_range().map_err(|e| GpuError::Readback {
-            what: "buffer".into(),
-            detail: e.to_string(),
-        })?;
-        let mut out = view.to_vec();
-        drop(view);
-        staging.unmap();
-        out.truncate(len as usize); // ok: len ≤ size = out.len()
-        Ok(out)
-    }
-
-    /// `n` f32 values from the start of `buf`.
-    pub fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
-        let b = self.read_bytes(buf, 0, (n * 4) as u64)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
-    }
-
-    /// `n` u32 values from the start of `buf`.
-    pub fn read_u32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<u32>> {
-        let b = self.read_bytes(buf, 0, (n * 4) as u64)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
     }
 
     /// The compute pipeline for `key`, compiled on first use (shader errors become typed errors).

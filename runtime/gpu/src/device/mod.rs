@@ -2,6 +2,10 @@
 //!
 //! * `context.rs` — [`GpuContext`]: adapter choice, limits no higher than mobile GPUs give,
 //!   allocation inside error scopes, readback, device-lost and uncaptured-error handling.
+//! * `queue.rs` — submit/wait, readback, device loss and uncaptured errors (more of
+//!   [`GpuContext`]'s methods).
+//! * `memory.rs` — GPU memory accounting: live bytes (measured by the driver's allocator where
+//!   it counts), the peak, the budget every allocation is checked against.
 //! * `pipeline.rs` — [`KernelKey`]: typed pipeline-cache keys whose `Display` is the pipeline
 //!   label and the `tern-shaders` variant label; the pipeline cache.
 //! * `plan.rs` — [`Recorder`]: launchers record into a command encoder or a [`Plan`] replayed
@@ -12,9 +16,11 @@
 
 pub mod check;
 pub mod context;
+pub mod memory;
 pub mod params;
 pub mod pipeline;
 pub mod plan;
+pub mod queue;
 
 pub use context::{GpuContext, GpuOptions};
 pub use pipeline::KernelKey;

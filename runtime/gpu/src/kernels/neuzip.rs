@@ -10,37 +10,38 @@ use crate::error::{GpuError, Result};
 use crate::weights::NeuzipTensor;
 
 impl NeuzipTensor {
-    /// Record the decode of every chunk into `outs[i]` (caller-owned scratch, at least
-    /// [`NeuzipTensor::chunk_output_bytes`] each).
-    pub fn decode_into(
+    /// Record the decode of chunk `i` into `out` (caller-owned scratch of at least that chunk's
+    /// output bytes). The status is not cleared (it is sticky: 1 once any lane of any decode
+    /// failed); clear it with [`NeuzipTensor::clear_status`], read it with
+    /// [`NeuzipTensor::check_status`].
+    pub fn decode_chunk_into(
         &self,
         ctx: &GpuContext,
         enc: &mut impl Recorder,
-        outs: &[wgpu::Buffer],
+        i: usize,
+        out: &wgpu::Buffer,
     ) -> Result<()> {
-        if outs.len() < self.chunks.len() {
-            return Err(GpuError::shape(
+        let c = self.chunks.get(i).ok_or_else(|| {
+            GpuError::shape(
                 "neuzip decode",
-                format!(
-                    "{} scratch buffers for {} chunks",
-                    outs.len(),
-                    self.chunks.len()
-                ),
-            ));
-        }
+                format!("chunk {i} of {}", self.chunks.len()),
+            )
+        })?;
+        check_buffer("neuzip decode", "scratch", out, c.out_bytes)?;
+        // 16-bit elements are OR-ed into their words: the scratch starts at zero.
+        enc.record_clear(out);
+        let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+        ctx.dispatch(
+            enc,
+            KernelKey::NeuzipDecode,
+            &[&params, &self.meta, &c.data, out, &self.status],
+            (c.n_blocks, 1, 1),
+        )
+    }
+
+    /// Record clearing the status (before a verify pass).
+    pub fn clear_status(&self, enc: &mut impl Recorder) {
         enc.record_clear(&self.status);
-        for (c, out) in self.chunks.iter().zip(outs) {
-            check_buffer("neuzip decode", "scratch", out, c.out_bytes)?;
-            enc.record_clear(out);
-            let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
-            ctx.dispatch(
-                enc,
-                KernelKey::NeuzipDecode,
-                &[&params, &self.meta, &c.data, out, &self.status],
-                (c.n_blocks, 1, 1),
-            )?;
-        }
-        Ok(())
     }
 
     /// Record the decode of every chunk into its output buffer.
@@ -48,7 +49,7 @@ impl NeuzipTensor {
         if self.compressed_only {
             return Err(GpuError::shape(
                 "neuzip decode",
-                "uploaded compressed-only: use decode_into with a scratch",
+                "uploaded compressed-only: decode chunk by chunk with decode_chunk_into",
             ));
         }
         enc.record_clear(&self.status);
@@ -65,7 +66,8 @@ impl NeuzipTensor {
         Ok(())
     }
 
-    /// After a submitted [`NeuzipTensor::decode`]: `Err(Corrupt)` if any lane failed its checks.
+    /// After a submitted decode: `Err(Corrupt)` if any lane of any decode since the status was
+    /// last cleared failed its checks.
     pub fn check_status(&self, ctx: &GpuContext) -> Result<()> {
         let s = ctx.read_u32(&self.status, 1)?;
         if s.first().copied().unwrap_or(1) != 0 {

@@ -14,7 +14,6 @@ use crate::kernels::{self, cce, ActInt8, EmbedTable};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
-use crate::weights::{FloatPart, FloatWeight, NeuzipTensor};
 use tern_format::FfnAct;
 
 /// Which rows of logits a step produces.
@@ -211,19 +210,7 @@ impl<'a> Graph<'a> {
             Lin::Ggml(gw) => kernels::ggml_matmul(ctx, &mut self.p, gw, f32_in()?, n, y),
             Lin::Float(fw) => kernels::float_matmul(ctx, &mut self.p, fw, f32_in()?, n, y),
             Lin::Jit(i) => {
-                let j = m
-                    .jit
-                    .get(*i)
-                    .ok_or_else(|| GpuError::internal("plan", "jit index"))?;
-                let set = m
-                    .jit_scratch
-                    .get(self.jit_turn % m.jit_scratch.len().max(1))
-                    .ok_or_else(|| GpuError::internal("plan", "jit scratch"))?;
-                self.jit_turn += 1;
-                j.nz.decode_into(ctx, &mut self.p, set)?;
-                let parts = parts_over(&j.nz, set, j.cols)?;
-                let fw = FloatWeight::from_parts(j.dtype, j.rows, j.cols, parts)?;
-                kernels::float_matmul(ctx, &mut self.p, &fw, f32_in()?, n, y)
+                m.record_jit_linear(ctx, &mut self.p, *i, &mut self.jit_turn, f32_in()?, n, y)
             }
         }
     }
@@ -323,19 +310,4 @@ impl<'a> Graph<'a> {
             }
         }
     }
-}
-
-/// Float parts of a NeuZip matrix decoded into `bufs` (one per chunk).
-fn parts_over(nz: &NeuzipTensor, bufs: &[wgpu::Buffer], cols: u64) -> Result<Vec<FloatPart>> {
-    Ok(nz
-        .row_spans(cols)?
-        .into_iter()
-        .zip(bufs)
-        .map(|((row0, rows, elem_offset), b)| FloatPart {
-            buffer: b.clone(),
-            row0,
-            rows,
-            elem_offset,
-        })
-        .collect())
 }

@@ -15,6 +15,7 @@
 use tern_format::HParams;
 
 use crate::device::context::GpuContext;
+use crate::device::memory::Tracked;
 pub use crate::device::pipeline::KvFormat;
 use crate::error::{GpuError, Result};
 use crate::kernels::attention::kv_binding;
@@ -34,6 +35,8 @@ pub struct KvCache {
     /// Values per position per layer (`n_head_kv · head_dim`).
     row: u64,
     layers: Vec<KvLayer>,
+    /// Releases these bytes from the context's own count when the cache goes.
+    _tracked: Tracked,
 }
 
 impl KvCache {
@@ -45,6 +48,16 @@ impl KvCache {
     /// Bytes one position takes over all layers, keys and values, in `format`.
     pub fn bytes_per_token_for(hp: &HParams, format: KvFormat) -> u64 {
         2 * u64::from(hp.n_layer) * format.row_bytes(Self::row(hp))
+    }
+
+    /// Bytes a cache of `n_ctx` positions takes (before allocating: the memory budget).
+    pub fn bytes_for(hp: &HParams, n_ctx: u64, format: KvFormat) -> u64 {
+        let per_buffer = n_ctx.saturating_mul(format.row_bytes(Self::row(hp)));
+        per_buffer
+            .max(4)
+            .div_ceil(4)
+            .saturating_mul(4)
+            .saturating_mul(2 * u64::from(hp.n_layer))
     }
 
     /// The largest context whose per-layer buffers fit one binding of `ctx`.
@@ -81,6 +94,7 @@ impl KvCache {
             n_ctx,
             row,
             layers,
+            _tracked: ctx.track(Self::bytes_for(hp, n_ctx, format)),
         })
     }
 

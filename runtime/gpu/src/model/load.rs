@@ -8,6 +8,7 @@ use tern_format::{Encoding, FloatType, TensorView, TernFile};
 use crate::device::context::GpuContext;
 use crate::device::pipeline::GgmlType;
 use crate::error::{GpuError, Result};
+use crate::model::memory::{self, Decision};
 use crate::model::{
     ActivationPlan, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, TensorPlacement,
 };
@@ -78,11 +79,10 @@ fn ggml_type(e: &Encoding) -> Option<GgmlType> {
 struct Loader<'a> {
     ctx: &'a GpuContext,
     file: &'a TernFile,
-    /// Remaining budget for decoded NeuZip tensors.
-    left: Option<u64>,
+    /// What the memory plan decided (NeuZip tensors decoded at load, the JIT chunk size).
+    decision: Decision,
     plan: MemoryPlan,
     jit: Vec<JitTensor>,
-    jit_max: u64,
 }
 
 impl Loader<'_> {
@@ -151,24 +151,24 @@ impl Loader<'_> {
             }
             Encoding::NeuZip { dtype, .. } => {
                 let decoded = rows * cols * dtype.size() as u64;
-                let fits = self.left.is_none_or(|l| decoded <= l);
-                if fits {
-                    if let Some(l) = self.left.as_mut() {
-                        *l -= decoded;
-                    }
+                if self.decision.decode.contains(name) {
                     let nz = NeuzipTensor::upload(ctx, v.bytes)?;
                     let mut enc = ctx.encoder();
                     nz.decode(ctx, &mut enc)?;
                     ctx.submit_wait(enc)?;
                     nz.check_status(ctx)?;
                     let parts = nz.float_parts(cols)?;
+                    // The compressed copy goes now (tern's own count; the driver's sees it).
+                    ctx.mem
+                        .release(nz.compressed_bytes() - 4 * nz.chunks() as u64);
                     place("decoded", decoded, &mut self.plan);
                     Lin::Float(FloatWeight::from_parts(*dtype, rows, cols, parts)?)
                 } else {
-                    let nz = NeuzipTensor::upload_compressed(ctx, v.bytes)?;
-                    place("jit", bytes, &mut self.plan);
-                    self.jit_max = self.jit_max.max(nz.output_bytes());
+                    let nz =
+                        NeuzipTensor::upload_compressed(ctx, v.bytes, self.decision.jit_chunk)?;
+                    place("jit", nz.compressed_bytes(), &mut self.plan);
                     self.jit.push(JitTensor {
+                        name: name.into(),
                         nz,
                         rows,
                         cols,
@@ -246,23 +246,21 @@ impl GpuModel {
         let q_dim = u64::from(hp.n_head) * u64::from(hp.head_dim);
         let kv_dim = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
 
-        // Budget: everything that is not a decoded NeuZip tensor is counted first.
-        let fixed: u64 = file
-            .tensors()
-            .iter()
-            .filter(|t| !matches!(t.encoding, Encoding::NeuZip { .. }))
-            .map(|t| t.size)
-            .sum();
+        // The budget: decided before anything is allocated (or refused, naming the minimum),
+        // then enforced by the context on every allocation.
+        let decision = memory::decide(&ctx, file, opts.max_memory)?;
+        ctx.set_budget(opts.max_memory);
         let mut ld = Loader {
             ctx: &ctx,
             file,
-            left: opts.max_memory.map(|m| m.saturating_sub(fixed)),
             plan: MemoryPlan {
                 budget: opts.max_memory,
+                min_budget: decision.min_budget,
+                session_reserve: decision.session_reserve,
                 ..MemoryPlan::default()
             },
+            decision,
             jit: Vec::new(),
-            jit_max: 0,
         };
         // One entry per layer the activation plan found in the file (every tensor checked).
         let mut layers = Vec::with_capacity(act_plan.layers.len());
@@ -320,37 +318,20 @@ impl GpuModel {
             });
         }
         let mut jit_scratch = Vec::new();
-        if !ld.jit.is_empty() {
-            // Two scratches used alternately (decoding the next tensor does not wait for the
-            // previous one's readers); one when a single tensor is decoded just in time.
-            let sets = if ld.jit.len() > 1 { 2 } else { 1 };
-            for _ in 0..sets {
-                let mut set = Vec::new();
-                for chunk in ld.jit.iter().map(|j| j.nz.chunk_output_bytes()).fold(
-                    Vec::<u64>::new(),
-                    |mut acc, sizes| {
-                        for (i, s) in sizes.iter().enumerate() {
-                            if i < acc.len() {
-                                acc[i] = acc[i].max(*s);
-                            } else {
-                                acc.push(*s);
-                            }
-                        }
-                        acc
-                    },
-                ) {
-                    set.push(ctx.zeroed("neuzip jit scratch", chunk)?);
-                }
-                jit_scratch.push(set);
+        let chunk = ld
+            .jit
+            .iter()
+            .map(|j| j.nz.max_chunk_output_bytes())
+            .max()
+            .unwrap_or(0);
+        if chunk > 0 {
+            for _ in 0..ld.decision.jit_buffers.clamp(1, 2) {
+                jit_scratch.push(ctx.zeroed("neuzip jit scratch", chunk)?);
             }
-            ld.plan.jit_scratch_bytes = jit_scratch
-                .iter()
-                .flatten()
-                .map(|b: &wgpu::Buffer| b.size())
-                .sum();
+            ld.plan.jit_scratch_bytes = jit_scratch.iter().map(|b| b.size()).sum();
         }
         let Loader { plan, jit, .. } = ld;
-        Ok(GpuModel {
+        let model = GpuModel {
             ctx,
             hp,
             layers,
@@ -361,6 +342,10 @@ impl GpuModel {
             jit_scratch,
             plan,
             act_plan,
-        })
+        };
+        // The just-in-time streams decoded once, their status read: a damaged stream that
+        // passes the structural checks is a corrupt file now, not garbage later.
+        model.verify_jit()?;
+        Ok(model)
     }
 }

@@ -1,22 +1,53 @@
-//! The memory plan: where every weight goes and what it costs. NeuZip tensors are kept decoded
-//! (decoded once at load) while the budget (`--max-memory`) allows, and kept compressed and
-//! decoded just in time before each use otherwise; everything else stays as stored.
+//! The memory plan: where every weight goes and what it costs, decided before anything is
+//! allocated. The budget (`--max-memory`) caps everything the model and its sessions allocate on
+//! the GPU — weights, just-in-time scratch, KV cache, activation scratch, staging; the context
+//! enforces it on every allocation (`device/memory.rs`). NeuZip tensors are kept decoded (decoded
+//! once at load) while the budget allows, and kept compressed and decoded just in time — chunk
+//! by chunk of whole rows into a small scratch — otherwise; everything else stays as stored. A
+//! budget below the smallest working configuration is refused before allocating, naming it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use tern_format::{Encoding, HParams, TernFile};
+
+use crate::device::context::{GpuContext, UPLOAD_SLICE};
+use crate::error::{GpuError, Result};
+use crate::model::scratch::Scratch;
+use crate::model::{GpuModel, KvCache, KvFormat};
+
+/// Positions a model loaded under a budget leaves room for (the KV cache of one session of this
+/// context, beside its activation scratch for [`RESERVE_BATCH`] tokens). A larger session is
+/// checked when it is made (`GpuSession::new`).
+pub const RESERVE_CTX: u64 = 512;
+/// Batch (prefill chunk) of the session the budget leaves room for.
+pub const RESERVE_BATCH: u64 = 16;
+/// Bytes assumed per GPU buffer beyond its size (allocation granularity), per recorded kernel
+/// parameter buffer, and for everything small (the NeuZip status readbacks, step inputs).
+const SLACK: u64 = 256;
+const OVERHEAD: u64 = 256 << 10;
+/// Recorded plans a session keeps at most (see `GpuSession::plan_for`).
+const PLANS: u64 = 9;
+/// Scratch sizes tried for just-in-time decoding, largest first (capped by a binding).
+const JIT_CHUNKS: [u64; 9] = [
+    128 << 20,
+    32 << 20,
+    8 << 20,
+    2 << 20,
+    512 << 10,
+    128 << 10,
+    32 << 10,
+    8 << 10,
+    0,
+];
 
 /// Options of [`crate::GpuModel::load`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GpuModelOptions {
-    /// GPU memory the weights may take (bytes). NeuZip tensors are kept decoded while the total
-    /// stays within it, and decoded just in time otherwise. `None`: no limit (decode everything
-    /// once at load).
+    /// GPU memory the model and its sessions may take (bytes): weights, just-in-time scratch,
+    /// KV caches, activation scratch, staging. NeuZip tensors are kept decoded while it allows,
+    /// and decoded just in time otherwise; loading fails with [`GpuError::OverBudget`] naming the
+    /// smallest budget that works when even that does not fit. `None`: no limit.
     pub max_memory: Option<u64>,
-}
-
-impl Default for GpuModelOptions {
-    fn default() -> Self {
-        GpuModelOptions { max_memory: None }
-    }
 }
 
 /// How one tensor is held on the GPU (reported by `tern bench` and `-v`).
@@ -37,9 +68,13 @@ pub struct TensorPlacement {
 pub struct MemoryPlan {
     pub budget: Option<u64>,
     pub tensors: Vec<TensorPlacement>,
-    /// Bytes of the just-in-time decode scratch (one or two sets sized for the largest JIT
-    /// tensor).
+    /// Bytes of the just-in-time decode scratch (one or two buffers of the largest chunk).
     pub jit_scratch_bytes: u64,
+    /// The smallest budget this model loads and runs a session of [`RESERVE_CTX`] positions
+    /// with (every NeuZip tensor decoded just in time through the smallest scratch).
+    pub min_budget: u64,
+    /// Bytes the load left for sessions (KV cache + scratch of [`RESERVE_CTX`] positions).
+    pub session_reserve: u64,
 }
 
 impl MemoryPlan {
@@ -62,5 +97,197 @@ impl MemoryPlan {
     /// All weight bytes on the GPU.
     pub fn weight_bytes(&self) -> u64 {
         self.tensors.iter().map(|t| t.gpu_bytes).sum()
+    }
+}
+
+/// What [`decide`] chose: the NeuZip matrices decoded at load, the just-in-time chunk size and
+/// scratch buffers.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Decision {
+    pub(crate) decode: HashSet<String>,
+    /// Largest decoded bytes of one just-in-time chunk.
+    pub(crate) jit_chunk: u64,
+    /// Scratch buffers decoded chunks alternate between (1 or 2).
+    pub(crate) jit_buffers: u64,
+    pub(crate) min_budget: u64,
+    pub(crate) session_reserve: u64,
+}
+
+/// A NeuZip matrix of the file.
+struct Nz {
+    name: String,
+    decoded: u64,
+    blob: u64,
+    /// Decoded bytes of its smallest chunk of whole rows.
+    row_group: u64,
+}
+
+impl Nz {
+    /// GPU bytes kept compressed with chunks of at most `chunk` decoded bytes.
+    fn compressed(&self, chunk: u64) -> u64 {
+        let chunks = self.decoded / chunk.max(self.row_group).max(1) + 1;
+        self.blob + 3 * SLACK + chunks * 2 * SLACK
+    }
+}
+
+/// GPU bytes of a session of `n_ctx` positions and batches of `batch` tokens, with its recorded
+/// plans' parameter buffers.
+pub(crate) fn session_bytes(ctx: &GpuContext, hp: &HParams, n_ctx: u64, batch: u64) -> u64 {
+    let dispatches = u64::from(hp.n_layer) * 32 + 32;
+    KvCache::bytes_for(hp, n_ctx, KvFormat::F32)
+        + Scratch::bytes_for(ctx, hp, batch)
+        + 40 * SLACK
+        + PLANS * dispatches * SLACK
+}
+
+/// Decide, before allocating anything, which NeuZip matrices are decoded at load and how the
+/// others are decoded just in time, so that the model, a session of [`RESERVE_CTX`] positions
+/// and the load's transients fit `budget`; `Err(OverBudget)` naming the smallest budget when
+/// nothing fits. No budget: everything decoded.
+pub(crate) fn decide(ctx: &GpuContext, file: &TernFile, budget: Option<u64>) -> Result<Decision> {
+    let hp = &file.meta().hparams;
+    let tied = hp.tied_embeddings;
+    let mut fixed = 0u64;
+    let mut nz = Vec::new();
+    let mut largest = 0u64;
+    for t in file.tensors() {
+        if t.name == "token_embd.weight" && !tied {
+            continue; // looked up on the host
+        }
+        let elems = t.shape.iter().product::<u64>();
+        match (&t.encoding, t.shape.as_slice()) {
+            (_, [_]) => fixed += elems * 4 + SLACK,
+            (Encoding::NeuZip { dtype, .. }, [rows, cols]) => {
+                let es = dtype.size() as u64;
+                let plan = file
+                    .tensor(&t.name)
+                    .ok()
+                    .and_then(|v| tern_format::neuzip::Plan::parse(v.bytes).ok());
+                let rows_per_group = plan.map_or(1, |p| u64::from(p.rows_per_block.max(1)));
+                nz.push(Nz {
+                    name: t.name.clone(),
+                    decoded: rows * cols * es,
+                    blob: t.size,
+                    row_group: rows_per_group.min(*rows) * cols * es + 8,
+                });
+                largest = largest.max(t.size);
+            }
+            _ => {
+                fixed += t.size + 4 * SLACK;
+                largest = largest.max(t.size);
+            }
+        }
+    }
+    let session_reserve = session_bytes(ctx, hp, RESERVE_CTX, RESERVE_BATCH);
+    let base = ctx.live_bytes() + fixed + session_reserve + largest.min(UPLOAD_SLICE) + OVERHEAD;
+    let all_decoded: u64 = nz.iter().map(|n| n.decoded + SLACK).sum();
+    let max_decoded = nz.iter().map(|n| n.decoded).max().unwrap_or(0);
+    // The smallest chunk: a row group of every tensor, and at most 16 chunks of the largest tensor.
+    let min_group = nz
+        .iter()
+        .map(|n| n.row_group)
+        .max()
+        .unwrap_or(0)
+        .max(max_decoded / 16);
+    let max_blob = nz
+        .iter()
+        .map(|n| n.compressed(min_group))
+        .max()
+        .unwrap_or(0);
+    let jit_total = |chunk: u64, bufs: u64| -> u64 {
+        let c = chunk.max(min_group);
+        nz.iter().map(|n| n.compressed(c)).sum::<u64>() + bufs * (c + SLACK)
+    };
+    let min_budget = if nz.is_empty() {
+        base
+    } else {
+        base + jit_total(0, 1)
+    };
+    let mut d = Decision {
+        min_budget,
+        session_reserve,
+        ..Decision::default()
+    };
+    let Some(budget) = budget else {
+        d.decode = nz.into_iter().map(|n| n.name).collect();
+        return Ok(d);
+    };
+    if budget < min_budget {
+        return Err(GpuError::OverBudget {
+            what: format!(
+                "this model ({fixed} bytes of fixed weights, {} bytes of NeuZip tensors kept \
+                 compressed, a session of {RESERVE_CTX} positions: {session_reserve} bytes)",
+                jit_total(0, 0)
+            ),
+            budget,
+            minimum: min_budget,
+            detail: String::new(),
+        });
+    }
+    if base + all_decoded + max_blob <= budget {
+        d.decode = nz.into_iter().map(|n| n.name).collect();
+        return Ok(d);
+    }
+    // The largest just-in-time chunk that fits, two scratch buffers when they fit.
+    let binding = ctx.binding_limit();
+    let (chunk, bufs) = JIT_CHUNKS
+        .iter()
+        .map(|&c| c.min(binding).min(max_decoded).max(min_group))
+        .flat_map(|c| [(c, 2), (c, 1)])
+        .find(|&(c, b)| base + jit_total(c, b) <= budget)
+        .unwrap_or((min_group, 1));
+    let mut left = budget.saturating_sub(base + jit_total(chunk, bufs));
+    let mut order: Vec<&Nz> = nz.iter().collect();
+    order.sort_by(|a, b| b.decoded.cmp(&a.decoded));
+    for n in order {
+        // While it decodes at load its compressed copy is alive too (counted in `jit_total`).
+        if n.decoded + SLACK <= left {
+            left -= (n.decoded + SLACK).saturating_sub(n.compressed(chunk));
+            d.decode.insert(n.name.clone());
+        }
+    }
+    d.jit_chunk = chunk.max(min_group);
+    d.jit_buffers = bufs;
+    Ok(d)
+}
+
+impl GpuModel {
+    /// The batch a session of `n_ctx` positions can have under the budget: `max_batch`, or a
+    /// smaller one when only that fits; `Err(OverBudget)` naming the budget a session of `n_ctx`
+    /// positions needs and the largest context that fits in what is left.
+    pub(crate) fn fit_session(&self, n_ctx: u64, max_batch: u64) -> Result<u64> {
+        let ctx = &*self.ctx;
+        let Some(budget) = ctx.budget() else {
+            return Ok(max_batch);
+        };
+        let hp = &self.hp;
+        ctx.free_deferred();
+        let live = ctx.live_bytes();
+        let avail = budget.saturating_sub(live);
+        let mut b = max_batch.max(1);
+        loop {
+            if session_bytes(ctx, hp, n_ctx, b) <= avail {
+                if b < max_batch {
+                    log::info!("GPU memory budget: batches of {b} tokens (not {max_batch})");
+                }
+                return Ok(b);
+            }
+            if b == 1 {
+                break;
+            }
+            b /= 2;
+        }
+        let per_token = KvCache::bytes_per_token_for(hp, KvFormat::F32).max(1);
+        let rest = session_bytes(ctx, hp, 1, 1).saturating_sub(per_token);
+        let max_ctx = avail.saturating_sub(rest) / per_token;
+        Err(GpuError::OverBudget {
+            what: format!("a session of {n_ctx} positions"),
+            budget,
+            minimum: live + session_bytes(ctx, hp, n_ctx, 1),
+            detail: format!(
+                "; {live} bytes are allocated already, the largest context that fits is \
+                 {max_ctx} positions"
+            ),
+        })
     }
 }

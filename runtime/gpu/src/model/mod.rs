@@ -7,6 +7,7 @@
 //!   weights as stored (ternary codes, ggml blocks, raw floats) and applies the memory plan;
 //! * `memory.rs` — [`MemoryPlan`]: NeuZip tensors kept decoded while the budget allows, else
 //!   kept compressed and decoded just in time into a shared scratch right before use;
+//! * `jit.rs` — NeuZip matrices decoded just in time, chunk by chunk, and their status checks;
 //! * `activation.rs` — [`ActivationPlan`]: per linear, the input scheme and the kernel that
 //!   produces it, built once from the file;
 //! * `kv_cache.rs` — [`KvCache`]: buffers, element format, byte accounting;
@@ -20,6 +21,7 @@
 
 pub mod activation;
 mod graph;
+mod jit;
 pub mod kv_cache;
 mod load;
 pub mod memory;
@@ -66,6 +68,7 @@ pub(crate) struct Layer {
 
 /// A NeuZip matrix kept compressed; decoded into the scratch before each use.
 pub(crate) struct JitTensor {
+    pub(crate) name: String,
     pub(crate) nz: NeuzipTensor,
     pub(crate) rows: u64,
     pub(crate) cols: u64,
@@ -82,9 +85,9 @@ pub struct GpuModel {
     /// Token embeddings looked up on the host (`None`: looked up on the GPU in the tied head).
     pub(crate) embed: Option<HostEmbedding>,
     pub(crate) jit: Vec<JitTensor>,
-    /// Decode scratches used alternately (two when several tensors are decoded just in time;
-    /// each sized for the largest chunks of any of them).
-    pub(crate) jit_scratch: Vec<Vec<wgpu::Buffer>>,
+    /// Decode scratch buffers used alternately, chunk after chunk (one or two, each the
+    /// largest chunk of any just-in-time matrix).
+    pub(crate) jit_scratch: Vec<wgpu::Buffer>,
     pub(crate) plan: MemoryPlan,
     pub(crate) act_plan: ActivationPlan,
 }

@@ -4,9 +4,21 @@
 use tern_format::HParams;
 
 use crate::device::context::GpuContext;
+use crate::device::memory::Tracked;
 use crate::device::params::StepParams;
 use crate::error::Result;
-use crate::kernels::act_quant::ActInt8;
+use crate::kernels::act_quant::{act_stride_words, ActInt8};
+
+/// Rows of logits one `eval_all` batch produces (small: scoring uses the fused path).
+fn logits_rows(ctx: &GpuContext, vocab: u64, b: u64) -> u64 {
+    b.min(32)
+        .min((ctx.binding_limit() / (vocab * 4).max(1)).max(1))
+}
+
+/// A buffer's bytes as `GpuContext::create_buffer` rounds them.
+fn rounded(n: u64) -> u64 {
+    n.max(4).div_ceil(4) * 4
+}
 
 /// Scratch for batches of up to `max_batch` tokens.
 pub(crate) struct Scratch {
@@ -35,6 +47,8 @@ pub(crate) struct Scratch {
     pub(crate) rope: wgpu::Buffer,
     pub(crate) step: wgpu::Buffer,
     pub(crate) staging: wgpu::Buffer,
+    /// Releases these bytes from the context's own count when the session goes.
+    _tracked: Tracked,
 }
 
 impl Scratch {
@@ -48,8 +62,7 @@ impl Scratch {
         let kv_dim = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
         let b = max_batch;
         let f = |what: &str, n: u64| ctx.zeroed(what, n.max(1) * 4);
-        // Rows of logits one `eval_all` batch produces (small: scoring uses the fused path).
-        let logits_rows = b.min(32).min((ctx.binding_limit() / (vocab * 4)).max(1));
+        let logits_rows = logits_rows(ctx, vocab, b);
         let half = u64::from(hp.rope_dim / 2).max(1);
         let s = Scratch {
             x0: f("x0", b * d)?,
@@ -87,8 +100,80 @@ impl Scratch {
                 logits_rows * vocab * 4,
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             )?,
+            _tracked: ctx.track(Self::bytes_for(ctx, hp, max_batch)),
         };
         Ok(s)
+    }
+
+    /// Bytes every buffer of [`Scratch::alloc`] takes for `max_batch` (computed before
+    /// allocating, for the memory budget; a test checks it against the buffers).
+    pub(crate) fn bytes_for(ctx: &GpuContext, hp: &HParams, max_batch: u64) -> u64 {
+        let (d, ff, vocab) = (
+            u64::from(hp.n_embd),
+            u64::from(hp.n_ff),
+            u64::from(hp.n_vocab),
+        );
+        let q_dim = u64::from(hp.n_head) * u64::from(hp.head_dim);
+        let kv_dim = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
+        let b = max_batch;
+        let f = |n: u64| rounded(n.max(1).saturating_mul(4));
+        let act = |cols: u64| {
+            rounded(b.saturating_mul(act_stride_words(cols)).saturating_mul(4)) + rounded(b * 4)
+        };
+        let lr = logits_rows(ctx, vocab, b);
+        let half = u64::from(hp.rope_dim / 2).max(1);
+        4 * f(b * d)
+            + 3 * f(b * q_dim)
+            + 2 * f(b * kv_dim)
+            + 4 * f(b * ff)
+            + act(d)
+            + act(q_dim)
+            + act(ff)
+            + f(d)
+            + f(lr * vocab)
+            + f(1)
+            + 3 * f(b)
+            + f(b * half * 2)
+            + rounded(std::mem::size_of::<StepParams>() as u64)
+            + rounded(lr * vocab * 4)
+    }
+
+    /// Bytes of every buffer (what [`Scratch::bytes_for`] computes).
+    #[cfg(test)]
+    pub(crate) fn all_bytes(&self) -> u64 {
+        [
+            &self.x0,
+            &self.x1,
+            &self.a,
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.o,
+            &self.o2,
+            &self.proj,
+            &self.g,
+            &self.u,
+            &self.h,
+            &self.h2,
+            &self.act_embd.q,
+            &self.act_embd.s,
+            &self.act_q.q,
+            &self.act_q.s,
+            &self.act_ff.q,
+            &self.act_ff.s,
+            &self.last,
+            &self.logits,
+            &self.argmax,
+            &self.ids,
+            &self.targets,
+            &self.logprobs,
+            &self.rope,
+            &self.step,
+            &self.staging,
+        ]
+        .iter()
+        .map(|b| b.size())
+        .sum()
     }
 
     /// Bytes of the activation buffers (reported as the session's scratch).
@@ -118,5 +203,40 @@ impl Scratch {
         .iter()
         .map(|b| b.size())
         .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes the memory budget plans for a session's scratch are the bytes allocated.
+    #[test]
+    fn bytes_for_matches_the_buffers() {
+        let Ok(ctx) = GpuContext::new(crate::DevicePreference::Auto) else {
+            assert!(std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1"));
+            return;
+        };
+        let hp = HParams {
+            n_embd: 48,
+            n_ff: 96,
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim: 8,
+            rope_dim: 8,
+            n_vocab: 320,
+            n_layer: 2,
+            n_ctx_train: 256,
+            rope_theta: 10000.0,
+            rope_neox: false,
+            rms_eps: 1e-5,
+            ffn_act: tern_format::FfnAct::Silu,
+            tied_embeddings: false,
+            sub_norms: false,
+        };
+        for b in [1, 7, 64] {
+            let s = Scratch::alloc(&ctx, &hp, b).unwrap();
+            assert_eq!(s.all_bytes(), Scratch::bytes_for(&ctx, &hp, b), "batch {b}");
+        }
     }
 }

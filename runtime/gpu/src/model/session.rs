@@ -63,6 +63,8 @@ impl GpuSession {
                 "n_ctx and max_batch must be > 0",
             ));
         }
+        // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
+        let max_batch = model.fit_session(n_ctx, max_batch)?;
         let kv = KvCache::new(&ctx, hp, n_ctx, KvFormat::F32)?;
         let s = Scratch::alloc(&ctx, hp, max_batch)?;
         let scratch_bytes = s.bytes();

@@ -39,16 +39,34 @@ impl NeuzipTensor {
     /// Parse and validate `blob` (`Plan::parse`) and upload it in chunks, each with an output
     /// buffer of its own (the tensor decoded stays resident after [`NeuzipTensor::decode`]).
     pub fn upload(ctx: &GpuContext, blob: &[u8]) -> Result<Self> {
-        Self::upload_impl(ctx, blob, false)
+        Self::upload_impl(ctx, blob, false, ctx.binding_limit())
     }
 
-    /// Upload only the compressed data: decode just in time with
-    /// [`NeuzipTensor::decode_into`] into a scratch shared with other tensors.
-    pub fn upload_compressed(ctx: &GpuContext, blob: &[u8]) -> Result<Self> {
-        Self::upload_impl(ctx, blob, true)
+    /// Upload only the compressed data, cut into chunks of whole rows whose decoded output is at
+    /// most `max_chunk_out` bytes (when one row group fits; at most a binding): decode just in
+    /// time chunk by chunk with [`NeuzipTensor::decode_chunk_into`] into a scratch shared with
+    /// other tensors.
+    pub fn upload_compressed(ctx: &GpuContext, blob: &[u8], max_chunk_out: u64) -> Result<Self> {
+        Self::upload_impl(ctx, blob, true, max_chunk_out.min(ctx.binding_limit()))
     }
 
-    fn upload_impl(ctx: &GpuContext, blob: &[u8], compressed_only: bool) -> Result<Self> {
+    /// Bytes of GPU memory the compressed tensor takes (index, data, status, placeholders).
+    pub fn compressed_bytes(&self) -> u64 {
+        let chunks: u64 = self.chunks.iter().map(|c| c.data.size()).sum();
+        self.meta.size() + self.status.size() + chunks + 4 * self.chunks.len() as u64
+    }
+
+    /// Bytes of the largest chunk's decoded output.
+    pub fn max_chunk_output_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.out_bytes).max().unwrap_or(0)
+    }
+
+    fn upload_impl(
+        ctx: &GpuContext,
+        blob: &[u8],
+        compressed_only: bool,
+        out_limit: u64,
+    ) -> Result<Self> {
         const OP: &str = "neuzip upload";
         let plan = neuzip::Plan::parse(blob)?;
         let (man, exp_bits, width): (u32, u32, u32) = match plan.dtype {
@@ -94,6 +112,8 @@ impl NeuzipTensor {
             Ok((wbytes + rbytes, obytes))
         };
         let max_groups = ctx.limits.max_compute_workgroups_per_dimension;
+        // Chunks end on row boundaries (blocks of one row group) when one group fits.
+        let unit = plan.blocks_per_row.max(1);
         let mut chunks = Vec::new();
         let mut b0 = 0u32;
         while b0 < plan.n_blocks {
@@ -101,6 +121,8 @@ impl NeuzipTensor {
                 let (d, o) = sizes(b0, b1)?;
                 Ok(d <= limit && o <= limit && b1 - b0 <= max_groups)
             };
+            let fits_out =
+                |b1: u32| -> Result<bool> { Ok(fits(b1)? && sizes(b0, b1)?.1 <= out_limit) };
             if !fits(b0 + 1)? {
                 return Err(GpuError::TooLarge {
                     what: "neuzip block".into(),
@@ -117,7 +139,23 @@ impl NeuzipTensor {
                     hi = mid - 1;
                 }
             }
-            let b1 = lo;
+            let mut b1 = lo;
+            // Within `out_limit` (a JIT scratch) and on a row boundary when possible.
+            if out_limit < limit {
+                let (mut lo, mut hi) = (b0 + 1, b1);
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if fits_out(mid)? {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                b1 = lo;
+            }
+            if b1 < plan.n_blocks && b1 % unit != 0 && (b1 / unit) * unit > b0 {
+                b1 = (b1 / unit) * unit;
+            }
             let wb0 = base(b0)? & !1;
             let wb1 = base(b1)?;
             let e0 = plan.block_span(b0).0;
