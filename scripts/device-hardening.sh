@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = kit ]; then
   set -e
   mkdir -p .devkit
-  cargo build --release -q --bin tern -p tern-ffi
+  cargo build --release -q --bin tern && cargo build --release -q -p tern-ffi
   strip -o .devkit/tern target/release/tern
   strip -o .devkit/libtern.so target/release/libtern.so
   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude tests/c/test_tern.c -L.devkit -ltern -lpthread -lm \

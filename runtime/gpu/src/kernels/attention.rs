@@ -117,8 +117,8 @@ fn splits_for(target: u64, n_tokens: u64, wgs_per_token: u64, n_ctx: u64) -> u64
 ///
 /// Split-K: the keys of each (token, head) are cut into chunks processed by separate workgroups
 /// (chosen here from the batch shape; the chunk length follows `p0` on the GPU), whose partial
-/// softmax states a second kernel merges. Partials go to a scratch buffer allocated here, once
-/// per recording (a [`crate::Plan`] keeps it).
+/// softmax states a second kernel merges. Partials go to a buffer allocated here (a
+/// [`crate::Plan`] keeps it); a session passes its scratch's instead ([`attention_into`]).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     ctx: &GpuContext,
@@ -162,6 +162,114 @@ pub fn attention_with_split(
     n_ctx: u64,
     scale: f32,
     forced_split: Option<u64>,
+) -> Result<()> {
+    attention_in(
+        ctx,
+        enc,
+        format,
+        step,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        n_tokens,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ctx,
+        scale,
+        forced_split,
+        None,
+    )
+}
+
+/// [`attention`] writing its split-K partials into `partials` (a session's scratch, shared by
+/// every layer of a recording and sized by [`attn_partials_bytes`]) instead of a buffer of its
+/// own per call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_into(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    format: KvFormat,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    k_cache: &wgpu::Buffer,
+    v_cache: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    head_dim: u64,
+    n_ctx: u64,
+    scale: f32,
+    partials: &wgpu::Buffer,
+) -> Result<()> {
+    attention_in(
+        ctx,
+        enc,
+        format,
+        step,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        n_tokens,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ctx,
+        scale,
+        None,
+        Some(partials),
+    )
+}
+
+/// Bytes of split-K partials any batch of up to `max_tokens` tokens needs (whatever the context:
+/// a short cache only lowers the split count); 0 when no batch is split.
+pub(crate) fn attn_partials_bytes(
+    ctx: &GpuContext,
+    max_tokens: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    head_dim: u64,
+) -> u64 {
+    (1..=max_tokens.max(1))
+        .map(
+            |t| match attention_splits(ctx, t, n_head, n_head_kv, u64::MAX) {
+                1 => 0,
+                split => partials_bytes(t, n_head, split, head_dim),
+            },
+        )
+        .max()
+        .unwrap_or(0)
+}
+
+fn partials_bytes(n_tokens: u64, n_head: u64, n_split: u64, head_dim: u64) -> u64 {
+    n_tokens
+        .saturating_mul(n_head)
+        .saturating_mul(n_split)
+        .saturating_mul(head_dim + 2)
+        .saturating_mul(4)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_in(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    format: KvFormat,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    k_cache: &wgpu::Buffer,
+    v_cache: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    head_dim: u64,
+    n_ctx: u64,
+    scale: f32,
+    forced_split: Option<u64>,
+    partials: Option<&wgpu::Buffer>,
 ) -> Result<()> {
     const OP: &str = "attention";
     if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
@@ -224,17 +332,23 @@ pub fn attention_with_split(
             groups,
         );
     }
-    let pb = n_tokens
-        .saturating_mul(n_head)
-        .saturating_mul(n_split)
-        .saturating_mul(head_dim + 2)
-        .saturating_mul(4);
+    let pb = partials_bytes(n_tokens, n_head, n_split, head_dim);
     binding(ctx, "attention partials", pb)?;
-    let partials = ctx.zeroed("attention partials", pb)?;
+    let own;
+    let partials = match partials {
+        Some(b) => {
+            need(OP, "partials", b, pb)?;
+            b
+        }
+        None => {
+            own = ctx.zeroed("attention partials", pb)?;
+            &own
+        }
+    };
     ctx.dispatch(
         enc,
         KernelKey::Attention(format),
-        &[&params, step, q, k_cache, v_cache, &partials],
+        &[&params, step, q, k_cache, v_cache, partials],
         groups,
     )?;
     // attention_combine.wgsl: one workgroup per 32 dims of a (head, token)
@@ -242,7 +356,7 @@ pub fn attention_with_split(
     ctx.dispatch(
         enc,
         KernelKey::AttentionCombine,
-        &[&params, step, &partials, out],
+        &[&params, step, partials, out],
         (combine_x, p.n_tokens, 1),
     )
 }

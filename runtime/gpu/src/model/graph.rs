@@ -237,8 +237,22 @@ impl<'a> Graph<'a> {
         kernels::kv_store(ctx, p, fmt, &s.step, &s.k, &cache.k, n, kv_dim, self.n_ctx)?;
         kernels::kv_store(ctx, p, fmt, &s.step, &s.v, &cache.v, n, kv_dim, self.n_ctx)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        kernels::attention(
-            ctx, p, fmt, &s.step, &s.q, &cache.k, &cache.v, &s.o, n, nh, nkv, hd, self.n_ctx, scale,
+        kernels::attention::attention_into(
+            ctx,
+            p,
+            fmt,
+            &s.step,
+            &s.q,
+            &cache.k,
+            &cache.v,
+            &s.o,
+            n,
+            nh,
+            nkv,
+            hd,
+            self.n_ctx,
+            scale,
+            &s.attn_partials,
         )?;
         let sub = l.attn_sub_norm.as_ref();
         let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q)?;

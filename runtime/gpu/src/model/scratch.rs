@@ -10,6 +10,16 @@ use crate::error::Result;
 use crate::kernels::act_quant::{act_stride_words, ActInt8};
 
 /// Rows of logits one `eval_all` batch produces (small: scoring uses the fused path).
+/// f32 words of the attention partials for batches of up to `b` tokens.
+fn partials_words(ctx: &GpuContext, hp: &HParams, b: u64) -> u64 {
+    let (nh, nkv, hd) = (
+        u64::from(hp.n_head),
+        u64::from(hp.n_head_kv),
+        u64::from(hp.head_dim),
+    );
+    crate::kernels::attention::attn_partials_bytes(ctx, b, nh, nkv, hd) / 4
+}
+
 fn logits_rows(ctx: &GpuContext, vocab: u64, b: u64) -> u64 {
     b.min(32)
         .min((ctx.binding_limit() / (vocab * 4).max(1)).max(1))
@@ -45,6 +55,8 @@ pub(crate) struct Scratch {
     pub(crate) targets: wgpu::Buffer,
     pub(crate) logprobs: wgpu::Buffer,
     pub(crate) rope: wgpu::Buffer,
+    /// Split-K attention partials, shared by every layer of a recording.
+    pub(crate) attn_partials: wgpu::Buffer,
     pub(crate) step: wgpu::Buffer,
     pub(crate) staging: wgpu::Buffer,
     /// Releases these bytes from the context's own count when the session goes.
@@ -88,6 +100,7 @@ impl Scratch {
             targets: f("score targets", b)?,
             logprobs: f("log-probabilities", b)?,
             rope: f("rope table", b * half * 2)?,
+            attn_partials: f("attention partials", partials_words(ctx, hp, b))?,
             step: ctx.create_buffer(
                 "step params",
                 std::mem::size_of::<StepParams>() as u64,
@@ -134,6 +147,7 @@ impl Scratch {
             + f(1)
             + 3 * f(b)
             + f(b * half * 2)
+            + f(partials_words(ctx, hp, b))
             + rounded(std::mem::size_of::<StepParams>() as u64)
             + rounded(lr * vocab * 4)
     }
@@ -168,6 +182,7 @@ impl Scratch {
             &self.targets,
             &self.logprobs,
             &self.rope,
+            &self.attn_partials,
             &self.step,
             &self.staging,
         ]
@@ -198,6 +213,7 @@ impl Scratch {
             &self.last,
             &self.logits,
             &self.rope,
+            &self.attn_partials,
             &self.staging,
         ]
         .iter()
