@@ -58,8 +58,12 @@ if [[ " $STEPS " == *" cancel "* ]]; then
 fi
 if [[ " $STEPS " == *" budget "* ]]; then
   log "== 2. GPU memory budget"
-  for spec in "neuzip-lossy3:none" "neuzip-lossy3:771M" "neuzip-lossy3:400M" "neuzip:none" "neuzip:900M"; do
+  # MIN: the smallest budget tern names when refusing a budget of 1 byte
+  for spec in ${BUDGETS:-neuzip-lossy3:none neuzip-lossy3:771M neuzip-lossy3:MIN neuzip-lossy3:1000M neuzip:900M neuzip:MIN}; do
     fl=${spec%%:*}; b=${spec#*:}
+    if [ "$b" = MIN ]; then
+      b=$("$T" bench "$M/b2-$fl.tern" --device gpu -p 8 -n 0 -r 1 --max-memory 1 2>&1 | sed -n 's/.*it needs at least \([0-9]*\) bytes.*/\1/p')
+    fi
     args=(); [ "$b" != none ] && args=(--max-memory "$b")
     log "tern bench 2bit+$fl budget=$b"
     timeout 200 "$T" bench "$M/b2-$fl.tern" --device gpu -p 512 -n 64 -r 2 "${args[@]}"; log "rc=$?"
