@@ -38,7 +38,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "gpu")]
     pub device: String,
     /// GPU memory budget (bytes or K/M/G) for everything the model and session allocate, as for
-    /// `tern run`; the peak allocation is printed against it.
+    /// `tern run` (on the CPU: NeuZip matrices stay compressed when decoding them would exceed
+    /// it); the GPU's peak allocation is printed against it.
     #[arg(long)]
     pub max_memory: Option<String>,
     #[command(flatten)]

@@ -43,6 +43,7 @@ pub struct SamplingArgs {
     /// GPU memory budget (bytes, or with K/M/G) for everything the model and session allocate:
     /// NeuZip tensors that do not fit decoded stay compressed and are decoded just in time; a
     /// budget below the smallest that works is refused, naming it. The plan is printed with -v.
+    /// On the CPU: NeuZip matrices stay compressed when decoding them would exceed it.
     #[arg(long)]
     pub max_memory: Option<String>,
     #[command(flatten)]

@@ -39,7 +39,9 @@ pub struct LoadOptions {
     /// GPU memory the model and its sessions may take (`--max-memory`): weights, just-in-time
     /// scratch, KV caches, activation scratch, staging. NeuZip tensors beyond it stay compressed
     /// and are decoded just in time; a budget below the smallest that works is refused at load
-    /// (`GpuError::OverBudget` naming it), a session that does not fit when it is made.
+    /// (`GpuError::OverBudget` naming it), a session that does not fit when it is made. On the
+    /// CPU: NeuZip matrices are decoded at load unless that would exceed it (then they stay
+    /// compressed and are decoded per tile when used).
     pub max_memory: Option<u64>,
 }
 
