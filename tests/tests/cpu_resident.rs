@@ -139,3 +139,27 @@ fn neuzip_decoded_at_load_unless_the_budget_forbids() {
         );
     }
 }
+
+/// `TernFile::release_tensor` (what the loaders call once a tensor is copied or uploaded) only
+/// drops the mapped pages from the resident set: the bytes read afterwards are the same (they come
+/// back from the file), checksum included, and the model loads and runs the same.
+#[test]
+fn released_tensor_pages_read_back_the_same() {
+    let dir = tern_tests::scratch("cpu_resident_release");
+    let path = dir.join("m.tern");
+    let src = tern_tests::golden("ggml/tiny-tq2_0.gguf");
+    tern_import::import_path(&src, &path, &PackOptions::default(), &mut |_, _, _| {}).unwrap();
+    let f = TernFile::open(&path).unwrap();
+    let before: Vec<(String, Vec<u8>)> = f
+        .tensors()
+        .iter()
+        .map(|t| (t.name.clone(), f.tensor(&t.name).unwrap().bytes.to_vec()))
+        .collect();
+    for (name, _) in &before {
+        f.release_tensor(name);
+    }
+    for (name, bytes) in &before {
+        assert_eq!(f.tensor(name).unwrap().bytes, &bytes[..], "{name}");
+    }
+    f.verify().unwrap();
+}

@@ -665,6 +665,27 @@ impl TernFile {
         &self.data.bytes()[start..start + t.size as usize]
     }
 
+    /// Tell the OS that a loader is done with tensor `name`'s mapped bytes (it copied or uploaded
+    /// them): the pages leave the process's resident set now instead of staying there beside the
+    /// copy, and are read again from the file if the tensor is used again. A no-op for an image in
+    /// memory, off Unix, or for an unknown name; failures are ignored (it is only advice).
+    pub fn release_tensor(&self, name: &str) {
+        #[cfg(unix)]
+        if let (Backing::Mmap(m), Some(i)) = (&self.data, self.index_of(name)) {
+            let t = &self.tensors[i];
+            let start = (self.data_offset() + t.offset) as usize;
+            // SAFETY: the map is a read-only shared mapping of the file (`Mmap::map`): after
+            // MADV_DONTNEED its pages are read back from the file on the next access, so every
+            // `&[u8]` into it still sees the same bytes (the file must not change under a map,
+            // which is already true of any read).
+            let _ = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, t.size as usize)
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = name;
+    }
+
     /// Index of a tensor by name.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.tensors.iter().position(|t| t.name == name)

@@ -172,7 +172,10 @@ fn load_matrix(
         &format!("tensor {name:?} held in memory"),
         (v.bytes.len() as u128).max(widened),
     )?;
-    Matrix::from_encoded_with(name, rows, cols, &v.info.encoding, v.bytes, neuzip)
+    let m = Matrix::from_encoded_with(name, rows, cols, &v.info.encoding, v.bytes, neuzip)?;
+    // The matrix holds its own copy: the mapped pages need not stay resident beside it.
+    file.release_tensor(name);
+    Ok(m)
 }
 
 impl KvCache {

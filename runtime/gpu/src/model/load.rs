@@ -187,6 +187,9 @@ impl Loader<'_> {
                 })
             }
         };
+        // Uploaded (the GPU and the upload staging hold it now): the mapped pages need not stay
+        // resident on the host beside it.
+        self.file.release_tensor(name);
         Ok(lin)
     }
 }
@@ -308,6 +311,7 @@ impl GpuModel {
                 cols: n_embd,
                 bytes: ev.bytes.to_vec(),
             })
+            .inspect(|_| file.release_tensor("token_embd.weight"))
         };
         if !hp.tied_embeddings {
             ld.plan.tensors.push(TensorPlacement {
