@@ -38,7 +38,7 @@ impl NeuZipRows {
         blob: &[u8],
     ) -> Result<Self> {
         let nz = Self::parse(name, rows, cols, dtype, mantissa_bits, blob)?;
-        let tile = nz.tile_rows() * 64usize.div_ceil(nz.tile_rows());
+        let tile = tile_of(&nz.plan);
         let mut r = 0;
         while r < rows {
             let n = tile.min(rows - r);
@@ -76,12 +76,7 @@ impl NeuZipRows {
         from: fn([u8; 2]) -> T,
     ) -> Result<Vec<T>> {
         let plan = plan_of(name, rows, cols, dtype, mantissa_bits, blob)?;
-        let tile_rows = if plan.blocks_per_row == 1 {
-            (plan.rows_per_block as usize).max(1)
-        } else {
-            1
-        };
-        let tile = tile_rows * 64usize.div_ceil(tile_rows);
+        let tile = tile_of(&plan);
         let mut out: Vec<T> = try_zeroed(
             &format!("NeuZip tensor {name:?} decoded at load"),
             rows.saturating_mul(cols),
@@ -109,11 +104,7 @@ impl NeuZipRows {
     /// Rows per NeuZip block (1 when a row spans several blocks): tiles of a multiple of this
     /// decode no block twice.
     pub fn tile_rows(&self) -> usize {
-        if self.plan.blocks_per_row == 1 {
-            (self.plan.rows_per_block as usize).max(1)
-        } else {
-            1
-        }
+        block_rows(&self.plan)
     }
 
     /// Bytes held (the compressed stream).
@@ -125,6 +116,21 @@ impl NeuZipRows {
     pub fn raw_rows(&self, r0: usize, n: usize) -> Result<Vec<u8>> {
         Ok(self.plan.decode_rows(&self.blob, r0 as u64, n as u64)?)
     }
+}
+
+/// Rows per NeuZip block of `plan` (1 when a row spans several blocks).
+fn block_rows(plan: &Plan) -> usize {
+    if plan.blocks_per_row == 1 {
+        (plan.rows_per_block as usize).max(1)
+    } else {
+        1
+    }
+}
+
+/// Rows decoded at once at load: at least 64, whole blocks.
+fn tile_of(plan: &Plan) -> usize {
+    let b = block_rows(plan);
+    b * 64usize.div_ceil(b)
 }
 
 /// Parse `blob` and check that it is a stream of `rows × cols` elements of `dtype` with

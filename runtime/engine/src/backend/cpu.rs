@@ -28,7 +28,8 @@ impl CpuModel {
     /// tile when used (resident weights = the file's tensor bytes) — the GPU's `--max-memory`
     /// rule, applied to host memory.
     pub(crate) fn load(file: &TernFile, max_memory: Option<u64>) -> Result<Self> {
-        let stored: u64 = file.tensors().iter().map(|t| t.size).sum();
+        let mut memory = memory_of(file);
+        let stored = memory.weight_bytes;
         let decoded = stored.saturating_add(tern_reference::Model::neuzip_decoded_bytes(file));
         let neuzip = match max_memory {
             Some(b) if decoded > b => NeuZipResidency::Compressed,
@@ -38,7 +39,6 @@ impl CpuModel {
             "cpu: NeuZip matrices {neuzip:?} (weights {stored} B stored, {decoded} B decoded, budget {max_memory:?})"
         );
         let net = tern_reference::Model::load_with(file, neuzip)?;
-        let mut memory = memory_of(file);
         memory.host_resident_bytes = Some(net.resident_bytes());
         Ok(Self {
             net,
