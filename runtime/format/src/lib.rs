@@ -58,6 +58,7 @@ pub mod dtype;
 pub mod encoding;
 pub mod error;
 pub mod ggml;
+pub mod kv;
 pub mod meta;
 pub mod neuzip;
 pub mod ternary;
@@ -67,6 +68,7 @@ pub use container::{hash_file, Section, TensorInfo, TensorView, TernFile, TernWr
 pub use dtype::{FloatType, TernaryLayout};
 pub use encoding::Encoding;
 pub use error::{FormatError, Result};
+pub use kv::{Kivi, KvQuant, KvSpec, KvSpecError, MiniCache};
 pub use meta::*;
 
 /// Required-feature bit: some tensor uses NeuZip.

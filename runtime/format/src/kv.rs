@@ -1,0 +1,378 @@
+//! KV-cache formats: the one specification the CPU reference (`tern_reference::KvCache`, the
+//! oracle) and the GPU engine (`tern_gpu::KvCache`) both implement, and the byte accounting both
+//! report. This crate holds only the spec (math, storage units, bytes); the caches live in the
+//! backends. A session picks a [`KvSpec`] (`--kv`, `--minicache`, C ABI session options).
+//!
+//! Notation: per layer and position `p`, a key row and a value row of `row = n_head_kv · head_dim`
+//! values (keys after RoPE). "f16" is IEEE half, round-to-nearest-even from f32. `round(y)` is
+//! half away from zero (`sign(y)·floor(|y| + 0.5)`; WGSL's `round` is half-to-even, so kernels
+//! spell it out). Codes are packed LSB-first into u32 words, `32 / bits` per word for 8/4/2 bits
+//! and 10 per word for 3 bits (bits 30–31 zero); a position's codes start at a word boundary.
+//!
+//! Formats ([`KvQuant`]):
+//! * **f32** — as computed (the oracle numerics; the default).
+//! * **f16** — each value rounded to f16.
+//! * **q8** — symmetric absmax per (position, kv-head): `s = f16(max|x| / 127)`,
+//!   `q = clamp(round(x / s), −127, 127)` as i8 (`s = 0` → `q = 0`); `x̂ = q·s`.
+//! * **q4/q3/q2** — KIVI (arXiv 2402.02750 §3.1/§4.1, code jy-yuan/KIVI), asymmetric min-max:
+//!   `s = (max − min) / (2^B − 1)`, `q = clamp(round((x − m) / s), 0, 2^B − 1)`, `x̂ = q·s + m`,
+//!   with `s` and `m` stored as f16 and `q` computed from the stored (f16-rounded) `s`, `m`
+//!   (`s = 0` → `q = 0`). Keys per channel over groups of `G` consecutive positions; values per
+//!   position over groups of `G` consecutive channels of the row (the last group may be shorter).
+//!   Full-precision (f16) window, as the official code: keys — positions `≥ R·⌊n/R⌋` stay f16 and
+//!   a whole block of `R` keys is quantized when it fills (`R` a multiple of `G`); values — the
+//!   newest `R` positions stay f16, the oldest leaves the window (is quantized) as each new one
+//!   arrives. So at `n` held positions `Qk(n) = R·⌊n/R⌋` keys and `Qv(n) = n − min(n, R)` values
+//!   are quantized. Defaults `G = 32`, `R = 128` ([`Kivi::default`]).
+//! * **a4/a3** — BitNet a4.8 §3.1 absmax to unsigned integers, per (position, kv-head):
+//!   `qmax = 2^(B−1) − 1`, `s = f16(max|x| / qmax)`, `q = clamp(round(x / s), −qmax, qmax) + qmax`
+//!   stored unsigned in `B` bits, `x̂ = (q − qmax)·s`. With 3 bits, position 0 (the BOS token when
+//!   the model adds one) is stored with 4 bits (the paper's rule), in its own small buffer.
+//!
+//! MiniCache (arXiv 2405.14366) is a layer on top of any of them ([`MiniCache`]): its math, its
+//! decisions (t, which layer gets (1 − t), the retention rule) and its storage are documented by
+//! the reference implementation's module (`tern_reference::kv`) and accounted by the caches; the
+//! quantized formats above then store the merged directions.
+//!
+//! Bytes: [`KvQuant::layer_bytes`] is the exact byte count of one layer's keys and values holding
+//! `n` positions in a quantized format (codes, scales, zero points, the f16 window), the number
+//! behind `kv_bytes_per_token` (all bytes in use / positions held). Preallocated buffers are
+//! sized with `n = n_ctx` plus the window's own buffer.
+
+use thiserror::Error;
+
+use crate::meta::HParams;
+
+/// A bad `--kv` / `--minicache` value or an invalid combination (the message names it).
+#[derive(Debug, Error, PartialEq)]
+pub enum KvSpecError {
+    #[error("KV format {0:?}: expected one of f32, f16, q8, q4, q3, q2, a4, a3")]
+    UnknownFormat(String),
+    #[error("MiniCache {0:?}: expected off, on, or S,t,gamma (start layer, SLERP t in [0,1], retention threshold gamma in [0,1])")]
+    BadMiniCache(String),
+    #[error("KIVI group {group} and window {residual}: the group must be 1..=1024 and the window a multiple of it")]
+    BadKivi { group: u32, residual: u32 },
+    #[error("KV row of {row} values per position: {what}")]
+    BadRow { row: u64, what: &'static str },
+}
+
+/// How each K/V value is stored (see the module doc for the math of each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvQuant {
+    #[default]
+    F32,
+    F16,
+    Q8,
+    /// KIVI asymmetric, keys per channel, values per token.
+    Kivi4,
+    Kivi3,
+    Kivi2,
+    /// a4.8-style absmax per (position, head), unsigned codes.
+    Absmax4,
+    Absmax3,
+}
+
+impl KvQuant {
+    pub const ALL: [KvQuant; 8] = [
+        KvQuant::F32,
+        KvQuant::F16,
+        KvQuant::Q8,
+        KvQuant::Kivi4,
+        KvQuant::Kivi3,
+        KvQuant::Kivi2,
+        KvQuant::Absmax4,
+        KvQuant::Absmax3,
+    ];
+
+    /// The `--kv` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvQuant::F32 => "f32",
+            KvQuant::F16 => "f16",
+            KvQuant::Q8 => "q8",
+            KvQuant::Kivi4 => "q4",
+            KvQuant::Kivi3 => "q3",
+            KvQuant::Kivi2 => "q2",
+            KvQuant::Absmax4 => "a4",
+            KvQuant::Absmax3 => "a3",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, KvSpecError> {
+        Self::ALL
+            .into_iter()
+            .find(|q| q.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| KvSpecError::UnknownFormat(s.to_string()))
+    }
+
+    /// Bits per stored code (32 and 16 for the float formats).
+    pub fn bits(self) -> u32 {
+        match self {
+            KvQuant::F32 => 32,
+            KvQuant::F16 => 16,
+            KvQuant::Q8 => 8,
+            KvQuant::Kivi4 | KvQuant::Absmax4 => 4,
+            KvQuant::Kivi3 | KvQuant::Absmax3 => 3,
+            KvQuant::Kivi2 => 2,
+        }
+    }
+
+    pub fn is_kivi(self) -> bool {
+        matches!(self, KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2)
+    }
+
+    pub fn is_absmax(self) -> bool {
+        matches!(self, KvQuant::Q8 | KvQuant::Absmax4 | KvQuant::Absmax3)
+    }
+
+    /// Codes per u32 word (integer formats).
+    pub fn codes_per_word(self) -> u64 {
+        match self.bits() {
+            3 => 10,
+            b => u64::from(32 / b.max(1)),
+        }
+    }
+
+    /// Bytes of one position's codes for `values` values (whole words; floats: the raw size).
+    pub fn code_bytes(self, values: u64) -> u64 {
+        match self {
+            KvQuant::F32 => values.saturating_mul(4),
+            KvQuant::F16 => values.saturating_mul(2),
+            _ => values.div_ceil(self.codes_per_word()).saturating_mul(4),
+        }
+    }
+
+    /// Exact bytes of one layer's keys and values holding `n` positions (module doc):
+    /// codes + f16 scales (+ f16 zero points for KIVI) + the f16 window (KIVI) + position 0's
+    /// 4-bit row (a3). `row = n_head_kv · head_dim`.
+    pub fn layer_bytes(self, hp: &HParams, kivi: Kivi, n: u64) -> u64 {
+        let row = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
+        let heads = u64::from(hp.n_head_kv);
+        let f16 = 2u64;
+        match self {
+            KvQuant::F32 | KvQuant::F16 => 2 * n.saturating_mul(self.code_bytes(row)),
+            KvQuant::Q8 | KvQuant::Absmax4 => {
+                2 * n.saturating_mul(self.code_bytes(row) + heads * f16)
+            }
+            KvQuant::Absmax3 => {
+                let first = n.min(1);
+                let rest = n - first;
+                let per = |q: KvQuant| q.code_bytes(row) + heads * f16;
+                2 * (rest.saturating_mul(per(KvQuant::Absmax3)) + first * per(KvQuant::Absmax4))
+            }
+            KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
+                let (g, r) = (u64::from(kivi.group.max(1)), u64::from(kivi.residual));
+                let qk = if r == 0 { n } else { r * (n / r) };
+                let qv = n - n.min(r);
+                let codes = self.code_bytes(row);
+                let key_params = (qk / g.max(1)).saturating_mul(row) * 2 * f16;
+                let value_params = qv.saturating_mul(row.div_ceil(g)) * 2 * f16;
+                let window = (n - qk + n - qv).saturating_mul(row * f16);
+                (qk + qv).saturating_mul(codes) + key_params + value_params + window
+            }
+        }
+    }
+
+    /// Bytes per position over all layers when `n` positions are held (no MiniCache).
+    pub fn bytes_per_token(self, hp: &HParams, kivi: Kivi, n: u64) -> f64 {
+        if n == 0 {
+            return 0.0;
+        }
+        let total = u64::from(hp.n_layer).saturating_mul(self.layer_bytes(hp, kivi, n));
+        total as f64 / n as f64
+    }
+}
+
+/// KIVI's group size `G` and full-precision window `R` (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Kivi {
+    pub group: u32,
+    pub residual: u32,
+}
+
+impl Default for Kivi {
+    fn default() -> Self {
+        Kivi {
+            group: 32,
+            residual: 128,
+        }
+    }
+}
+
+impl Kivi {
+    pub fn check(self) -> Result<Self, KvSpecError> {
+        let ok = (1..=1024).contains(&self.group)
+            && self.residual % self.group == 0
+            && self.residual <= 1 << 20;
+        if ok {
+            Ok(self)
+        } else {
+            Err(KvSpecError::BadKivi {
+                group: self.group,
+                residual: self.residual,
+            })
+        }
+    }
+}
+
+/// MiniCache cross-layer merging: from `start_layer` on, each adjacent pair of layers shares one
+/// merged direction per token (SLERP parameter `t`); `gamma` sets the retention rule's threshold.
+/// Defaults (`--minicache on`) and the exact rule: see `tern_reference::kv`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MiniCache {
+    pub start_layer: u32,
+    pub t: f32,
+    pub gamma: f32,
+}
+
+/// Everything that decides a session's KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct KvSpec {
+    pub quant: KvQuant,
+    pub kivi: Kivi,
+    pub minicache: Option<MiniCache>,
+}
+
+impl KvSpec {
+    /// Parse `--minicache off|S,t,gamma` (`on` is resolved by the caller, which knows the model's
+    /// depth and the measured defaults).
+    pub fn parse_minicache_explicit(s: &str) -> Result<Option<MiniCache>, KvSpecError> {
+        let bad = || KvSpecError::BadMiniCache(s.to_string());
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+        let [a, b, c] = parts.as_slice() else {
+            return Err(bad());
+        };
+        let start_layer: u32 = a.parse().map_err(|_| bad())?;
+        let t: f32 = b.parse().map_err(|_| bad())?;
+        let gamma: f32 = c.parse().map_err(|_| bad())?;
+        if !(0.0..=1.0).contains(&t) || !(0.0..=1.0).contains(&gamma) {
+            return Err(bad());
+        }
+        Ok(Some(MiniCache {
+            start_layer,
+            t,
+            gamma,
+        }))
+    }
+
+    /// Check the spec against a model: KIVI parameters valid, an even row (f16 pairs), MiniCache's
+    /// start layer inside the model.
+    pub fn check(&self, hp: &HParams) -> Result<(), KvSpecError> {
+        if self.quant.is_kivi() {
+            self.kivi.check()?;
+        }
+        let row = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
+        if row == 0 || row % 2 != 0 {
+            return Err(KvSpecError::BadRow {
+                row,
+                what: "must be even and non-zero",
+            });
+        }
+        if let Some(m) = self.minicache {
+            if m.start_layer + 1 >= hp.n_layer {
+                return Err(KvSpecError::BadMiniCache(format!(
+                    "start layer {} of a {}-layer model (needs a pair of layers from it on)",
+                    m.start_layer, hp.n_layer
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smollm() -> HParams {
+        HParams {
+            n_vocab: 49152,
+            n_embd: 576,
+            n_layer: 30,
+            n_head: 9,
+            n_head_kv: 3,
+            head_dim: 64,
+            n_ff: 1536,
+            n_ctx_train: 8192,
+            rope_theta: 1e5,
+            rope_dim: 64,
+            rope_neox: true,
+            rms_eps: 1e-5,
+            ffn_act: crate::meta::FfnAct::Silu,
+            tied_embeddings: true,
+            sub_norms: false,
+        }
+    }
+
+    #[test]
+    fn parse_names_round_trip_and_reject_unknown() {
+        for q in KvQuant::ALL {
+            assert_eq!(KvQuant::parse(q.name()), Ok(q));
+        }
+        assert!(matches!(
+            KvQuant::parse("q5"),
+            Err(KvSpecError::UnknownFormat(_))
+        ));
+        assert_eq!(KvSpec::parse_minicache_explicit("off"), Ok(None));
+        let m = KvSpec::parse_minicache_explicit("15,0.6,0.05")
+            .unwrap()
+            .unwrap();
+        assert_eq!((m.start_layer, m.t, m.gamma), (15, 0.6, 0.05));
+        for bad in ["", "1,2", "1,1.5,0", "x,0.5,0.1", "1,0.5,0.1,2"] {
+            assert!(KvSpec::parse_minicache_explicit(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bytes_follow_the_layouts() {
+        let hp = smollm();
+        let kivi = Kivi::default();
+        // f16: 2 bytes × 192 values × K,V × 30 layers.
+        assert_eq!(KvQuant::F16.bytes_per_token(&hp, kivi, 100), 23040.0);
+        assert_eq!(KvQuant::F32.bytes_per_token(&hp, kivi, 7), 46080.0);
+        // a4: 192 codes = 24 words = 96 bytes + 3 f16 scales = 102 per row.
+        assert_eq!(KvQuant::Absmax4.layer_bytes(&hp, kivi, 10), 2 * 10 * 102);
+        // a3: 192 codes = 20 words (10 per word) = 80 bytes + 6; position 0 at 4 bits.
+        assert_eq!(
+            KvQuant::Absmax3.layer_bytes(&hp, kivi, 10),
+            2 * (9 * 86 + 102)
+        );
+        // KIVI q4 at n = 256 (R = 128): 256 keys and 128 values quantized, 128 values in f16.
+        let n = 256;
+        let want = (256 + 128) * 96 + (256 / 32) * 192 * 4 + 128 * 6 * 4 + 128 * 192 * 2;
+        assert_eq!(KvQuant::Kivi4.layer_bytes(&hp, kivi, n), want);
+        // Below the window everything is f16.
+        assert_eq!(
+            KvQuant::Kivi2.layer_bytes(&hp, kivi, 100),
+            KvQuant::F16.layer_bytes(&hp, kivi, 100)
+        );
+    }
+
+    #[test]
+    fn check_rejects_bad_combinations() {
+        let hp = smollm();
+        let spec = KvSpec {
+            quant: KvQuant::Kivi4,
+            kivi: Kivi {
+                group: 32,
+                residual: 100,
+            },
+            minicache: None,
+        };
+        assert!(matches!(spec.check(&hp), Err(KvSpecError::BadKivi { .. })));
+        let spec = KvSpec {
+            minicache: Some(MiniCache {
+                start_layer: 29,
+                t: 0.5,
+                gamma: 0.05,
+            }),
+            ..KvSpec::default()
+        };
+        assert!(spec.check(&hp).is_err());
+        assert!(KvSpec::default().check(&hp).is_ok());
+    }
+}
