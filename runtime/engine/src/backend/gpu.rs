@@ -40,6 +40,7 @@ impl GpuBackend {
             preference: tern_gpu::DevicePreference::Gpu,
             allow_software,
             binding_limit: None,
+            packed_dot: None,
         })?;
         let model = GpuModel::load(
             Arc::new(ctx),
