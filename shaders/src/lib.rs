@@ -53,6 +53,8 @@ pub enum Shader {
     ActQuantA48,
     /// Ternary GEMV (2-bit) with INT8 activations that skips zero activation words (bit-exact).
     TernaryGemvSparse,
+    /// Zero-code counters of quantized activations (sparsity measurement).
+    ActStats,
     /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
     Cce,
     /// Fused Cut-Cross-Entropy pass B: merge the partials per position → log p(target).
@@ -164,6 +166,7 @@ const TERNARY_GEMV_SPARSE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvSp
     "ternary_gemv_sparse_2bit_f16_plain" => ["SCALE_TYPE" = 1, "DOT" = 0],
     "ternary_gemv_sparse_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "DOT" = 0],
 ];
+const ACT_STATS_VARIANTS: &[Variant] = variants![Shader::ActStats; "act_stats" => []];
 const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
 const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
 const RMSNORM_QUANT_VARIANTS: &[Variant] =
@@ -229,7 +232,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 22] = [
+    pub const ALL: [Shader; 23] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -252,6 +255,7 @@ impl Shader {
         Shader::LogSoftmaxTarget,
         Shader::ActQuantA48,
         Shader::TernaryGemvSparse,
+        Shader::ActStats,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -279,6 +283,7 @@ impl Shader {
             Shader::LogSoftmaxTarget => "log_softmax_target.wgsl",
             Shader::ActQuantA48 => "act_quant_a48.wgsl",
             Shader::TernaryGemvSparse => "ternary_gemv_sparse.wgsl",
+            Shader::ActStats => "act_stats.wgsl",
         }
     }
 
@@ -307,6 +312,7 @@ impl Shader {
             Shader::LogSoftmaxTarget => include_str!("../wgsl/log_softmax_target.wgsl"),
             Shader::ActQuantA48 => include_str!("../wgsl/act_quant_a48.wgsl"),
             Shader::TernaryGemvSparse => include_str!("../wgsl/ternary_gemv_sparse.wgsl"),
+            Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
         }
     }
 
@@ -350,6 +356,7 @@ impl Shader {
             Shader::LogSoftmaxTarget => LOG_SOFTMAX_TARGET_VARIANTS,
             Shader::ActQuantA48 => ACT_QUANT_A48_VARIANTS,
             Shader::TernaryGemvSparse => TERNARY_GEMV_SPARSE_VARIANTS,
+            Shader::ActStats => ACT_STATS_VARIANTS,
         }
     }
 

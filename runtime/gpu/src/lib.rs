@@ -42,7 +42,7 @@ pub use model::activation::{
     ActivationPlan, BlockInputs, InputScheme, Linear, LinearInput, Producer, WeightKind,
 };
 pub use model::{
-    GpuModel, GpuModelOptions, GpuSession, KvCache, MemoryPlan, SessionMemory, TensorPlacement,
-    Wanted,
+    GpuModel, GpuModelOptions, GpuSession, KvCache, MemoryPlan, SessionMemory, SparsityCount,
+    TensorPlacement, Wanted,
 };
 pub use weights::{FloatPart, FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};

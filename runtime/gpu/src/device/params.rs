@@ -96,6 +96,14 @@ params! {
 }
 
 params! {
+    /// `act_stats.wgsl`.
+    ActStatsParams in [(ActStats, "Params")] {
+        cols: u32, stride: u32, n_tokens: u32, slot: u32, int4: u32, _pad0: u32, _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+params! {
     /// `rope.wgsl`.
     RopeParams in [(Rope, "Params")] {
         n_heads: u32, head_dim: u32, rope_dim: u32, n_tokens: u32,
@@ -189,6 +197,7 @@ pub const ALL: &[Layout] = &[
     NeuzipParams::LAYOUT,
     RmsNormParams::LAYOUT,
     RmsNormQuantParams::LAYOUT,
+    ActStatsParams::LAYOUT,
     RopeParams::LAYOUT,
     EltParams::LAYOUT,
     ArgmaxParams::LAYOUT,

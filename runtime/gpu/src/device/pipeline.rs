@@ -107,6 +107,8 @@ pub enum KernelKey {
         scale_type: FloatType,
         dot: DotKind,
     },
+    /// Zero-code counters of quantized activations.
+    ActStats,
     GgmlGemm(GgmlType),
     NeuzipDecode,
     RmsNorm,
@@ -177,6 +179,7 @@ impl fmt::Display for KernelKey {
                 (true, false) => "act_quant_topk50_int8",
                 (true, true) => "rmsnorm_quant_topk50_int8",
             }),
+            KernelKey::ActStats => f.write_str("act_stats"),
             KernelKey::TernaryGemvSparse { scale_type, dot } => {
                 let (_, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
                 write!(
@@ -234,6 +237,7 @@ impl KernelKey {
             KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
             KernelKey::ActQuantA48 { .. } => Shader::ActQuantA48,
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
+            KernelKey::ActStats => Shader::ActStats,
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
             KernelKey::RmsNorm => Shader::RmsNorm,
@@ -369,6 +373,7 @@ mod tests {
             KernelKey::FloatGemv(FloatType::Bf16),
             KernelKey::CceCombine,
             KernelKey::LogSoftmaxTarget,
+            KernelKey::ActStats,
         ];
         for dot in [DotKind::Packed, DotKind::Plain] {
             for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {

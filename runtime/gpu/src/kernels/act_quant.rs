@@ -6,7 +6,7 @@
 
 use crate::device::check::{check_binding, check_buffer, u32_of};
 use crate::device::context::GpuContext;
-use crate::device::params::{ActQuantParams, RmsNormQuantParams};
+use crate::device::params::{ActQuantParams, ActStatsParams, RmsNormQuantParams};
 use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
@@ -265,6 +265,40 @@ pub fn quantize_act_a48_into(
         enc,
         key,
         &[&params, x, weight, &a.q, &a.s],
+        (a.n_tokens, 1, 1),
+    )
+}
+
+/// Add `(zero codes, codes)` of `a`'s rows to `stats[2·slot]`, `stats[2·slot + 1]` (u32 counters;
+/// `stats` holds at least `2·(slot + 1)`): the activation-sparsity measurement.
+pub fn act_stats(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    a: &ActInt8,
+    slot: u32,
+    stats: &wgpu::Buffer,
+) -> Result<()> {
+    const OP: &str = "act_stats";
+    check_buffer(
+        OP,
+        "q",
+        &a.q,
+        u64::from(a.n_tokens) * u64::from(a.stride) * 4,
+    )?;
+    check_buffer(OP, "stats", stats, 8 * (u64::from(slot) + 1))?;
+    let p = ActStatsParams {
+        cols: a.cols,
+        stride: a.stride,
+        n_tokens: a.n_tokens,
+        slot,
+        int4: u32::from(a.act == ActBits::Int4),
+        ..ActStatsParams::default()
+    };
+    let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    ctx.dispatch(
+        enc,
+        KernelKey::ActStats,
+        &[&params, &a.q, stats],
         (a.n_tokens, 1, 1),
     )
 }

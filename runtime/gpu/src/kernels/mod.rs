@@ -30,7 +30,7 @@ pub mod sample;
 pub mod sparse;
 
 pub use act_quant::{
-    act4_stride_words, act_stride_words, quantize_act_a48_into, quantize_act_int8,
+    act4_stride_words, act_stats, act_stride_words, quantize_act_a48_into, quantize_act_int8,
     quantize_act_int8_into, rmsnorm_quant_int8, A48Quant, ActInt8,
 };
 pub use attention::{attention, attention_splits, attention_with_split, kv_store, StepParams};

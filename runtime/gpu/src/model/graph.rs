@@ -13,6 +13,7 @@ use crate::error::{GpuError, Result};
 use crate::kernels::{self, cce, A48Quant, ActInt8, EmbedTable};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::scratch::Scratch;
+use crate::model::sparsity;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
 use tern_format::FfnAct;
 
@@ -175,6 +176,7 @@ impl<'a> Graph<'a> {
             acts.i8
         };
         let sparse = li.sparse;
+        let stats = self.s.act_stats.as_ref().zip(sparsity::slot(li.linear));
         let p = &mut self.p;
         let normed = |p: &mut Plan| -> Result<&'a wgpu::Buffer> {
             match norm {
@@ -185,7 +187,7 @@ impl<'a> Graph<'a> {
                 None => Ok(x),
             }
         };
-        Ok(match li.producer {
+        let input = match li.producer {
             Producer::Direct | Producer::Norm => Input {
                 f32: Some(normed(p)?),
                 int8: None,
@@ -237,7 +239,11 @@ impl<'a> Graph<'a> {
                     format!("{} input has no GPU kernel", li.linear.name()),
                 ))
             }
-        })
+        };
+        if let (Some((buf, slot)), Some(a)) = (stats, input.int8) {
+            kernels::act_stats(ctx, p, a, slot, buf)?;
+        }
+        Ok(input)
     }
 
     /// `y` ← `w · input` for `n` tokens, by the weight's storage.
