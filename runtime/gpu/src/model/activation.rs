@@ -47,6 +47,18 @@ pub enum Linear {
 }
 
 impl Linear {
+    /// The activation-sparsity counter slot of this kind (`model/sparsity.rs`); the head takes
+    /// float inputs: none.
+    pub fn stats_slot(self) -> Option<u32> {
+        match self {
+            Linear::Qkv => Some(0),
+            Linear::AttnOut => Some(1),
+            Linear::GateUp => Some(2),
+            Linear::Down => Some(3),
+            Linear::Head => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Linear::Qkv => "qkv",

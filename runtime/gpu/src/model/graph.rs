@@ -13,7 +13,6 @@ use crate::error::{GpuError, Result};
 use crate::kernels::{self, cce, A48Quant, ActInt8, EmbedTable};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::scratch::Scratch;
-use crate::model::sparsity;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
 use tern_format::FfnAct;
 
@@ -176,7 +175,7 @@ impl<'a> Graph<'a> {
             acts.i8
         };
         let sparse = li.sparse;
-        let stats = self.s.act_stats.as_ref().zip(sparsity::slot(li.linear));
+        let stats = self.s.act_stats.as_ref().zip(li.linear.stats_slot());
         let p = &mut self.p;
         let normed = |p: &mut Plan| -> Result<&'a wgpu::Buffer> {
             match norm {

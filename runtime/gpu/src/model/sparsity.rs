@@ -8,17 +8,6 @@ use crate::error::{GpuError, Result};
 use crate::model::activation::Linear;
 use crate::model::session::GpuSession;
 
-/// The counter slot of a linear kind (`Linear::Head` takes float inputs: none).
-pub(crate) fn slot(l: Linear) -> Option<u32> {
-    match l {
-        Linear::Qkv => Some(0),
-        Linear::AttnOut => Some(1),
-        Linear::GateUp => Some(2),
-        Linear::Down => Some(3),
-        Linear::Head => None,
-    }
-}
-
 /// Zero codes and codes counted for one linear kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SparsityCount {
@@ -62,7 +51,7 @@ impl GpuSession {
         };
         let mut out = Vec::new();
         for l in [Linear::Qkv, Linear::AttnOut, Linear::GateUp, Linear::Down] {
-            if let Some(s) = slot(l) {
+            if let Some(s) = l.stats_slot() {
                 let s = s as usize;
                 out.push(SparsityCount {
                     linear: l,
