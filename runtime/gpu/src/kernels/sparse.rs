@@ -27,11 +27,16 @@ const SPARSE_GSUM: u64 = 1536;
 /// Rows per workgroup (256 invocations, 32 per row).
 const SPARSE_ROWS_PER_WG: u64 = 8;
 
-/// The largest fraction of non-zero activation words for which the sparse walk runs (above it,
-/// the kernel walks the whole row). Measured on an H100 (`gpu_bench --only sparse`, 2560 × 6912
-/// down projection, docs/measurements.md): the gather costs about 2× a dense word, so skipping
-/// pays below ~half the words.
-pub const SPARSE_MAX_DENSITY: f64 = 0.5;
+/// The largest fraction of non-zero activation words for which [`ternary_matmul_sparse`] runs
+/// the sparse walk; `0.0` turns the sparse kernel off (the dense GEMV runs). Measured on an H100
+/// (`a48_bench`, 2026-11-24, docs/bench/a48-h100-run1): one token, 2560 × 6912 down projection,
+/// dense GEMV 32.6–34.7 µs; the sparse walk 40.6 µs at 7% zero words (50% zero inputs), 35.5 µs at
+/// 41% (80%), 31.3 µs at 66% (90%) — it pays only beyond ~90% zero inputs, and by 4%, while the
+/// in-kernel compaction costs ~3 µs whenever the kernel runs (2560 × 2560: the same picture).
+/// The random models' inputs are 13% (down) and 50% (attention output) zeros, the paper's trained
+/// ones 80–86% and 50%: below the break-even either way, so the switch is off until the kernel is
+/// cheaper (bigger rows per workgroup, a compaction shared by the workgroups).
+pub const SPARSE_MAX_DENSITY: f64 = 0.0;
 
 /// Whether the sparse kernel takes `w` with activations `a`.
 pub fn sparse_applies(w: &TernaryWeight, a: &ActInt8) -> bool {
@@ -116,7 +121,7 @@ pub fn ternary_matmul_sparse(
     a: &ActInt8,
     y: &wgpu::Buffer,
 ) -> Result<()> {
-    if u64::from(a.cols) == w.cols && sparse_applies(w, a) {
+    if SPARSE_MAX_DENSITY > 0.0 && u64::from(a.cols) == w.cols && sparse_applies(w, a) {
         ternary_gemv_sparse(ctx, enc, w, a, y, SPARSE_MAX_DENSITY)
     } else {
         ternary_matmul(ctx, enc, w, a, y)
