@@ -44,6 +44,22 @@ pub struct BenchArgs {
     pub max_memory: Option<String>,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
+    /// Run the ternary linears' inputs as BitNet `a8` (INT8 absmax) or `a4.8` (INT4 absmean,
+    /// TopK-50% + INT8, INT8 down) instead of the file's scheme: the same weights either way.
+    /// The output says which scheme ran and whether it overrides the file.
+    #[arg(long)]
+    pub activations: Option<String>,
+}
+
+/// The name of an activation scheme (`a8`, `a4.8`, `float` or `custom`).
+fn scheme_name(s: tern_format::ActivationScheme) -> &'static str {
+    use tern_format::ActivationScheme as A;
+    match s {
+        x if x == A::A8 => "a8",
+        x if x == A::A4_8 => "a4.8",
+        x if x == A::FLOAT => "float",
+        _ => "custom",
+    }
 }
 
 /// Mean and sample standard deviation.
@@ -91,8 +107,20 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             .transpose()?,
     };
     let path = crate::models::resolve(a.model.as_deref())?;
+    let acts = match a.activations.as_deref() {
+        None => None,
+        Some("a8") => Some(tern_format::ActivationScheme::A8),
+        Some("a4.8") => Some(tern_format::ActivationScheme::A4_8),
+        Some(x) => bail!("--activations {x:?}: expected a8 or a4.8"),
+    };
     let t0 = Instant::now();
-    let mut model = crate::run::load(Some(&path), &lo)?;
+    let mut model = match acts {
+        Some(acts) => tern_engine::Model::open_with_activations(&path, &lo, acts)?,
+        None => crate::run::load(Some(&path), &lo)?,
+    };
+    let file_scheme = scheme_name(tern_format::TernFile::open(&path)?.meta().activations);
+    let ran_scheme = scheme_name(model.meta().activations);
+    let overridden = acts.is_some() && ran_scheme != file_scheme;
     a.numerics.apply(&mut model);
     let load_secs = t0.elapsed().as_secs_f64();
     let vocab = model.n_vocab();
@@ -222,6 +250,27 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         mem.insert("kv".into(), json!(session.kv_bytes));
     }
 
+    // Measured sparsity of the quantized inputs per linear kind: a pass of its own (the counters
+    // cost dispatches; the timed runs above did not carry them), over the prefill's tokens.
+    let sparsity = if model.meta().activations != tern_format::ActivationScheme::FLOAT {
+        s.reset();
+        let n = a.n_prompt.clamp(1, 128);
+        s.measure_activation_sparsity(&tokens(n, vocab, 4))?
+    } else {
+        None
+    };
+    let acts_json = json!({
+        "scheme": ran_scheme,
+        "file_scheme": file_scheme,
+        "overridden": overridden,
+    });
+    let sparsity_json = sparsity.as_ref().map(|v| {
+        v.iter()
+            .map(
+                |x| json!({"linear": x.linear, "zero_fraction": x.zero_fraction, "codes": x.codes}),
+            )
+            .collect::<Vec<_>>()
+    });
     let device = model.device_name();
     if a.json {
         let tests: Vec<_> = results
@@ -248,6 +297,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "dispatches_per_token": dispatches,
                 "kv_bytes_per_token": session.kv_bytes_per_token,
                 "profile_us_per_token": prof,
+                "activations": acts_json,
+                "activation_sparsity": sparsity_json,
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -256,8 +307,14 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    println!("| model | size | device | test | t/s |");
-    println!("| --- | ---: | --- | ---: | ---: |");
+    let acts_label = if overridden {
+        format!("{ran_scheme} (--activations, overriding the file's {file_scheme})")
+    } else {
+        format!("{ran_scheme} (the file's)")
+    };
+    println!("activations: {acts_label}");
+    println!("| model | size | device | activations | test | t/s |");
+    println!("| --- | ---: | --- | --- | ---: | ---: |");
     for (test, _, m, sd, _) in &results {
         let t = if a.depth > 0 {
             format!("{test} @ d{}", a.depth)
@@ -265,7 +322,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             test.clone()
         };
         println!(
-            "| {name} | {:.1} MiB | {device} | {t} | {m:.2} ± {sd:.2} |",
+            "| {name} | {:.1} MiB | {device} | {ran_scheme} | {t} | {m:.2} ± {sd:.2} |",
             mib(file_bytes)
         );
     }
@@ -290,6 +347,24 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     }
     if let Some(d) = dispatches {
         println!("dispatches per decoded token: {d}");
+    }
+    match &sparsity {
+        Some(v) if !v.is_empty() => {
+            println!("activation sparsity (zero codes of the quantized inputs, measured):");
+            for x in v {
+                println!(
+                    "  {:<10} {:>6.2}%  ({} codes)",
+                    x.linear,
+                    100.0 * x.zero_fraction,
+                    x.codes
+                );
+            }
+        }
+        Some(_) => {}
+        None if model.meta().activations != tern_format::ActivationScheme::FLOAT => {
+            println!("activation sparsity: not measured on this backend (GPU only)")
+        }
+        None => {}
     }
     if let Some(p) = profile {
         let total: f64 = p.iter().map(|x| x.2).sum();

@@ -48,6 +48,13 @@ pub enum Shader {
     TopK,
     /// f32 / f16 / bf16 matrix GEMV/GEMM (decoded NeuZip tensors, raw float heads).
     FloatGemv,
+    /// BitNet a4.8 activation quantizers: INT4 absmean, TopK-50% + INT8; alone or fused with
+    /// the preceding RMSNorm (bit-exact).
+    ActQuantA48,
+    /// Ternary GEMV (2-bit) with INT8 activations that skips zero activation words (bit-exact).
+    TernaryGemvSparse,
+    /// Zero-code counters of quantized activations (sparsity measurement).
+    ActStats,
     /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
     Cce,
     /// Fused Cut-Cross-Entropy pass B: merge the partials per position → log p(target).
@@ -78,12 +85,30 @@ macro_rules! variants {
 const ACT_QUANT_VARIANTS: &[Variant] = variants![Shader::ActQuantInt8; "act_quant_int8" => []];
 
 const TERNARY_VARIANTS: &[Variant] = variants![Shader::TernaryGemv;
-    "ternary_gemv_2bit_f32_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32],
-    "ternary_gemv_2bit_f16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32],
-    "ternary_gemv_2bit_bf16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32],
-    "ternary_gemv_base3_f32_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32],
-    "ternary_gemv_base3_f16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32],
-    "ternary_gemv_base3_bf16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32],
+    "ternary_gemv_2bit_f32_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_2bit_f16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_2bit_bf16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_base3_f32_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_base3_f16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_base3_bf16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_2bit_f32_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_2bit_f16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_2bit_bf16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_base3_f32_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_base3_f16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_base3_bf16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_2bit_f32_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_2bit_f16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_2bit_bf16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_base3_f32_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_base3_f16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_base3_bf16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_2bit_f32_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_2bit_f16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_2bit_bf16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_base3_f32_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_base3_f16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_base3_bf16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
 ];
 
 const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
@@ -94,12 +119,30 @@ const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
 ];
 
 const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
-    "ternary_gemm_2bit_f32_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0],
-    "ternary_gemm_2bit_f16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1],
-    "ternary_gemm_2bit_bf16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2],
-    "ternary_gemm_base3_f32_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0],
-    "ternary_gemm_base3_f16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1],
-    "ternary_gemm_base3_bf16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2],
+    "ternary_gemm_2bit_f32_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_2bit_f16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_2bit_bf16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_base3_f32_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_base3_f16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_base3_bf16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_2bit_f32_64x32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_2bit_f16_64x32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_2bit_bf16_64x32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_base3_f32_64x32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_base3_f16_64x32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_base3_bf16_64x32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_2bit_f32_64x32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_2bit_f16_64x32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_2bit_bf16_64x32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_base3_f32_64x32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_base3_f16_64x32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_base3_bf16_64x32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_2bit_f32_64x32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_2bit_f16_64x32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_2bit_bf16_64x32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_base3_f32_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_base3_f16_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_base3_bf16_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
 ];
 
 const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
@@ -109,6 +152,21 @@ const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
     "ggml_gemm_q6_k_64x32" => ["QTYPE" = 3],
 ];
 
+const ACT_QUANT_A48_VARIANTS: &[Variant] = variants![Shader::ActQuantA48;
+    "act_quant_int4" => ["MODE" = 0, "NORM" = 0],
+    "rmsnorm_quant_int4" => ["MODE" = 0, "NORM" = 1],
+    "act_quant_topk50_int8" => ["MODE" = 1, "NORM" = 0],
+    "rmsnorm_quant_topk50_int8" => ["MODE" = 1, "NORM" = 1],
+];
+const TERNARY_GEMV_SPARSE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvSparse;
+    "ternary_gemv_sparse_2bit_f32" => ["SCALE_TYPE" = 0, "DOT" = 1],
+    "ternary_gemv_sparse_2bit_f16" => ["SCALE_TYPE" = 1, "DOT" = 1],
+    "ternary_gemv_sparse_2bit_bf16" => ["SCALE_TYPE" = 2, "DOT" = 1],
+    "ternary_gemv_sparse_2bit_f32_plain" => ["SCALE_TYPE" = 0, "DOT" = 0],
+    "ternary_gemv_sparse_2bit_f16_plain" => ["SCALE_TYPE" = 1, "DOT" = 0],
+    "ternary_gemv_sparse_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "DOT" = 0],
+];
+const ACT_STATS_VARIANTS: &[Variant] = variants![Shader::ActStats; "act_stats" => []];
 const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
 const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
 const RMSNORM_QUANT_VARIANTS: &[Variant] =
@@ -174,7 +232,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 20] = [
+    pub const ALL: [Shader; 23] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -195,6 +253,9 @@ impl Shader {
         Shader::Cce,
         Shader::CceCombine,
         Shader::LogSoftmaxTarget,
+        Shader::ActQuantA48,
+        Shader::TernaryGemvSparse,
+        Shader::ActStats,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -220,6 +281,9 @@ impl Shader {
             Shader::Cce => "cce.wgsl",
             Shader::CceCombine => "cce_combine.wgsl",
             Shader::LogSoftmaxTarget => "log_softmax_target.wgsl",
+            Shader::ActQuantA48 => "act_quant_a48.wgsl",
+            Shader::TernaryGemvSparse => "ternary_gemv_sparse.wgsl",
+            Shader::ActStats => "act_stats.wgsl",
         }
     }
 
@@ -246,6 +310,9 @@ impl Shader {
             Shader::Cce => include_str!("../wgsl/cce.wgsl"),
             Shader::CceCombine => include_str!("../wgsl/cce_combine.wgsl"),
             Shader::LogSoftmaxTarget => include_str!("../wgsl/log_softmax_target.wgsl"),
+            Shader::ActQuantA48 => include_str!("../wgsl/act_quant_a48.wgsl"),
+            Shader::TernaryGemvSparse => include_str!("../wgsl/ternary_gemv_sparse.wgsl"),
+            Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
         }
     }
 
@@ -287,6 +354,9 @@ impl Shader {
             Shader::Cce => CCE_VARIANTS,
             Shader::CceCombine => CCE_COMBINE_VARIANTS,
             Shader::LogSoftmaxTarget => LOG_SOFTMAX_TARGET_VARIANTS,
+            Shader::ActQuantA48 => ACT_QUANT_A48_VARIANTS,
+            Shader::TernaryGemvSparse => TERNARY_GEMV_SPARSE_VARIANTS,
+            Shader::ActStats => ACT_STATS_VARIANTS,
         }
     }
 

@@ -69,3 +69,19 @@ fn f16_bits_to_f32(h: u32) -> f32 {
     }
     return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
 }
+
+// Four 4-bit two's-complement values, one in the low nibble of each byte (high nibbles zero), as
+// four int8 bytes: per byte ((v ^ 8) | 0x80) − 8 = 0x80 + value (no borrow), then ^ 0x80.
+fn sext4(v: u32) -> u32 {
+    return (((v ^ 0x08080808u) | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+}
+
+// dot4I8Packed without the packed integer dot product: the four signed byte products summed.
+fn dot4_plain(a: u32, b: u32) -> i32 {
+    let x = bitcast<i32>(a);
+    let y = bitcast<i32>(b);
+    return extractBits(x, 0u, 8u) * extractBits(y, 0u, 8u)
+        + extractBits(x, 8u, 8u) * extractBits(y, 8u, 8u)
+        + extractBits(x, 16u, 8u) * extractBits(y, 16u, 8u)
+        + extractBits(x, 24u, 8u) * extractBits(y, 24u, 8u);
+}

@@ -24,6 +24,11 @@
 //   LAYOUT      0 = 2bit (16 codes per u32, code = trit + 1 at bits 2j), 1 = base3 (20 trits per
 //               u32, 5 per byte, TQ1_0 fixed point: digit n = ((byte · 3^n) mod 256 · 3) >> 8)
 //   SCALE_TYPE  0 = f32, 1 = f16, 2 = bf16
+//   ACT4        0 = INT8 activations; 1 = INT4 (BitNet a4.8, 8 per u32 as act_quant_a48.wgsl packs
+//               them): each staged vec4 of 32 int4 columns is expanded to two vec4s of int8 in
+//               workgroup memory, so the products are the INT8 kernel's (same integers, same bits)
+//   DOT         1 = `dot4I8Packed`, 0 = the plain byte-by-byte sum (adapters without the packed
+//               integer dot product; same integers)
 //
 // Bindings (logical shapes), as ternary_gemv.wgsl:
 //   w   : one part of the weight: [rows_part][words_per_row] u32 codes, then the part's scales
@@ -45,12 +50,14 @@ struct Params {
     out_stride: u32,
     row0: u32,
     n_tokens: u32,
-    _pad0: u32,
+    sparse_max_words: u32,
     _pad1: u32,
 }
 
 override LAYOUT: u32 = 0u;
 override SCALE_TYPE: u32 = 0u;
+override ACT4: u32 = 0u;
+override DOT: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -119,9 +126,15 @@ fn trits2(cw: u32, b: u32) -> u32 {
     return ((x | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
 }
 
+fn dot4(a: u32, b: u32) -> i32 {
+    if (DOT == 1u) {
+        return dot4I8Packed(a, b);
+    }
+    return dot4_plain(a, b);
+}
+
 fn dot16(wv: vec4<u32>, a: vec4<u32>) -> i32 {
-    return dot4I8Packed(wv.x, a.x) + dot4I8Packed(wv.y, a.y) + dot4I8Packed(wv.z, a.z)
-        + dot4I8Packed(wv.w, a.w);
+    return dot4(wv.x, a.x) + dot4(wv.y, a.y) + dot4(wv.z, a.z) + dot4(wv.w, a.w);
 }
 
 // Code word `it` (tile row it / CW, word it % CW) of step s; `ok` false past the row or part.
@@ -171,18 +184,35 @@ fn store_code(it: u32, c: Code) {
     }
 }
 
-// Activation vec4 `it` (token it / kq_n, vec4 it % kq_n) of step s, zero past the data.
+// Activation vec4 `it` (token it / kq_n, vec4 it % kq_n) of step s, zero past the data. With
+// ACT4, `it` counts vec4s of int4 (32 columns: two 16-column sub-steps), kq_n / 2 per token.
 fn load_act(t0: u32, s: u32, it: u32, kq_n: u32) -> vec4<u32> {
-    let tok = t0 + it / kq_n;
-    let qi = s * kq_n + it % kq_n;
+    let per = select(kq_n, kq_n / 2u, ACT4 == 1u);
+    let tok = t0 + it / per;
+    let qi = s * per + it % per;
     let astride4 = p.act_stride / 4u;
-    if (it < TT * kq_n && tok < p.n_tokens && qi < astride4) {
+    if (it < TT * per && tok < p.n_tokens && qi < astride4) {
         return xq[tok * astride4 + qi];
     }
     return vec4<u32>(0u);
 }
 
 fn store_act(it: u32, kq_n: u32, v: vec4<u32>) {
+    if (ACT4 == 1u) {
+        let per = kq_n / 2u;
+        if (it < TT * per) {
+            // Words of 8 columns: low nibbles are columns 0-3, high nibbles 4-7 of each word.
+            let lo = vec4<u32>(sext4(v.x & 0x0f0f0f0fu), sext4((v.x >> 4u) & 0x0f0f0f0fu),
+                sext4(v.y & 0x0f0f0f0fu), sext4((v.y >> 4u) & 0x0f0f0f0fu));
+            let hi = vec4<u32>(sext4(v.z & 0x0f0f0f0fu), sext4((v.z >> 4u) & 0x0f0f0f0fu),
+                sext4(v.w & 0x0f0f0f0fu), sext4((v.w >> 4u) & 0x0f0f0f0fu));
+            let q = 2u * (it % per);
+            let tok = it / per;
+            at[q * TT + tok] = lo;
+            at[(q + 1u) * TT + tok] = hi;
+        }
+        return;
+    }
     if (it < TT * kq_n) {
         at[(it % kq_n) * TT + it / kq_n] = v;
     }
@@ -280,10 +310,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                     let m = (0xffffffffu >> (32u - 8u * (e1 - e))) << (8u * e);
                     let b0 = a0 & m;
                     let b1 = a1 & m;
-                    acc0 = acc0 + vec4<i32>(dot4I8Packed(wv.x, b0), dot4I8Packed(wv.y, b0),
-                        dot4I8Packed(wv.z, b0), dot4I8Packed(wv.w, b0));
-                    acc1 = acc1 + vec4<i32>(dot4I8Packed(wv.x, b1), dot4I8Packed(wv.y, b1),
-                        dot4I8Packed(wv.z, b1), dot4I8Packed(wv.w, b1));
+                    acc0 = acc0 + vec4<i32>(dot4(wv.x, b0), dot4(wv.y, b0), dot4(wv.z, b0),
+                        dot4(wv.w, b0));
+                    acc1 = acc1 + vec4<i32>(dot4(wv.x, b1), dot4(wv.y, b1), dot4(wv.z, b1),
+                        dot4(wv.w, b1));
                     e = e1;
                     if (e >= 4u) {
                         break;

@@ -10,6 +10,10 @@
 //               u32, 5 per byte, TQ1_0 fixed point: digit n = ((byte · 3^n) mod 256 · 3) >> 8)
 //   SCALE_TYPE  0 = f32, 1 = f16, 2 = bf16
 //   TPR         invocations per row (divides 256); rows per workgroup = 256 / TPR
+//   ACT4        0 = INT8 activations (4 per u32), 1 = INT4 activations (BitNet a4.8: 8 per u32 as
+//               act_quant_a48.wgsl packs them; expanded to int8 bytes in registers)
+//   DOT         1 = `dot4I8Packed` (a DP4A instruction where the adapter has the packed integer
+//               dot product), 0 = the plain byte-by-byte sum (same integers)
 //
 // Bindings (logical shapes):
 //   w   : one part of the weight: [rows_part][words_per_row] u32 codes, then the part's scales
@@ -29,13 +33,15 @@ struct Params {
     out_stride: u32,
     row0: u32,
     n_tokens: u32,
-    _pad0: u32,
+    sparse_max_words: u32,
     _pad1: u32,
 }
 
 override LAYOUT: u32 = 0u;
 override SCALE_TYPE: u32 = 0u;
 override TPR: u32 = 32u;
+override ACT4: u32 = 0u;
+override DOT: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -49,8 +55,29 @@ const GSUM: u32 = 2048u;
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
 
 fn act(base: u32, c: u32) -> i32 {
+    if (ACT4 == 1u) {
+        let j = c & 7u;
+        let word = xq[base + (c >> 3u)];
+        return extractBits(bitcast<i32>(word), select(8u * (j - 4u) + 4u, 8u * j, j < 4u), 4u);
+    }
     let word = xq[base + (c >> 2u)];
     return extractBits(bitcast<i32>(word), 8u * (c & 3u), 8u);
+}
+
+// Activation word aw (4 columns) as 4 int8 bytes, from packed int8 or packed int4 activations.
+fn act_word(base: u32, aw: u32) -> u32 {
+    if (ACT4 == 1u) {
+        let w4 = xq[base + (aw >> 1u)];
+        return sext4(select(w4 >> 4u, w4, (aw & 1u) == 0u) & 0x0f0f0f0fu);
+    }
+    return xq[base + aw];
+}
+
+fn dot4(a: u32, b: u32) -> i32 {
+    if (DOT == 1u) {
+        return dot4I8Packed(a, b);
+    }
+    return dot4_plain(a, b);
 }
 
 fn scale_at(i: u32) -> f32 {
@@ -87,11 +114,11 @@ fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
         // Σ trit·x = Σ code·x − Σ x: two packed int8 dot products per activation word. Columns
         // past `cols` have zero activations (act_quant_int8 pads with zeros), so no mask is needed.
         for (var aw = 0u; aw < 4u; aw = aw + 1u) {
-            let a = xq[abase + (c0 >> 2u) + aw];
+            let a = act_word(abase, (c0 >> 2u) + aw);
             let b = (cw >> (8u * aw)) & 0xffu;
             let codes = (b & 3u) | (((b >> 2u) & 3u) << 8u) | (((b >> 4u) & 3u) << 16u)
                 | (((b >> 6u) & 3u) << 24u);
-            acc = acc + dot4I8Packed(codes, a) - dot4I8Packed(0x01010101u, a);
+            acc = acc + dot4(codes, a) - dot4(0x01010101u, a);
         }
     } else {
         // 4 bytes of 5 trits pair with 5 activation words (c0 is a multiple of 20).

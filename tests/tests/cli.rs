@@ -387,3 +387,73 @@ fn run_continues_on_the_cpu_after_a_device_loss() {
     );
     assert_eq!(got, want);
 }
+
+/// `tern bench --activations a8|a4.8` runs the same weights with either scheme, says so in the
+/// text and the JSON (scheme that ran, the file's, whether it was overridden), and reports the
+/// measured sparsity of each linear kind's quantized inputs on the GPU: TopK keeps exactly half
+/// of the attention output's inputs under a4.8, and not under a8.
+#[test]
+fn bench_overrides_the_activation_scheme_and_measures_sparsity() {
+    let a48 = bitnet("bench_a4_8", Some(tern_format::ActivationScheme::A4_8));
+    let m = a48.to_str().unwrap();
+    let bench = |device: &str, acts: Option<&str>, json: bool| {
+        let mut args = vec![
+            "bench", m, "-p", "8", "-n", "2", "-r", "1", "--device", device,
+        ];
+        if let Some(a) = acts {
+            args.extend(["--activations", a]);
+        }
+        if json {
+            args.push("--json");
+        }
+        tern(&args)
+    };
+    // CPU: labelled, sparsity not measured there.
+    let (ok, out, err) = bench("cpu", Some("a8"), false);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("activations: a8 (--activations, overriding the file's a4.8)"),
+        "{out}"
+    );
+    assert!(out.contains("not measured on this backend"), "{out}");
+    let (ok, _, err) = bench("cpu", Some("a5"), false);
+    assert!(!ok && err.contains("expected a8 or a4.8"), "{err}");
+    let (ok, out, err) = bench("gpu", None, true);
+    if !ok && err.contains("no GPU adapter") {
+        tern_tests::skip_gpu_or_fail(
+            "bench_overrides_the_activation_scheme_and_measures_sparsity",
+            "no GPU adapter",
+        );
+        return;
+    }
+    assert!(ok, "{err}");
+    let zero_fraction = |out: &str, want_scheme: &str, overridden: bool| -> Vec<(String, f64)> {
+        let v: serde_json::Value = serde_json::from_str(out).unwrap();
+        assert_eq!(v["activations"]["scheme"], want_scheme, "{out}");
+        assert_eq!(v["activations"]["file_scheme"], "a4.8", "{out}");
+        assert_eq!(v["activations"]["overridden"], overridden, "{out}");
+        v["activation_sparsity"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                (
+                    x["linear"].as_str().unwrap().to_string(),
+                    x["zero_fraction"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let s48 = zero_fraction(&out, "a4.8", false);
+    let attn = |s: &[(String, f64)]| s.iter().find(|x| x.0 == "attn_out").unwrap().1;
+    assert_eq!(s48.len(), 4, "{s48:?}");
+    assert!((attn(&s48) - 0.5).abs() < 1e-12, "{s48:?}");
+    let (ok, out, err) = bench("gpu", Some("a8"), true);
+    assert!(ok, "{err}");
+    let s8 = zero_fraction(&out, "a8", true);
+    assert!(attn(&s8) < 0.2, "{s8:?}");
+    let (ok, out, err) = bench("gpu", Some("a8"), false);
+    assert!(ok, "{err}");
+    assert!(out.contains("| a8 | pp8 |"), "{out}");
+    assert!(out.contains("activation sparsity (zero codes"), "{out}");
+}

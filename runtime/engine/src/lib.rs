@@ -15,8 +15,8 @@ pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use report::{
-    ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
-    SessionReport, TensorReport,
+    ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, KernelTime, MemoryReport,
+    ModelReport, SessionReport, TensorReport,
 };
 pub use sampler::{Sampler, SamplingParams};
 pub use score::{

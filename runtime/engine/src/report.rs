@@ -130,3 +130,15 @@ pub struct KernelTime {
     /// Total GPU time of its dispatches, µs.
     pub micros: f64,
 }
+
+/// The measured fraction of zero codes in one linear kind's quantized inputs
+/// ([`crate::Session::measure_activation_sparsity`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationSparsity {
+    /// `qkv`, `attn_out`, `gate_up` or `down`.
+    pub linear: String,
+    /// Zero codes / codes over every layer and token of the measurement.
+    pub zero_fraction: f64,
+    /// Codes counted.
+    pub codes: u64,
+}

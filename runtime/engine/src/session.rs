@@ -52,6 +52,18 @@ impl Model {
         Ok(m)
     }
 
+    /// [`Model::open_with`], with the ternary linears' inputs quantized as `acts` says instead of
+    /// the file's scheme (both backends; `tern bench --activations a8|a4.8`).
+    pub fn open_with_activations(
+        path: &Path,
+        opts: &LoadOptions,
+        acts: tern_format::ActivationScheme,
+    ) -> Result<Self> {
+        let mut file = TernFile::open(path)?;
+        file.override_activations(acts);
+        Self::from_file_with(&file, opts)
+    }
+
     /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory, for the CPU
     /// reference; nothing is written to disk. A delta made against another base is refused before
     /// anything is used.
@@ -324,6 +336,20 @@ impl<'m> Session<'m> {
         let p = self.state.profile_decode_step(token);
         self.sync_history_len(&[token]);
         p
+    }
+
+    /// Run `tokens` after what the cache holds (they enter it) while counting, per linear kind,
+    /// the zero codes of every quantized input (BitNet: TopK and ReLU² sparsity). A measurement
+    /// pass of its own (the counters cost a dispatch per input; timed runs never carry them).
+    /// `None` on the CPU backend.
+    pub fn measure_activation_sparsity(
+        &mut self,
+        tokens: &[u32],
+    ) -> Result<Option<Vec<crate::ActivationSparsity>>> {
+        self.check_room(tokens)?;
+        let r = self.state.measure_activation_sparsity(tokens);
+        self.sync_history_len(tokens);
+        r
     }
 
     /// Run this session with llama.cpp's CPU numerics ([`ForwardOptions::llama_cpp_like`]: its

@@ -644,6 +644,11 @@ impl TernFile {
     pub fn meta(&self) -> &ModelMeta {
         &self.meta
     }
+    /// Run this file's model with another activation scheme (in memory; the file is unchanged):
+    /// the same ternary weights as A8 or a4.8 (`tern bench --activations`).
+    pub fn override_activations(&mut self, acts: crate::ActivationScheme) {
+        self.meta.activations = acts;
+    }
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
     }

@@ -35,14 +35,14 @@ pub use device::context::{
     WORKGROUP_MEMORY_BYTES,
 };
 pub use device::memory::MemoryStats;
-pub use device::pipeline::{EltOp, GgmlType, KernelKey, KvFormat};
+pub use device::pipeline::{ActBits, DotKind, EltOp, GgmlType, KernelKey, KvFormat};
 pub use device::plan::{Plan, Recorder};
 pub use error::{GpuError, Result};
 pub use model::activation::{
     ActivationPlan, BlockInputs, InputScheme, Linear, LinearInput, Producer, WeightKind,
 };
 pub use model::{
-    GpuModel, GpuModelOptions, GpuSession, KvCache, MemoryPlan, SessionMemory, TensorPlacement,
-    Wanted,
+    GpuModel, GpuModelOptions, GpuSession, KvCache, MemoryPlan, SessionMemory, SparsityCount,
+    TensorPlacement, Wanted,
 };
 pub use weights::{FloatPart, FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};

@@ -23,6 +23,8 @@ use tern_gpu::{EltOp, GgmlType, GpuContext, GpuError, GpuOptions};
 use tern_gpu::{GgmlWeight, NeuzipTensor, TernaryWeight};
 use tern_reference::{MatmulOptions, Matrix};
 
+#[path = "parity/a48.rs"]
+mod a48;
 #[path = "parity/attn.rs"]
 mod attn;
 #[path = "parity/cce.rs"]
@@ -768,6 +770,51 @@ fn parity_table() {
         all.len(),
         t0.elapsed().as_secs_f64(),
         ctx.pipelines_compiled()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} parity failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// BitNet a4.8's kernels (`parity/a48.rs`), once with the packed integer dot product and once
+/// with the plain byte sum, on the same adapter.
+#[test]
+fn parity_a48() {
+    let mut failures = Vec::new();
+    let t0 = std::time::Instant::now();
+    let all = a48::cases();
+    for packed in [true, false] {
+        let ctx = match GpuContext::with_options(GpuOptions {
+            packed_dot: Some(packed),
+            ..GpuOptions::default()
+        }) {
+            Ok(c) => c,
+            Err(e) => {
+                if tern_tests::gpu_required("gpu_parity") {
+                    panic!("TERN_REQUIRE_GPU=1 or CI=true but no usable GPU adapter: {e}");
+                }
+                eprintln!("skipping GPU parity: {e}");
+                return;
+            }
+        };
+        let mut rng = Rng(0xa48);
+        for (name, _, f) in &all {
+            match f(&ctx, &mut rng) {
+                Ok(s) => eprintln!("ok   [packed {packed}] {name}: {s}"),
+                Err(e) => {
+                    eprintln!("FAIL [packed {packed}] {name}: {e}");
+                    failures.push(format!("[packed {packed}] {name}: {e}"));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{} cases × 2 dot kinds in {:.1} s",
+        all.len(),
+        t0.elapsed().as_secs_f64()
     );
     assert!(
         failures.is_empty(),

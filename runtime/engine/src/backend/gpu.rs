@@ -40,6 +40,7 @@ impl GpuBackend {
             preference: tern_gpu::DevicePreference::Gpu,
             allow_software,
             binding_limit: None,
+            packed_dot: None,
         })?;
         let model = GpuModel::load(
             Arc::new(ctx),
@@ -248,6 +249,29 @@ impl SessionBackend for GpuState {
             scratch_bytes: Some(m.scratch_bytes),
             dispatches_per_token: Some(self.0.dispatches_per_token()?),
         })
+    }
+
+    fn measure_activation_sparsity(
+        &mut self,
+        tokens: &[u32],
+    ) -> Result<Option<Vec<crate::report::ActivationSparsity>>> {
+        self.0.measure_activation_sparsity(true)?;
+        let run = self
+            .0
+            .eval_all(tokens)
+            .and_then(|_| self.0.activation_sparsity());
+        self.0.measure_activation_sparsity(false)?;
+        Ok(run?.map(|counts| {
+            counts
+                .into_iter()
+                .filter(|c| c.total > 0)
+                .map(|c| crate::report::ActivationSparsity {
+                    linear: c.linear.name().to_string(),
+                    zero_fraction: c.fraction().unwrap_or(0.0),
+                    codes: c.total,
+                })
+                .collect()
+        }))
     }
 
     fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {

@@ -94,6 +94,14 @@ pub(crate) trait SessionBackend: Send {
     /// keeping the model's threading) or back to the model's own; an error on a backend that
     /// has no such mode (the GPU).
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()>;
+    /// Run `tokens` (which enter the cache) counting the zero codes of every quantized linear
+    /// input; `None` on a backend that does not measure it (the CPU).
+    fn measure_activation_sparsity(
+        &mut self,
+        _tokens: &[u32],
+    ) -> Result<Option<Vec<crate::report::ActivationSparsity>>> {
+        Ok(None)
+    }
 }
 
 /// Load `file` for the backend `opts.device` asks for.

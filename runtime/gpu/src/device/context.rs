@@ -41,6 +41,10 @@ pub struct GpuOptions {
     /// Split tensors into bindings of at most this many bytes (rounded down to 256) instead of the
     /// adapter's limit; lets a test cross the split without allocating 128 MiB.
     pub binding_limit: Option<u64>,
+    /// Force the integer kernels' dot product: `Some(true)` `dot4I8Packed`, `Some(false)` the
+    /// plain byte sum; `None` (default) detects it ([`AdapterSummary::packed_dot`]). Tests run
+    /// both on one adapter.
+    pub packed_dot: Option<bool>,
 }
 
 impl Default for GpuOptions {
@@ -49,6 +53,7 @@ impl Default for GpuOptions {
             preference: DevicePreference::Auto,
             allow_software: true,
             binding_limit: None,
+            packed_dot: None,
         }
     }
 }
@@ -64,6 +69,10 @@ pub struct AdapterSummary {
     pub shader_f16: bool,
     pub subgroups: bool,
     pub timestamp_query: bool,
+    /// The integer kernels use `dot4I8Packed` (the adapter has the packed integer dot product:
+    /// Vulkan 1.3 or `VK_KHR_shader_integer_dot_product`, which naga then emits as `OpSDot`);
+    /// otherwise the plain byte sum (see [`GpuOptions::packed_dot`]).
+    pub packed_dot: bool,
 }
 
 /// An open GPU device with its queue, limits and pipeline cache.
@@ -102,7 +111,36 @@ fn device_type_name(t: wgpu::DeviceType) -> &'static str {
     }
 }
 
+/// Whether the adapter has the packed 4×8-bit integer dot product in shaders. wgpu enables it
+/// (and naga emits `OpSDot` for `dot4I8Packed`) on Vulkan 1.3 devices or with
+/// `VK_KHR_shader_integer_dot_product`; elsewhere naga polyfills it, and tern's plain byte sum is
+/// as good. Only Vulkan is queried; other backends report `false`.
+fn adapter_has_packed_dot(adapter: &wgpu::Adapter) -> bool {
+    #[cfg(any(target_os = "linux", target_os = "android", windows))]
+    {
+        // SAFETY: reads the properties wgpu recorded for the adapter; no Vulkan handle is used
+        // and the guard is dropped before the adapter is.
+        if let Some(hal) = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() } {
+            let caps = hal.physical_device_capabilities();
+            const VK_API_1_3: u32 = (1 << 22) | (3 << 12);
+            return caps.properties().api_version >= VK_API_1_3
+                || caps.supports_extension(c"VK_KHR_shader_integer_dot_product");
+        }
+    }
+    let _ = adapter;
+    false
+}
+
 impl GpuContext {
+    /// The integer dot product the ternary kernels are built with on this adapter.
+    pub fn dot_kind(&self) -> crate::device::pipeline::DotKind {
+        if self.info.packed_dot {
+            crate::device::pipeline::DotKind::Packed
+        } else {
+            crate::device::pipeline::DotKind::Plain
+        }
+    }
+
     /// Open the preferred device with default options.
     pub fn new(preference: DevicePreference) -> Result<Self> {
         Self::with_options(GpuOptions {
@@ -240,6 +278,9 @@ impl GpuContext {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: af.contains(wgpu::Features::SUBGROUP),
             timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            packed_dot: opts
+                .packed_dot
+                .unwrap_or_else(|| adapter_has_packed_dot(&adapter)),
         };
         log::info!(
             "GPU: {} ({}, {}), binding limit {} B",

@@ -47,10 +47,11 @@ params! {
 
 params! {
     /// Ternary GEMV and tiled GEMM (same struct in both shaders).
-    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params")] {
+    /// `sparse_max_words`: the sparse GEMV's switch (the others ignore it).
+    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params"), (TernaryGemvSparse, "Params")] {
         rows: u32, cols: u32, words_per_row: u32, group: u32, groups_per_row: u32,
         scale_word_offset: u32, act_stride: u32, out_stride: u32, row0: u32, n_tokens: u32,
-        _pad0: u32, _pad1: u32,
+        sparse_max_words: u32, _pad1: u32,
     }
 }
 
@@ -89,8 +90,16 @@ params! {
 
 params! {
     /// `rmsnorm_quant.wgsl`.
-    RmsNormQuantParams in [(RmsNormQuant, "Params")] {
+    RmsNormQuantParams in [(RmsNormQuant, "Params"), (ActQuantA48, "Params")] {
         n: u32, n_rows: u32, eps: f32, q_stride: u32,
+    }
+}
+
+params! {
+    /// `act_stats.wgsl`.
+    ActStatsParams in [(ActStats, "Params")] {
+        cols: u32, stride: u32, n_tokens: u32, slot: u32, int4: u32, _pad0: u32, _pad1: u32,
+        _pad2: u32,
     }
 }
 
@@ -188,6 +197,7 @@ pub const ALL: &[Layout] = &[
     NeuzipParams::LAYOUT,
     RmsNormParams::LAYOUT,
     RmsNormQuantParams::LAYOUT,
+    ActStatsParams::LAYOUT,
     RopeParams::LAYOUT,
     EltParams::LAYOUT,
     ArgmaxParams::LAYOUT,

@@ -42,6 +42,33 @@ impl KvFormat {
     }
 }
 
+/// Width of the packed integer activations a ternary matmul reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActBits {
+    /// 4 int8 per u32 (`act_quant_int8`, `rmsnorm_quant_int8`, the TopK quantizer).
+    Int8,
+    /// 8 int4 per u32 (`act_quant_a48.wgsl` MODE 0).
+    Int4,
+}
+
+/// How the integer kernels form 4-byte dot products: `dot4I8Packed` (a DP4A instruction where the
+/// adapter has the packed integer dot product, naga's exact polyfill elsewhere) or a plain
+/// byte-by-byte sum. Same integers either way; `GpuContext::dot_kind` picks per adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DotKind {
+    Packed,
+    Plain,
+}
+
+fn suffix(act: ActBits, dot: DotKind) -> &'static str {
+    match (act, dot) {
+        (ActBits::Int8, DotKind::Packed) => "",
+        (ActBits::Int8, DotKind::Plain) => "_plain",
+        (ActBits::Int4, DotKind::Packed) => "_a4",
+        (ActBits::Int4, DotKind::Plain) => "_a4_plain",
+    }
+}
+
 /// Elementwise ops of `elementwise.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EltOp {
@@ -55,15 +82,33 @@ pub enum EltOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKey {
     ActQuantInt8,
+    /// Ternary GEMV; `act` the activation width (`ActBits`), `dot` the integer dot product.
     TernaryGemv {
         layout: TernaryLayout,
         scale_type: FloatType,
+        act: ActBits,
+        dot: DotKind,
     },
     GgmlGemv(GgmlType),
     TernaryGemm {
         layout: TernaryLayout,
         scale_type: FloatType,
+        act: ActBits,
+        dot: DotKind,
     },
+    /// BitNet a4.8 quantizers (`act_quant_a48.wgsl`): INT4 absmean or TopK-50% + INT8, alone or
+    /// fused with the preceding RMSNorm.
+    ActQuantA48 {
+        topk: bool,
+        norm: bool,
+    },
+    /// Ternary GEMV (2-bit, INT8 activations) that skips zero activation words.
+    TernaryGemvSparse {
+        scale_type: FloatType,
+        dot: DotKind,
+    },
+    /// Zero-code counters of quantized activations.
+    ActStats,
     GgmlGemm(GgmlType),
     NeuzipDecode,
     RmsNorm,
@@ -109,14 +154,39 @@ impl fmt::Display for KernelKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KernelKey::ActQuantInt8 => f.write_str("act_quant_int8"),
-            KernelKey::TernaryGemv { layout, scale_type } => {
+            KernelKey::TernaryGemv {
+                layout,
+                scale_type,
+                act,
+                dot,
+            } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
-                write!(f, "ternary_gemv_{l}_{s}_tpr32")
+                write!(f, "ternary_gemv_{l}_{s}_tpr32{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
-            KernelKey::TernaryGemm { layout, scale_type } => {
+            KernelKey::TernaryGemm {
+                layout,
+                scale_type,
+                act,
+                dot,
+            } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
-                write!(f, "ternary_gemm_{l}_{s}_64x32")
+                write!(f, "ternary_gemm_{l}_{s}_64x32{}", suffix(*act, *dot))
+            }
+            KernelKey::ActQuantA48 { topk, norm } => f.write_str(match (topk, norm) {
+                (false, false) => "act_quant_int4",
+                (false, true) => "rmsnorm_quant_int4",
+                (true, false) => "act_quant_topk50_int8",
+                (true, true) => "rmsnorm_quant_topk50_int8",
+            }),
+            KernelKey::ActStats => f.write_str("act_stats"),
+            KernelKey::TernaryGemvSparse { scale_type, dot } => {
+                let (_, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
+                write!(
+                    f,
+                    "ternary_gemv_sparse_2bit_{s}{}",
+                    suffix(ActBits::Int8, *dot)
+                )
             }
             KernelKey::GgmlGemm(t) => write!(f, "ggml_gemm_{}_64x32", t.name()),
             KernelKey::NeuzipDecode => f.write_str("neuzip_decode"),
@@ -165,6 +235,9 @@ impl KernelKey {
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
             KernelKey::GgmlGemv(_) => Shader::GgmlGemv,
             KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
+            KernelKey::ActQuantA48 { .. } => Shader::ActQuantA48,
+            KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
+            KernelKey::ActStats => Shader::ActStats,
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
             KernelKey::RmsNorm => Shader::RmsNorm,
@@ -300,12 +373,34 @@ mod tests {
             KernelKey::FloatGemv(FloatType::Bf16),
             KernelKey::CceCombine,
             KernelKey::LogSoftmaxTarget,
+            KernelKey::ActStats,
         ];
-        for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
-            for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
-                keys.push(KernelKey::TernaryGemv { layout, scale_type });
-                keys.push(KernelKey::TernaryGemm { layout, scale_type });
+        for dot in [DotKind::Packed, DotKind::Plain] {
+            for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
+                for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+                    for act in [ActBits::Int8, ActBits::Int4] {
+                        let (l, s) = (layout, scale_type);
+                        keys.push(KernelKey::TernaryGemv {
+                            layout: l,
+                            scale_type: s,
+                            act,
+                            dot,
+                        });
+                        keys.push(KernelKey::TernaryGemm {
+                            layout: l,
+                            scale_type: s,
+                            act,
+                            dot,
+                        });
+                    }
+                }
             }
+            for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+                keys.push(KernelKey::TernaryGemvSparse { scale_type, dot });
+            }
+        }
+        for (topk, norm) in [(false, false), (false, true), (true, false), (true, true)] {
+            keys.push(KernelKey::ActQuantA48 { topk, norm });
         }
         for bp in [128, 64, 16] {
             for t in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
@@ -350,7 +445,9 @@ mod tests {
         assert_eq!(
             KernelKey::TernaryGemv {
                 layout: TernaryLayout::Bits2,
-                scale_type: FloatType::F32
+                scale_type: FloatType::F32,
+                act: ActBits::Int8,
+                dot: DotKind::Packed,
             }
             .to_string(),
             "ternary_gemv_2bit_f32_tpr32"

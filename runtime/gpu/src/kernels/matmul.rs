@@ -18,7 +18,7 @@ use tern_format::ternary;
 use crate::device::check::{check_binding, check_buffer, u32_of};
 use crate::device::context::GpuContext;
 use crate::device::params::{FloatParams, GgmlParams, TernaryParams};
-use crate::device::pipeline::KernelKey;
+use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
@@ -38,7 +38,7 @@ pub const GEMM_TILE_TOKENS: u64 = 32;
 pub const GEMM_MIN_TOKENS: u64 = 4;
 
 /// The parameters of one row part of a ternary weight (GEMV and GEMM share the struct).
-fn ternary_params(
+pub(crate) fn ternary_params(
     op: &'static str,
     w: &TernaryWeight,
     part: &Part,
@@ -61,9 +61,17 @@ fn ternary_params(
         out_stride: u32_of(op, "rows", w.rows)?,
         row0: u32_of(op, "row0", part.row0)?,
         n_tokens: a.n_tokens,
-        _pad0: 0,
+        sparse_max_words: 0,
         _pad1: 0,
     })
+}
+
+/// Activations per u32 word of `a` (4 INT8 or 8 INT4).
+fn act_per_word(a: &ActInt8) -> u64 {
+    match a.act {
+        ActBits::Int8 => 4,
+        ActBits::Int4 => 8,
+    }
 }
 
 /// The parameters of one row part of a ggml-block weight (GEMV and GEMM share the struct;
@@ -82,7 +90,8 @@ fn ggml_params(op: &'static str, w: &GgmlWeight, part: &Part, n_tokens: u32) -> 
 }
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
-/// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32.
+/// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32. `a` holds INT8 or INT4
+/// activations (BitNet a4.8); the integer dot product is the context's ([`GpuContext::dot_kind`]).
 pub fn ternary_gemv(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -99,7 +108,7 @@ pub fn ternary_gemv(
     }
     let epw = ternary::elems_per_word(w.layout);
     let wpr = ternary::words_per_row(w.layout, w.cols);
-    if u64::from(a.stride) * 4 < wpr * epw {
+    if u64::from(a.stride) * act_per_word(a) < wpr * epw {
         return Err(GpuError::shape(
             OP,
             "activation stride shorter than a code row",
@@ -111,6 +120,8 @@ pub fn ternary_gemv(
     let key = KernelKey::TernaryGemv {
         layout: w.layout,
         scale_type: w.scale_type,
+        act: a.act,
+        dot: ctx.dot_kind(),
     };
     for part in &w.parts {
         let p = ternary_params(OP, w, part, a, wpr)?;
@@ -227,12 +238,13 @@ pub fn ternary_gemm(
     let epw = ternary::elems_per_word(w.layout);
     let wpr = ternary::words_per_row(w.layout, w.cols);
     let stride = u64::from(a.stride);
-    if stride * 4 < wpr * epw || stride % 4 != 0 {
+    let apw = act_per_word(a);
+    if stride * apw < wpr * epw || stride % 4 != 0 {
         return Err(GpuError::shape(
             OP,
             format!(
                 "activation stride {stride} words: needs ≥ {} and a multiple of 4",
-                (wpr * epw).div_ceil(4)
+                (wpr * epw).div_ceil(apw)
             ),
         ));
     }
@@ -245,6 +257,8 @@ pub fn ternary_gemm(
     let key = KernelKey::TernaryGemm {
         layout: w.layout,
         scale_type: w.scale_type,
+        act: a.act,
+        dot: ctx.dot_kind(),
     };
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
     for part in &w.parts {

@@ -4,7 +4,9 @@
 //!
 //! * `matmul.rs` — every matmul (ternary, ggml-block, float; GEMV and tiled GEMM) and the
 //!   GEMV/GEMM choice;
-//! * `act_quant.rs` — INT8 activation quantization, alone or fused into RMSNorm;
+//! * `act_quant.rs` — INT8 activation quantization and BitNet a4.8's INT4 absmean and TopK-50% +
+//!   INT8, alone or fused into RMSNorm;
+//! * `sparse.rs` — the ternary GEMV that skips zero activations (a4.8's sparse inputs);
 //! * `pointwise.rs` — RMSNorm, RoPE, GLU and residual add;
 //! * `attention.rs` — KV-cache store and split-K causal GQA attention;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
@@ -25,9 +27,11 @@ pub mod matmul;
 pub mod neuzip;
 pub mod pointwise;
 pub mod sample;
+pub mod sparse;
 
 pub use act_quant::{
-    act_stride_words, quantize_act_int8, quantize_act_int8_into, rmsnorm_quant_int8, ActInt8,
+    act4_stride_words, act_stats, act_stride_words, quantize_act_a48_into, quantize_act_int8,
+    quantize_act_int8_into, rmsnorm_quant_int8, A48Quant, ActInt8,
 };
 pub use attention::{attention, attention_splits, attention_with_split, kv_store, StepParams};
 pub use embed::{embed_rows, EmbedTable};
@@ -37,3 +41,4 @@ pub use matmul::{
 };
 pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
 pub use sample::{argmax, topk, TOPK_MAX_K};
+pub use sparse::{sparse_applies, ternary_gemv_sparse, ternary_matmul_sparse, SPARSE_MAX_DENSITY};

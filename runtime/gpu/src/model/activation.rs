@@ -11,8 +11,19 @@
 //! * weights of both kinds sharing one input (e.g. ternary q with float k) get the norm's f32
 //!   rows and, for the ternary ones, a separate `act_quant_int8` pass over them;
 //! * a linear with ggml-block or float weights (llama family, the output head) reads f32;
-//! * a scheme that has no GPU kernel yet (BitNet a4.8's INT4 and TopK inputs) is
-//!   [`Producer::Unsupported`]: the GPU loader refuses the model with a typed error naming it.
+//! * BitNet a4.8's inputs the same way: INT4 absmean for q/k/v and gate/up, TopK-50% + INT8 for
+//!   the attention output projection, each fused into the preceding norm when there is one
+//!   (`act_quant_a48.wgsl`: [`Producer::NormQuantInt4`], [`Producer::NormTopK`]) or a separate
+//!   pass ([`Producer::QuantInt4`], [`Producer::QuantTopK`]);
+//! * in an a4.8 model the inputs of the attention output projection and of the FFN down
+//!   projection are marked [`LinearInput::sparse`]: their GEMV is the kernel that skips zero
+//!   activations when the token's input is sparse enough (`kernels/sparse.rs`); b1.58 models
+//!   never take it;
+//! * a scheme with no GPU kernel is [`Producer::Unsupported`]: the GPU loader refuses the model
+//!   with a typed error naming it (none today for ternary weights).
+//!
+//! The scheme comes from the file, or from [`ActivationPlan::from_file_with`] when the caller
+//! overrides it (`tern bench --activations a8|a4.8`: the same weights run either way).
 
 use std::fmt;
 
@@ -36,6 +47,18 @@ pub enum Linear {
 }
 
 impl Linear {
+    /// The activation-sparsity counter slot of this kind (`model/sparsity.rs`); the head takes
+    /// float inputs: none.
+    pub fn stats_slot(self) -> Option<u32> {
+        match self {
+            Linear::Qkv => Some(0),
+            Linear::AttnOut => Some(1),
+            Linear::GateUp => Some(2),
+            Linear::Down => Some(3),
+            Linear::Head => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Linear::Qkv => "qkv",
@@ -93,6 +116,15 @@ pub enum Producer {
     /// (after the norm, when there is one: then the f32 rows are also there for non-ternary
     /// weights sharing the input).
     QuantInt8,
+    /// The preceding RMSNorm fused with INT4 absmean quantization (`rmsnorm_quant_int4`).
+    NormQuantInt4,
+    /// A separate INT4 absmean pass (`act_quant_int4`), as [`Producer::QuantInt8`].
+    QuantInt4,
+    /// The preceding RMSNorm (BitNet's sub-norm) fused with TopK-50% + INT8
+    /// (`rmsnorm_quant_topk50_int8`).
+    NormTopK,
+    /// A separate TopK-50% + INT8 pass (`act_quant_topk50_int8`), as [`Producer::QuantInt8`].
+    QuantTopK,
     /// The scheme has no GPU kernel yet.
     Unsupported,
 }
@@ -104,13 +136,50 @@ impl Producer {
             Producer::Direct => "previous op's f32 output",
             Producer::NormQuantInt8 => "rmsnorm_quant_int8 (fused)",
             Producer::QuantInt8 => "act_quant_int8",
+            Producer::NormQuantInt4 => "rmsnorm_quant_int4 (fused)",
+            Producer::QuantInt4 => "act_quant_int4",
+            Producer::NormTopK => "rmsnorm_quant_topk50_int8 (fused)",
+            Producer::QuantTopK => "act_quant_topk50_int8",
             Producer::Unsupported => "no GPU kernel",
         }
     }
 
-    /// The input is quantized INT8 (the matmul reads an `ActInt8`).
+    /// The input is quantized (the matmul reads an `ActInt8`, INT8 or INT4).
     pub fn is_int8(self) -> bool {
-        matches!(self, Producer::NormQuantInt8 | Producer::QuantInt8)
+        matches!(
+            self,
+            Producer::NormQuantInt8
+                | Producer::QuantInt8
+                | Producer::NormQuantInt4
+                | Producer::QuantInt4
+                | Producer::NormTopK
+                | Producer::QuantTopK
+        )
+    }
+
+    /// The producer writes INT4 activations.
+    pub fn is_int4(self) -> bool {
+        matches!(self, Producer::NormQuantInt4 | Producer::QuantInt4)
+    }
+
+    /// The separate (unfused) quantization pass of a scheme, `None` for floats.
+    fn quant_pass(q: ActQuant) -> Option<Producer> {
+        match q {
+            ActQuant::None => None,
+            ActQuant::Int8 => Some(Producer::QuantInt8),
+            ActQuant::Int4 => Some(Producer::QuantInt4),
+            ActQuant::Topk50Int8 => Some(Producer::QuantTopK),
+        }
+    }
+
+    /// The quantization fused into the preceding norm, `None` for floats.
+    fn fused(q: ActQuant) -> Option<Producer> {
+        match q {
+            ActQuant::None => None,
+            ActQuant::Int8 => Some(Producer::NormQuantInt8),
+            ActQuant::Int4 => Some(Producer::NormQuantInt4),
+            ActQuant::Topk50Int8 => Some(Producer::NormTopK),
+        }
     }
 }
 
@@ -156,6 +225,9 @@ pub struct LinearInput {
     pub weights: WeightKind,
     pub scheme: InputScheme,
     pub producer: Producer,
+    /// The matmul may use the GEMV that skips zero activations (a4.8's attention output and FFN
+    /// down inputs; see the module doc).
+    pub sparse: bool,
 }
 
 /// The inputs of one block's four linear kinds.
@@ -181,49 +253,48 @@ pub struct ActivationPlan {
     pub head: LinearInput,
 }
 
-fn input(linear: Linear, weights: &[WeightKind], q: ActQuant, norm_before: bool) -> LinearInput {
+fn input(
+    linear: Linear,
+    weights: &[WeightKind],
+    q: ActQuant,
+    norm_before: bool,
+    a48: bool,
+) -> LinearInput {
     let w = weights.first().copied().unwrap_or(WeightKind::Other);
     let same = weights.iter().all(|k| *k == w);
+    let float_producer = if norm_before {
+        Producer::Norm
+    } else {
+        Producer::Direct
+    };
     let (scheme, producer) = match (w, same) {
         (WeightKind::Ternary, true) => {
-            let scheme = InputScheme::from_act(q);
-            let producer = match q {
-                ActQuant::Int8 if norm_before => Producer::NormQuantInt8,
-                ActQuant::Int8 => Producer::QuantInt8,
-                _ => Producer::Unsupported,
-            };
-            (scheme, producer)
-        }
-        (WeightKind::Ggml | WeightKind::Float, true) => (
-            InputScheme::Float,
-            if norm_before {
-                Producer::Norm
+            let p = if norm_before {
+                Producer::fused(q)
             } else {
-                Producer::Direct
-            },
-        ),
+                Producer::quant_pass(q)
+            };
+            (InputScheme::from_act(q), p.unwrap_or(Producer::Unsupported))
+        }
+        (WeightKind::Ggml | WeightKind::Float, true) => (InputScheme::Float, float_producer),
         // Kinds mixed in one input (e.g. ternary q with float k): f32 rows from the norm, and
-        // a separate INT8 pass for the ternary ones.
+        // a separate quantization pass for the ternary ones.
         (_, false)
-            if q == ActQuant::Int8
+            if q != ActQuant::None
                 && weights.iter().all(|k| *k != WeightKind::Other)
                 && weights.contains(&WeightKind::Ternary) =>
         {
-            (InputScheme::Int8Absmax, Producer::QuantInt8)
+            (
+                InputScheme::from_act(q),
+                Producer::quant_pass(q).unwrap_or(Producer::Unsupported),
+            )
         }
         (_, false)
             if weights
                 .iter()
                 .all(|k| matches!(k, WeightKind::Ggml | WeightKind::Float)) =>
         {
-            (
-                InputScheme::Float,
-                if norm_before {
-                    Producer::Norm
-                } else {
-                    Producer::Direct
-                },
-            )
+            (InputScheme::Float, float_producer)
         }
         _ => (InputScheme::from_act(q), Producer::Unsupported),
     };
@@ -232,15 +303,28 @@ fn input(linear: Linear, weights: &[WeightKind], q: ActQuant, norm_before: bool)
         weights: if same { w } else { WeightKind::Mixed },
         scheme,
         producer,
+        sparse: a48
+            && same
+            && w == WeightKind::Ternary
+            && matches!(linear, Linear::AttnOut | Linear::Down)
+            && matches!(scheme, InputScheme::Int8Absmax | InputScheme::TopK50Int8),
     }
 }
 
 impl ActivationPlan {
     /// The plan of the model in `file` (metadata and tensor encodings only; nothing is decoded).
     pub fn from_file(file: &TernFile) -> Result<Self> {
+        Self::from_file_with(file, file.meta().activations)
+    }
+
+    /// The plan of the model in `file` with its ternary inputs quantized as `acts` says instead of
+    /// the file's scheme (the same weights run A8 or a4.8).
+    pub fn from_file_with(file: &TernFile, acts: ActivationScheme) -> Result<Self> {
         let meta = file.meta();
         let hp: &HParams = &meta.hparams;
-        let acts = meta.activations;
+        let a48 = [acts.qkv, acts.out, acts.gate_up, acts.down]
+            .iter()
+            .any(|q| matches!(q, ActQuant::Int4 | ActQuant::Topk50Int8));
         let kind = |name: &str| -> Result<WeightKind> {
             let i = file
                 .index_of(name)
@@ -268,20 +352,29 @@ impl ActivationPlan {
                     &[k("attn_q")?, k("attn_k")?, k("attn_v")?],
                     acts.qkv,
                     true,
+                    a48,
                 ),
                 attn_out: input(
                     Linear::AttnOut,
                     &[k("attn_output")?],
                     acts.out,
                     hp.sub_norms,
+                    a48,
                 ),
                 gate_up: input(
                     Linear::GateUp,
                     &[k("ffn_gate")?, k("ffn_up")?],
                     acts.gate_up,
                     true,
+                    a48,
                 ),
-                down: input(Linear::Down, &[k("ffn_down")?], acts.down, hp.sub_norms),
+                down: input(
+                    Linear::Down,
+                    &[k("ffn_down")?],
+                    acts.down,
+                    hp.sub_norms,
+                    a48,
+                ),
             });
         }
         let head_name = if hp.tied_embeddings {
@@ -289,7 +382,13 @@ impl ActivationPlan {
         } else {
             "output.weight"
         };
-        let head = input(Linear::Head, &[kind(head_name)?], ActQuant::None, true);
+        let head = input(
+            Linear::Head,
+            &[kind(head_name)?],
+            ActQuant::None,
+            true,
+            false,
+        );
         Ok(ActivationPlan {
             scheme: acts,
             layers,

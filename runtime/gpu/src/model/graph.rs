@@ -10,7 +10,7 @@ use crate::device::context::GpuContext;
 use crate::device::pipeline::EltOp;
 use crate::device::plan::{Plan, Recorder};
 use crate::error::{GpuError, Result};
-use crate::kernels::{self, cce, ActInt8, EmbedTable};
+use crate::kernels::{self, cce, A48Quant, ActInt8, EmbedTable};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
@@ -35,6 +35,15 @@ pub enum Wanted {
 struct Input<'a> {
     f32: Option<&'a wgpu::Buffer>,
     int8: Option<&'a ActInt8>,
+    /// The plan marks the input sparse (a4.8): its GEMV may skip zero activations.
+    sparse: bool,
+}
+
+/// A scratch activation buffer seen as INT8 and as INT4 (same buffers).
+#[derive(Clone, Copy)]
+struct Acts<'a> {
+    i8: &'a ActInt8,
+    i4: &'a ActInt8,
 }
 
 /// One recording: the model, the session's buffers, the batch size.
@@ -46,10 +55,10 @@ struct Graph<'a> {
     /// Tokens in the batch.
     n: u64,
     n_ctx: u64,
-    /// INT8 views of the scratch for this batch: model width, attention width, FFN width.
-    act_d: &'a ActInt8,
-    act_q: &'a ActInt8,
-    act_f: &'a ActInt8,
+    /// INT8 / INT4 views of the scratch for this batch: model width, attention width, FFN width.
+    act_d: Acts<'a>,
+    act_q: Acts<'a>,
+    act_f: Acts<'a>,
     /// Just-in-time decodes recorded so far (they alternate between scratch sets).
     jit_turn: usize,
     p: Plan,
@@ -75,6 +84,7 @@ pub(crate) fn record(
         s.act_q.prefix(nt)?,
         s.act_ff.prefix(nt)?,
     );
+    let (act_d4, act_q4, act_f4) = (act_d.as_int4()?, act_q.as_int4()?, act_f.as_int4()?);
     let mut g = Graph {
         m,
         ctx: &m.ctx,
@@ -82,9 +92,18 @@ pub(crate) fn record(
         kv,
         n,
         n_ctx: kv.n_ctx(),
-        act_d: &act_d,
-        act_q: &act_q,
-        act_f: &act_f,
+        act_d: Acts {
+            i8: &act_d,
+            i4: &act_d4,
+        },
+        act_q: Acts {
+            i8: &act_q,
+            i4: &act_q4,
+        },
+        act_f: Acts {
+            i8: &act_f,
+            i4: &act_f4,
+        },
         jit_turn: 0,
         p: Plan::new(),
     };
@@ -147,9 +166,16 @@ impl<'a> Graph<'a> {
         width: u64,
         li: &LinearInput,
         f32_out: &'a wgpu::Buffer,
-        act: &'a ActInt8,
+        acts: Acts<'a>,
     ) -> Result<Input<'a>> {
         let (ctx, n, eps) = (self.ctx, self.n, self.eps());
+        let act = if li.producer.is_int4() {
+            acts.i4
+        } else {
+            acts.i8
+        };
+        let sparse = li.sparse;
+        let stats = self.s.act_stats.as_ref().zip(li.linear.stats_slot());
         let p = &mut self.p;
         let normed = |p: &mut Plan| -> Result<&'a wgpu::Buffer> {
             match norm {
@@ -160,27 +186,50 @@ impl<'a> Graph<'a> {
                 None => Ok(x),
             }
         };
-        Ok(match li.producer {
+        let input = match li.producer {
             Producer::Direct | Producer::Norm => Input {
                 f32: Some(normed(p)?),
                 int8: None,
+                sparse,
             },
-            Producer::NormQuantInt8 => {
+            Producer::NormQuantInt8 | Producer::NormQuantInt4 | Producer::NormTopK => {
                 let w = norm.ok_or_else(|| {
                     GpuError::internal("plan", "fused norm+quantization without a norm")
                 })?;
-                kernels::rmsnorm_quant_int8(ctx, p, x, w, width, eps, act)?;
+                match li.producer {
+                    Producer::NormQuantInt4 => {
+                        let k = A48Quant::Int4Absmean;
+                        kernels::quantize_act_a48_into(ctx, p, x, Some((w, eps)), k, act)?
+                    }
+                    Producer::NormTopK => {
+                        let k = A48Quant::TopK50Int8;
+                        kernels::quantize_act_a48_into(ctx, p, x, Some((w, eps)), k, act)?
+                    }
+                    _ => kernels::rmsnorm_quant_int8(ctx, p, x, w, width, eps, act)?,
+                }
                 Input {
                     f32: None,
                     int8: Some(act),
+                    sparse,
                 }
             }
-            Producer::QuantInt8 => {
+            Producer::QuantInt8 | Producer::QuantInt4 | Producer::QuantTopK => {
                 let rows = normed(p)?;
-                kernels::quantize_act_int8_into(ctx, p, rows, act)?;
+                match li.producer {
+                    Producer::QuantInt4 => {
+                        let k = A48Quant::Int4Absmean;
+                        kernels::quantize_act_a48_into(ctx, p, rows, None, k, act)?
+                    }
+                    Producer::QuantTopK => {
+                        let k = A48Quant::TopK50Int8;
+                        kernels::quantize_act_a48_into(ctx, p, rows, None, k, act)?
+                    }
+                    _ => kernels::quantize_act_int8_into(ctx, p, rows, act)?,
+                }
                 Input {
                     f32: Some(rows),
                     int8: Some(act),
+                    sparse,
                 }
             }
             Producer::Unsupported => {
@@ -189,7 +238,11 @@ impl<'a> Graph<'a> {
                     format!("{} input has no GPU kernel", li.linear.name()),
                 ))
             }
-        })
+        };
+        if let (Some((buf, slot)), Some(a)) = (stats, input.int8) {
+            kernels::act_stats(ctx, p, a, slot, buf)?;
+        }
+        Ok(input)
     }
 
     /// `y` ← `w · input` for `n` tokens, by the weight's storage.
@@ -205,7 +258,11 @@ impl<'a> Graph<'a> {
                 let a = input
                     .int8
                     .ok_or_else(|| GpuError::internal("plan", "ternary weight given f32 input"))?;
-                kernels::ternary_matmul(ctx, &mut self.p, tw, a, y)
+                if input.sparse {
+                    kernels::ternary_matmul_sparse(ctx, &mut self.p, tw, a, y)
+                } else {
+                    kernels::ternary_matmul(ctx, &mut self.p, tw, a, y)
+                }
             }
             Lin::Ggml(gw) => kernels::ggml_matmul(ctx, &mut self.p, gw, f32_in()?, n, y),
             Lin::Float(fw) => kernels::float_matmul(ctx, &mut self.p, fw, f32_in()?, n, y),
@@ -305,6 +362,7 @@ impl<'a> Graph<'a> {
                 let input = Input {
                     f32: Some(&s.a),
                     int8: None,
+                    sparse: false,
                 };
                 self.linear(&m.head, input, n, &s.logits)
             }
@@ -314,6 +372,7 @@ impl<'a> Graph<'a> {
                 let input = Input {
                     f32: Some(&s.last),
                     int8: None,
+                    sparse: false,
                 };
                 self.linear(&m.head, input, 1, &s.logits)?;
                 if wanted == Wanted::Argmax {

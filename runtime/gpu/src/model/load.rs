@@ -219,8 +219,7 @@ impl GpuModel {
             return Err(GpuError::Unsupported {
                 adapter: ctx.info.name.clone(),
                 detail: format!(
-                    "{} weights of {} ({}) with {} inputs have no GPU kernels yet (BitNet a4.8 \
-                     activations run on the CPU); use --device cpu",
+                    "{} weights of {} ({}) with {} inputs have no GPU kernels; use --device cpu",
                     i.weights.name(),
                     i.linear.name(),
                     at,

@@ -28,6 +28,7 @@ pub mod memory;
 mod profile;
 mod scratch;
 mod session;
+pub mod sparsity;
 
 use std::sync::Arc;
 
@@ -42,6 +43,7 @@ pub use kv_cache::{KvCache, KvFormat};
 pub(crate) use load::HostEmbedding;
 pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
 pub use session::{GpuSession, SessionMemory};
+pub use sparsity::SparsityCount;
 
 /// A linear layer's weight as it lives on the GPU.
 pub(crate) enum Lin {

@@ -59,6 +59,8 @@ pub(crate) struct Scratch {
     pub(crate) attn_partials: wgpu::Buffer,
     pub(crate) step: wgpu::Buffer,
     pub(crate) staging: wgpu::Buffer,
+    /// Activation-sparsity counters while a measurement is on (`model/sparsity.rs`).
+    pub(crate) act_stats: Option<wgpu::Buffer>,
     /// Releases these bytes from the context's own count when the session goes.
     _tracked: Tracked,
 }
@@ -113,6 +115,7 @@ impl Scratch {
                 logits_rows * vocab * 4,
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             )?,
+            act_stats: None,
             _tracked: ctx.track(Self::bytes_for(ctx, hp, max_batch)),
         };
         Ok(s)
