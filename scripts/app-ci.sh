@@ -9,21 +9,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/app-screenshot.png}
 mkdir -p "$(dirname "$out")"
-cargo build --release -q -p tern-app --bin tern-app
+# scripts/test.sh passes the binary its workspace build made (building it here alone would
+# resolve other features and compile the GPU stack again).
+app=${TERN_APP_BIN:-}
+if [ -z "$app" ]; then
+  cargo build --release -q -p tern-app --bin tern-app
+  app=target/release/tern-app
+fi
 
 # A private X display: Xvfb picks a free number and writes it to fd 3.
 dfile=$(mktemp)
 Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>"$dfile" 2>/dev/null &
 xpid=$!
-trap 'kill "$xpid" 2>/dev/null || true; rm -f "$dfile"' EXIT
+rdir=$(mktemp -d)
+trap 'kill "$xpid" 2>/dev/null || true; rm -rf "$dfile" "$rdir"' EXIT
 for _ in $(seq 100); do [ -s "$dfile" ] && break; sleep 0.1; done
 [ -s "$dfile" ] || { echo "Xvfb did not start"; exit 1; }
-export DISPLAY=":$(head -n1 "$dfile")"
+export DISPLAY=":$(head -n1 "$dfile")" XDG_RUNTIME_DIR="$rdir"
 
 rm -f "$out"
 t0=$(date +%s)
 # Both the window and the engine run on lavapipe (the only Vulkan adapter here).
-reply=$(WGPU_BACKEND=vulkan target/release/tern-app --device gpu --ctx 1024 --max-tokens 48 \
+reply=$(WGPU_BACKEND=vulkan "$app" --device gpu --ctx 1024 --max-tokens 48 \
   --script "What is the capital of France? Answer in one sentence." \
   --screenshot "$out" --timeout 400)
 echo "   reply: $reply"

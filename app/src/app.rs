@@ -354,14 +354,20 @@ impl TernApp {
         ui.add_space(4.0);
         ui.horizontal(|ui| {
             let label = ui.label("Message");
-            let edit = ui
-                .add(
-                    egui::TextEdit::multiline(&mut self.input)
-                        .desired_rows(2)
-                        .desired_width(ui.available_width() - 230.0)
-                        .hint_text("Ask something (Ctrl+Enter sends)"),
-                )
-                .labelled_by(label.id);
+            let width = ui.available_width() - 230.0;
+            // A long message scrolls inside the box instead of pushing the buttons away.
+            let edit = egui::ScrollArea::vertical()
+                .max_height(90.0)
+                .show(ui, |ui| {
+                    ui.add(
+                        egui::TextEdit::multiline(&mut self.input)
+                            .desired_rows(2)
+                            .desired_width(width)
+                            .hint_text("Ask something (Ctrl+Enter sends)"),
+                    )
+                    .labelled_by(label.id)
+                })
+                .inner;
             let ready = self.status == Status::Ready;
             let generating = matches!(self.status, Status::Generating { .. });
             let send_key = edit.has_focus()

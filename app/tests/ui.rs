@@ -1,6 +1,7 @@
 //! Headless UI test of the app's flows on the real default model (SmolLM2-135M-Instruct, CPU
-//! device, small context): load, send, stop mid-generation, change a setting and resend, open a
-//! corrupt file and see tern's typed error in the window, and close mid-generation cleanly.
+//! device, small context): load, send, stop mid-generation, prefill progress and a stop inside
+//! the prefill, change a setting and resend, open a corrupt file and see tern's typed error in
+//! the window, and close mid-generation cleanly.
 //! egui_kittest drives `TernApp::show` through its accessibility tree: buttons are clicked and
 //! text typed the way a person would; the engine runs on the app's own worker thread.
 
@@ -126,6 +127,43 @@ fn load_send_stop_resend_and_corrupt_file() {
     );
     h.get_by_label("(stopped)");
 
+    // A long prompt shows prefill progress (it runs in chunks), and Stop ends it inside the
+    // prefill: no reply, the message goes back to the box.
+    h.get_by_label("New chat").click();
+    h.step();
+    assert!(h.state().messages.is_empty());
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(30);
+    type_message(&mut h, &long);
+    h.get_by_label("Send").click();
+    step_until(
+        &mut h,
+        "prefill progress",
+        60,
+        |a| matches!(a.status, Status::Generating { prefill: Some((d, _)) } if d > 0),
+    );
+    let Status::Generating {
+        prefill: Some((done, total)),
+    } = h.state().status.clone()
+    else {
+        unreachable!("checked above")
+    };
+    assert!(total > 250 && done < total, "{done}/{total}");
+    h.get_by_label_contains(&format!("/{total} tokens"));
+    h.get_by_label("Stop").click();
+    step_until(&mut h, "the prefill stop", 30, |a| a.replies_done == 3);
+    assert!(h.state().last_stopped);
+    assert_eq!(h.state().last.as_ref().map(|f| f.generated_tokens), Some(0));
+    assert!(
+        h.state().messages.is_empty(),
+        "no reply after a stopped prefill"
+    );
+    assert_eq!(
+        h.state().input.trim(),
+        long.trim(),
+        "the message is back in the box"
+    );
+    h.state_mut().input.clear();
+
     // Change a setting and resend: a new chat with max tokens 5 gives at most 5 tokens.
     h.get_by_label("New chat").click();
     h.step();
@@ -139,7 +177,7 @@ fn load_send_stop_resend_and_corrupt_file() {
     );
     type_message(&mut h, "What is the capital of France?");
     h.get_by_label("Send").click();
-    step_until(&mut h, "the short reply", 60, |a| a.replies_done == 3);
+    step_until(&mut h, "the short reply", 60, |a| a.replies_done == 4);
     let short = h.state().last.clone().expect("finished");
     assert!(
         short.generated_tokens <= 5,
@@ -165,6 +203,7 @@ fn load_send_stop_resend_and_corrupt_file() {
         a.status == Status::NoModel
     });
     let e = h.state().error.clone().expect("an error is shown");
+    eprintln!("shown: {}\n{}", e.kind, e.message);
     assert!(e.kind.starts_with("EngineError::Format"), "{e:?}");
     assert!(e.kind.contains("the file is at fault"), "{e:?}");
     h.get_by_label_contains("Error: EngineError::Format");
