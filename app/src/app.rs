@@ -184,12 +184,20 @@ impl TernApp {
 
     /// Apply the engine's events.
     pub fn poll(&mut self) {
-        let events = match &self.worker {
-            Some(w) => w.poll(),
+        let (events, alive) = match &self.worker {
+            Some(w) => (w.poll(), w.is_alive()),
             None => return,
         };
         for e in events {
             self.apply(e);
+        }
+        if !alive && self.status != Status::NoModel {
+            self.status = Status::NoModel;
+            self.error = Some(ShownError {
+                kind: "engine thread".into(),
+                message: "the engine thread stopped unexpectedly (a bug in tern): restart the app"
+                    .into(),
+            });
         }
     }
 
@@ -224,6 +232,9 @@ impl TernApp {
                 phase,
                 tokens_per_sec,
             } => self.throughput.push(phase, tokens_per_sec),
+            // A reply that ends after a reload was asked for belongs to the old model.
+            Event::Piece(_) | Event::Finished(_)
+                if !matches!(self.status, Status::Generating { .. }) => {}
             Event::Piece(p) => self.reply.push_str(&p),
             Event::Finished(f) => {
                 self.last_stopped = f.stop.is_none();

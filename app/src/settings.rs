@@ -2,10 +2,14 @@
 //! one reloads it) and how replies are sampled (applied to the next reply).
 //!
 //! **Engine options section.** KV-cache formats / MiniCache (issue 14) and a4.8 / A8 activations
-//! (issue 13) are engine options that this engine build does not have yet. Their place is
-//! [`engine_options_ui`]: when `LoadOptions` (or a session option) gains one, add a field to
-//! [`LoadSettings`], a control there, and pass it on in [`LoadSettings::request`]; until then
-//! the section says what is missing instead of showing controls that do nothing.
+//! (issue 13) are engine options that this engine build does not have yet (they are being added
+//! as a session's KV spec, `Session::with_kv(model, n_ctx, &KvSpec)`, and an activation override
+//! at load, `Model::open_with_activations`). Their place is [`engine_options_ui`]: add a field to
+//! [`LoadSettings`] (they change what is loaded or allocated, so they apply on reload), a control
+//! there, carry it in [`LoadRequest`] and use it where `worker.rs` opens the model and makes the
+//! session. The live panel needs nothing new: the KV bar's ratio to f16 comes from the session
+//! report's bytes per position. Until then the section says what is missing instead of showing
+//! controls that do nothing.
 
 use std::path::PathBuf;
 

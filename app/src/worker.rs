@@ -177,6 +177,11 @@ impl Worker {
         }
     }
 
+    /// Whether the engine thread still runs (it ends only when told to, or by a bug).
+    pub fn is_alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Events that arrived since the last call.
     pub fn poll(&self) -> Vec<Event> {
         self.rx.try_iter().collect()
