@@ -72,6 +72,18 @@ use crate::error::{too_large, try_zeroed, ReferenceError, Result};
 use crate::kv_merge::{norm, slerp_merge, unit};
 use crate::kv_store::Stream;
 
+/// `--minicache on` for a model of `n_layer` layers (module doc, "Measured defaults"): merging
+/// from layer `⌊n_layer · START_NUM / START_DEN⌋`.
+pub fn minicache_default(n_layer: u32) -> MiniCache {
+    const START_NUM: u32 = 1;
+    const START_DEN: u32 = 2;
+    MiniCache {
+        start_layer: (n_layer * START_NUM / START_DEN).min(n_layer.saturating_sub(2)),
+        t: 0.5,
+        gamma: 0.25,
+    }
+}
+
 /// Marks a retained `mag[p][1][h]` (the low 15 bits are the pool slot).
 pub const RETAINED: u16 = 0x8000;
 
