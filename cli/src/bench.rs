@@ -49,6 +49,8 @@ pub struct BenchArgs {
     /// The output says which scheme ran and whether it overrides the file.
     #[arg(long)]
     pub activations: Option<String>,
+    #[command(flatten)]
+    pub kv: crate::kv::KvArgs,
 }
 
 /// The name of an activation scheme (`a8`, `a4.8`, `float` or `custom`).
@@ -131,7 +133,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             model.meta().hparams.n_ctx_train
         );
     }
-    let mut s = Session::new(&model, n_ctx)?;
+    let mut s = Session::with_kv(&model, n_ctx, &a.kv.spec(&model)?)?;
     let depth_toks = tokens(a.depth, vocab, 7);
 
     let mut results = Vec::new();
@@ -296,6 +298,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "memory": mem,
                 "dispatches_per_token": dispatches,
                 "kv_bytes_per_token": session.kv_bytes_per_token,
+                "kv": {"format": a.kv.kv, "minicache": a.kv.minicache},
                 "profile_us_per_token": prof,
                 "activations": acts_json,
                 "activation_sparsity": sparsity_json,

@@ -6,7 +6,8 @@
 //! Notation: per layer and position `p`, a key row and a value row of `row = n_head_kv · head_dim`
 //! values (keys after RoPE). "f16" is IEEE half, round-to-nearest-even from f32. `round(y)` is
 //! half away from zero (`sign(y)·floor(|y| + 0.5)`; WGSL's `round` is half-to-even, so kernels
-//! spell it out). Codes are packed LSB-first into u32 words, `32 / bits` per word for 8/4/2 bits
+//! spell it out). `f16(·)` of a scale, zero point or magnitude saturates to ±65504 (a huge
+//! outlier gets the largest finite scale, never ±inf; x̂ stays finite). Codes are packed LSB-first into u32 words, `32 / bits` per word for 8/4/2 bits
 //! and 10 per word for 3 bits (bits 30–31 zero); a position's codes start at a word boundary.
 //!
 //! Formats ([`KvQuant`]):
@@ -19,11 +20,17 @@
 //!   with `s` and `m` stored as f16 and `q` computed from the stored (f16-rounded) `s`, `m`
 //!   (`s = 0` → `q = 0`). Keys per channel over groups of `G` consecutive positions; values per
 //!   position over groups of `G` consecutive channels of the row (the last group may be shorter).
-//!   Full-precision (f16) window, as the official code: keys — positions `≥ R·⌊n/R⌋` stay f16 and
-//!   a whole block of `R` keys is quantized when it fills (`R` a multiple of `G`); values — the
-//!   newest `R` positions stay f16, the oldest leaves the window (is quantized) as each new one
-//!   arrives. So at `n` held positions `Qk(n) = R·⌊n/R⌋` keys and `Qv(n) = n − min(n, R)` values
-//!   are quantized. Defaults `G = 32`, `R = 128` ([`Kivi::default`]).
+//!   Full-precision (f16) window: positions `≥ R·⌊n/R⌋` stay f16, keys and values alike, and a
+//!   whole block of `R` positions is quantized when it fills (`R` a multiple of `G`; the keys as
+//!   `R/G` groups). So at `n` held positions `Q(n) = R·⌊n/R⌋` keys and values are quantized and
+//!   `n − Q(n)` (0 to `R − 1`) are in the window. (KIVI's official code lets values leave the
+//!   window one at a time; tern quantizes values block-wise with the keys so that a block
+//!   boundary is always a point the cache can be truncated to exactly — a one-at-a-time window
+//!   has no such point, the f16 rows it would need are overwritten. See "Truncation".)
+//!   Defaults `G = 32`, `R = 128` ([`Kivi::default`]).
+//!   Where the rows a query reads come from: a batch (prefill) writes all its positions first,
+//!   quantizing the blocks that fill, then attends; so KIVI's numerics depend on the batching,
+//!   as in the official code (both backends batch alike).
 //! * **a4/a3** — BitNet a4.8 §3.1 absmax to unsigned integers, per (position, kv-head):
 //!   `qmax = 2^(B−1) − 1`, `s = f16(max|x| / qmax)`, `q = clamp(round(x / s), −qmax, qmax) + qmax`
 //!   stored unsigned in `B` bits, `x̂ = (q − qmax)·s`. With 3 bits, position 0 (the BOS token when
@@ -33,6 +40,14 @@
 //! decisions (t, which layer gets (1 − t), the retention rule) and its storage are documented by
 //! the reference implementation's module (`tern_reference::kv`) and accounted by the caches; the
 //! quantized formats above then store the merged directions.
+//!
+//! Truncation (sessions rewind after a failed or cancelled eval and reuse cached prefixes):
+//! f32/f16/q8/a4/a3 rows depend only on their own position, so any length can be kept. KIVI
+//! cannot re-create the f16 rows of a block it has quantized (re-quantization is not the
+//! identity, and the f16 rows are gone), so a cache truncated to `m` keeps `m` when `m` is a
+//! multiple of `R` or when the block holding `m` has not been quantized (by any layer), and else
+//! keeps `R·⌊m/R⌋`: the cache's `truncate` returns the length it kept and the engine re-runs
+//! the tokens between that and `m` (it has them) — the result equals a cache filled from scratch.
 //!
 //! Bytes: [`KvQuant::layer_bytes`] is the exact byte count of one layer's keys and values holding
 //! `n` positions in a quantized format (codes, scales, zero points, the f16 window), the number
@@ -50,7 +65,7 @@ pub enum KvSpecError {
     UnknownFormat(String),
     #[error("MiniCache {0:?}: expected off, on, or S,t,gamma (start layer, SLERP t in [0,1], retention threshold gamma in [0,1])")]
     BadMiniCache(String),
-    #[error("KIVI group {group} and window {residual}: the group must be 1..=1024 and the window a multiple of it")]
+    #[error("KIVI group {group} and window {residual}: the group must be 1..=1024 and the window a non-zero multiple of it")]
     BadKivi { group: u32, residual: u32 },
     #[error("KV row of {row} values per position: {what}")]
     BadRow { row: u64, what: &'static str },
@@ -163,7 +178,7 @@ impl KvQuant {
             KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
                 let (g, r) = (u64::from(kivi.group.max(1)), u64::from(kivi.residual));
                 let qk = if r == 0 { n } else { r * (n / r) };
-                let qv = n - n.min(r);
+                let qv = qk;
                 let codes = self.code_bytes(row);
                 let key_params = (qk / g.max(1)).saturating_mul(row) * 2 * f16;
                 let value_params = qv.saturating_mul(row.div_ceil(g)) * 2 * f16;
@@ -202,6 +217,7 @@ impl Default for Kivi {
 impl Kivi {
     pub fn check(self) -> Result<Self, KvSpecError> {
         let ok = (1..=1024).contains(&self.group)
+            && self.residual >= self.group
             && self.residual % self.group == 0
             && self.residual <= 1 << 20;
         if ok {
@@ -223,6 +239,24 @@ pub struct MiniCache {
     pub start_layer: u32,
     pub t: f32,
     pub gamma: f32,
+}
+
+impl MiniCache {
+    /// Retained-token pool entries per merged pair and per K/V: `⌈n_ctx · n_head_kv / 8⌉`, at
+    /// most 32768 (the slot is stored in 15 bits). When the pool is full, further distinct
+    /// tokens are merged like the others.
+    pub fn pool_capacity(hp: &HParams, n_ctx: u64) -> u64 {
+        (n_ctx.saturating_mul(u64::from(hp.n_head_kv)).div_ceil(8)).min(32768)
+    }
+
+    /// The merged pairs `(S, S+1), (S+2, S+3), …` (every pair inside the model).
+    pub fn pairs(&self, n_layer: u32) -> Vec<(u32, u32)> {
+        (self.start_layer..n_layer)
+            .step_by(2)
+            .filter(|&a| a + 1 < n_layer)
+            .map(|a| (a, a + 1))
+            .collect()
+    }
 }
 
 /// Everything that decides a session's KV cache.
@@ -257,6 +291,23 @@ impl KvSpec {
             t,
             gamma,
         }))
+    }
+
+    /// Exact bytes in use of a cache holding `n` positions with `retained` retained-token pool
+    /// entries in use (summed over merged pairs and K/V; 0 without MiniCache): every unmerged
+    /// layer's [`KvQuant::layer_bytes`], and per merged pair one direction "layer" in the same
+    /// format + the magnitudes (`n × 2 layers × n_head_kv` f16 for K and for V) + per retained
+    /// entry `head_dim` f16 values and a u32 position.
+    pub fn bytes_held(&self, hp: &HParams, n: u64, retained: u64) -> u64 {
+        let per_layer = self.quant.layer_bytes(hp, self.kivi, n);
+        let Some(m) = self.minicache else {
+            return u64::from(hp.n_layer).saturating_mul(per_layer);
+        };
+        let pairs = m.pairs(hp.n_layer).len() as u64;
+        let streams = u64::from(hp.n_layer) - pairs;
+        let mags = n.saturating_mul(2 * u64::from(hp.n_head_kv) * 2 * 2);
+        let pool = retained.saturating_mul(u64::from(hp.head_dim) * 2 + 4);
+        streams.saturating_mul(per_layer) + pairs.saturating_mul(mags) + pool
     }
 
     /// Check the spec against a model: KIVI parameters valid, an even row (f16 pairs), MiniCache's
@@ -341,15 +392,41 @@ mod tests {
             KvQuant::Absmax3.layer_bytes(&hp, kivi, 10),
             2 * (9 * 86 + 102)
         );
-        // KIVI q4 at n = 256 (R = 128): 256 keys and 128 values quantized, 128 values in f16.
-        let n = 256;
-        let want = (256 + 128) * 96 + (256 / 32) * 192 * 4 + 128 * 6 * 4 + 128 * 192 * 2;
+        // KIVI q4 at n = 300 (R = 128): 256 keys and 256 values quantized, 44 of each in f16.
+        let n = 300;
+        let want = (256 + 256) * 96 + (256 / 32) * 192 * 4 + 256 * 6 * 4 + 2 * 44 * 192 * 2;
         assert_eq!(KvQuant::Kivi4.layer_bytes(&hp, kivi, n), want);
         // Below the window everything is f16.
         assert_eq!(
             KvQuant::Kivi2.layer_bytes(&hp, kivi, 100),
             KvQuant::F16.layer_bytes(&hp, kivi, 100)
         );
+    }
+
+    #[test]
+    fn minicache_pairs_and_bytes() {
+        let hp = smollm();
+        let m = MiniCache {
+            start_layer: 25,
+            t: 0.5,
+            gamma: 0.1,
+        };
+        assert_eq!(m.pairs(30), vec![(25, 26), (27, 28)]);
+        assert_eq!(m.pairs(29), vec![(25, 26), (27, 28)]);
+        assert_eq!(MiniCache::pool_capacity(&hp, 100), 38);
+        let spec = KvSpec {
+            quant: KvQuant::F16,
+            kivi: Kivi::default(),
+            minicache: Some(m),
+        };
+        // 28 streams (26 layers + 2 pairs) of 768 B/token, 24 B of magnitudes per pair, and
+        // 5 retained entries of 64 f16 + a u32.
+        assert_eq!(
+            spec.bytes_held(&hp, 10, 5),
+            28 * 768 * 10 + 2 * 24 * 10 + 5 * 132
+        );
+        let plain = KvSpec::default();
+        assert_eq!(plain.bytes_held(&hp, 3, 0), 30 * 1536 * 3);
     }
 
     #[test]
