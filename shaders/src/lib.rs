@@ -36,7 +36,8 @@ pub enum Shader {
     Elementwise,
     /// Greedy sampling: argmax of each row of logits.
     Argmax,
-    /// Write a batch's keys or values into the KV cache at the step's position.
+    /// Write a batch's keys or values into the KV cache at the step's position, quantizing
+    /// (every `tern_format::KvQuant`; KIVI in stages: key blocks, values leaving, the window).
     KvStore,
     /// Causal GQA attention over the KV cache (decode and prefill), online softmax, split-K.
     Attention,
@@ -123,8 +124,32 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
     "add" => ["OP" = 2],
 ];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
-const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store_f32" => []];
-const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_f32_wg256" => []];
+// FMT: tern_format::KvQuant::ALL order (f32 f16 q8 q4 q3 q2 a4 a3); STAGE: 0 whole rows,
+// 1 KIVI key blocks, 2 KIVI values leaving the window, 3 the KIVI f16 window.
+const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore;
+    "kv_store_f32" => ["FMT" = 0, "STAGE" = 0],
+    "kv_store_f16" => ["FMT" = 1, "STAGE" = 0],
+    "kv_store_q8" => ["FMT" = 2, "STAGE" = 0],
+    "kv_store_q4_keys" => ["FMT" = 3, "STAGE" = 1],
+    "kv_store_q4_values" => ["FMT" = 3, "STAGE" = 2],
+    "kv_store_q3_keys" => ["FMT" = 4, "STAGE" = 1],
+    "kv_store_q3_values" => ["FMT" = 4, "STAGE" = 2],
+    "kv_store_q2_keys" => ["FMT" = 5, "STAGE" = 1],
+    "kv_store_q2_values" => ["FMT" = 5, "STAGE" = 2],
+    "kv_store_a4" => ["FMT" = 6, "STAGE" = 0],
+    "kv_store_a3" => ["FMT" = 7, "STAGE" = 0],
+    "kv_window" => ["FMT" = 1, "STAGE" = 3],
+];
+const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention;
+    "attention_f32_wg256" => ["FMT" = 0],
+    "attention_f16_wg256" => ["FMT" = 1],
+    "attention_q8_wg256" => ["FMT" = 2],
+    "attention_q4_wg256" => ["FMT" = 3],
+    "attention_q3_wg256" => ["FMT" = 4],
+    "attention_q2_wg256" => ["FMT" = 5],
+    "attention_a4_wg256" => ["FMT" = 6],
+    "attention_a3_wg256" => ["FMT" = 7],
+];
 const ATTENTION_COMBINE_VARIANTS: &[Variant] =
     variants![Shader::AttentionCombine; "attention_combine" => []];
 const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;

@@ -46,6 +46,7 @@ impl GpuBackend {
             file,
             tern_gpu::GpuModelOptions {
                 max_memory: opts.max_memory,
+                kv: tern_format::KvSpec::default(),
             },
         )?;
         Ok(Self {
@@ -66,6 +67,7 @@ impl ModelBackend for GpuBackend {
             Arc::clone(&self.model),
             n_ctx as u64,
             GPU_BATCH,
+            &tern_format::KvSpec::default(),
         )?)))
     }
 
@@ -83,6 +85,7 @@ impl ModelBackend for GpuBackend {
                     Arc::clone(&self.model),
                     n_ctx as u64,
                     batch.min(n_ctx) as u64,
+                    &tern_format::KvSpec::default(),
                 )?,
                 batch,
             })
@@ -236,7 +239,7 @@ impl SessionBackend for GpuState {
     }
 
     fn kv_bytes_per_token(&self) -> u64 {
-        self.0.kv_bytes_per_token()
+        self.0.kv_bytes_per_token().round() as u64
     }
 
     fn report(&mut self) -> Result<SessionReport> {
@@ -244,7 +247,7 @@ impl SessionBackend for GpuState {
         Ok(SessionReport {
             n_ctx: self.0.n_ctx() as usize,
             kv_bytes: m.kv_bytes,
-            kv_bytes_per_token: self.0.kv_bytes_per_token(),
+            kv_bytes_per_token: self.0.kv_bytes_per_token().round() as u64,
             scratch_bytes: Some(m.scratch_bytes),
             dispatches_per_token: Some(self.0.dispatches_per_token()?),
         })

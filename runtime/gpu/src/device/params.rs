@@ -141,9 +141,15 @@ params! {
 }
 
 params! {
-    /// `kv_store.wgsl`: `row` = values per position per layer.
-    KvStoreParams in [(KvStore, "Params")] {
-        row: u32, n_tokens: u32, n_ctx: u32, _pad: u32,
+    /// A KV cache's layout (`kv_store.wgsl`'s and `attention.wgsl`'s `Geom`; the sections are
+    /// described in `kv_store.wgsl`): `row` values per position, `wpr` code words per position
+    /// (`wpr0` for a3's position 0), word offsets of the parameters and of the KIVI windows,
+    /// KIVI's `group`/`resid` (G, R) and value groups per row, the batch size, and whether this
+    /// store writes keys.
+    KvGeom in [(KvStore, "Geom"), (Attention, "Geom")] {
+        row: u32, heads: u32, head_dim: u32, n_ctx: u32, wpr: u32, wpr0: u32, par: u32,
+        k_win: u32, v_win: u32, group: u32, resid: u32, ngroups: u32, n_tokens: u32,
+        is_key: u32, _pad0: u32, _pad1: u32,
     }
 }
 
@@ -194,7 +200,7 @@ pub const ALL: &[Layout] = &[
     TopkParams::LAYOUT,
     EmbedParams::LAYOUT,
     StepParams::LAYOUT,
-    KvStoreParams::LAYOUT,
+    KvGeom::LAYOUT,
     AttnParams::LAYOUT,
     CceParams::LAYOUT,
     CceCombineParams::LAYOUT,

@@ -6,7 +6,8 @@
 //!   GEMV/GEMM choice;
 //! * `act_quant.rs` — INT8 activation quantization, alone or fused into RMSNorm;
 //! * `pointwise.rs` — RMSNorm, RoPE, GLU and residual add;
-//! * `attention.rs` — KV-cache store and split-K causal GQA attention;
+//! * `kv.rs` — the KV cache's layout in every format and the store (quantize on write);
+//! * `attention.rs` — split-K causal GQA attention reading the cache as stored;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
 //! * `sample.rs` — argmax and top-k of logits;
 //! * `cce.rs` — fused Cut-Cross-Entropy scoring (log p(target) without logits);
@@ -21,6 +22,7 @@ pub mod act_quant;
 pub mod attention;
 pub mod cce;
 pub mod embed;
+pub mod kv;
 pub mod matmul;
 pub mod neuzip;
 pub mod pointwise;
@@ -29,7 +31,8 @@ pub mod sample;
 pub use act_quant::{
     act_stride_words, quantize_act_int8, quantize_act_int8_into, rmsnorm_quant_int8, ActInt8,
 };
-pub use attention::{attention, attention_splits, attention_with_split, kv_store, StepParams};
+pub use attention::{attention, attention_splits, attention_with_split, StepParams};
+pub use kv::{kv_store, KvLayout};
 pub use embed::{embed_rows, EmbedTable};
 pub use matmul::{
     float_gemv, float_matmul, ggml_gemm, ggml_gemv, ggml_matmul, ternary_gemm, ternary_gemv,

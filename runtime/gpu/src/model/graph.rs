@@ -45,7 +45,6 @@ struct Graph<'a> {
     kv: &'a KvCache,
     /// Tokens in the batch.
     n: u64,
-    n_ctx: u64,
     /// INT8 views of the scratch for this batch: model width, attention width, FFN width.
     act_d: &'a ActInt8,
     act_q: &'a ActInt8,
@@ -81,7 +80,6 @@ pub(crate) fn record(
         s,
         kv,
         n,
-        n_ctx: kv.n_ctx(),
         act_d: &act_d,
         act_q: &act_q,
         act_f: &act_f,
@@ -224,7 +222,7 @@ impl<'a> Graph<'a> {
             u64::from(hp.n_head_kv),
             u64::from(hp.head_dim),
         );
-        let (q_dim, kv_dim, rd) = (nh * hd, nkv * hd, u64::from(hp.rope_dim));
+        let (q_dim, rd) = (nh * hd, u64::from(hp.rope_dim));
         let input = self.input(&s.x0, Some(&l.attn_norm), d, &plan.qkv, &s.a, self.act_d)?;
         self.linear(&l.wq, input, n, &s.q)?;
         self.linear(&l.wk, input, n, &s.k)?;
@@ -233,24 +231,22 @@ impl<'a> Graph<'a> {
         kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
         kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)?;
         let cache = self.kv.layer(li)?;
-        let fmt = self.kv.format();
-        kernels::kv_store(ctx, p, fmt, &s.step, &s.k, &cache.k, n, kv_dim, self.n_ctx)?;
-        kernels::kv_store(ctx, p, fmt, &s.step, &s.v, &cache.v, n, kv_dim, self.n_ctx)?;
+        let kvl = self.kv.layout();
+        kernels::kv_store(ctx, p, kvl, &s.step, &s.k, &cache.k, n, true)?;
+        kernels::kv_store(ctx, p, kvl, &s.step, &s.v, &cache.v, n, false)?;
         let scale = 1.0 / (hd as f32).sqrt();
+        let (k, v, o) = (&cache.k, &cache.v, &s.o);
         kernels::attention::attention_into(
             ctx,
             p,
-            fmt,
+            kvl,
             &s.step,
             &s.q,
-            &cache.k,
-            &cache.v,
-            &s.o,
+            k,
+            v,
+            o,
             n,
             nh,
-            nkv,
-            hd,
-            self.n_ctx,
             scale,
             &s.attn_partials,
         )?;

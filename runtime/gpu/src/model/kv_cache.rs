@@ -1,24 +1,27 @@
-//! The KV cache as a type: it owns its buffers, its element format and layout, its byte
-//! accounting and how it maps onto bindings.
+//! The KV cache as a type: it owns its buffers, its format ([`KvSpec`]: `tern_format::kv`), its
+//! layout, its byte accounting and how it maps onto bindings.
 //!
-//! Layout (the only one today, [`KvFormat::F32`]): per layer one key and one value buffer of
-//! `[n_ctx][n_head_kv][head_dim]` f32, keys stored after RoPE, preallocated for `n_ctx`
-//! positions and written in place by `kv_store` (never concatenated). Each buffer is one storage
-//! binding, so a layer's keys must fit [`GpuContext::binding_limit`]: [`KvCache::new`] refuses a
-//! larger context with [`GpuError::TooLarge`] naming the largest that fits
-//! ([`KvCache::max_positions`]). The format is part of the KV-store and attention pipeline keys
-//! (`kv_store_f32`, `attention_f32_wg256`); a compressed format is a new [`KvFormat`] variant with
-//! its own kernels, and this type's accounting is what the engine, `tern bench` and the C ABI
-//! report. The CPU reference's cache (`tern_reference::KvCache`) reports the same
-//! `bytes_per_token` for the same model and format.
+//! Every format of the spec (f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3): per layer one key and
+//! one value buffer ([`KvLayout`]: codes, f16 parameters, KIVI's f16 window as a ring of `R`
+//! rows, a3's 4-bit position-0 row), preallocated for `n_ctx` positions and written in place by
+//! `kv_store` (quantizing on write), read in place by the attention kernel (dequantizing in
+//! registers). Each buffer is one storage binding, so a layer's keys must fit
+//! [`GpuContext::binding_limit`]: [`KvCache::new`] refuses a larger context with
+//! [`GpuError::TooLarge`] naming the largest that fits ([`KvCache::max_positions`]).
+//!
+//! Bytes: [`KvCache::bytes`] is what is allocated (the memory budget counts it);
+//! [`KvCache::bytes_in_use`] / [`KvCache::bytes_per_token`] are the spec's exact accounting of the
+//! positions held (`KvQuant::layer_bytes`: codes, scales, zero points, the f16 window), the same
+//! numbers the CPU reference's cache reports. A full cache is a typed error when a batch would
+//! pass `n_ctx` (`GpuSession::eval`: no context shift).
 
-use tern_format::HParams;
+use tern_format::{HParams, KvSpec};
 
 use crate::device::context::GpuContext;
 use crate::device::memory::Tracked;
 pub use crate::device::pipeline::KvFormat;
 use crate::error::{GpuError, Result};
-use crate::kernels::attention::kv_binding;
+use crate::kernels::kv::KvLayout;
 
 /// One layer's keys and values.
 #[derive(Debug)]
@@ -30,10 +33,9 @@ pub struct KvLayer {
 /// A preallocated KV cache for `n_ctx` positions of every layer (see the module doc).
 #[derive(Debug)]
 pub struct KvCache {
-    format: KvFormat,
-    n_ctx: u64,
-    /// Values per position per layer (`n_head_kv · head_dim`).
-    row: u64,
+    spec: KvSpec,
+    layout: KvLayout,
+    hp: HParams,
     layers: Vec<KvLayer>,
     /// Releases these bytes from the context's own count when the cache goes.
     _tracked: Tracked,
@@ -45,37 +47,48 @@ impl KvCache {
         u64::from(hp.n_head_kv) * u64::from(hp.head_dim)
     }
 
-    /// Bytes one position takes over all layers, keys and values, in `format`.
-    pub fn bytes_per_token_for(hp: &HParams, format: KvFormat) -> u64 {
-        2 * u64::from(hp.n_layer) * format.row_bytes(Self::row(hp))
+    /// The layout of one layer of a cache of `n_ctx` positions in `spec` (checked).
+    pub fn layout_for(hp: &HParams, n_ctx: u64, spec: &KvSpec) -> Result<KvLayout> {
+        spec.check(hp)
+            .map_err(|e| GpuError::invalid("kv cache", e.to_string()))?;
+        if spec.minicache.is_some() {
+            return Err(GpuError::invalid(
+                "kv cache",
+                "MiniCache is not implemented on the GPU",
+            ));
+        }
+        KvLayout::new(
+            spec.quant,
+            spec.kivi,
+            u64::from(hp.n_head_kv),
+            u64::from(hp.head_dim),
+            n_ctx,
+        )
     }
 
-    /// Bytes a cache of `n_ctx` positions takes (before allocating: the memory budget).
-    pub fn bytes_for(hp: &HParams, n_ctx: u64, format: KvFormat) -> u64 {
-        let per_buffer = n_ctx.saturating_mul(format.row_bytes(Self::row(hp)));
-        per_buffer
-            .max(4)
-            .div_ceil(4)
-            .saturating_mul(4)
-            .saturating_mul(2 * u64::from(hp.n_layer))
+    /// Bytes a cache of `n_ctx` positions allocates (before allocating: the memory budget).
+    pub fn bytes_for(hp: &HParams, n_ctx: u64, spec: &KvSpec) -> u64 {
+        let Ok(l) = Self::layout_for(hp, n_ctx.max(1), spec) else {
+            return u64::MAX;
+        };
+        let per_layer = [true, false]
+            .map(|k| l.buffer_bytes(k).max(4).div_ceil(4) * 4)
+            .iter()
+            .sum::<u64>();
+        per_layer.saturating_mul(u64::from(hp.n_layer))
     }
 
     /// The largest context whose per-layer buffers fit one binding of `ctx`.
-    pub fn max_positions(ctx: &GpuContext, hp: &HParams, format: KvFormat) -> u64 {
-        ctx.binding_limit() / format.row_bytes(Self::row(hp)).max(1)
+    pub fn max_positions(ctx: &GpuContext, hp: &HParams, spec: &KvSpec) -> u64 {
+        Self::layout_for(hp, 1, spec)
+            .map(|l| l.max_positions_within(ctx.binding_limit()))
+            .unwrap_or(0)
     }
 
-    /// Allocate (zeroed) a cache of `n_ctx` positions for the model `hp` describes.
-    pub fn new(ctx: &GpuContext, hp: &HParams, n_ctx: u64, format: KvFormat) -> Result<Self> {
-        if n_ctx == 0 {
-            return Err(GpuError::invalid("kv cache", "a context of 0 positions"));
-        }
-        let row = Self::row(hp);
-        if row == 0 {
-            return Err(GpuError::bad_model("n_head_kv · head_dim is 0"));
-        }
-        kv_binding(ctx, format, n_ctx, row)?;
-        let bytes = n_ctx.saturating_mul(format.row_bytes(row));
+    /// Allocate (zeroed) a cache of `n_ctx` positions in `spec` for the model `hp` describes.
+    pub fn new(ctx: &GpuContext, hp: &HParams, n_ctx: u64, spec: &KvSpec) -> Result<Self> {
+        let layout = Self::layout_for(hp, n_ctx, spec)?;
+        layout.check_binding(ctx)?;
         let mut layers = Vec::new();
         layers
             .try_reserve_exact(hp.n_layer as usize)
@@ -85,39 +98,58 @@ impl KvCache {
             })?;
         for _ in 0..hp.n_layer {
             layers.push(KvLayer {
-                k: ctx.zeroed("k cache", bytes)?,
-                v: ctx.zeroed("v cache", bytes)?,
+                k: ctx.zeroed("k cache", layout.buffer_bytes(true))?,
+                v: ctx.zeroed("v cache", layout.buffer_bytes(false))?,
             });
         }
         Ok(KvCache {
-            format,
-            n_ctx,
-            row,
+            spec: *spec,
+            layout,
+            hp: hp.clone(),
             layers,
-            _tracked: ctx.track(Self::bytes_for(hp, n_ctx, format)),
+            _tracked: ctx.track(Self::bytes_for(hp, n_ctx, spec)),
         })
     }
 
+    pub fn spec(&self) -> &KvSpec {
+        &self.spec
+    }
+
     pub fn format(&self) -> KvFormat {
-        self.format
+        self.spec.quant
+    }
+
+    /// The layout every layer shares (what the kernels read).
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
     }
 
     /// Positions it holds.
     pub fn n_ctx(&self) -> u64 {
-        self.n_ctx
+        self.layout.n_ctx
     }
 
     /// Values per position per layer.
     pub fn row_values(&self) -> u64 {
-        self.row
+        self.layout.row()
     }
 
-    /// Bytes one position takes over all layers (keys and values).
-    pub fn bytes_per_token(&self) -> u64 {
-        2 * self.layers.len() as u64 * self.format.row_bytes(self.row)
+    /// Exact bytes of every layer holding `n` positions (the spec's accounting).
+    pub fn bytes_in_use(&self, n: u64) -> u64 {
+        (self.layers.len() as u64).saturating_mul(self.layout.layer_bytes_in_use(&self.hp, n))
     }
 
-    /// Bytes of the whole cache.
+    /// `kv_bytes_per_token` at `n` positions held: all bytes in use over the positions (0 when
+    /// empty).
+    pub fn bytes_per_token(&self, n: u64) -> f64 {
+        let n = n.min(self.n_ctx());
+        if n == 0 {
+            return 0.0;
+        }
+        self.bytes_in_use(n) as f64 / n as f64
+    }
+
+    /// Bytes of the whole cache as allocated.
     pub fn bytes(&self) -> u64 {
         self.layers.iter().map(|l| l.k.size() + l.v.size()).sum()
     }

@@ -11,7 +11,8 @@ use crate::error::{GpuError, Result};
 use crate::kernels::pointwise::rope_table;
 use crate::model::graph::{self, Wanted};
 use crate::model::scratch::Scratch;
-use crate::model::{GpuModel, KvCache, KvFormat};
+use crate::model::{GpuModel, KvCache};
+use tern_format::KvSpec;
 
 /// GPU memory of a session.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,8 +54,9 @@ impl std::fmt::Debug for GpuSession {
 }
 
 impl GpuSession {
-    /// A session holding up to `n_ctx` positions, running batches of up to `max_batch` tokens.
-    pub fn new(model: Arc<GpuModel>, n_ctx: u64, max_batch: u64) -> Result<Self> {
+    /// A session holding up to `n_ctx` positions in the KV format `kv` (`tern_format::kv`),
+    /// running batches of up to `max_batch` tokens.
+    pub fn new(model: Arc<GpuModel>, n_ctx: u64, max_batch: u64, kv: &KvSpec) -> Result<Self> {
         let ctx = Arc::clone(&model.ctx);
         let hp = &model.hp;
         if n_ctx == 0 || max_batch == 0 {
@@ -64,8 +66,8 @@ impl GpuSession {
             ));
         }
         // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
-        let max_batch = model.fit_session(n_ctx, max_batch)?;
-        let kv = KvCache::new(&ctx, hp, n_ctx, KvFormat::F32)?;
+        let max_batch = model.fit_session(n_ctx, max_batch, kv)?;
+        let kv = KvCache::new(&ctx, hp, n_ctx, kv)?;
         let s = Scratch::alloc(&ctx, hp, max_batch)?;
         let scratch_bytes = s.bytes();
         Ok(GpuSession {
@@ -104,9 +106,11 @@ impl GpuSession {
         self.mem
     }
 
-    /// KV-cache bytes one position takes over all layers (keys and values).
-    pub fn kv_bytes_per_token(&self) -> u64 {
-        self.kv.bytes_per_token()
+    /// `kv_bytes_per_token`: all bytes of the cache in use (codes, scales, zero points, the
+    /// full-precision window) over the positions held; at an empty cache, what a full one takes.
+    pub fn kv_bytes_per_token(&self) -> f64 {
+        let n = if self.len == 0 { self.n_ctx } else { self.len };
+        self.kv.bytes_per_token(n)
     }
 
     /// The KV cache (format, accounting).
