@@ -6,7 +6,8 @@
 //! Notation: per layer and position `p`, a key row and a value row of `row = n_head_kv · head_dim`
 //! values (keys after RoPE). "f16" is IEEE half, round-to-nearest-even from f32. `round(y)` is
 //! half away from zero (`sign(y)·floor(|y| + 0.5)`; WGSL's `round` is half-to-even, so kernels
-//! spell it out). Codes are packed LSB-first into u32 words, `32 / bits` per word for 8/4/2 bits
+//! spell it out). `f16(·)` of a scale, zero point or magnitude saturates to ±65504 (a huge
+//! outlier gets the largest finite scale, never ±inf; x̂ stays finite). Codes are packed LSB-first into u32 words, `32 / bits` per word for 8/4/2 bits
 //! and 10 per word for 3 bits (bits 30–31 zero); a position's codes start at a word boundary.
 //!
 //! Formats ([`KvQuant`]):
@@ -19,11 +20,17 @@
 //!   with `s` and `m` stored as f16 and `q` computed from the stored (f16-rounded) `s`, `m`
 //!   (`s = 0` → `q = 0`). Keys per channel over groups of `G` consecutive positions; values per
 //!   position over groups of `G` consecutive channels of the row (the last group may be shorter).
-//!   Full-precision (f16) window, as the official code: keys — positions `≥ R·⌊n/R⌋` stay f16 and
-//!   a whole block of `R` keys is quantized when it fills (`R` a multiple of `G`); values — the
-//!   newest `R` positions stay f16, the oldest leaves the window (is quantized) as each new one
-//!   arrives. So at `n` held positions `Qk(n) = R·⌊n/R⌋` keys and `Qv(n) = n − min(n, R)` values
-//!   are quantized. Defaults `G = 32`, `R = 128` ([`Kivi::default`]).
+//!   Full-precision (f16) window: positions `≥ R·⌊n/R⌋` stay f16, keys and values alike, and a
+//!   whole block of `R` positions is quantized when it fills (`R` a multiple of `G`; the keys as
+//!   `R/G` groups). So at `n` held positions `Q(n) = R·⌊n/R⌋` keys and values are quantized and
+//!   `n − Q(n)` (0 to `R − 1`) are in the window. (KIVI's official code lets values leave the
+//!   window one at a time; tern quantizes values block-wise with the keys so that a block
+//!   boundary is always a point the cache can be truncated to exactly — a one-at-a-time window
+//!   has no such point, the f16 rows it would need are overwritten. See "Truncation".)
+//!   Defaults `G = 32`, `R = 128` ([`Kivi::default`]).
+//!   Where the rows a query reads come from: a batch (prefill) writes all its positions first,
+//!   quantizing the blocks that fill, then attends; so KIVI's numerics depend on the batching,
+//!   as in the official code (both backends batch alike).
 //! * **a4/a3** — BitNet a4.8 §3.1 absmax to unsigned integers, per (position, kv-head):
 //!   `qmax = 2^(B−1) − 1`, `s = f16(max|x| / qmax)`, `q = clamp(round(x / s), −qmax, qmax) + qmax`
 //!   stored unsigned in `B` bits, `x̂ = (q − qmax)·s`. With 3 bits, position 0 (the BOS token when
@@ -33,6 +40,14 @@
 //! decisions (t, which layer gets (1 − t), the retention rule) and its storage are documented by
 //! the reference implementation's module (`tern_reference::kv`) and accounted by the caches; the
 //! quantized formats above then store the merged directions.
+//!
+//! Truncation (sessions rewind after a failed or cancelled eval and reuse cached prefixes):
+//! f32/f16/q8/a4/a3 rows depend only on their own position, so any length can be kept. KIVI
+//! cannot re-create the f16 rows of a block it has quantized (re-quantization is not the
+//! identity, and the f16 rows are gone), so a cache truncated to `m` keeps `m` when `m` is a
+//! multiple of `R` or when the block holding `m` has not been quantized (by any layer), and else
+//! keeps `R·⌊m/R⌋`: the cache's `truncate` returns the length it kept and the engine re-runs
+//! the tokens between that and `m` (it has them) — the result equals a cache filled from scratch.
 //!
 //! Bytes: [`KvQuant::layer_bytes`] is the exact byte count of one layer's keys and values holding
 //! `n` positions in a quantized format (codes, scales, zero points, the f16 window), the number
@@ -163,7 +178,7 @@ impl KvQuant {
             KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
                 let (g, r) = (u64::from(kivi.group.max(1)), u64::from(kivi.residual));
                 let qk = if r == 0 { n } else { r * (n / r) };
-                let qv = n - n.min(r);
+                let qv = qk;
                 let codes = self.code_bytes(row);
                 let key_params = (qk / g.max(1)).saturating_mul(row) * 2 * f16;
                 let value_params = qv.saturating_mul(row.div_ceil(g)) * 2 * f16;
@@ -341,9 +356,9 @@ mod tests {
             KvQuant::Absmax3.layer_bytes(&hp, kivi, 10),
             2 * (9 * 86 + 102)
         );
-        // KIVI q4 at n = 256 (R = 128): 256 keys and 128 values quantized, 128 values in f16.
-        let n = 256;
-        let want = (256 + 128) * 96 + (256 / 32) * 192 * 4 + 128 * 6 * 4 + 128 * 192 * 2;
+        // KIVI q4 at n = 300 (R = 128): 256 keys and 256 values quantized, 44 of each in f16.
+        let n = 300;
+        let want = (256 + 256) * 96 + (256 / 32) * 192 * 4 + 256 * 6 * 4 + 2 * 44 * 192 * 2;
         assert_eq!(KvQuant::Kivi4.layer_bytes(&hp, kivi, n), want);
         // Below the window everything is f16.
         assert_eq!(

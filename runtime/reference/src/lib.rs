@@ -49,6 +49,7 @@ pub mod ggml_cpu;
 pub mod ggml_dot;
 pub mod kernels;
 pub mod kv;
+pub mod kv_codec;
 pub mod matmul;
 pub mod model;
 pub mod packed;
