@@ -106,17 +106,47 @@ impl KvLayout {
         }
     }
 
-    fn window_words(&self) -> u64 {
+    /// Words of the KIVI window of a cache of `n` positions (`min(R, n)` f16 rows).
+    fn window_words(&self, n: u64) -> u64 {
         if self.quant.is_kivi() {
-            u64::from(self.kivi.residual).min(self.n_ctx) * self.row() / 2
+            u64::from(self.kivi.residual).min(n) * self.row() / 2
         } else {
             0
         }
     }
 
+    /// Word offset of position `p`'s codes in a buffer.
+    pub fn code_word(&self, p: u64) -> u64 {
+        match (self.quant, p) {
+            (KvQuant::Absmax3, p) if p > 0 => self.wpr0() + (p - 1) * self.wpr(),
+            _ => p * self.wpr(),
+        }
+    }
+
+    /// Word offset of the parameter section (absmax scales, KIVI (scale, min) pairs).
+    pub fn param_word(&self) -> u64 {
+        self.code_words(self.n_ctx)
+    }
+
+    /// Word offset of the KIVI window of the key (`key`) or value buffer.
+    pub fn window_word(&self, key: bool) -> u64 {
+        self.param_word() + self.param_words(self.n_ctx, key)
+    }
+
+    /// Positions whose keys and values are quantized when `n` are held (KIVI: `R·⌊n/R⌋`, the
+    /// rest in the f16 window; every other format: all of them).
+    pub fn quantized(&self, n: u64) -> u64 {
+        if self.quant.is_kivi() {
+            let r = u64::from(self.kivi.residual.max(1));
+            r * (n / r)
+        } else {
+            n
+        }
+    }
+
     /// Words of one layer's key (or value) buffer holding `n` positions.
     fn words_for(&self, n: u64, key: bool) -> u64 {
-        self.code_words(n) + self.param_words(n, key) + self.window_words()
+        self.code_words(n) + self.param_words(n, key) + self.window_words(n)
     }
 
     /// Bytes of one layer's key (`key`) or value buffer.
@@ -162,9 +192,11 @@ impl KvLayout {
     /// The kernels' view (`kv_store.wgsl`'s `Geom`) for a batch of `n_tokens`.
     pub(crate) fn geom(&self, n_tokens: u64, key: bool) -> Result<KvGeom> {
         const OP: &str = "kv layout";
-        let par = self.code_words(self.n_ctx);
-        let k_win = par + self.param_words(self.n_ctx, true);
-        let v_win = par + self.param_words(self.n_ctx, false);
+        let (par, k_win, v_win) = (
+            self.param_word(),
+            self.window_word(true),
+            self.window_word(false),
+        );
         Ok(KvGeom {
             row: u32_of(OP, "row", self.row())?,
             heads: u32_of(OP, "heads", self.heads)?,
@@ -183,6 +215,19 @@ impl KvLayout {
             _pad0: 0,
             _pad1: 0,
         })
+    }
+
+    /// Bytes of one layer's keys and values holding `n` positions as laid out here (codes,
+    /// parameters, the window rows in use): the spec's accounting without the model's
+    /// hyperparameters (benchmarks' traffic).
+    pub fn layer_bytes_in_use_rows(&self, n: u64) -> u64 {
+        let n = n.min(self.n_ctx);
+        let q = self.quantized(n);
+        let win_rows = if self.quant.is_kivi() { n - q } else { 0 };
+        let per = |key| {
+            (self.code_words(q) + self.param_words(q, key)) * 4 + win_rows * self.row() * 2
+        };
+        per(true) + per(false)
     }
 
     /// Exact bytes one layer's keys and values take holding `n` positions (the spec's
