@@ -44,6 +44,8 @@ pub struct BenchArgs {
     pub max_memory: Option<String>,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
+    #[command(flatten)]
+    pub kv: crate::kv::KvArgs,
 }
 
 /// Mean and sample standard deviation.
@@ -103,7 +105,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             model.meta().hparams.n_ctx_train
         );
     }
-    let mut s = Session::new(&model, n_ctx)?;
+    let mut s = Session::with_kv(&model, n_ctx, &a.kv.spec(&model)?)?;
     let depth_toks = tokens(a.depth, vocab, 7);
 
     let mut results = Vec::new();
@@ -247,6 +249,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "memory": mem,
                 "dispatches_per_token": dispatches,
                 "kv_bytes_per_token": session.kv_bytes_per_token,
+                "kv": {"format": a.kv.kv, "minicache": a.kv.minicache},
                 "profile_us_per_token": prof,
             }))?
         );

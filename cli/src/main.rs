@@ -4,6 +4,7 @@ mod alloc;
 mod bench;
 mod delta;
 mod inspect;
+mod kv;
 mod models;
 mod numerics;
 mod pack;

@@ -29,6 +29,8 @@ pub struct PerplexityArgs {
     pub chunks: Option<usize>,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
+    #[command(flatten)]
+    pub kv: crate::kv::KvArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -92,8 +94,10 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
             a.ctx
         );
     }
+    let kv = a.kv.spec(&model)?;
     let tokens = model.perplexity_tokens(&text)?;
     let opts = PerplexityOptions {
+        kv,
         n_ctx: a.ctx,
         batch: a.batch,
         windows: a
@@ -140,6 +144,9 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
             "peak_scoring_bytes": obs.peak_extra,
             "materialized_logits_bytes_per_batch": materialized,
             "seconds": secs,
+            "kv": a.kv.kv,
+            "minicache": kv.minicache.map(|m| format!("{},{},{}", m.start_layer, m.t, m.gamma)),
+            "kv_bytes_per_token": r.kv_bytes_per_token,
         });
         println!("{j}");
     } else {
@@ -157,6 +164,7 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
             "perplexity over the second half of each window ({} tokens, llama-perplexity's figure): {:.4} +/- {:.5}",
             r.scored_second_half, r.ppl_second_half, r.ppl_second_half_stderr
         );
+        println!("KV cache: {:.1} bytes per token", r.kv_bytes_per_token);
         eprintln!(
             "{:.1}s ({:.1} tokens/s); scoring stage peak heap {} bytes (a materialized [{batch}, {n_vocab}] logit batch would be {materialized})",
             secs,

@@ -48,6 +48,8 @@ pub struct SamplingArgs {
     pub max_memory: Option<String>,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
+    #[command(flatten)]
+    pub kv: crate::kv::KvArgs,
     /// Testing aid: destroy the GPU device (as a driver reset would) after this many pieces of
     /// generated text, and then go on as `--device auto` does after a device loss.
     #[arg(long, hide = true)]
@@ -167,7 +169,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     };
     model.check_tokens(&prompt)?;
     if let Some(path) = &a.dump_logits {
-        let mut s = Session::new(&model, a.sampling.ctx)?;
+        let mut s = Session::with_kv(&model, a.sampling.ctx, &a.sampling.kv.spec(&model)?)?;
         let logits = s.eval_all(&prompt)?;
         write_npy(path, &logits, prompt.len(), model.n_vocab())?;
         log::info!(
@@ -192,7 +194,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let (mut model, mut prompt, mut opts) = (model, prompt, opts);
     let mut pieces = 0usize;
     let r = loop {
-        let mut s = Session::new(&model, a.sampling.ctx)?;
+        let mut s = Session::with_kv(&model, a.sampling.ctx, &a.sampling.kv.spec(&model)?)?;
         let r = s.generate(&prompt, &a.sampling.params(), &opts, &mut |piece| {
             let _ = out.write_all(piece.as_bytes());
             let _ = out.flush();
@@ -367,7 +369,7 @@ fn chat_on(
             .to_string()
     };
     let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
-    let mut s = Session::new(model, a.sampling.ctx)?;
+    let mut s = Session::with_kv(model, a.sampling.ctx, &a.sampling.kv.spec(model)?)?;
     let stdin = std::io::stdin();
     let interactive = std::io::IsTerminal::is_terminal(&stdin);
     if interactive && resume.is_none() {

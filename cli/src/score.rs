@@ -22,6 +22,8 @@ pub struct ScoreArgs {
     pub no_special: bool,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
+    #[command(flatten)]
+    pub kv: crate::kv::KvArgs,
     /// Device: cpu, gpu or auto.
     #[arg(long, default_value = "auto")]
     pub device: String,
@@ -44,6 +46,10 @@ pub fn run(a: ScoreArgs) -> Result<ExitCode> {
         .device(crate::perplexity::check_device(&a.device)?)?;
     let mut model = crate::perplexity::load_model(a.model.as_deref(), device)?;
     a.numerics.apply(&mut model);
+    let score_opts = tern_engine::ScoreOptions {
+        kv: a.kv.spec(&model)?,
+        ..Default::default()
+    };
     let tok = model.tokenizer()?;
     let special = !a.no_special;
     let ctx = tok.encode_with(&a.context, true, special)?;
@@ -58,7 +64,7 @@ pub fn run(a: ScoreArgs) -> Result<ExitCode> {
         }
         let mut all = ctx.clone();
         all.extend_from_slice(&ids);
-        let lp = model.score(&all)?;
+        let lp = model.score_with(&all, &score_opts, &mut tern_engine::NoObserver)?;
         // lp[p] scores all[p + 1]: the candidate's tokens are the last ids.len() values.
         let own = lp.get(ctx.len() - 1..).unwrap_or_default().to_vec();
         let sum: f64 = own.iter().map(|&v| v as f64).sum();

@@ -14,6 +14,7 @@ pub mod session;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};
+pub use options::{kv_spec_from_flags, minicache_on, Kivi, KvQuant, KvSpec, MiniCache};
 pub use report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,

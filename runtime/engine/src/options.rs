@@ -1,6 +1,7 @@
 //! Plain option and hook types shared by the engine's modules (a leaf: it names nothing else of
 //! the crate but its error type, so the backend seam, sessions and scoring can all use them).
 
+pub use tern_format::kv::{Kivi, KvQuant, KvSpec, MiniCache};
 use tern_reference::CceOptions;
 
 use crate::error::{EngineError, Result};
@@ -46,7 +47,7 @@ pub struct LoadOptions {
 }
 
 /// Options of [`Model::score_with`](crate::Model::score_with).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ScoreOptions {
     /// Tokens per forward call (0 = 512, llama.cpp's default micro-batch).
     pub batch: usize,
@@ -54,6 +55,8 @@ pub struct ScoreOptions {
     pub max_tokens: usize,
     /// Block sizes of the fused scorer.
     pub cce: CceOptions,
+    /// The KV-cache format of the scoring cache (`--kv`, `--minicache`; default f32).
+    pub kv: KvSpec,
 }
 
 /// Hooks into a long scoring run: progress, cancellation, and the bounds of each scoring stage
@@ -65,6 +68,9 @@ pub trait ScoreObserver {
     fn scoring_finished(&mut self) {}
     /// `done` of `total` tokens have been run.
     fn progress(&mut self, _done: usize, _total: usize) {}
+    /// After a scoring run: the KV cache held `positions` positions in `bytes_in_use` bytes
+    /// (all of them: codes, scales, zero points, window, magnitudes, retained tokens).
+    fn kv_cache(&mut self, _bytes_in_use: u64, _positions: usize) {}
     /// Return `true` to stop with [`EngineError::Cancelled`](crate::EngineError::Cancelled) (checked before every batch).
     fn cancelled(&mut self) -> bool {
         false
@@ -75,3 +81,41 @@ pub trait ScoreObserver {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoObserver;
 impl ScoreObserver for NoObserver {}
+
+/// The MiniCache settings of `--minicache on` for a model of `n_layer` layers: the measured
+/// defaults of `tern_reference::kv` (start layer as a fraction of the depth, t, γ).
+pub fn minicache_on(n_layer: u32) -> MiniCache {
+    tern_reference::kv::minicache_default(n_layer)
+}
+
+/// A [`KvSpec`] from the CLI / C ABI spellings: `kv` = f32|f16|q8|q4|q3|q2|a4|a3, `minicache` =
+/// off|on|S,t,gamma, KIVI `group`/`window` (None = 32/128); checked against `hp`.
+pub fn kv_spec_from_flags(
+    kv: &str,
+    minicache: &str,
+    group: Option<u32>,
+    window: Option<u32>,
+    hp: &tern_format::HParams,
+) -> Result<KvSpec> {
+    let bad = |e: tern_format::kv::KvSpecError| EngineError::InvalidArgument(e.to_string());
+    let quant = KvQuant::parse(kv).map_err(bad)?;
+    let mc = if minicache.trim().eq_ignore_ascii_case("on") {
+        Some(minicache_on(hp.n_layer))
+    } else {
+        KvSpec::parse_minicache_explicit(minicache).map_err(bad)?
+    };
+    let d = Kivi::default();
+    let spec = KvSpec {
+        quant,
+        kivi: Kivi {
+            group: group.unwrap_or(d.group),
+            residual: window.unwrap_or(d.residual),
+        },
+        minicache: mc,
+    };
+    if quant.is_kivi() || group.is_some() || window.is_some() {
+        spec.kivi.check().map_err(bad)?;
+    }
+    spec.check(hp).map_err(bad)?;
+    Ok(spec)
+}

@@ -25,10 +25,10 @@ use tern_reference::{CceOptions, KvCache};
 use crate::error::{EngineError, Result};
 use crate::session::Model;
 
-pub use crate::options::{NoObserver, ScoreObserver, ScoreOptions};
+pub use crate::options::{KvSpec, NoObserver, ScoreObserver, ScoreOptions};
 
 /// Options of [`Model::perplexity`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PerplexityOptions {
     /// Window size `c` (llama-perplexity's `-c`).
     pub n_ctx: usize,
@@ -38,6 +38,8 @@ pub struct PerplexityOptions {
     pub windows: Option<Vec<usize>>,
     /// Block sizes of the fused scorer.
     pub cce: CceOptions,
+    /// The KV-cache format (default f32).
+    pub kv: KvSpec,
 }
 
 impl Default for PerplexityOptions {
@@ -47,6 +49,7 @@ impl Default for PerplexityOptions {
             batch: 0,
             windows: None,
             cce: CceOptions::default(),
+            kv: KvSpec::default(),
         }
     }
 }
@@ -82,6 +85,10 @@ pub struct Perplexity {
     pub scored_second_half: usize,
     /// Per window, in the order scored.
     pub windows: Vec<WindowScore>,
+    /// All KV-cache bytes in use over the positions held, at the end of each window (codes,
+    /// scales, zero points, f16 window, magnitudes, retained tokens), averaged over the windows;
+    /// 0 when the backend does not report it.
+    pub kv_bytes_per_token: f64,
 }
 
 impl Model {
@@ -223,9 +230,11 @@ impl Model {
             },
             max_tokens: c,
             cce: opts.cce,
+            kv: opts.kv,
         };
         let total = selected.len() * (c - 1);
         let mut windows = Vec::with_capacity(selected.len());
+        let mut kv_per_token = Vec::new();
         for (k, &w) in selected.iter().enumerate() {
             let mut win = tokens
                 .get(w * c..(w + 1) * c)
@@ -238,8 +247,12 @@ impl Model {
                 inner: obs,
                 done: k * (c - 1),
                 total,
+                kv: None,
             };
             let lp = self.score_with(&win, &score_opts, &mut sub)?;
+            if let Some((bytes, n)) = sub.kv.filter(|&(_, n)| n > 0) {
+                kv_per_token.push(bytes as f64 / n as f64);
+            }
             let second = lp.get(first..).unwrap_or_default();
             windows.push(WindowScore {
                 index: w,
@@ -270,6 +283,11 @@ impl Model {
             scored,
             scored_second_half,
             windows,
+            kv_bytes_per_token: if kv_per_token.is_empty() {
+                0.0
+            } else {
+                kv_per_token.iter().sum::<f64>() / kv_per_token.len() as f64
+            },
         })
     }
 }
@@ -279,6 +297,8 @@ struct Offset<'a> {
     inner: &'a mut dyn ScoreObserver,
     done: usize,
     total: usize,
+    /// The scoring cache's (bytes in use, positions) when the backend reported them.
+    kv: Option<(u64, usize)>,
 }
 
 impl ScoreObserver for Offset<'_> {
@@ -293,5 +313,9 @@ impl ScoreObserver for Offset<'_> {
     }
     fn cancelled(&mut self) -> bool {
         self.inner.cancelled()
+    }
+    fn kv_cache(&mut self, bytes_in_use: u64, positions: usize) {
+        self.kv = Some((bytes_in_use, positions));
+        self.inner.kv_cache(bytes_in_use, positions);
     }
 }

@@ -11,7 +11,7 @@ use tern_reference::ForwardOptions;
 use crate::backend::{Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
 pub use crate::options::{Device, LoadOptions};
-use crate::options::{NoObserver, ScoreObserver, ScoreOptions};
+use crate::options::{KvSpec, NoObserver, ScoreObserver, ScoreOptions};
 use crate::report::{KernelTime, ModelReport, SessionReport};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -257,6 +257,14 @@ impl<'m> Session<'m> {
     /// with checked arithmetic and the cache is allocated fallibly: a size that overflows or that
     /// the system refuses is a typed error naming the bytes, never an abort.
     pub fn new(model: &'m Model, n_ctx: usize) -> Result<Self> {
+        Self::with_kv(model, n_ctx, &KvSpec::default())
+    }
+
+    /// [`Session::new`] with a KV cache in the format `kv` (`tern_format::kv`: f16, q8, KIVI
+    /// q4/q3/q2, absmax a4/a3, MiniCache; see `tern_reference::kv`). When the context is full a
+    /// prompt that does not fit is refused with [`EngineError::PromptTooLong`] before anything
+    /// runs (no context shift); the session is unchanged.
+    pub fn with_kv(model: &'m Model, n_ctx: usize, kv: &KvSpec) -> Result<Self> {
         let hp = &model.meta.hparams;
         let n_ctx = if n_ctx == 0 {
             (hp.n_ctx_train as usize).min(Self::DEFAULT_MAX_CTX)
@@ -284,7 +292,7 @@ impl<'m> Session<'m> {
         }
         Ok(Self {
             model,
-            state: model.backend.new_session(n_ctx)?,
+            state: model.backend.new_session(n_ctx, kv)?,
             history: Vec::new(),
             cancel: Arc::new(AtomicBool::new(false)),
             unevaluated: Vec::new(),
@@ -346,7 +354,7 @@ impl<'m> Session<'m> {
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.history.len());
         self.state.truncate(n);
-        self.history.truncate(n);
+        self.history.truncate(n.min(self.state.len()));
     }
 
     /// A flag that, once set (from any thread), makes a running `generate`, `eval`, `eval_all`,

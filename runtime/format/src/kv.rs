@@ -65,7 +65,7 @@ pub enum KvSpecError {
     UnknownFormat(String),
     #[error("MiniCache {0:?}: expected off, on, or S,t,gamma (start layer, SLERP t in [0,1], retention threshold gamma in [0,1])")]
     BadMiniCache(String),
-    #[error("KIVI group {group} and window {residual}: the group must be 1..=1024 and the window a multiple of it")]
+    #[error("KIVI group {group} and window {residual}: the group must be 1..=1024 and the window a non-zero multiple of it")]
     BadKivi { group: u32, residual: u32 },
     #[error("KV row of {row} values per position: {what}")]
     BadRow { row: u64, what: &'static str },
@@ -217,6 +217,7 @@ impl Default for Kivi {
 impl Kivi {
     pub fn check(self) -> Result<Self, KvSpecError> {
         let ok = (1..=1024).contains(&self.group)
+            && self.residual >= self.group
             && self.residual % self.group == 0
             && self.residual <= 1 << 20;
         if ok {
@@ -238,6 +239,24 @@ pub struct MiniCache {
     pub start_layer: u32,
     pub t: f32,
     pub gamma: f32,
+}
+
+impl MiniCache {
+    /// Retained-token pool entries per merged pair and per K/V: `⌈n_ctx · n_head_kv / 8⌉`, at
+    /// most 32768 (the slot is stored in 15 bits). When the pool is full, further distinct
+    /// tokens are merged like the others.
+    pub fn pool_capacity(hp: &HParams, n_ctx: u64) -> u64 {
+        (n_ctx.saturating_mul(u64::from(hp.n_head_kv)).div_ceil(8)).min(32768)
+    }
+
+    /// The merged pairs `(S, S+1), (S+2, S+3), …` (every pair inside the model).
+    pub fn pairs(&self, n_layer: u32) -> Vec<(u32, u32)> {
+        (self.start_layer..n_layer)
+            .step_by(2)
+            .filter(|&a| a + 1 < n_layer)
+            .map(|a| (a, a + 1))
+            .collect()
+    }
 }
 
 /// Everything that decides a session's KV cache.
@@ -272,6 +291,23 @@ impl KvSpec {
             t,
             gamma,
         }))
+    }
+
+    /// Exact bytes in use of a cache holding `n` positions with `retained` retained-token pool
+    /// entries in use (summed over merged pairs and K/V; 0 without MiniCache): every unmerged
+    /// layer's [`KvQuant::layer_bytes`], and per merged pair one direction "layer" in the same
+    /// format + the magnitudes (`n × 2 layers × n_head_kv` f16 for K and for V) + per retained
+    /// entry `head_dim` f16 values and a u32 position.
+    pub fn bytes_held(&self, hp: &HParams, n: u64, retained: u64) -> u64 {
+        let per_layer = self.quant.layer_bytes(hp, self.kivi, n);
+        let Some(m) = self.minicache else {
+            return u64::from(hp.n_layer).saturating_mul(per_layer);
+        };
+        let pairs = m.pairs(hp.n_layer).len() as u64;
+        let streams = u64::from(hp.n_layer) - pairs;
+        let mags = n.saturating_mul(2 * u64::from(hp.n_head_kv) * 2 * 2);
+        let pool = retained.saturating_mul(u64::from(hp.head_dim) * 2 + 4);
+        streams.saturating_mul(per_layer) + pairs.saturating_mul(mags) + pool
     }
 
     /// Check the spec against a model: KIVI parameters valid, an even row (f16 pairs), MiniCache's
@@ -365,6 +401,32 @@ mod tests {
             KvQuant::Kivi2.layer_bytes(&hp, kivi, 100),
             KvQuant::F16.layer_bytes(&hp, kivi, 100)
         );
+    }
+
+    #[test]
+    fn minicache_pairs_and_bytes() {
+        let hp = smollm();
+        let m = MiniCache {
+            start_layer: 25,
+            t: 0.5,
+            gamma: 0.1,
+        };
+        assert_eq!(m.pairs(30), vec![(25, 26), (27, 28)]);
+        assert_eq!(m.pairs(29), vec![(25, 26), (27, 28)]);
+        assert_eq!(MiniCache::pool_capacity(&hp, 100), 38);
+        let spec = KvSpec {
+            quant: KvQuant::F16,
+            kivi: Kivi::default(),
+            minicache: Some(m),
+        };
+        // 28 streams (26 layers + 2 pairs) of 768 B/token, 24 B of magnitudes per pair, and
+        // 5 retained entries of 64 f16 + a u32.
+        assert_eq!(
+            spec.bytes_held(&hp, 10, 5),
+            28 * 768 * 10 + 2 * 24 * 10 + 5 * 132
+        );
+        let plain = KvSpec::default();
+        assert_eq!(plain.bytes_held(&hp, 3, 0), 30 * 1536 * 3);
     }
 
     #[test]

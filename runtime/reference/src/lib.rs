@@ -49,7 +49,10 @@ pub mod ggml_cpu;
 pub mod ggml_dot;
 pub mod kernels;
 pub mod kv;
+pub mod kv_attn;
 pub mod kv_codec;
+pub mod kv_merge;
+mod kv_store;
 pub mod matmul;
 pub mod model;
 pub mod packed;
@@ -60,12 +63,13 @@ pub mod stored;
 pub use cce::CceOptions;
 pub use error::{ReferenceError, Result};
 pub use kernels::{attention, dot_f32, relu2_glu, rmsnorm, rope, silu, softmax, swiglu};
-pub use kv::KvCache;
+pub use kv::{KvCache, Retention};
 pub use matmul::{
     GgmlActivations, MatmulOptions, Matrix, NeuZipResidency, TernaryWeights, WeightData,
 };
 pub use model::{ForwardOptions, LogitsWanted, Model};
 pub use quant::{quantize_act, quantize_act_int4, quantize_act_int8, topk50_int8};
+pub use tern_format::kv::{Kivi, KvQuant, KvSpec, MiniCache};
 
 /// Map `0..n` through `f`, on the rayon pool when `parallel` is set and the feature is on; results
 /// are in index order either way.

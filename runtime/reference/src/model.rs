@@ -22,7 +22,8 @@ use tern_format::{ActQuant, ActivationScheme, Arch, FfnAct, HParams, TensorView,
 use crate::error::{probe_alloc, ReferenceError, Result};
 use crate::ggml_cpu;
 use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
-use crate::kv::KvCache;
+use crate::kv::{KvCache, Role};
+use crate::kv_attn::{attention_tiled, AttnShape};
 use crate::matmul::{GgmlActivations, MatmulOptions, Matrix, NeuZipResidency};
 use crate::par_map;
 
@@ -183,6 +184,11 @@ impl KvCache {
     /// rather than in `kv.rs` so that `kv` does not import `model` (no import cycle).
     pub fn new(model: &Model, n_ctx: usize) -> Result<Self> {
         KvCache::for_hparams(model.hparams(), n_ctx)
+    }
+
+    /// A cache for `model` in the format `spec` (`tern_format::kv`).
+    pub fn with_spec(model: &Model, n_ctx: usize, spec: &tern_format::kv::KvSpec) -> Result<Self> {
+        KvCache::for_spec(model.hparams(), n_ctx, spec)
     }
 }
 
@@ -361,8 +367,9 @@ impl Model {
     }
 
     /// [`Model::forward_opts`] that calls `stop` before every layer and before the head, and
-    /// returns `Ok(None)` as soon as it says `true` (cancellation). A stopped pass leaves
-    /// `cache.len()` as it was (the rows it wrote past it are overwritten by the next pass).
+    /// returns `Ok(None)` as soon as it says `true` (cancellation). A stopped or failed pass leaves
+    /// the cache truncated to its length before the call (`KvCache::truncate`: a KIVI cache may
+    /// keep less — the start of a block the pass quantized — and the caller re-runs the rest).
     pub fn forward_until(
         &self,
         opts: &ForwardOptions,
@@ -376,7 +383,7 @@ impl Model {
             return Ok(None);
         };
         if stop() {
-            cache.len = p0;
+            cache.truncate(p0);
             return Ok(None);
         }
         self.logits_opts(opts, &hidden).map(Some)
@@ -385,6 +392,22 @@ impl Model {
     /// [`Model::forward_hidden_opts`] with the `stop` check of [`Model::forward_until`] before
     /// every layer.
     pub fn forward_hidden_until(
+        &self,
+        opts: &ForwardOptions,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        wanted: LogitsWanted,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<f32>>> {
+        let p0 = cache.len;
+        let r = self.forward_hidden_inner(opts, tokens, cache, wanted, stop);
+        if r.is_err() {
+            cache.truncate(p0);
+        }
+        r
+    }
+
+    fn forward_hidden_inner(
         &self,
         opts: &ForwardOptions,
         tokens: &[u32],
@@ -442,9 +465,12 @@ impl Model {
         let mut h = vec![0.0f32; n * n_ff];
         let mut h2 = vec![0.0f32; n * n_ff];
         let mut rope_cache = Vec::new();
+        // MiniCache: the first layer of a pair's K/V rows, until the second layer merges them.
+        let mut pending: Option<(Vec<f32>, Vec<f32>)> = None;
 
         for (li, layer) in self.layers.iter().enumerate() {
             if stop() {
+                cache.truncate(p0);
                 return Ok(None);
             }
             // attention
@@ -452,28 +478,52 @@ impl Model {
             layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
             layer.wk.matmul(&a, self.acts.qkv, mm, &mut k)?;
             layer.wv.matmul(&a, self.acts.qkv, mm, &mut v)?;
-            let (kc, vc) = cache.layer_mut(li);
             for i in 0..n {
                 let pos = p0 + i;
                 let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
                 self.rope(opts, qi, n_head, pos, &mut rope_cache)?;
                 let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
                 self.rope(opts, ki, n_head_kv, pos, &mut rope_cache)?;
-                let vi = v.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                let kd = kc
-                    .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
-                    .unwrap_or_default();
-                store(kd, ki, opts.kv_f16);
-                let vd = vc
-                    .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
-                    .unwrap_or_default();
-                store(vd, vi, opts.kv_f16);
+            }
+            if !cache.is_plain_f32(li) {
+                // A compressed cache (kv.rs): write (or merge) this layer's rows, then attend
+                // reading the cache a tile at a time.
+                let pend = compressed_attention(
+                    cache,
+                    li,
+                    p0,
+                    (&q, &k, &v),
+                    pending.take(),
+                    (n_head, n_head_kv, hd),
+                    mm.parallel,
+                    &mut o,
+                )?;
+                pending = pend;
+            } else {
+                let (kc, vc) = cache.layer_mut(li);
+                for i in 0..n {
+                    let pos = p0 + i;
+                    let ki = k.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
+                    let vi = v.get(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
+                    let kd = kc
+                        .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
+                        .unwrap_or_default();
+                    store(kd, ki, opts.kv_f16);
+                    let vd = vc
+                        .get_mut(pos * kv_dim..(pos + 1) * kv_dim)
+                        .unwrap_or_default();
+                    store(vd, vi, opts.kv_f16);
+                }
+                cache.mark_written(li, p0 + n);
             }
             let (kc, vc) = cache.layer(li);
+            let plain = !kc.is_empty();
             let llama_ops = opts.llama_cpp_ops;
             let scale = 1.0 / (hd as f32).sqrt();
             let group = n_head / n_head_kv;
-            if llama_ops && n >= ggml_cpu::FA_TILE {
+            if !plain {
+                // done above
+            } else if llama_ops && n >= ggml_cpu::FA_TILE {
                 // llama.cpp's tiled flash attention: blocks of 64 query rows × heads
                 let n_blocks = n.div_ceil(ggml_cpu::FA_TILE);
                 let run = |job: usize| -> Vec<f32> {
@@ -655,5 +705,55 @@ fn store(dst: &mut [f32], src: &[f32], f16: bool) {
 fn add(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
+    }
+}
+
+/// One layer's attention over a compressed cache (`kv.rs`): write this layer's rows (or keep
+/// them pending as a MiniCache pair's first layer, or merge them with the pending ones as its
+/// second), then attend with [`attention_tiled`]. Returns the rows still pending.
+#[allow(clippy::too_many_arguments)]
+fn compressed_attention(
+    cache: &mut KvCache,
+    li: usize,
+    p0: usize,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    pending: Option<(Vec<f32>, Vec<f32>)>,
+    (n_head, n_head_kv, hd): (usize, usize, usize),
+    parallel: bool,
+    out: &mut [f32],
+) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
+    let shape = AttnShape {
+        n_head,
+        n_head_kv,
+        head_dim: hd,
+    };
+    match cache.role(li)? {
+        Role::Own(_) => {
+            cache.write_own(li, p0, k, v)?;
+            let c = &*cache;
+            let read = |p: usize, kr: &mut [f32], vr: &mut [f32]| c.read(li, p, None, kr, vr);
+            attention_tiled(q, p0, shape, &read, out, parallel)?;
+            Ok(None)
+        }
+        Role::First(_) => {
+            let c = &*cache;
+            let read =
+                |p: usize, kr: &mut [f32], vr: &mut [f32]| c.read(li, p, Some((p0, k, v)), kr, vr);
+            attention_tiled(q, p0, shape, &read, out, parallel)?;
+            Ok(Some((k.to_vec(), v.to_vec())))
+        }
+        Role::Second(pair) => {
+            let Some((ka, va)) = pending else {
+                return Err(ReferenceError::shape(
+                    "MiniCache",
+                    "second layer of a pair without the first's rows",
+                ));
+            };
+            cache.write_pair(pair, p0, (&ka, &va), (k, v))?;
+            let c = &*cache;
+            let read = |p: usize, kr: &mut [f32], vr: &mut [f32]| c.read(li, p, None, kr, vr);
+            attention_tiled(q, p0, shape, &read, out, parallel)?;
+            Ok(None)
+        }
     }
 }

@@ -9,7 +9,7 @@ use tern_reference::{ForwardOptions, KvCache, LogitsWanted, NeuZipResidency};
 
 use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
 use crate::error::{EngineError, Result};
-use crate::options::{ScoreObserver, ScoreOptions};
+use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,
@@ -53,11 +53,12 @@ impl ModelBackend for CpuModel {
         "cpu".into()
     }
 
-    fn new_session(&self, n_ctx: usize) -> Result<Box<dyn SessionBackend + '_>> {
+    fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
         Ok(Box::new(CpuSession {
             net: &self.net,
-            cache: KvCache::new(&self.net, n_ctx)?,
+            cache: KvCache::with_spec(&self.net, n_ctx, kv)?,
             opts: self.net.options(),
+            tokens: Vec::new(),
         }))
     }
 
@@ -67,7 +68,7 @@ impl ModelBackend for CpuModel {
         opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
-        let mut cache = KvCache::new(&self.net, tokens.len().saturating_sub(1))?;
+        let mut cache = KvCache::with_spec(&self.net, tokens.len().saturating_sub(1), &opts.kv)?;
         score_in_cache(
             &self.net,
             &self.net.options(),
@@ -101,6 +102,41 @@ struct CpuSession<'m> {
     cache: KvCache,
     /// This session's numerics (the model's when the session was made, unless switched).
     opts: ForwardOptions,
+    /// The tokens in the cache (a compressed cache that cannot be truncated exactly re-runs
+    /// some of them: `restore`).
+    tokens: Vec<u32>,
+}
+
+impl CpuSession<'_> {
+    /// Make the cache hold exactly `tokens[..n]`: truncate it, and re-run what a KIVI cache could
+    /// not keep (the tokens between the start of a quantized block and `n`). On a failure of
+    /// that re-run the cache keeps what it could.
+    fn restore(&mut self, n: usize) {
+        let n = n.min(self.tokens.len());
+        let kept = self.cache.truncate(n);
+        if kept < n {
+            let redo = self.tokens.get(kept..n).unwrap_or_default().to_vec();
+            log::debug!(
+                "KV cache: re-running {} tokens after truncating into a quantized block",
+                redo.len()
+            );
+            let r = self.net.forward_until(
+                &self.opts,
+                &redo,
+                &mut self.cache,
+                LogitsWanted::None,
+                &|| false,
+            );
+            if let Err(e) = r {
+                log::warn!(
+                    "KV cache: re-running {} tokens failed ({e}); the cache holds {}",
+                    redo.len(),
+                    self.cache.len()
+                );
+            }
+        }
+        self.tokens.truncate(self.cache.len());
+    }
 }
 
 impl SessionBackend for CpuSession<'_> {
@@ -109,14 +145,28 @@ impl SessionBackend for CpuSession<'_> {
             Logits::Last => LogitsWanted::Last,
             Logits::All => LogitsWanted::All,
         };
-        // A stopped or failed pass leaves the cache length as it was.
-        self.net
-            .forward_until(&self.opts, tokens, &mut self.cache, wanted, stop)?
-            .ok_or(EngineError::Cancelled)
+        // A stopped or failed pass leaves the cache as it was (restored exactly).
+        let p0 = self.cache.len();
+        self.tokens.truncate(p0);
+        self.tokens.extend_from_slice(tokens);
+        let r = self
+            .net
+            .forward_until(&self.opts, tokens, &mut self.cache, wanted, stop);
+        match r {
+            Ok(Some(l)) => Ok(l),
+            Ok(None) => {
+                self.restore(p0);
+                Err(EngineError::Cancelled)
+            }
+            Err(e) => {
+                self.restore(p0);
+                Err(e.into())
+            }
+        }
     }
 
     fn truncate(&mut self, n: usize) {
-        self.cache.truncate(n);
+        self.restore(n);
     }
 
     fn len(&self) -> usize {
@@ -133,7 +183,12 @@ impl SessionBackend for CpuSession<'_> {
         opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
-        score_in_cache(self.net, &self.opts, &mut self.cache, tokens, opts, obs)
+        self.tokens.clear();
+        let r = score_in_cache(self.net, &self.opts, &mut self.cache, tokens, opts, obs);
+        let held = self.cache.len();
+        self.tokens
+            .extend_from_slice(tokens.get(..held).unwrap_or_default());
+        r
     }
 
     fn kv_bytes_per_token(&self) -> u64 {
@@ -184,6 +239,8 @@ pub(crate) fn score_in_cache(
     let r = score_batches(net, fwd, cache, tokens, opts, obs);
     if r.is_err() {
         cache.clear();
+    } else {
+        obs.kv_cache(cache.bytes_in_use(), cache.len());
     }
     r
 }

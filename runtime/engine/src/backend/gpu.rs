@@ -12,7 +12,7 @@ use tern_reference::ForwardOptions;
 use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
 use crate::error::{EngineError, Result};
 use crate::options::LoadOptions;
-use crate::options::{ScoreObserver, ScoreOptions};
+use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,
@@ -62,7 +62,8 @@ impl ModelBackend for GpuBackend {
         format!("gpu ({}, {})", i.name, i.backend)
     }
 
-    fn new_session(&self, n_ctx: usize) -> Result<Box<dyn SessionBackend + '_>> {
+    fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
+        gpu_kv_supported(kv)?;
         Ok(Box::new(GpuState(GpuSession::new(
             Arc::clone(&self.model),
             n_ctx as u64,
@@ -77,6 +78,7 @@ impl ModelBackend for GpuBackend {
         opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
+        gpu_kv_supported(&opts.kv)?;
         let n_in = tokens.len().saturating_sub(1);
         let batch = if opts.batch == 0 { 512 } else { opts.batch };
         let fresh = |n_ctx: usize| -> Result<Scorer> {
@@ -275,5 +277,23 @@ impl SessionBackend for GpuState {
             ));
         }
         Ok(())
+    }
+}
+
+/// The one spot where the GPU backend refuses compressed KV caches until tern_gpu implements
+/// them (issue 14's GPU half replaces this with passing the spec to `GpuSession`).
+fn gpu_kv_supported(kv: &KvSpec) -> Result<()> {
+    if *kv == KvSpec::default() {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidArgument(format!(
+            "KV cache format {}{} is not implemented on the GPU yet: use --device cpu or --kv f32",
+            kv.quant.name(),
+            if kv.minicache.is_some() {
+                " + MiniCache"
+            } else {
+                ""
+            }
+        )))
     }
 }

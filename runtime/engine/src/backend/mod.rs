@@ -15,7 +15,7 @@ use tern_reference::ForwardOptions;
 
 use crate::error::Result;
 use crate::options::{Device, LoadOptions};
-use crate::options::{ScoreObserver, ScoreOptions};
+use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
 use crate::report::{KernelTime, ModelReport, SessionReport};
 
 pub(crate) mod cpu;
@@ -39,8 +39,8 @@ pub(crate) type Stop<'a> = &'a dyn Fn() -> bool;
 pub(crate) trait ModelBackend: Send + Sync {
     /// "cpu", or "gpu (adapter name, backend)".
     fn device_name(&self) -> String;
-    /// A session with a KV cache of `n_ctx` positions (`n_ctx > 0`).
-    fn new_session(&self, n_ctx: usize) -> Result<Box<dyn SessionBackend + '_>>;
+    /// A session with a KV cache of `n_ctx` positions (`n_ctx > 0`) in the format `kv`.
+    fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>>;
     /// `log p(tokens[i+1] | tokens[..=i])` from an empty cache (`tokens.len() ≥ 2`, ids checked).
     fn score(
         &self,
@@ -68,7 +68,8 @@ pub(crate) trait SessionBackend: Send {
     /// Run `tokens` after what the cache holds (non-empty, ids checked, room checked); `stop`
     /// cancels it ([`crate::EngineError::Cancelled`]). On any error `len()` is what it was.
     fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>>;
-    /// Keep only the first `n` positions.
+    /// Keep only the first `n` positions (a compressed cache that cannot keep exactly `n` —
+    /// KIVI inside a quantized block — re-runs the tokens it dropped; `len()` says what is held).
     fn truncate(&mut self, n: usize);
     /// Positions filled.
     fn len(&self) -> usize;
