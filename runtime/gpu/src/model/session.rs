@@ -37,6 +37,9 @@ pub struct GpuSession {
     pub(crate) n_ctx: u64,
     pub(crate) max_batch: u64,
     pub(crate) len: u64,
+    /// Positions any layer may have written (≥ `len` after a failed or stopped batch): what the
+    /// KIVI truncation rule looks at.
+    written: u64,
     pub(crate) kv: KvCache,
     pub(crate) s: Scratch,
     /// Per batch size and output: the recorded pass, in submission segments.
@@ -79,6 +82,7 @@ impl GpuSession {
             n_ctx,
             max_batch,
             len: 0,
+            written: 0,
             kv,
             s,
             plans: HashMap::new(),
@@ -118,9 +122,18 @@ impl GpuSession {
         &self.kv
     }
 
-    /// Forget the cache beyond the first `n` positions (the KV rows are overwritten later).
-    pub fn truncate(&mut self, n: u64) {
-        self.len = self.len.min(n);
+    /// Forget the cache beyond the first `n` positions (the KV rows are overwritten later) and
+    /// return the length kept: `min(n, len())`, except in a KIVI cache where the block of `R`
+    /// positions holding `n` was quantized already — its f16 rows are gone — where it keeps the
+    /// block's start `R·⌊n/R⌋` (`tern_format::kv`, "Truncation"); the caller re-runs the tokens
+    /// between the two.
+    pub fn truncate(&mut self, n: u64) -> u64 {
+        let m = n.min(self.len);
+        let q = self.kv.layout().quantized(m);
+        let block_quantized = self.kv.layout().quantized(self.written) > q;
+        self.len = if m != q && block_quantized { q } else { m };
+        self.written = self.len;
+        self.len
     }
 
     /// Largest batch whose every-token logits fit the logits buffer.
@@ -220,6 +233,7 @@ impl GpuSession {
         }
         self.plan_for(n, wanted)?;
         self.write_inputs(tokens)?;
+        self.written = self.written.max(self.len + n);
         let m = Arc::clone(&self.model);
         let ctx = &*m.ctx;
         let hp = &m.hp;
@@ -263,7 +277,8 @@ impl GpuSession {
     }
 
     /// Run `f` and put `len()` back where it was when it fails or is stopped: a failed or
-    /// cancelled call leaves the session at its last good position.
+    /// cancelled call leaves the session at its last good position (a KIVI cache whose block
+    /// holding it was quantized meanwhile: at that block's start, [`GpuSession::truncate`]).
     fn rollback_on_failure<T>(
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<Option<T>>,
@@ -271,7 +286,7 @@ impl GpuSession {
         let len0 = self.len;
         let r = f(self);
         if !matches!(r, Ok(Some(_))) {
-            self.len = self.len.min(len0);
+            self.truncate(len0);
         }
         r
     }
@@ -283,7 +298,8 @@ impl GpuSession {
     }
 
     /// [`GpuSession::eval`] that checks `stop` between GPU submissions (every layer of a batch of
-    /// [`LAYERED_SUBMIT_MIN_TOKENS`] or more) and returns `Ok(None)` when it says so. After `Ok(None)` or an error, `len()` is what it was before the call.
+    /// [`LAYERED_SUBMIT_MIN_TOKENS`] or more) and returns `Ok(None)` when it says so. After `Ok(None)` or an error, `len()` is what it was before the call
+    /// (KIVI: or the start of the block holding it, see [`GpuSession::truncate`]).
     pub fn eval_with(&mut self, tokens: &[u32], stop: Stop<'_>) -> Result<Option<Vec<f32>>> {
         if tokens.is_empty() {
             return Err(GpuError::invalid("eval", "no tokens"));
