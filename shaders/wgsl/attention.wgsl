@@ -61,6 +61,9 @@ struct Step {
 @group(0) @binding(4) var<storage, read> vc: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<uniform> g: Geom;
+// MC = 1: layer a's own rows of this batch, not merged yet ([n_tokens][row] f32)
+@group(0) @binding(7) var<storage, read> pk: array<f32>;
+@group(0) @binding(8) var<storage, read> pv: array<f32>;
 
 struct Geom {
     row: u32,
@@ -77,12 +80,41 @@ struct Geom {
     ngroups: u32,
     n_tokens: u32,
     is_key: u32,
+    mag: u32,
+    pool: u32,
+    pool_pos: u32,
+    count: u32,
+    cap: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 // 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
 override FMT: u32 = 0u;
+// MiniCache: 0 a layer of its own; 1 the first layer (a) of a merged pair: positions < p0 are
+// mag[p][0][h] · direction, the batch's own positions its unmerged rows (pk, pv); 2 the second
+// (b): mag[p][1][h] · direction, or the pool's f16 row when mag[p][1][h] = 0x8000 | slot.
+override MC: u32 = 0u;
+
+// Positions held in the stream being read: p0 + n_tokens after this batch's store, but only p0
+// for a pair's first layer (the pair's stream gets this batch when layer b merges it).
+fn held() -> u32 {
+    if (MC == 1u) {
+        return step.p0;
+    }
+    return n_held();
+}
+
+// MiniCache: this layer's magnitude bits of (j, h) from the word `mag_word` names (position j's
+// [2][heads] halves are `heads` words from g.mag).
+fn mc_bits(word: u32, j: u32, h: u32) -> u32 {
+    let hx = select(0u, g.heads, MC == 2u) + h;
+    return (word >> ((hx & 1u) * 16u)) & 0xffffu;
+}
+
+fn mag_word(j: u32, h: u32) -> u32 {
+    let hx = select(0u, g.heads, MC == 2u) + h;
+    return g.mag + j * g.heads + (hx >> 1u);
+}
 
 fn fmt_bits() -> u32 {
     switch FMT {
@@ -134,8 +166,40 @@ fn n_held() -> u32 {
     return min(step.p0 + g.n_tokens, g.n_ctx);
 }
 
-// Key channel c (of the row) of position j, kv head h.
+// Key channel c (of the row) of position j, kv head h, as this layer reads it.
 fn kget(j: u32, h: u32, c: u32) -> f32 {
+    if (MC == 0u) {
+        return kdir(j, h, c);
+    }
+    if (MC == 1u && j >= step.p0) {
+        return pk[(j - step.p0) * g.row + c];
+    }
+    let bits = mc_bits(kc[mag_word(j, h)], j, h);
+    if (MC == 2u && (bits & 0x8000u) != 0u) {
+        let e = (bits & 0x7fffu) * g.head_dim + (c - h * g.head_dim);
+        return half_at(kc[g.pool + (e >> 1u)], e);
+    }
+    return kdir(j, h, c) * f16_bits_to_f32(bits);
+}
+
+// Value channel c of position j, kv head h, as this layer reads it.
+fn vget(j: u32, h: u32, c: u32) -> f32 {
+    if (MC == 0u) {
+        return vdir(j, h, c);
+    }
+    if (MC == 1u && j >= step.p0) {
+        return pv[(j - step.p0) * g.row + c];
+    }
+    let bits = mc_bits(vc[mag_word(j, h)], j, h);
+    if (MC == 2u && (bits & 0x8000u) != 0u) {
+        let e = (bits & 0x7fffu) * g.head_dim + (c - h * g.head_dim);
+        return half_at(vc[g.pool + (e >> 1u)], e);
+    }
+    return vdir(j, h, c) * f16_bits_to_f32(bits);
+}
+
+// Key channel c (of the row) of position j, kv head h, as stored (the format's decode).
+fn kdir(j: u32, h: u32, c: u32) -> f32 {
     if (FMT == 0u) {
         return bitcast<f32>(kc[j * g.row + c]);
     }
@@ -144,7 +208,7 @@ fn kget(j: u32, h: u32, c: u32) -> f32 {
         return half_at(kc[e >> 1u], e);
     }
     if (is_kivi()) {
-        let n = n_held();
+        let n = held();
         if (j >= g.resid * (n / g.resid)) {
             let e = (j % g.resid) * g.row + c;
             return half_at(kc[g.k_win + (e >> 1u)], e);
@@ -160,8 +224,8 @@ fn kget(j: u32, h: u32, c: u32) -> f32 {
     return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, s);
 }
 
-// Value channel c of position j, kv head h.
-fn vget(j: u32, h: u32, c: u32) -> f32 {
+// Value channel c of position j, kv head h, as stored.
+fn vdir(j: u32, h: u32, c: u32) -> f32 {
     if (FMT == 0u) {
         return bitcast<f32>(vc[j * g.row + c]);
     }
@@ -170,7 +234,7 @@ fn vget(j: u32, h: u32, c: u32) -> f32 {
         return half_at(vc[e >> 1u], e);
     }
     if (is_kivi()) {
-        let n = n_held();
+        let n = held();
         if (j >= g.resid * (n / g.resid)) {
             let e = (j % g.resid) * g.row + c;
             return half_at(vc[g.v_win + (e >> 1u)], e);

@@ -47,8 +47,12 @@ struct Geom {
     ngroups: u32,
     n_tokens: u32,
     is_key: u32,
+    mag: u32,
+    pool: u32,
+    pool_pos: u32,
+    count: u32,
+    cap: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 struct Step {

@@ -108,13 +108,14 @@ fn main() -> anyhow::Result<()> {
         ]
     };
     let n_ctx: u64 = if quick { 1024 } else { 16384 };
-    let formats: Vec<tern_format::KvQuant> = match std::env::args().skip_while(|a| a != "--kv").nth(1) {
-        Some(list) => list
-            .split(',')
-            .map(tern_format::KvQuant::parse)
-            .collect::<Result<_, _>>()?,
-        None => vec![tern_format::KvQuant::F32],
-    };
+    let formats: Vec<tern_format::KvQuant> =
+        match std::env::args().skip_while(|a| a != "--kv").nth(1) {
+            Some(list) => list
+                .split(',')
+                .map(tern_format::KvQuant::parse)
+                .collect::<Result<_, _>>()?,
+            None => vec![tern_format::KvQuant::F32],
+        };
     let step = ctx.create_buffer(
         "step",
         16,

@@ -382,7 +382,13 @@ fn attention_section(
         let qb = ctx.upload("q", &bytes(&q))?;
         let ob = ctx.zeroed("out", prefill * q_dim * 4)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        let layout = kernels::KvLayout::new(tern_format::KvQuant::F32, Default::default(), nkv, hd, n_ctx)?;
+        let layout = kernels::KvLayout::new(
+            tern_format::KvQuant::F32,
+            Default::default(),
+            nkv,
+            hd,
+            n_ctx,
+        )?;
         let mut cases: Vec<(u64, u64)> = depths.iter().map(|&d| (d, 1)).collect();
         cases.push((0, prefill));
         for (p0, n) in cases {

@@ -19,6 +19,19 @@ pub use tern_format::ggml::BlockType as GgmlType;
 /// its own compiled kernels (an override constant), never a runtime flag inside one.
 pub type KvFormat = tern_format::KvQuant;
 
+/// How an attention layer reads its cache (MiniCache pairs share one): part of the attention
+/// pipeline key (`attention.wgsl`'s `MC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvRole {
+    /// Its own keys and values.
+    #[default]
+    Own,
+    /// The first layer of a merged pair: magnitude 0 · direction, its batch's rows unmerged.
+    First,
+    /// The second layer: magnitude 1 · direction, or its retained row.
+    Second,
+}
+
 /// Elementwise ops of `elementwise.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EltOp {
@@ -59,7 +72,9 @@ pub enum KernelKey {
     },
     /// KIVI: new positions into the f16 window.
     KvWindow,
-    Attention(KvFormat),
+    Attention(KvFormat, KvRole),
+    /// MiniCache: merge a pair's keys or values.
+    MinicacheMerge,
     /// Merge of split-K attention partials.
     AttentionCombine,
     /// Embedding-row lookup from a float table / a ggml-block table.
@@ -124,7 +139,15 @@ impl fmt::Display for KernelKey {
                 if *keys { "keys" } else { "values" }
             ),
             KernelKey::KvWindow => f.write_str("kv_window"),
-            KernelKey::Attention(kv) => write!(f, "attention_{}_wg256", kv.name()),
+            KernelKey::Attention(kv, role) => {
+                let mc = match role {
+                    KvRole::Own => "",
+                    KvRole::First => "_mc1",
+                    KvRole::Second => "_mc2",
+                };
+                write!(f, "attention_{}{mc}_wg256", kv.name())
+            }
+            KernelKey::MinicacheMerge => f.write_str("minicache_merge"),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
             KernelKey::EmbedFloat(t) => f.write_str(match t {
                 FloatType::F32 => "embed_f32",
@@ -167,7 +190,8 @@ impl KernelKey {
             KernelKey::KvStore(_) | KernelKey::KvKivi { .. } | KernelKey::KvWindow => {
                 Shader::KvStore
             }
-            KernelKey::Attention(_) => Shader::Attention,
+            KernelKey::Attention(..) => Shader::Attention,
+            KernelKey::MinicacheMerge => Shader::MinicacheMerge,
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
             KernelKey::TopK { .. } => Shader::TopK,
@@ -340,11 +364,18 @@ mod tests {
             } else {
                 keys.push(KernelKey::KvStore(kv));
             }
-            keys.push(KernelKey::Attention(kv));
-            let fmt = k_const(KernelKey::Attention(kv), "FMT");
-            assert_eq!(fmt, Some(kv_fmt_id(kv)), "{kv:?}");
+            for (i, role) in [KvRole::Own, KvRole::First, KvRole::Second]
+                .into_iter()
+                .enumerate()
+            {
+                let k = KernelKey::Attention(kv, role);
+                keys.push(k);
+                assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+                assert_eq!(k_const(k, "MC"), Some(i as u32), "{kv:?}");
+            }
         }
         keys.push(KernelKey::KvWindow);
+        keys.push(KernelKey::MinicacheMerge);
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
             keys.push(KernelKey::Elementwise(op));
         }

@@ -7,9 +7,9 @@
 
 use crate::device::check::{check_binding as binding, check_buffer as need, u32_of};
 use crate::device::context::GpuContext;
-pub use crate::device::params::StepParams;
 use crate::device::params::AttnParams;
-use crate::device::pipeline::KernelKey;
+pub use crate::device::params::StepParams;
+use crate::device::pipeline::{KernelKey, KvRole};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::kv::KvLayout;
@@ -116,6 +116,65 @@ pub fn attention_with_split(
         scale,
         forced_split,
         None,
+        KvRead::Own,
+    )
+}
+
+/// How a layer reads its cache: its own, or as the first / second layer of a MiniCache pair
+/// (`attention.wgsl`'s `MC`; the first layer's own batch rows are read unmerged from `k`, `v`,
+/// `[n_tokens][row]` f32).
+#[derive(Debug, Clone, Copy)]
+pub enum KvRead<'a> {
+    Own,
+    First {
+        k: &'a wgpu::Buffer,
+        v: &'a wgpu::Buffer,
+    },
+    Second,
+}
+
+impl KvRead<'_> {
+    fn role(&self) -> KvRole {
+        match self {
+            KvRead::Own => KvRole::Own,
+            KvRead::First { .. } => KvRole::First,
+            KvRead::Second => KvRole::Second,
+        }
+    }
+}
+
+/// [`attention_with_split`] reading the cache as `read` says (MiniCache pairs; parity tests).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_role(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    layout: &KvLayout,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    scale: f32,
+    forced_split: Option<u64>,
+    read: KvRead<'_>,
+) -> Result<()> {
+    attention_in(
+        ctx,
+        enc,
+        layout,
+        step,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        n_tokens,
+        n_head,
+        scale,
+        forced_split,
+        None,
+        read,
     )
 }
 
@@ -136,6 +195,7 @@ pub(crate) fn attention_into(
     n_head: u64,
     scale: f32,
     partials: &wgpu::Buffer,
+    read: KvRead<'_>,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -151,6 +211,7 @@ pub(crate) fn attention_into(
         scale,
         None,
         Some(partials),
+        read,
     )
 }
 
@@ -197,6 +258,7 @@ fn attention_in(
     scale: f32,
     forced_split: Option<u64>,
     partials: Option<&wgpu::Buffer>,
+    read: KvRead<'_>,
 ) -> Result<()> {
     const OP: &str = "attention";
     let (n_head_kv, head_dim, n_ctx) = (layout.heads, layout.head_dim, layout.n_ctx);
@@ -222,6 +284,22 @@ fn attention_in(
     need(OP, "v cache", v_cache, layout.buffer_bytes(false))?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
     layout.check_binding(ctx)?;
+    if layout.pair == matches!(read, KvRead::Own) {
+        return Err(GpuError::internal(
+            OP,
+            "a MiniCache pair's buffers are read as its first or second layer, only",
+        ));
+    }
+    // the first layer's unmerged batch rows (every variant binds two; q stands in otherwise)
+    let (pk, pv) = match read {
+        KvRead::First { k, v } => {
+            let rows = n_tokens.saturating_mul(layout.row()).saturating_mul(4);
+            need(OP, "pending keys", k, rows)?;
+            need(OP, "pending values", v, rows)?;
+            (k, v)
+        }
+        _ => (q, q),
+    };
     binding(ctx, "queries", qb)?;
     let group = n_head / n_head_kv;
     let n_hg = group.div_ceil(HEADS_PER_WG);
@@ -249,12 +327,12 @@ fn attention_in(
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
     let geom = ctx.uniform(bytemuck::bytes_of(&layout.geom(n_tokens, false)?))?;
     let groups = (u32_of(OP, "workgroups", wgs_x)?, p.n_tokens, p.n_split);
-    let key = KernelKey::Attention(layout.quant);
+    let key = KernelKey::Attention(layout.quant, read.role());
     if n_split == 1 {
         return ctx.dispatch(
             enc,
             key,
-            &[&params, step, q, k_cache, v_cache, out, &geom],
+            &[&params, step, q, k_cache, v_cache, out, &geom, pk, pv],
             groups,
         );
     }
@@ -274,7 +352,7 @@ fn attention_in(
     ctx.dispatch(
         enc,
         key,
-        &[&params, step, q, k_cache, v_cache, partials, &geom],
+        &[&params, step, q, k_cache, v_cache, partials, &geom, pk, pv],
         groups,
     )?;
     // attention_combine.wgsl: one workgroup per 32 dims of a (head, token)

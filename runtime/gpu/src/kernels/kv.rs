@@ -7,6 +7,11 @@
 //! as pairs of halves), then the f16 parameters (absmax scales two per word; KIVI (scale, min)
 //! pairs one per word), then — KIVI — the f16 window as a ring of `R` rows. `kv_store.wgsl`
 //! documents the sections and the stages; [`KvLayout::geom`] is what the kernels read.
+//!
+//! A MiniCache pair's buffer ([`KvLayout::pair`]: the design of `tern_reference::kv`) holds the
+//! pair's merged directions in those sections, then (from the same word in the key and the
+//! value buffer) the magnitudes `[n_ctx][2][n_head_kv]` f16 (`heads` words per position), the
+//! retained pool `[cap][head_dim]` f16, its positions `[cap]` u32 and its count (one u32).
 
 use tern_format::{Kivi, KvQuant};
 
@@ -26,6 +31,8 @@ pub struct KvLayout {
     pub heads: u64,
     pub head_dim: u64,
     pub n_ctx: u64,
+    /// A MiniCache pair's buffer (magnitudes and the retained pool after the directions).
+    pub pair: bool,
 }
 
 impl KvLayout {
@@ -62,7 +69,43 @@ impl KvLayout {
             heads,
             head_dim,
             n_ctx,
+            pair: false,
         })
+    }
+
+    /// The layout of a MiniCache pair's buffers (directions in this format, then magnitudes and
+    /// the retained pool); the GPU merge needs an even head_dim and at most 256 kv heads.
+    pub fn pair(self) -> Result<Self> {
+        if self.head_dim % 2 != 0 || self.heads > 256 {
+            return Err(GpuError::invalid(
+                "kv cache",
+                format!(
+                    "MiniCache on the GPU needs an even head_dim and at most 256 kv heads, not \
+                     {} × {}",
+                    self.heads, self.head_dim
+                ),
+            ));
+        }
+        Ok(KvLayout { pair: true, ..self })
+    }
+
+    /// Retained-pool entries of a pair holding up to `n` positions
+    /// (`tern_format::MiniCache::pool_capacity`); 0 for a layer of its own.
+    pub fn pool_cap(&self, n: u64) -> u64 {
+        if self.pair {
+            n.saturating_mul(self.heads).div_ceil(8).min(32768)
+        } else {
+            0
+        }
+    }
+
+    /// Word offsets of a pair's magnitudes, pool, pool positions and count (for `n` positions).
+    fn pair_words(&self, n: u64) -> [u64; 4] {
+        let base = self.base_words(n, true).max(self.base_words(n, false));
+        let mag = base;
+        let pool = mag + n.saturating_mul(self.heads);
+        let pos = pool + self.pool_cap(n) * self.head_dim / 2;
+        [mag, pool, pos, pos + self.pool_cap(n)]
     }
 
     /// Values per position (`n_head_kv · head_dim`).
@@ -144,9 +187,23 @@ impl KvLayout {
         }
     }
 
+    /// Words of the directions' (or a layer's) sections of a buffer holding `n` positions.
+    fn base_words(&self, n: u64, key: bool) -> u64 {
+        self.code_words(n) + self.param_words(n, key) + self.window_words(n)
+    }
+
     /// Words of one layer's key (or value) buffer holding `n` positions.
     fn words_for(&self, n: u64, key: bool) -> u64 {
-        self.code_words(n) + self.param_words(n, key) + self.window_words(n)
+        if self.pair {
+            self.pair_words(n)[3] + 1
+        } else {
+            self.base_words(n, key)
+        }
+    }
+
+    /// Word offsets of a pair buffer's magnitudes, pool, pool positions and count.
+    pub fn pair_sections(&self) -> [u64; 4] {
+        self.pair_words(self.n_ctx)
     }
 
     /// Bytes of one layer's key (`key`) or value buffer.
@@ -197,6 +254,11 @@ impl KvLayout {
             self.window_word(true),
             self.window_word(false),
         );
+        let [mag, pool, pool_pos, count] = if self.pair {
+            self.pair_sections()
+        } else {
+            [0; 4]
+        };
         Ok(KvGeom {
             row: u32_of(OP, "row", self.row())?,
             heads: u32_of(OP, "heads", self.heads)?,
@@ -212,8 +274,12 @@ impl KvLayout {
             ngroups: u32_of(OP, "ngroups", self.ngroups())?,
             n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
             is_key: u32::from(key),
+            mag: u32_of(OP, "mag", mag)?,
+            pool: u32_of(OP, "pool", pool)?,
+            pool_pos: u32_of(OP, "pool_pos", pool_pos)?,
+            count: u32_of(OP, "count", count)?,
+            cap: u32_of(OP, "cap", self.pool_cap(self.n_ctx))?,
             _pad0: 0,
-            _pad1: 0,
         })
     }
 
@@ -224,9 +290,8 @@ impl KvLayout {
         let n = n.min(self.n_ctx);
         let q = self.quantized(n);
         let win_rows = if self.quant.is_kivi() { n - q } else { 0 };
-        let per = |key| {
-            (self.code_words(q) + self.param_words(q, key)) * 4 + win_rows * self.row() * 2
-        };
+        let per =
+            |key| (self.code_words(q) + self.param_words(q, key)) * 4 + win_rows * self.row() * 2;
         per(true) + per(false)
     }
 
@@ -255,7 +320,12 @@ pub fn kv_store(
 ) -> Result<()> {
     const OP: &str = "kv_store";
     let row = layout.row();
-    need(OP, "src", src, n_tokens.saturating_mul(row).saturating_mul(4))?;
+    need(
+        OP,
+        "src",
+        src,
+        n_tokens.saturating_mul(row).saturating_mul(4),
+    )?;
     need(OP, "cache", cache, layout.buffer_bytes(key))?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
     layout.check_binding(ctx)?;
@@ -291,7 +361,10 @@ pub fn kv_store(
     };
     run(
         enc,
-        KernelKey::KvKivi { quant: q, keys: key },
+        KernelKey::KvKivi {
+            quant: q,
+            keys: key,
+        },
         rows * layout.wpr(),
     )?;
     run(enc, KernelKey::KvWindow, n_tokens * (row / 2))
@@ -355,7 +428,17 @@ mod tests {
             l2.buffer_bytes(true).max(l2.buffer_bytes(false)) <= limit
         };
         assert!(fits(n) && !fits(n + 1), "{n}");
-        assert!(KvLayout::new(KvQuant::Kivi4, Kivi { group: 32, residual: 0 }, 1, 64, 8).is_err());
+        assert!(KvLayout::new(
+            KvQuant::Kivi4,
+            Kivi {
+                group: 32,
+                residual: 0
+            },
+            1,
+            64,
+            8
+        )
+        .is_err());
         assert!(KvLayout::new(KvQuant::F16, Kivi::default(), 1, 7, 8).is_err());
     }
 }

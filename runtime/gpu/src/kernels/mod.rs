@@ -7,6 +7,7 @@
 //! * `act_quant.rs` — INT8 activation quantization, alone or fused into RMSNorm;
 //! * `pointwise.rs` — RMSNorm, RoPE, GLU and residual add;
 //! * `kv.rs` — the KV cache's layout in every format and the store (quantize on write);
+//! * `minicache.rs` — MiniCache's merge of a pair of layers (SLERP, magnitudes, retained pool);
 //! * `attention.rs` — split-K causal GQA attention reading the cache as stored;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
 //! * `sample.rs` — argmax and top-k of logits;
@@ -24,6 +25,7 @@ pub mod cce;
 pub mod embed;
 pub mod kv;
 pub mod matmul;
+pub mod minicache;
 pub mod neuzip;
 pub mod pointwise;
 pub mod sample;
@@ -31,9 +33,11 @@ pub mod sample;
 pub use act_quant::{
     act_stride_words, quantize_act_int8, quantize_act_int8_into, rmsnorm_quant_int8, ActInt8,
 };
-pub use attention::{attention, attention_splits, attention_with_split, StepParams};
-pub use kv::{kv_store, KvLayout};
+pub use attention::{
+    attention, attention_role, attention_splits, attention_with_split, KvRead, StepParams,
+};
 pub use embed::{embed_rows, EmbedTable};
+pub use kv::{kv_store, KvLayout};
 pub use matmul::{
     float_gemv, float_matmul, ggml_gemm, ggml_gemv, ggml_matmul, ternary_gemm, ternary_gemv,
     ternary_matmul, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,

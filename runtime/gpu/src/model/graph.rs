@@ -10,8 +10,10 @@ use crate::device::context::GpuContext;
 use crate::device::pipeline::EltOp;
 use crate::device::plan::{Plan, Recorder};
 use crate::error::{GpuError, Result};
-use crate::kernels::{self, cce, ActInt8, EmbedTable};
+use crate::kernels::attention::KvRead;
+use crate::kernels::{self, cce, minicache, ActInt8, EmbedTable, KvLayout};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
+use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
 use tern_format::FfnAct;
@@ -230,30 +232,64 @@ impl<'a> Graph<'a> {
         let p = &mut self.p;
         kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
         kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)?;
-        let cache = self.kv.layer(li)?;
-        let kvl = self.kv.layout();
-        kernels::kv_store(ctx, p, kvl, &s.step, &s.k, &cache.k, n, true)?;
-        kernels::kv_store(ctx, p, kvl, &s.step, &s.v, &cache.v, n, false)?;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let (k, v, o) = (&cache.k, &cache.v, &s.o);
-        kernels::attention::attention_into(
-            ctx,
-            p,
-            kvl,
-            &s.step,
-            &s.q,
-            k,
-            v,
-            o,
-            n,
-            nh,
-            scale,
-            &s.attn_partials,
-        )?;
+        self.kv_attention(li, n)?;
         let sub = l.attn_sub_norm.as_ref();
         let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q)?;
         self.linear(&l.wo, input, n, &s.proj)?;
         kernels::elementwise(ctx, &mut self.p, EltOp::Add, &s.x0, &s.proj, &s.x1, n * d)
+    }
+
+    /// The KV part of layer `li`'s attention block: store this batch's keys and values (`s.k`,
+    /// `s.v`, after RoPE) in the cache's format and attend over the cache into `s.o`. MiniCache
+    /// pairs: the first layer keeps its rows for the merge and attends over the pair's merged
+    /// past plus its own rows; the second merges the pair, stores the directions, attends.
+    fn kv_attention(&mut self, li: usize, n: u64) -> Result<()> {
+        let (ctx, s, hp) = (self.ctx, self.s, &self.m.hp);
+        let (nh, hd) = (u64::from(hp.n_head), u64::from(hp.head_dim));
+        let p = &mut self.p;
+        let (cache, role) = self.kv.layer(li)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
+        let attend = |p: &mut Plan, l: &KvLayout, read: KvRead<'_>| {
+            let part = &s.attn_partials;
+            kernels::attention::attention_into(
+                ctx, p, l, step, &s.q, k, v, o, n, nh, scale, part, read,
+            )
+        };
+        let mc = self.kv.mc_scratch();
+        match (role, mc, self.kv.spec().minicache) {
+            (KvRole::Own, ..) => {
+                let l = self.kv.layout();
+                kernels::kv_store(ctx, p, l, step, &s.k, k, n, true)?;
+                kernels::kv_store(ctx, p, l, step, &s.v, v, n, false)?;
+                attend(p, l, KvRead::Own)
+            }
+            (KvRole::First, Some(mc), Some(_)) => {
+                let bytes = n * self.kv.row_values() * 4;
+                p.record_copy(&s.k, 0, &mc.hold_k, 0, bytes);
+                p.record_copy(&s.v, 0, &mc.hold_v, 0, bytes);
+                let read = KvRead::First {
+                    k: &mc.hold_k,
+                    v: &mc.hold_v,
+                };
+                attend(p, self.kv.pair_layout(), read)
+            }
+            (KvRole::Second, Some(mc), Some(m)) => {
+                let l = self.kv.pair_layout();
+                let tg = (m.t, m.gamma);
+                minicache::merge(ctx, p, l, step, tg, &mc.hold_k, &s.k, &mc.dir_k, k, n, true)?;
+                minicache::merge(
+                    ctx, p, l, step, tg, &mc.hold_v, &s.v, &mc.dir_v, v, n, false,
+                )?;
+                kernels::kv_store(ctx, p, l, step, &mc.dir_k, k, n, true)?;
+                kernels::kv_store(ctx, p, l, step, &mc.dir_v, v, n, false)?;
+                attend(p, l, KvRead::Second)
+            }
+            _ => Err(GpuError::internal(
+                "plan",
+                "MiniCache layer without its pair",
+            )),
+        }
     }
 
     /// `x0` ← `x1` + FFN(`x1`) (SwiGLU or ReLU² GLU, BitNet's sub-norm before `down`).

@@ -9,13 +9,22 @@
 //! [`GpuContext::binding_limit`]: [`KvCache::new`] refuses a larger context with
 //! [`GpuError::TooLarge`] naming the largest that fits ([`KvCache::max_positions`]).
 //!
+//! MiniCache (the design of `tern_reference::kv`): from the start layer on, each pair of layers
+//! `(a, b)` shares one buffer pair ([`KvLayout::pair`]: the merged directions in the cache's
+//! format, the magnitudes, the retained pool); layer `a` attends over `mag[0]·direction` (its own
+//! batch's rows unmerged, kept in [`KvCache::mc_scratch`]), layer `b` merges the pair
+//! (`kernels::minicache::merge`), stores the directions and attends over `mag[1]·direction` or its
+//! retained rows. Layers without a partner keep their own buffers.
+//!
 //! Bytes: [`KvCache::bytes`] is what is allocated (the memory budget counts it);
 //! [`KvCache::bytes_in_use`] / [`KvCache::bytes_per_token`] are the spec's exact accounting of the
-//! positions held (`KvQuant::layer_bytes`: codes, scales, zero points, the f16 window), the same
-//! numbers the CPU reference's cache reports. A full cache is a typed error when a batch would
-//! pass `n_ctx` (`GpuSession::eval`: no context shift).
+//! positions held (`KvSpec::bytes_held`: codes, scales, zero points, the f16 window, magnitudes,
+//! retained rows), the same numbers the CPU reference's cache reports. A full cache is a typed
+//! error when a batch would pass `n_ctx` (`GpuSession::eval`: no context shift).
 
 use tern_format::{HParams, KvSpec};
+
+pub use crate::device::pipeline::KvRole;
 
 use crate::device::context::GpuContext;
 use crate::device::memory::Tracked;
@@ -30,13 +39,31 @@ pub struct KvLayer {
     pub v: wgpu::Buffer,
 }
 
+/// MiniCache's per-batch scratch: layer `a`'s rows (kept for the merge at layer `b`) and the
+/// merged directions, keys and values, `[max_batch][row]` f32 each.
+#[derive(Debug)]
+pub struct McScratch {
+    pub hold_k: wgpu::Buffer,
+    pub hold_v: wgpu::Buffer,
+    pub dir_k: wgpu::Buffer,
+    pub dir_v: wgpu::Buffer,
+}
+
 /// A preallocated KV cache for `n_ctx` positions of every layer (see the module doc).
 #[derive(Debug)]
 pub struct KvCache {
     spec: KvSpec,
     layout: KvLayout,
+    /// The layout of the MiniCache pairs' buffers.
+    pair_layout: KvLayout,
     hp: HParams,
+    /// Layers' own buffers, then one per MiniCache pair.
     layers: Vec<KvLayer>,
+    /// Per model layer: its buffers (index into `layers`) and how it reads them.
+    roles: Vec<(usize, KvRole)>,
+    /// Layers with buffers of their own (the pairs' come after them in `layers`).
+    own: usize,
+    mc: Option<McScratch>,
     /// Releases these bytes from the context's own count when the cache goes.
     _tracked: Tracked,
 }
@@ -51,12 +78,6 @@ impl KvCache {
     pub fn layout_for(hp: &HParams, n_ctx: u64, spec: &KvSpec) -> Result<KvLayout> {
         spec.check(hp)
             .map_err(|e| GpuError::invalid("kv cache", e.to_string()))?;
-        if spec.minicache.is_some() {
-            return Err(GpuError::invalid(
-                "kv cache",
-                "MiniCache is not implemented on the GPU",
-            ));
-        }
         KvLayout::new(
             spec.quant,
             spec.kivi,
@@ -66,48 +87,136 @@ impl KvCache {
         )
     }
 
-    /// Bytes a cache of `n_ctx` positions allocates (before allocating: the memory budget).
-    pub fn bytes_for(hp: &HParams, n_ctx: u64, spec: &KvSpec) -> u64 {
+    /// Layer pairs merged by MiniCache, and layers with buffers of their own.
+    fn counts(hp: &HParams, spec: &KvSpec) -> (u64, u64) {
+        let pairs = spec
+            .minicache
+            .map_or(0, |m| m.pairs(hp.n_layer).len() as u64);
+        (pairs, u64::from(hp.n_layer) - 2 * pairs)
+    }
+
+    /// Bytes a cache of `n_ctx` positions allocates for batches of up to `max_batch` tokens
+    /// (before allocating: the memory budget).
+    pub fn bytes_for(hp: &HParams, n_ctx: u64, spec: &KvSpec, max_batch: u64) -> u64 {
         let Ok(l) = Self::layout_for(hp, n_ctx.max(1), spec) else {
             return u64::MAX;
         };
-        let per_layer = [true, false]
-            .map(|k| l.buffer_bytes(k).max(4).div_ceil(4) * 4)
-            .iter()
-            .sum::<u64>();
-        per_layer.saturating_mul(u64::from(hp.n_layer))
+        let both = |l: &KvLayout| -> u64 {
+            [true, false]
+                .map(|k| l.buffer_bytes(k).max(4).div_ceil(4) * 4)
+                .iter()
+                .sum()
+        };
+        let (pairs, own) = Self::counts(hp, spec);
+        let mut total = own.saturating_mul(both(&l));
+        if pairs > 0 {
+            let Ok(pl) = l.pair() else {
+                return u64::MAX;
+            };
+            let scratch = 4 * max_batch.saturating_mul(l.row()).saturating_mul(4);
+            total = total
+                .saturating_add(pairs.saturating_mul(both(&pl)))
+                .saturating_add(scratch);
+        }
+        total
     }
 
     /// The largest context whose per-layer buffers fit one binding of `ctx`.
     pub fn max_positions(ctx: &GpuContext, hp: &HParams, spec: &KvSpec) -> u64 {
+        let limit = ctx.binding_limit();
         Self::layout_for(hp, 1, spec)
-            .map(|l| l.max_positions_within(ctx.binding_limit()))
+            .map(|l| match (spec.minicache, l.pair()) {
+                (Some(_), Ok(pl)) => l
+                    .max_positions_within(limit)
+                    .min(pl.max_positions_within(limit)),
+                _ => l.max_positions_within(limit),
+            })
             .unwrap_or(0)
     }
 
-    /// Allocate (zeroed) a cache of `n_ctx` positions in `spec` for the model `hp` describes.
-    pub fn new(ctx: &GpuContext, hp: &HParams, n_ctx: u64, spec: &KvSpec) -> Result<Self> {
+    /// Allocate (zeroed) a cache of `n_ctx` positions in `spec` for the model `hp` describes,
+    /// for batches of up to `max_batch` tokens (MiniCache's scratch).
+    pub fn new(
+        ctx: &GpuContext,
+        hp: &HParams,
+        n_ctx: u64,
+        spec: &KvSpec,
+        max_batch: u64,
+    ) -> Result<Self> {
         let layout = Self::layout_for(hp, n_ctx, spec)?;
         layout.check_binding(ctx)?;
+        let pairs = spec
+            .minicache
+            .map(|m| m.pairs(hp.n_layer))
+            .unwrap_or_default();
+        let pair_layout = if pairs.is_empty() {
+            layout
+        } else {
+            let pl = layout.pair()?;
+            pl.check_binding(ctx)?;
+            pl
+        };
+        let n_layer = hp.n_layer as usize;
+        let oom = |what: &str, n: usize| GpuError::OutOfMemory {
+            what: what.into(),
+            bytes: n as u64,
+        };
         let mut layers = Vec::new();
         layers
-            .try_reserve_exact(hp.n_layer as usize)
-            .map_err(|_| GpuError::OutOfMemory {
-                what: "KV cache layer table".into(),
-                bytes: u64::from(hp.n_layer),
-            })?;
-        for _ in 0..hp.n_layer {
+            .try_reserve_exact(n_layer)
+            .map_err(|_| oom("KV cache layer table", n_layer))?;
+        let mut roles = Vec::new();
+        roles
+            .try_reserve_exact(n_layer)
+            .map_err(|_| oom("KV cache layer table", n_layer))?;
+        let own = n_layer - 2 * pairs.len();
+        for l in 0..hp.n_layer {
+            let role = match pairs.iter().position(|&(a, b)| a == l || b == l) {
+                Some(i) => {
+                    let first = pairs.get(i).is_some_and(|&(a, _)| a == l);
+                    let r = if first { KvRole::First } else { KvRole::Second };
+                    (own + i, r)
+                }
+                None => {
+                    layers.push(KvLayer {
+                        k: ctx.zeroed("k cache", layout.buffer_bytes(true))?,
+                        v: ctx.zeroed("v cache", layout.buffer_bytes(false))?,
+                    });
+                    (layers.len() - 1, KvRole::Own)
+                }
+            };
+            roles.push(role);
+        }
+        for _ in &pairs {
             layers.push(KvLayer {
-                k: ctx.zeroed("k cache", layout.buffer_bytes(true))?,
-                v: ctx.zeroed("v cache", layout.buffer_bytes(false))?,
+                k: ctx.zeroed("minicache k", pair_layout.buffer_bytes(true))?,
+                v: ctx.zeroed("minicache v", pair_layout.buffer_bytes(false))?,
             });
         }
+        let mc = if pairs.is_empty() {
+            None
+        } else {
+            let b = max_batch
+                .max(1)
+                .saturating_mul(layout.row())
+                .saturating_mul(4);
+            Some(McScratch {
+                hold_k: ctx.zeroed("minicache a keys", b)?,
+                hold_v: ctx.zeroed("minicache a values", b)?,
+                dir_k: ctx.zeroed("minicache key directions", b)?,
+                dir_v: ctx.zeroed("minicache value directions", b)?,
+            })
+        };
         Ok(KvCache {
             spec: *spec,
             layout,
+            pair_layout,
             hp: hp.clone(),
             layers,
-            _tracked: ctx.track(Self::bytes_for(hp, n_ctx, spec)),
+            roles,
+            own,
+            mc,
+            _tracked: ctx.track(Self::bytes_for(hp, n_ctx, spec, max_batch)),
         })
     }
 
@@ -134,19 +243,61 @@ impl KvCache {
         self.layout.row()
     }
 
-    /// Exact bytes of every layer holding `n` positions (the spec's accounting).
-    pub fn bytes_in_use(&self, n: u64) -> u64 {
-        (self.layers.len() as u64).saturating_mul(self.layout.layer_bytes_in_use(&self.hp, n))
+    /// Exact bytes of every layer holding `n` positions with `retained` MiniCache pool entries
+    /// in use (the spec's accounting, `KvSpec::bytes_held`).
+    pub fn bytes_in_use(&self, n: u64, retained: u64) -> u64 {
+        self.spec
+            .bytes_held(&self.hp, n.min(self.n_ctx()), retained)
     }
 
     /// `kv_bytes_per_token` at `n` positions held: all bytes in use over the positions (0 when
     /// empty).
-    pub fn bytes_per_token(&self, n: u64) -> f64 {
+    pub fn bytes_per_token(&self, n: u64, retained: u64) -> f64 {
         let n = n.min(self.n_ctx());
         if n == 0 {
             return 0.0;
         }
-        self.bytes_in_use(n) as f64 / n as f64
+        self.bytes_in_use(n, retained) as f64 / n as f64
+    }
+
+    /// MiniCache pool entries in use at `n` positions held (all pairs, keys and values): read
+    /// back from the GPU (each pool's count and positions; entries at positions `≥ n`, left by
+    /// a truncation or a failed pass, are not counted). 0 without MiniCache.
+    pub fn retained(&self, ctx: &GpuContext, n: u64) -> Result<u64> {
+        if self.mc.is_none() {
+            return Ok(0);
+        }
+        let [_, _, pos, count] = self.pair_layout.pair_sections();
+        let cap = self.pair_layout.pool_cap(self.n_ctx());
+        let mut total = 0u64;
+        for l in self.layers.get(self.own..).unwrap_or_default() {
+            for b in [&l.k, &l.v] {
+                let c = ctx.read_bytes(b, count * 4, 4)?;
+                let c = c
+                    .get(..4)
+                    .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+                let c = u64::from(c).min(cap);
+                if c == 0 {
+                    continue;
+                }
+                let p = ctx.read_bytes(b, pos * 4, c * 4)?;
+                total += p
+                    .chunks_exact(4)
+                    .take_while(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])) < n)
+                    .count() as u64;
+            }
+        }
+        Ok(total)
+    }
+
+    /// The pairs' layout (MiniCache).
+    pub fn pair_layout(&self) -> &KvLayout {
+        &self.pair_layout
+    }
+
+    /// MiniCache's scratch (`None` without MiniCache).
+    pub fn mc_scratch(&self) -> Option<&McScratch> {
+        self.mc.as_ref()
     }
 
     /// Bytes of the whole cache as allocated.
@@ -154,10 +305,11 @@ impl KvCache {
         self.layers.iter().map(|l| l.k.size() + l.v.size()).sum()
     }
 
-    /// Layer `i`'s buffers.
-    pub fn layer(&self, i: usize) -> Result<&KvLayer> {
-        self.layers
+    /// Model layer `i`'s buffers and how it reads them (a MiniCache pair's layers share theirs).
+    pub fn layer(&self, i: usize) -> Result<(&KvLayer, KvRole)> {
+        self.roles
             .get(i)
+            .and_then(|&(b, r)| Some((self.layers.get(b)?, r)))
             .ok_or_else(|| GpuError::internal("kv cache", format!("no layer {i}")))
     }
 }

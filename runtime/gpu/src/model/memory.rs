@@ -143,7 +143,7 @@ pub(crate) fn session_bytes(
     kv: &KvSpec,
 ) -> u64 {
     let dispatches = u64::from(hp.n_layer) * 36 + 32;
-    KvCache::bytes_for(hp, n_ctx, kv)
+    KvCache::bytes_for(hp, n_ctx, kv, batch)
         .saturating_add(Scratch::bytes_for(ctx, hp, batch))
         .saturating_add(40 * SLACK + PLANS * dispatches * SLACK)
 }

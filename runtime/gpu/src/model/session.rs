@@ -70,7 +70,7 @@ impl GpuSession {
         }
         // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
         let max_batch = model.fit_session(n_ctx, max_batch, kv)?;
-        let kv = KvCache::new(&ctx, hp, n_ctx, kv)?;
+        let kv = KvCache::new(&ctx, hp, n_ctx, kv, max_batch)?;
         let s = Scratch::alloc(&ctx, hp, max_batch)?;
         let scratch_bytes = s.bytes();
         Ok(GpuSession {
@@ -112,9 +112,21 @@ impl GpuSession {
 
     /// `kv_bytes_per_token`: all bytes of the cache in use (codes, scales, zero points, the
     /// full-precision window) over the positions held; at an empty cache, what a full one takes.
+    /// (MiniCache: the retained rows are read back from the GPU; when that fails, counted as
+    /// none.)
     pub fn kv_bytes_per_token(&self) -> f64 {
-        let n = if self.len == 0 { self.n_ctx } else { self.len };
-        self.kv.bytes_per_token(n)
+        if self.len == 0 {
+            return self.kv.bytes_per_token(self.n_ctx, 0);
+        }
+        let retained = self.kv.retained(&self.model.ctx, self.len).unwrap_or(0);
+        self.kv.bytes_per_token(self.len, retained)
+    }
+
+    /// Exact bytes of the KV cache in use at `len()` positions (the spec's accounting:
+    /// `tern_format::KvSpec::bytes_held`).
+    pub fn kv_bytes_in_use(&self) -> Result<u64> {
+        let retained = self.kv.retained(&self.model.ctx, self.len)?;
+        Ok(self.kv.bytes_in_use(self.len, retained))
     }
 
     /// The KV cache (format, accounting).

@@ -134,8 +134,7 @@ fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String
                             put(want, base + i, c, !0);
                         }
                         for gi in 0..ng {
-                            let v =
-                                u32::from(s[gi].to_bits()) | (u32::from(m[gi].to_bits()) << 16);
+                            let v = u32::from(s[gi].to_bits()) | (u32::from(m[gi].to_bits()) << 16);
                             put(want, par + p * ng + gi, v, !0);
                         }
                         let out = &mut hat[p * row..(p + 1) * row];
@@ -296,14 +295,21 @@ fn run_replay(ctx: &GpuContext, rng: &mut Rng, q: KvQuant, kivi: Kivi) -> Result
         let or = oracle(&l, &k, &v, p0 + 1)?;
         let want = reference(&qv, &or.k_hat, &or.v_hat, p0, 1, n_head, n_kv, hd)?;
         let got = ctx.read_f32(&ob, q_dim).map_err(e)?;
-        score(&format!("replay at p0 = {p0}"), Check::Nmse(1e-6), &got, &want)?;
+        score(
+            &format!("replay at p0 = {p0}"),
+            Check::Nmse(1e-6),
+            &got,
+            &want,
+        )?;
         worst = worst.max(nmse(&got, &want));
         if p0 + 1 == n_ctx {
             compare("keys", &bits_of(ctx, &kb)?, &or.k_want)?;
             compare("values", &bits_of(ctx, &vb)?, &or.v_want)?;
         }
     }
-    Ok(format!("{n_ctx} steps, worst nmse {worst:.2e}, cache bit-exact"))
+    Ok(format!(
+        "{n_ctx} steps, worst nmse {worst:.2e}, cache bit-exact"
+    ))
 }
 
 /// A compressed cache over the binding limit is refused naming the largest context that fits,
@@ -311,7 +317,10 @@ fn run_replay(ctx: &GpuContext, rng: &mut Rng, q: KvQuant, kivi: Kivi) -> Result
 fn run_too_large(ctx: &GpuContext, _rng: &mut Rng) -> Result<String, String> {
     let l = KvLayout::new(KvQuant::Kivi3, Kivi::default(), 2, 64, 1).map_err(|e| e.to_string())?;
     let max = l.max_positions_within(ctx.binding_limit());
-    let over = KvLayout { n_ctx: max + 1, ..l };
+    let over = KvLayout {
+        n_ctx: max + 1,
+        ..l
+    };
     let fits = KvLayout { n_ctx: max, ..l };
     match (over.check_binding(ctx), fits.check_binding(ctx)) {
         (Err(GpuError::TooLarge { detail, .. }), Ok(()))
