@@ -32,7 +32,7 @@
 // window's f16 rows) — no decompressed copy of the cache exists. KIVI's split between quantized
 // and full-precision positions is the cache's after this batch's store: Q(n) = R·⌊n/R⌋ with
 // n = p0 + n_tokens, for keys and values alike.
-// Bindings: params; step; q [n_tokens][n_head·head_dim]; k_cache, v_cache (one layer's keys and
+// Bindings: params; step; q [n_tokens][n_head·head_dim] (MC = 1: then layer a's rows); k_cache, v_cache (one layer's keys and
 // values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
 // [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
 
@@ -61,9 +61,6 @@ struct Step {
 @group(0) @binding(4) var<storage, read> vc: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<uniform> g: Geom;
-// MC = 1: layer a's own rows of this batch, not merged yet ([n_tokens][row] f32)
-@group(0) @binding(7) var<storage, read> pk: array<f32>;
-@group(0) @binding(8) var<storage, read> pv: array<f32>;
 
 struct Geom {
     row: u32,
@@ -85,13 +82,14 @@ struct Geom {
     pool_pos: u32,
     count: u32,
     cap: u32,
-    _pad0: u32,
+    pend: u32,
 }
 
 // 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
 override FMT: u32 = 0u;
 // MiniCache: 0 a layer of its own; 1 the first layer (a) of a merged pair: positions < p0 are
-// mag[p][0][h] · direction, the batch's own positions its unmerged rows (pk, pv); 2 the second
+// mag[p][0][h] · direction, the batch's own positions its unmerged rows, which follow the
+// queries in `q` (keys [n_tokens][row] from word g.pend, then the values); 2 the second
 // (b): mag[p][1][h] · direction, or the pool's f16 row when mag[p][1][h] = 0x8000 | slot.
 override MC: u32 = 0u;
 
@@ -172,7 +170,7 @@ fn kget(j: u32, h: u32, c: u32) -> f32 {
         return kdir(j, h, c);
     }
     if (MC == 1u && j >= step.p0) {
-        return pk[(j - step.p0) * g.row + c];
+        return q[g.pend + (j - step.p0) * g.row + c];
     }
     let bits = mc_bits(kc[mag_word(j, h)], j, h);
     if (MC == 2u && (bits & 0x8000u) != 0u) {
@@ -188,7 +186,7 @@ fn vget(j: u32, h: u32, c: u32) -> f32 {
         return vdir(j, h, c);
     }
     if (MC == 1u && j >= step.p0) {
-        return pv[(j - step.p0) * g.row + c];
+        return q[g.pend + (g.n_tokens + j - step.p0) * g.row + c];
     }
     let bits = mc_bits(vc[mag_word(j, h)], j, h);
     if (MC == 2u && (bits & 0x8000u) != 0u) {

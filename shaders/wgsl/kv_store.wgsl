@@ -52,7 +52,7 @@ struct Geom {
     pool_pos: u32,
     count: u32,
     cap: u32,
-    _pad0: u32,
+    pend: u32,
 }
 
 struct Step {

@@ -12,7 +12,7 @@
 // The directions go to `dir` ([n_tokens][row] f32), which kv_store then stores in the cache's
 // format into the pair's buffer; magnitudes, pool, positions and count are written here.
 // Bindings: geom (the pair buffer's layout, kv_store.wgsl's Geom); step; merge (t, γ);
-// xa, xb [n_tokens][row] f32; dir [n_tokens][row] f32; cache (the pair's K or V buffer).
+// xa (layer a's rows from word xa_off), xb [n_tokens][row] f32; dir [n_tokens][row] f32; cache (the pair's K or V buffer).
 
 struct Geom {
     row: u32,
@@ -34,7 +34,7 @@ struct Geom {
     pool_pos: u32,
     count: u32,
     cap: u32,
-    _pad0: u32,
+    pend: u32,
 }
 
 struct Step {
@@ -47,8 +47,11 @@ struct Step {
 struct Merge {
     t: f32,
     gamma: f32,
-    _pad0: u32,
-    _pad1: u32,
+    // word offset of layer a's rows in xa
+    xa_off: u32,
+    // cos(γπ): θ/π > γ ⟺ cos θ < cos(γπ), decided on the dot product (acos differs between
+    // drivers by more than the CPU's rounding; the dot product does not)
+    cos_gamma: f32,
 }
 
 @group(0) @binding(0) var<uniform> g: Geom;
@@ -60,7 +63,6 @@ struct Merge {
 @group(0) @binding(6) var<storage, read_write> cache: array<u32>;
 
 const WG: u32 = 256u;
-const PI: f32 = 3.14159265358979323846;
 
 var<workgroup> scan: array<u32, 256>;
 var<workgroup> m0: array<u32, 256>;
@@ -113,7 +115,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             var sa = 0.0;
             var sb = 0.0;
             for (var k = 0u; k < hd; k = k + 1u) {
-                sa = sa + xa[o + k] * xa[o + k];
+                sa = sa + xa[mp.xa_off + o + k] * xa[mp.xa_off + o + k];
                 sb = sb + xb[o + k] * xb[o + k];
             }
             na = sqrt(sa);
@@ -122,7 +124,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             ib = select(0.0, 1.0 / nb, nb > 0.0);
             var cs = 0.0;
             for (var k = 0u; k < hd; k = k + 1u) {
-                cs = cs + (xa[o + k] * ia) * (xb[o + k] * ib);
+                cs = cs + (xa[mp.xa_off + o + k] * ia) * (xb[o + k] * ib);
             }
             let theta = acos(clamp(cs, -1.0, 1.0));
             let sn = sin(theta);
@@ -133,7 +135,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
                 wa = sin((1.0 - mp.t) * theta) / sn;
                 wb = sin(mp.t * theta) / sn;
             }
-            wants = select(0u, 1u, theta / PI > mp.gamma);
+            wants = select(0u, 1u, clamp(cs, -1.0, 1.0) < mp.cos_gamma);
         }
         scan[lid] = wants;
         workgroupBarrier();
@@ -154,7 +156,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             m0[lid] = f16_sat(na);
             if (retain) {
                 for (var k = 0u; k < hd; k = k + 1u) {
-                    dir[o + k] = xa[o + k] * ia;
+                    dir[o + k] = xa[mp.xa_off + o + k] * ia;
                 }
                 // pool entry: hd halves (head_dim is even: whole words) from word slot·hd/2
                 let w0 = g.pool + slot * (hd / 2u);
@@ -165,7 +167,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
                 m1[lid] = 0x8000u | slot;
             } else {
                 for (var k = 0u; k < hd; k = k + 1u) {
-                    dir[o + k] = wa * (xa[o + k] * ia) + wb * (xb[o + k] * ib);
+                    dir[o + k] = wa * (xa[mp.xa_off + o + k] * ia) + wb * (xb[o + k] * ib);
                 }
                 m1[lid] = f16_sat(nb);
             }

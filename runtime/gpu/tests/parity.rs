@@ -35,6 +35,8 @@ mod fused;
 mod gemm;
 #[path = "parity/kv.rs"]
 mod kv;
+#[path = "parity/minicache.rs"]
+mod minicache;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
 
@@ -741,6 +743,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(fused::cases());
     v.extend(attn::cases());
     v.extend(kv::cases());
+    v.extend(minicache::cases());
     v.extend(cce::cases());
     v.extend(float_ops::cases());
     v

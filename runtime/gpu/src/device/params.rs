@@ -149,18 +149,20 @@ params! {
     /// code words per position (`wpr0` for a3's position 0), word offsets of the parameters and
     /// of the KIVI windows, KIVI's `group`/`resid` (G, R) and value groups per row, the batch
     /// size, whether this store writes keys; a MiniCache pair's sections (word offsets of the
-    /// magnitudes, the retained pool, its positions and its count; the pool's capacity).
+    /// magnitudes, the retained pool, its positions and its count; the pool's capacity); `pend`:
+    /// where a pair's first layer finds its unmerged batch rows after the queries.
     KvGeom in [(KvStore, "Geom"), (Attention, "Geom"), (MinicacheMerge, "Geom")] {
         row: u32, heads: u32, head_dim: u32, n_ctx: u32, wpr: u32, wpr0: u32, par: u32,
         k_win: u32, v_win: u32, group: u32, resid: u32, ngroups: u32, n_tokens: u32,
-        is_key: u32, mag: u32, pool: u32, pool_pos: u32, count: u32, cap: u32, _pad0: u32,
+        is_key: u32, mag: u32, pool: u32, pool_pos: u32, count: u32, cap: u32, pend: u32,
     }
 }
 
 params! {
-    /// MiniCache merge (`minicache_merge.wgsl`): SLERP parameter and retention threshold.
+    /// MiniCache merge (`minicache_merge.wgsl`): SLERP parameter, retention threshold (and
+    /// `cos(γπ)`, what the kernel compares with), word offset of layer a's rows in their buffer.
     MergeParams in [(MinicacheMerge, "Merge")] {
-        t: f32, gamma: f32, _pad0: u32, _pad1: u32,
+        t: f32, gamma: f32, xa_off: u32, cos_gamma: f32,
     }
 }
 

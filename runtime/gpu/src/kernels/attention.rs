@@ -121,19 +121,17 @@ pub fn attention_with_split(
 }
 
 /// How a layer reads its cache: its own, or as the first / second layer of a MiniCache pair
-/// (`attention.wgsl`'s `MC`; the first layer's own batch rows are read unmerged from `k`, `v`,
-/// `[n_tokens][row]` f32).
+/// (`attention.wgsl`'s `MC`). The first layer's own batch rows are read unmerged from the query
+/// buffer: keys `[n_tokens][row]` f32 from word `pend` (after the queries), then the values (a
+/// mobile GPU binds only 4 storage buffers per kernel).
 #[derive(Debug, Clone, Copy)]
-pub enum KvRead<'a> {
+pub enum KvRead {
     Own,
-    First {
-        k: &'a wgpu::Buffer,
-        v: &'a wgpu::Buffer,
-    },
+    First { pend: u64 },
     Second,
 }
 
-impl KvRead<'_> {
+impl KvRead {
     fn role(&self) -> KvRole {
         match self {
             KvRead::Own => KvRole::Own,
@@ -158,7 +156,7 @@ pub fn attention_role(
     n_head: u64,
     scale: f32,
     forced_split: Option<u64>,
-    read: KvRead<'_>,
+    read: KvRead,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -195,7 +193,7 @@ pub(crate) fn attention_into(
     n_head: u64,
     scale: f32,
     partials: &wgpu::Buffer,
-    read: KvRead<'_>,
+    read: KvRead,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -258,7 +256,7 @@ fn attention_in(
     scale: f32,
     forced_split: Option<u64>,
     partials: Option<&wgpu::Buffer>,
-    read: KvRead<'_>,
+    read: KvRead,
 ) -> Result<()> {
     const OP: &str = "attention";
     let (n_head_kv, head_dim, n_ctx) = (layout.heads, layout.head_dim, layout.n_ctx);
@@ -290,16 +288,14 @@ fn attention_in(
             "a MiniCache pair's buffers are read as its first or second layer, only",
         ));
     }
-    // the first layer's unmerged batch rows (every variant binds two; q stands in otherwise)
-    let (pk, pv) = match read {
-        KvRead::First { k, v } => {
-            let rows = n_tokens.saturating_mul(layout.row()).saturating_mul(4);
-            need(OP, "pending keys", k, rows)?;
-            need(OP, "pending values", v, rows)?;
-            (k, v)
-        }
-        _ => (q, q),
-    };
+    let mut geom = layout.geom(n_tokens, false)?;
+    if let KvRead::First { pend } = read {
+        // the first layer's unmerged batch rows follow the queries
+        let end = pend.saturating_add(2 * n_tokens * layout.row());
+        need(OP, "queries and pending rows", q, end.saturating_mul(4))?;
+        binding(ctx, "queries and pending rows", end.saturating_mul(4))?;
+        geom.pend = u32_of(OP, "pending rows", pend)?;
+    }
     binding(ctx, "queries", qb)?;
     let group = n_head / n_head_kv;
     let n_hg = group.div_ceil(HEADS_PER_WG);
@@ -325,14 +321,14 @@ fn attention_in(
         n_hg: u32_of(OP, "head groups", n_hg)?,
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-    let geom = ctx.uniform(bytemuck::bytes_of(&layout.geom(n_tokens, false)?))?;
+    let geom = ctx.uniform(bytemuck::bytes_of(&geom))?;
     let groups = (u32_of(OP, "workgroups", wgs_x)?, p.n_tokens, p.n_split);
     let key = KernelKey::Attention(layout.quant, read.role());
     if n_split == 1 {
         return ctx.dispatch(
             enc,
             key,
-            &[&params, step, q, k_cache, v_cache, out, &geom, pk, pv],
+            &[&params, step, q, k_cache, v_cache, out, &geom],
             groups,
         );
     }
@@ -352,7 +348,7 @@ fn attention_in(
     ctx.dispatch(
         enc,
         key,
-        &[&params, step, q, k_cache, v_cache, partials, &geom, pk, pv],
+        &[&params, step, q, k_cache, v_cache, partials, &geom],
         groups,
     )?;
     // attention_combine.wgsl: one workgroup per 32 dims of a (head, token)

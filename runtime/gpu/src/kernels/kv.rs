@@ -279,7 +279,7 @@ impl KvLayout {
             pool_pos: u32_of(OP, "pool_pos", pool_pos)?,
             count: u32_of(OP, "count", count)?,
             cap: u32_of(OP, "cap", self.pool_cap(self.n_ctx))?,
-            _pad0: 0,
+            pend: 0,
         })
     }
 

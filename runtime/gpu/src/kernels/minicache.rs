@@ -15,9 +15,10 @@ use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::kv::KvLayout;
 
-/// Record the merge of `xa` (layer a) and `xb` (layer b), `[n_tokens][row]` f32 each, at the
-/// step's positions into `dir` (directions) and the pair buffer `cache` (keys when `key`):
-/// SLERP parameter `t` (layer a gets `1 − t`), retention threshold `gamma` on `θ/π`.
+/// Record the merge of `xa` (layer a's rows from word `xa_off`) and `xb` (layer b's),
+/// `[n_tokens][row]` f32 each, at the step's positions into `dir` (directions) and the pair
+/// buffer `cache` (keys when `key`): SLERP parameter `t` (layer a gets `1 − t`), retention
+/// threshold `gamma` on `θ/π`.
 #[allow(clippy::too_many_arguments)]
 pub fn merge(
     ctx: &GpuContext,
@@ -25,7 +26,7 @@ pub fn merge(
     layout: &KvLayout,
     step: &wgpu::Buffer,
     (t, gamma): (f32, f32),
-    xa: &wgpu::Buffer,
+    (xa, xa_off): (&wgpu::Buffer, u64),
     xb: &wgpu::Buffer,
     dir: &wgpu::Buffer,
     cache: &wgpu::Buffer,
@@ -43,7 +44,12 @@ pub fn merge(
         ));
     }
     let rows = n_tokens.saturating_mul(layout.row()).saturating_mul(4);
-    need(OP, "layer a rows", xa, rows)?;
+    need(
+        OP,
+        "layer a rows",
+        xa,
+        rows.saturating_add(xa_off.saturating_mul(4)),
+    )?;
     need(OP, "layer b rows", xb, rows)?;
     need(OP, "directions", dir, rows)?;
     need(OP, "pair buffer", cache, layout.buffer_bytes(key))?;
@@ -53,7 +59,8 @@ pub fn merge(
     let mp = MergeParams {
         t,
         gamma,
-        ..MergeParams::default()
+        xa_off: u32_of(OP, "layer a rows", xa_off)?,
+        cos_gamma: (f64::from(gamma) * std::f64::consts::PI).cos() as f32,
     };
     let mp = ctx.uniform(bytemuck::bytes_of(&mp))?;
     u32_of(OP, "n_tokens", n_tokens)?;

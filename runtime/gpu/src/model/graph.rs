@@ -250,40 +250,38 @@ impl<'a> Graph<'a> {
         let (cache, role) = self.kv.layer(li)?;
         let scale = 1.0 / (hd as f32).sqrt();
         let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
-        let attend = |p: &mut Plan, l: &KvLayout, read: KvRead<'_>| {
+        let attend = |p: &mut Plan, q: &wgpu::Buffer, l: &KvLayout, read: KvRead| {
             let part = &s.attn_partials;
             kernels::attention::attention_into(
-                ctx, p, l, step, &s.q, k, v, o, n, nh, scale, part, read,
+                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read,
             )
         };
         let mc = self.kv.mc_scratch();
+        // MiniCache: layer a's queries, keys and values side by side (its rows from `pend`)
+        let q_words = n * nh * hd;
+        let (pend, kv_words) = (q_words, n * self.kv.row_values());
         match (role, mc, self.kv.spec().minicache) {
             (KvRole::Own, ..) => {
                 let l = self.kv.layout();
                 kernels::kv_store(ctx, p, l, step, &s.k, k, n, true)?;
                 kernels::kv_store(ctx, p, l, step, &s.v, v, n, false)?;
-                attend(p, l, KvRead::Own)
+                attend(p, &s.q, l, KvRead::Own)
             }
             (KvRole::First, Some(mc), Some(_)) => {
-                let bytes = n * self.kv.row_values() * 4;
-                p.record_copy(&s.k, 0, &mc.hold_k, 0, bytes);
-                p.record_copy(&s.v, 0, &mc.hold_v, 0, bytes);
-                let read = KvRead::First {
-                    k: &mc.hold_k,
-                    v: &mc.hold_v,
-                };
-                attend(p, self.kv.pair_layout(), read)
+                p.record_copy(&s.q, 0, &mc.qkv, 0, q_words * 4);
+                p.record_copy(&s.k, 0, &mc.qkv, pend * 4, kv_words * 4);
+                p.record_copy(&s.v, 0, &mc.qkv, (pend + kv_words) * 4, kv_words * 4);
+                attend(p, &mc.qkv, self.kv.pair_layout(), KvRead::First { pend })
             }
             (KvRole::Second, Some(mc), Some(m)) => {
                 let l = self.kv.pair_layout();
                 let tg = (m.t, m.gamma);
-                minicache::merge(ctx, p, l, step, tg, &mc.hold_k, &s.k, &mc.dir_k, k, n, true)?;
-                minicache::merge(
-                    ctx, p, l, step, tg, &mc.hold_v, &s.v, &mc.dir_v, v, n, false,
-                )?;
+                let (ka, va) = ((&mc.qkv, pend), (&mc.qkv, pend + kv_words));
+                minicache::merge(ctx, p, l, step, tg, ka, &s.k, &mc.dir_k, k, n, true)?;
+                minicache::merge(ctx, p, l, step, tg, va, &s.v, &mc.dir_v, v, n, false)?;
                 kernels::kv_store(ctx, p, l, step, &mc.dir_k, k, n, true)?;
                 kernels::kv_store(ctx, p, l, step, &mc.dir_v, v, n, false)?;
-                attend(p, l, KvRead::Second)
+                attend(p, &s.q, l, KvRead::Second)
             }
             _ => Err(GpuError::internal(
                 "plan",

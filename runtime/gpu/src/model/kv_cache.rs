@@ -39,14 +39,21 @@ pub struct KvLayer {
     pub v: wgpu::Buffer,
 }
 
-/// MiniCache's per-batch scratch: layer `a`'s rows (kept for the merge at layer `b`) and the
-/// merged directions, keys and values, `[max_batch][row]` f32 each.
+/// MiniCache's per-batch scratch: `qkv` holds layer `a`'s queries, then its keys and values
+/// (`[max_batch][q_dim]`, then `[n][row]` twice for a batch of `n`: its attention reads its own
+/// rows from there, the merge at layer `b` too); the merged directions, keys and values,
+/// `[max_batch][row]` f32 each.
 #[derive(Debug)]
 pub struct McScratch {
-    pub hold_k: wgpu::Buffer,
-    pub hold_v: wgpu::Buffer,
+    pub qkv: wgpu::Buffer,
     pub dir_k: wgpu::Buffer,
     pub dir_v: wgpu::Buffer,
+}
+
+/// Words of MiniCache's `qkv` scratch for batches of `b` tokens.
+fn qkv_words(hp: &HParams, b: u64) -> u64 {
+    let q_dim = u64::from(hp.n_head) * u64::from(hp.head_dim);
+    b.max(1).saturating_mul(q_dim + 2 * KvCache::row(hp))
 }
 
 /// A preallocated KV cache for `n_ctx` positions of every layer (see the module doc).
@@ -113,7 +120,9 @@ impl KvCache {
             let Ok(pl) = l.pair() else {
                 return u64::MAX;
             };
-            let scratch = 4 * max_batch.saturating_mul(l.row()).saturating_mul(4);
+            let scratch = (2 * max_batch.max(1).saturating_mul(l.row()))
+                .saturating_add(qkv_words(hp, max_batch))
+                .saturating_mul(4);
             total = total
                 .saturating_add(pairs.saturating_mul(both(&pl)))
                 .saturating_add(scratch);
@@ -201,8 +210,7 @@ impl KvCache {
                 .saturating_mul(layout.row())
                 .saturating_mul(4);
             Some(McScratch {
-                hold_k: ctx.zeroed("minicache a keys", b)?,
-                hold_v: ctx.zeroed("minicache a values", b)?,
+                qkv: ctx.zeroed("minicache layer a rows", qkv_words(hp, max_batch) * 4)?,
                 dir_k: ctx.zeroed("minicache key directions", b)?,
                 dir_v: ctx.zeroed("minicache value directions", b)?,
             })
