@@ -36,12 +36,15 @@ pub enum Shader {
     Elementwise,
     /// Greedy sampling: argmax of each row of logits.
     Argmax,
-    /// Write a batch's keys or values into the KV cache at the step's position.
+    /// Write a batch's keys or values into the KV cache at the step's position, quantizing
+    /// (every `tern_format::KvQuant`; KIVI in stages: key blocks, values leaving, the window).
     KvStore,
     /// Causal GQA attention over the KV cache (decode and prefill), online softmax, split-K.
     Attention,
     /// Merge of split-K attention partials.
     AttentionCombine,
+    /// MiniCache: merge a pair of layers' keys or values (SLERP, magnitudes, retained pool).
+    MinicacheMerge,
     /// Token-embedding row lookup (float or ggml-block table), bit-exact dequantization.
     Embed,
     /// Top-k of a row of logits (per-workgroup selection, then a merge), for GPU sampling.
@@ -181,8 +184,51 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
     "add" => ["OP" = 2],
 ];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
-const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore; "kv_store_f32" => []];
-const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention; "attention_f32_wg256" => []];
+// FMT: tern_format::KvQuant::ALL order (f32 f16 q8 q4 q3 q2 a4 a3); STAGE: 0 whole rows,
+// 1 KIVI key blocks, 2 KIVI values leaving the window, 3 the KIVI f16 window.
+const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore;
+    "kv_store_f32" => ["FMT" = 0, "STAGE" = 0],
+    "kv_store_f16" => ["FMT" = 1, "STAGE" = 0],
+    "kv_store_q8" => ["FMT" = 2, "STAGE" = 0],
+    "kv_store_q4_keys" => ["FMT" = 3, "STAGE" = 1],
+    "kv_store_q4_values" => ["FMT" = 3, "STAGE" = 2],
+    "kv_store_q3_keys" => ["FMT" = 4, "STAGE" = 1],
+    "kv_store_q3_values" => ["FMT" = 4, "STAGE" = 2],
+    "kv_store_q2_keys" => ["FMT" = 5, "STAGE" = 1],
+    "kv_store_q2_values" => ["FMT" = 5, "STAGE" = 2],
+    "kv_store_a4" => ["FMT" = 6, "STAGE" = 0],
+    "kv_store_a3" => ["FMT" = 7, "STAGE" = 0],
+    "kv_window" => ["FMT" = 1, "STAGE" = 3],
+];
+// MC: 0 a layer of its own, 1 / 2 the first / second layer of a MiniCache pair.
+const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention;
+    "attention_f32_wg256" => ["FMT" = 0, "MC" = 0],
+    "attention_f16_wg256" => ["FMT" = 1, "MC" = 0],
+    "attention_q8_wg256" => ["FMT" = 2, "MC" = 0],
+    "attention_q4_wg256" => ["FMT" = 3, "MC" = 0],
+    "attention_q3_wg256" => ["FMT" = 4, "MC" = 0],
+    "attention_q2_wg256" => ["FMT" = 5, "MC" = 0],
+    "attention_a4_wg256" => ["FMT" = 6, "MC" = 0],
+    "attention_a3_wg256" => ["FMT" = 7, "MC" = 0],
+    "attention_f32_mc1_wg256" => ["FMT" = 0, "MC" = 1],
+    "attention_f16_mc1_wg256" => ["FMT" = 1, "MC" = 1],
+    "attention_q8_mc1_wg256" => ["FMT" = 2, "MC" = 1],
+    "attention_q4_mc1_wg256" => ["FMT" = 3, "MC" = 1],
+    "attention_q3_mc1_wg256" => ["FMT" = 4, "MC" = 1],
+    "attention_q2_mc1_wg256" => ["FMT" = 5, "MC" = 1],
+    "attention_a4_mc1_wg256" => ["FMT" = 6, "MC" = 1],
+    "attention_a3_mc1_wg256" => ["FMT" = 7, "MC" = 1],
+    "attention_f32_mc2_wg256" => ["FMT" = 0, "MC" = 2],
+    "attention_f16_mc2_wg256" => ["FMT" = 1, "MC" = 2],
+    "attention_q8_mc2_wg256" => ["FMT" = 2, "MC" = 2],
+    "attention_q4_mc2_wg256" => ["FMT" = 3, "MC" = 2],
+    "attention_q3_mc2_wg256" => ["FMT" = 4, "MC" = 2],
+    "attention_q2_mc2_wg256" => ["FMT" = 5, "MC" = 2],
+    "attention_a4_mc2_wg256" => ["FMT" = 6, "MC" = 2],
+    "attention_a3_mc2_wg256" => ["FMT" = 7, "MC" = 2],
+];
+const MINICACHE_MERGE_VARIANTS: &[Variant] =
+    variants![Shader::MinicacheMerge; "minicache_merge" => []];
 const ATTENTION_COMBINE_VARIANTS: &[Variant] =
     variants![Shader::AttentionCombine; "attention_combine" => []];
 const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;
@@ -232,7 +278,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 23] = [
+    pub const ALL: [Shader; 24] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -247,6 +293,7 @@ impl Shader {
         Shader::KvStore,
         Shader::Attention,
         Shader::AttentionCombine,
+        Shader::MinicacheMerge,
         Shader::Embed,
         Shader::TopK,
         Shader::FloatGemv,
@@ -275,6 +322,7 @@ impl Shader {
             Shader::KvStore => "kv_store.wgsl",
             Shader::Attention => "attention.wgsl",
             Shader::AttentionCombine => "attention_combine.wgsl",
+            Shader::MinicacheMerge => "minicache_merge.wgsl",
             Shader::Embed => "embed.wgsl",
             Shader::TopK => "topk.wgsl",
             Shader::FloatGemv => "float_gemv.wgsl",
@@ -304,6 +352,7 @@ impl Shader {
             Shader::KvStore => include_str!("../wgsl/kv_store.wgsl"),
             Shader::Attention => include_str!("../wgsl/attention.wgsl"),
             Shader::AttentionCombine => include_str!("../wgsl/attention_combine.wgsl"),
+            Shader::MinicacheMerge => include_str!("../wgsl/minicache_merge.wgsl"),
             Shader::Embed => include_str!("../wgsl/embed.wgsl"),
             Shader::TopK => include_str!("../wgsl/topk.wgsl"),
             Shader::FloatGemv => include_str!("../wgsl/float_gemv.wgsl"),
@@ -348,6 +397,7 @@ impl Shader {
             Shader::KvStore => KV_STORE_VARIANTS,
             Shader::Attention => ATTENTION_VARIANTS,
             Shader::AttentionCombine => ATTENTION_COMBINE_VARIANTS,
+            Shader::MinicacheMerge => MINICACHE_MERGE_VARIANTS,
             Shader::Embed => EMBED_VARIANTS,
             Shader::TopK => TOPK_VARIANTS,
             Shader::FloatGemv => FLOAT_GEMV_VARIANTS,

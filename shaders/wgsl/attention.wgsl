@@ -27,8 +27,14 @@
 // n_split = 1: out = acc / Σ. Otherwise the unnormalized (max, Σ, acc[head_dim]) of each
 // (token, head, split) go to `out` as partials, merged by attention_combine.wgsl.
 // f32 throughout; the order of the sums differs from the reference's (NMSE ~1e-14).
-// Bindings: params; step; q [n_tokens][n_head·head_dim]; k_cache, v_cache [n_ctx][n_head_kv·head_dim];
-// out: [n_tokens][n_head·head_dim], or partials [n_tokens][n_head][n_split][head_dim + 2].
+// The cache is read in its stored format (FMT, the layout of kv_store.wgsl and tern_format::kv):
+// kget / vget dequantize one value in registers (f16 halves, codes × scale (+ min), the KIVI
+// window's f16 rows) — no decompressed copy of the cache exists. KIVI's split between quantized
+// and full-precision positions is the cache's after this batch's store: Q(n) = R·⌊n/R⌋ with
+// n = p0 + n_tokens, for keys and values alike.
+// Bindings: params; step; q [n_tokens][n_head·head_dim] (MC = 1: then layer a's rows); k_cache, v_cache (one layer's keys and
+// values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
+// [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
 
 struct Params {
     n_head: u32,
@@ -51,9 +57,196 @@ struct Step {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
-@group(0) @binding(3) var<storage, read> kc: array<f32>;
-@group(0) @binding(4) var<storage, read> vc: array<f32>;
+@group(0) @binding(3) var<storage, read> kc: array<u32>;
+@group(0) @binding(4) var<storage, read> vc: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<uniform> g: Geom;
+
+struct Geom {
+    row: u32,
+    heads: u32,
+    head_dim: u32,
+    n_ctx: u32,
+    wpr: u32,
+    wpr0: u32,
+    par: u32,
+    k_win: u32,
+    v_win: u32,
+    group: u32,
+    resid: u32,
+    ngroups: u32,
+    n_tokens: u32,
+    is_key: u32,
+    mag: u32,
+    pool: u32,
+    pool_pos: u32,
+    count: u32,
+    cap: u32,
+    pend: u32,
+}
+
+// 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
+override FMT: u32 = 0u;
+// MiniCache: 0 a layer of its own; 1 the first layer (a) of a merged pair: positions < p0 are
+// mag[p][0][h] · direction, the batch's own positions its unmerged rows, which follow the
+// queries in `q` (keys [n_tokens][row] from word g.pend, then the values); 2 the second
+// (b): mag[p][1][h] · direction, or the pool's f16 row when mag[p][1][h] = 0x8000 | slot.
+override MC: u32 = 0u;
+
+// Positions held in the stream being read: p0 + n_tokens after this batch's store, but only p0
+// for a pair's first layer (the pair's stream gets this batch when layer b merges it).
+fn held() -> u32 {
+    if (MC == 1u) {
+        return step.p0;
+    }
+    return n_held();
+}
+
+// MiniCache: this layer's magnitude bits of (j, h) from the word `mag_word` names (position j's
+// [2][heads] halves are `heads` words from g.mag).
+fn mc_bits(word: u32, j: u32, h: u32) -> u32 {
+    let hx = select(0u, g.heads, MC == 2u) + h;
+    return (word >> ((hx & 1u) * 16u)) & 0xffffu;
+}
+
+fn mag_word(j: u32, h: u32) -> u32 {
+    let hx = select(0u, g.heads, MC == 2u) + h;
+    return g.mag + j * g.heads + (hx >> 1u);
+}
+
+fn fmt_bits() -> u32 {
+    switch FMT {
+        case 2u: { return 8u; }
+        case 3u, 6u: { return 4u; }
+        case 4u, 7u: { return 3u; }
+        default: { return 2u; }
+    }
+}
+
+fn is_kivi() -> bool {
+    return FMT >= 3u && FMT <= 5u;
+}
+
+// The code of channel c of position j (its row starts at word `base`), `bits` wide.
+fn code_of(word: u32, c: u32, bits: u32) -> u32 {
+    let cpw = select(32u / bits, 10u, bits == 3u);
+    return (word >> ((c % cpw) * bits)) & ((1u << bits) - 1u);
+}
+
+fn word_index(c: u32, bits: u32) -> u32 {
+    return c / select(32u / bits, 10u, bits == 3u);
+}
+
+fn half_at(w: u32, e: u32) -> f32 {
+    return f16_bits_to_f32((w >> ((e & 1u) * 16u)) & 0xffffu);
+}
+
+fn code_base(j: u32) -> u32 {
+    if (FMT == 7u && j > 0u) {
+        return g.wpr0 + (j - 1u) * g.wpr;
+    }
+    return j * g.wpr;
+}
+
+// absmax: code → value (q8 signed bytes; a4/a3 unsigned with the qmax offset, a3's position 0
+// at 4 bits)
+fn absmax_value(word: u32, c: u32, j: u32, s: f32) -> f32 {
+    if (FMT == 2u) {
+        let b = code_of(word, c, 8u);
+        return f32((i32(b << 24u)) >> 24u) * s;
+    }
+    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
+    let qmax = (1u << (bits - 1u)) - 1u;
+    return (f32(code_of(word, c, bits)) - f32(qmax)) * s;
+}
+
+fn n_held() -> u32 {
+    return min(step.p0 + g.n_tokens, g.n_ctx);
+}
+
+// Key channel c (of the row) of position j, kv head h, as this layer reads it.
+fn kget(j: u32, h: u32, c: u32) -> f32 {
+    if (MC == 0u) {
+        return kdir(j, h, c);
+    }
+    if (MC == 1u && j >= step.p0) {
+        return q[g.pend + (j - step.p0) * g.row + c];
+    }
+    let bits = mc_bits(kc[mag_word(j, h)], j, h);
+    if (MC == 2u && (bits & 0x8000u) != 0u) {
+        let e = (bits & 0x7fffu) * g.head_dim + (c - h * g.head_dim);
+        return half_at(kc[g.pool + (e >> 1u)], e);
+    }
+    return kdir(j, h, c) * f16_bits_to_f32(bits);
+}
+
+// Value channel c of position j, kv head h, as this layer reads it.
+fn vget(j: u32, h: u32, c: u32) -> f32 {
+    if (MC == 0u) {
+        return vdir(j, h, c);
+    }
+    if (MC == 1u && j >= step.p0) {
+        return q[g.pend + (g.n_tokens + j - step.p0) * g.row + c];
+    }
+    let bits = mc_bits(vc[mag_word(j, h)], j, h);
+    if (MC == 2u && (bits & 0x8000u) != 0u) {
+        let e = (bits & 0x7fffu) * g.head_dim + (c - h * g.head_dim);
+        return half_at(vc[g.pool + (e >> 1u)], e);
+    }
+    return vdir(j, h, c) * f16_bits_to_f32(bits);
+}
+
+// Key channel c (of the row) of position j, kv head h, as stored (the format's decode).
+fn kdir(j: u32, h: u32, c: u32) -> f32 {
+    if (FMT == 0u) {
+        return bitcast<f32>(kc[j * g.row + c]);
+    }
+    if (FMT == 1u) {
+        let e = j * g.row + c;
+        return half_at(kc[e >> 1u], e);
+    }
+    if (is_kivi()) {
+        let n = held();
+        if (j >= g.resid * (n / g.resid)) {
+            let e = (j % g.resid) * g.row + c;
+            return half_at(kc[g.k_win + (e >> 1u)], e);
+        }
+        let bits = fmt_bits();
+        let sm = kc[g.par + (j / g.group) * g.row + c];
+        let q = code_of(kc[j * g.wpr + word_index(c, bits)], c, bits);
+        return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
+    }
+    let e = j * g.heads + h;
+    let s = half_at(kc[g.par + (e >> 1u)], e);
+    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
+    return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, s);
+}
+
+// Value channel c of position j, kv head h, as stored.
+fn vdir(j: u32, h: u32, c: u32) -> f32 {
+    if (FMT == 0u) {
+        return bitcast<f32>(vc[j * g.row + c]);
+    }
+    if (FMT == 1u) {
+        let e = j * g.row + c;
+        return half_at(vc[e >> 1u], e);
+    }
+    if (is_kivi()) {
+        let n = held();
+        if (j >= g.resid * (n / g.resid)) {
+            let e = (j % g.resid) * g.row + c;
+            return half_at(vc[g.v_win + (e >> 1u)], e);
+        }
+        let bits = fmt_bits();
+        let sm = vc[g.par + j * g.ngroups + c / g.group];
+        let q = code_of(vc[j * g.wpr + word_index(c, bits)], c, bits);
+        return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
+    }
+    let e = j * g.heads + h;
+    let s = half_at(vc[g.par + (e >> 1u)], e);
+    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
+    return absmax_value(vc[code_base(j) + word_index(c, bits)], c, j, s);
+}
 
 const WG: u32 = 256u;
 // Keys per tile.
@@ -96,7 +289,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let nh = min(GM, group - hgi * GM);
     let hd = p.head_dim;
     let q_dim = p.n_head * hd;
-    let row = p.n_head_kv * hd;
     let koff = kvh * hd;
     let n_kv = min(step.p0 + t + 1u, p.n_ctx);
     let chunk = max((n_kv + p.n_split - 1u) / p.n_split, MIN_CHUNK);
@@ -135,25 +327,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let j = ps + kk;
             var dot = vec4<f32>(0.0);
             if (j < cnt) {
-                let kb = (k0 + j) * row + koff;
+                let kj = k0 + j;
                 var d = lane;
                 // 8 loads in flight (one 256-dim row, two 128-dim ones), then the rest
                 for (; d + 7u * LANES < hd; d = d + 8u * LANES) {
-                    let a0 = kc[kb + d];
-                    let a1 = kc[kb + d + LANES];
-                    let a2 = kc[kb + d + 2u * LANES];
-                    let a3 = kc[kb + d + 3u * LANES];
-                    let a4 = kc[kb + d + 4u * LANES];
-                    let a5 = kc[kb + d + 5u * LANES];
-                    let a6 = kc[kb + d + 6u * LANES];
-                    let a7 = kc[kb + d + 7u * LANES];
+                    let a0 = kget(kj, kvh, koff + d);
+                    let a1 = kget(kj, kvh, koff + d + LANES);
+                    let a2 = kget(kj, kvh, koff + d + 2u * LANES);
+                    let a3 = kget(kj, kvh, koff + d + 3u * LANES);
+                    let a4 = kget(kj, kvh, koff + d + 4u * LANES);
+                    let a5 = kget(kj, kvh, koff + d + 5u * LANES);
+                    let a6 = kget(kj, kvh, koff + d + 6u * LANES);
+                    let a7 = kget(kj, kvh, koff + d + 7u * LANES);
                     dot = dot + qs[d] * a0 + qs[d + LANES] * a1 + qs[d + 2u * LANES] * a2
                         + qs[d + 3u * LANES] * a3 + qs[d + 4u * LANES] * a4
                         + qs[d + 5u * LANES] * a5 + qs[d + 6u * LANES] * a6
                         + qs[d + 7u * LANES] * a7;
                 }
                 for (; d < hd; d = d + LANES) {
-                    dot = dot + qs[d] * kc[kb + d];
+                    dot = dot + qs[d] * kget(kj, kvh, koff + d);
                 }
             }
             part[j * PSTRIDE + lane] = dot;
@@ -186,20 +378,19 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         l = l * corr;
         acc0 = acc0 * corr;
         workgroupBarrier();
-        let vb0 = k0 * row + koff;
         if (kg < vg) {
             var j = kg;
-            let vb = vb0 + d0;
+            let vcol = koff + d0;
             // 8 value rows in flight, then the rest
             for (; j + 7u * vg < cnt; j = j + 8u * vg) {
-                let a0 = vc[vb + j * row];
-                let a1 = vc[vb + (j + vg) * row];
-                let a2 = vc[vb + (j + 2u * vg) * row];
-                let a3 = vc[vb + (j + 3u * vg) * row];
-                let a4 = vc[vb + (j + 4u * vg) * row];
-                let a5 = vc[vb + (j + 5u * vg) * row];
-                let a6 = vc[vb + (j + 6u * vg) * row];
-                let a7 = vc[vb + (j + 7u * vg) * row];
+                let a0 = vget(k0 + j, kvh, vcol);
+                let a1 = vget(k0 + j + vg, kvh, vcol);
+                let a2 = vget(k0 + j + 2u * vg, kvh, vcol);
+                let a3 = vget(k0 + j + 3u * vg, kvh, vcol);
+                let a4 = vget(k0 + j + 4u * vg, kvh, vcol);
+                let a5 = vget(k0 + j + 5u * vg, kvh, vcol);
+                let a6 = vget(k0 + j + 6u * vg, kvh, vcol);
+                let a7 = vget(k0 + j + 7u * vg, kvh, vcol);
                 let e0 = ex[j];
                 let e1 = ex[j + vg];
                 let e2 = ex[j + 2u * vg];
@@ -215,7 +406,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             for (; j < cnt; j = j + vg) {
                 let e = ex[j];
                 l = l + e;
-                acc0 = acc0 + e * vc[vb + j * row];
+                acc0 = acc0 + e * vget(k0 + j, kvh, vcol);
             }
         }
         // (The next tile's first writes to sc / ex / part come after barriers that every

@@ -85,3 +85,40 @@ fn dot4_plain(a: u32, b: u32) -> i32 {
         + extractBits(x, 16u, 8u) * extractBits(y, 16u, 8u)
         + extractBits(x, 24u, 8u) * extractBits(y, 24u, 8u);
 }
+
+// f32 to IEEE binary16 bits (low 16 bits), round to nearest, ties to even — the CPU's
+// `half::f16::from_f32` — with integer operations only (so every adapter rounds alike).
+// Overflow gives ±inf, NaN stays NaN, values below half the smallest subnormal give ±0.
+fn f32_to_f16_bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let sign = (b >> 16u) & 0x8000u;
+    let e = i32((b >> 23u) & 0xffu);
+    let m = b & 0x7fffffu;
+    if (e == 255) {
+        return sign | 0x7c00u | select(0u, 0x200u | (m >> 13u), m != 0u);
+    }
+    let he = e - 112;
+    if (he >= 31) {
+        return sign | 0x7c00u;
+    }
+    var v: u32;
+    var shift: u32;
+    if (he <= 0) {
+        if (he < -10) {
+            return sign;
+        }
+        // subnormal: (1.m · 2^23) · 2^(he − 14 − 23 + 23) in units of 2^-24
+        v = m | 0x800000u;
+        shift = u32(14 - he);
+    } else {
+        v = (u32(he) << 23u) | m;
+        shift = 13u;
+    }
+    let half_ulp = 1u << (shift - 1u);
+    let rest = v & ((1u << shift) - 1u);
+    var q = v >> shift;
+    if (rest > half_ulp || (rest == half_ulp && (q & 1u) == 1u)) {
+        q = q + 1u; // a carry into the exponent is the correct rounding (up to inf)
+    }
+    return sign | q;
+}

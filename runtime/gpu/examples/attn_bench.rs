@@ -1,5 +1,7 @@
 //! Timings of the kernels of `attn.rs` and `float_ops.rs` (attention decode/prefill, lm-head GEMV,
-//! top-k, embedding lookup): `cargo run --release -p tern-gpu --example attn_bench [-- --quick]`.
+//! top-k, embedding lookup): `cargo run --release -p tern-gpu --example attn_bench [-- --quick]
+//! [--kv f32,f16,q8,q4,q3,q2,a4,a3]` (attention over a cache in each KV format, filled by
+//! `kv_store` from random rows; default f32).
 //!
 //! Each number is submit + wait of `iters` calls recorded into one `Plan` (one compute pass)
 //! divided by `iters`, the best of 3 submissions (one warm-up first); the old attention kernel too. With `TERN_OLD_ATTENTION=path.wgsl`, attention is also timed with that shader (the
@@ -106,17 +108,46 @@ fn main() -> anyhow::Result<()> {
         ]
     };
     let n_ctx: u64 = if quick { 1024 } else { 16384 };
+    let formats: Vec<tern_format::KvQuant> =
+        match std::env::args().skip_while(|a| a != "--kv").nth(1) {
+            Some(list) => list
+                .split(',')
+                .map(tern_format::KvQuant::parse)
+                .collect::<Result<_, _>>()?,
+            None => vec![tern_format::KvQuant::F32],
+        };
     let step = ctx.create_buffer(
         "step",
         16,
         wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
     )?;
-    println!("| attention | p0 | tokens | old kernel µs | split 1 µs | auto µs (splits) | KV GB/s (auto) |");
-    println!("|---|---|---|---|---|---|---|");
-    for &(name, nh, nkv, hd) in heads {
+    println!("| attention | kv | p0 | tokens | old kernel µs | split 1 µs | auto µs (splits) | KV GB/s (auto) |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (&(name, nh, nkv, hd), &kvq) in heads
+        .iter()
+        .flat_map(|h| formats.iter().map(move |f| (h, f)))
+    {
         let row = nkv * hd;
-        let kc = ctx.upload("k", &f32_bytes(&fill((n_ctx * row) as usize, 1)))?;
-        let vc = ctx.upload("v", &f32_bytes(&fill((n_ctx * row) as usize, 2)))?;
+        let layout = kernels::KvLayout::new(kvq, Default::default(), nkv, hd, n_ctx)?;
+        let kc = ctx.zeroed("k", layout.buffer_bytes(true))?;
+        let vc = ctx.zeroed("v", layout.buffer_bytes(false))?;
+        // fill the cache through the store, 512 positions a submission
+        for (i, p0) in (0..n_ctx).step_by(512).enumerate() {
+            let n = 512.min(n_ctx - p0);
+            let src = ctx.upload("rows", &f32_bytes(&fill((n * row) as usize, 7 + i as u32)))?;
+            ctx.write(
+                &step,
+                bytemuck::bytes_of(&StepParams {
+                    p0: p0 as u32,
+                    n_tokens: n as u32,
+                    ..StepParams::default()
+                }),
+            );
+            let mut enc = ctx.encoder();
+            kernels::kv_store(&ctx, &mut enc, &layout, &step, &src, &kc, n, true)?;
+            kernels::kv_store(&ctx, &mut enc, &layout, &step, &src, &vc, n, false)?;
+            ctx.submit_wait(enc)?;
+        }
         let max_tokens = if quick { 16 } else { 512 };
         let q = ctx.upload("q", &f32_bytes(&fill((max_tokens * nh * hd) as usize, 3)))?;
         let out = ctx.zeroed("out", max_tokens * nh * hd * 4)?;
@@ -138,21 +169,7 @@ fn main() -> anyhow::Result<()> {
             let run = |split: Option<u64>| {
                 per_call(&ctx, iters, |enc| {
                     kernels::attention_with_split(
-                        &ctx,
-                        enc,
-                        tern_gpu::KvFormat::F32,
-                        &step,
-                        &q,
-                        &kc,
-                        &vc,
-                        &out,
-                        n,
-                        nh,
-                        nkv,
-                        hd,
-                        n_ctx,
-                        scale,
-                        split,
+                        &ctx, enc, &layout, &step, &q, &kc, &vc, &out, n, nh, scale, split,
                     )?;
                     Ok(())
                 })
@@ -160,7 +177,7 @@ fn main() -> anyhow::Result<()> {
             let t_auto = run(None)?;
             let t_one = run(Some(1))?;
             let t_old = match &old {
-                Some(o) => {
+                Some(o) if kvq == tern_format::KvQuant::F32 => {
                     let params: [u32; 8] = [
                         nh as u32,
                         nkv as u32,
@@ -204,13 +221,15 @@ fn main() -> anyhow::Result<()> {
                     })?;
                     format!("{:.1}", t * 1e6)
                 }
-                None => "-".into(),
+                _ => "-".into(),
             };
-            // K and V rows read once per kv head (the auto kernel's traffic for decode)
-            let kv_bytes = 2.0 * ((p0 + n).min(n_ctx) * row * 4) as f64;
+            // K and V bytes held (each read once per kv head by the auto kernel in decode)
+            let held = (p0 + n).min(n_ctx);
+            let kv_bytes = layout.layer_bytes_in_use_rows(held) as f64;
             let splits = kernels::attention_splits(&ctx, n, nh, nkv, n_ctx);
             println!(
-                "| {name} {nh}/{nkv}×{hd} | {p0} | {n} | {t_old} | {:.1} | {:.1} ({splits}) | {:.0} |",
+                "| {name} {nh}/{nkv}×{hd} | {} | {p0} | {n} | {t_old} | {:.1} | {:.1} ({splits}) | {:.0} |",
+                kvq.name(),
                 t_one * 1e6,
                 t_auto * 1e6,
                 kv_bytes / t_auto / 1e9

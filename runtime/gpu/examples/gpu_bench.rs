@@ -382,28 +382,20 @@ fn attention_section(
         let qb = ctx.upload("q", &bytes(&q))?;
         let ob = ctx.zeroed("out", prefill * q_dim * 4)?;
         let scale = 1.0 / (hd as f32).sqrt();
+        let layout = kernels::KvLayout::new(
+            tern_format::KvQuant::F32,
+            Default::default(),
+            nkv,
+            hd,
+            n_ctx,
+        )?;
         let mut cases: Vec<(u64, u64)> = depths.iter().map(|&d| (d, 1)).collect();
         cases.push((0, prefill));
         for (p0, n) in cases {
             set_step(p0, n);
             let it = if n > 1 { iters.div_ceil(10) } else { iters };
             let t = per_call(ctx, it, |e| {
-                kernels::attention(
-                    ctx,
-                    e,
-                    tern_gpu::KvFormat::F32,
-                    &step,
-                    &qb,
-                    &kb,
-                    &vb,
-                    &ob,
-                    n,
-                    nh,
-                    nkv,
-                    hd,
-                    n_ctx,
-                    scale,
-                )
+                kernels::attention(ctx, e, &layout, &step, &qb, &kb, &vb, &ob, n, nh, scale)
             })?;
             let mut check = String::new();
             if n == 1 {
@@ -414,7 +406,7 @@ fn attention_section(
                         kernels::attention_with_split(
                             ctx,
                             e,
-                            tern_gpu::KvFormat::F32,
+                            &layout,
                             &step,
                             &qb,
                             &kb,
@@ -422,9 +414,6 @@ fn attention_section(
                             &ob,
                             n,
                             nh,
-                            nkv,
-                            hd,
-                            n_ctx,
                             scale,
                             Some(split),
                         )

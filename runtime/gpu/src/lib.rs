@@ -35,7 +35,7 @@ pub use device::context::{
     WORKGROUP_MEMORY_BYTES,
 };
 pub use device::memory::MemoryStats;
-pub use device::pipeline::{ActBits, DotKind, EltOp, GgmlType, KernelKey, KvFormat};
+pub use device::pipeline::{ActBits, DotKind, EltOp, GgmlType, KernelKey, KvFormat, KvRole};
 pub use device::plan::{Plan, Recorder};
 pub use error::{GpuError, Result};
 pub use model::activation::{

@@ -35,6 +35,10 @@ mod float_ops;
 mod fused;
 #[path = "parity/gemm.rs"]
 mod gemm;
+#[path = "parity/kv.rs"]
+mod kv;
+#[path = "parity/minicache.rs"]
+mod minicache;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
 
@@ -740,6 +744,8 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(gemm::cases());
     v.extend(fused::cases());
     v.extend(attn::cases());
+    v.extend(kv::cases());
+    v.extend(minicache::cases());
     v.extend(cce::cases());
     v.extend(float_ops::cases());
     v
@@ -754,7 +760,12 @@ fn parity_table() {
     let mut rng = Rng(0x7e57);
     let mut failures = Vec::new();
     let t0 = std::time::Instant::now();
-    let all = cases();
+    // TERN_PARITY_FILTER=text runs only the cases whose name contains it (local iteration).
+    let filter = std::env::var("TERN_PARITY_FILTER").unwrap_or_default();
+    let all: Vec<_> = cases()
+        .into_iter()
+        .filter(|c| c.0.contains(filter.as_str()))
+        .collect();
     for (name, split, f) in &all {
         let c = if *split { &split_ctx } else { &ctx };
         match f(c, &mut rng) {

@@ -25,6 +25,7 @@ const GPU_BATCH: u64 = 512;
 struct Scorer {
     session: GpuSession,
     batch: usize,
+    kv: KvSpec,
 }
 
 pub(crate) struct GpuBackend {
@@ -47,6 +48,7 @@ impl GpuBackend {
             file,
             tern_gpu::GpuModelOptions {
                 max_memory: opts.max_memory,
+                kv: tern_format::KvSpec::default(),
             },
         )?;
         Ok(Self {
@@ -63,12 +65,10 @@ impl ModelBackend for GpuBackend {
     }
 
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
-        gpu_kv_supported(kv)?;
-        Ok(Box::new(GpuState(GpuSession::new(
-            Arc::clone(&self.model),
-            n_ctx as u64,
-            GPU_BATCH,
-        )?)))
+        Ok(Box::new(GpuState {
+            session: GpuSession::new(Arc::clone(&self.model), n_ctx as u64, GPU_BATCH, kv)?,
+            tokens: Vec::new(),
+        }))
     }
 
     fn score(
@@ -77,7 +77,6 @@ impl ModelBackend for GpuBackend {
         opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
-        gpu_kv_supported(&opts.kv)?;
         let n_in = tokens.len().saturating_sub(1);
         let batch = if opts.batch == 0 { 512 } else { opts.batch };
         let fresh = |n_ctx: usize| -> Result<Scorer> {
@@ -86,8 +85,10 @@ impl ModelBackend for GpuBackend {
                     Arc::clone(&self.model),
                     n_ctx as u64,
                     batch.min(n_ctx) as u64,
+                    &opts.kv,
                 )?,
                 batch,
+                kv: opts.kv,
             })
         };
         let mut guard = match self.scorer.try_lock() {
@@ -103,13 +104,13 @@ impl ModelBackend for GpuBackend {
                 return gpu_score(&mut s.session, tokens, obs);
             }
         };
-        let fits = guard
-            .as_ref()
-            .is_some_and(|s| s.batch == batch && s.session.n_ctx() as usize >= n_in);
+        let fits = guard.as_ref().is_some_and(|s| {
+            s.batch == batch && s.kv == opts.kv && s.session.n_ctx() as usize >= n_in
+        });
         if !fits {
             let grown = guard
                 .as_ref()
-                .filter(|s| s.batch == batch)
+                .filter(|s| s.batch == batch && s.kv == opts.kv)
                 .map_or(n_in, |s| (s.session.n_ctx() as usize).max(n_in));
             // Free the old session's buffers before the new one is made.
             *guard = None;
@@ -201,32 +202,77 @@ fn gpu_score(gs: &mut GpuSession, tokens: &[u32], obs: &mut dyn ScoreObserver) -
     obs.scoring_finished();
     let lp = lp?.ok_or(EngineError::Cancelled)?;
     check_finite(&lp, 0)?;
+    obs.kv_cache(gs.kv_bytes_in_use()?, gs.len() as usize);
     obs.progress(n_in, n_in);
     Ok(lp)
 }
 
-struct GpuState(GpuSession);
+struct GpuState {
+    session: GpuSession,
+    /// The tokens in the cache (a KIVI cache truncated inside a quantized block re-runs some
+    /// of them: `restore`).
+    tokens: Vec<u32>,
+}
+
+impl GpuState {
+    /// Make the cache hold exactly `tokens[..n]`: truncate it, and re-run what a KIVI cache could
+    /// not keep (the tokens between the start of a quantized block and `n`). On a failure of
+    /// that re-run the cache keeps what it could.
+    fn restore(&mut self, n: usize) {
+        let n = n.min(self.tokens.len());
+        let kept = self.session.truncate(n as u64) as usize;
+        if kept < n {
+            let redo = self.tokens.get(kept..n).unwrap_or_default().to_vec();
+            log::debug!(
+                "KV cache: re-running {} tokens after truncating into a quantized block",
+                redo.len()
+            );
+            if let Err(e) = self.session.eval(&redo) {
+                log::warn!(
+                    "KV cache: re-running {} tokens failed ({e}); the cache holds {}",
+                    redo.len(),
+                    self.session.len()
+                );
+            }
+        }
+        self.tokens.truncate(self.session.len() as usize);
+    }
+}
 
 impl SessionBackend for GpuState {
     fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>> {
-        // `GpuSession` puts its length back on a stop or an error.
+        // `GpuSession` puts its length back on a stop or an error (to a KIVI block's start when
+        // that block was quantized meanwhile: then the dropped tokens are re-run here).
+        let p0 = self.session.len() as usize;
+        self.tokens.truncate(p0);
+        self.tokens.extend_from_slice(tokens);
         let out = match logits {
-            Logits::Last => self.0.eval_with(tokens, stop)?,
-            Logits::All => self.0.eval_all_with(tokens, stop)?,
+            Logits::Last => self.session.eval_with(tokens, stop),
+            Logits::All => self.session.eval_all_with(tokens, stop),
         };
-        out.ok_or(EngineError::Cancelled)
+        match out {
+            Ok(Some(l)) => Ok(l),
+            Ok(None) => {
+                self.restore(p0);
+                Err(EngineError::Cancelled)
+            }
+            Err(e) => {
+                self.restore(p0);
+                Err(e.into())
+            }
+        }
     }
 
     fn truncate(&mut self, n: usize) {
-        self.0.truncate(n as u64);
+        self.restore(n);
     }
 
     fn len(&self) -> usize {
-        self.0.len() as usize
+        self.session.len() as usize
     }
 
     fn n_ctx(&self) -> usize {
-        self.0.n_ctx() as usize
+        self.session.n_ctx() as usize
     }
 
     fn score(
@@ -235,21 +281,26 @@ impl SessionBackend for GpuState {
         _opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>> {
-        gpu_score(&mut self.0, tokens, obs)
+        self.tokens.clear();
+        let r = gpu_score(&mut self.session, tokens, obs);
+        let held = self.session.len() as usize;
+        self.tokens
+            .extend_from_slice(tokens.get(..held).unwrap_or_default());
+        r
     }
 
     fn kv_bytes_per_token(&self) -> u64 {
-        self.0.kv_bytes_per_token()
+        self.session.kv_bytes_per_token() as u64
     }
 
     fn report(&mut self) -> Result<SessionReport> {
-        let m = self.0.memory();
+        let m = self.session.memory();
         Ok(SessionReport {
-            n_ctx: self.0.n_ctx() as usize,
+            n_ctx: self.session.n_ctx() as usize,
             kv_bytes: m.kv_bytes,
-            kv_bytes_per_token: self.0.kv_bytes_per_token(),
+            kv_bytes_per_token: self.kv_bytes_per_token(),
             scratch_bytes: Some(m.scratch_bytes),
-            dispatches_per_token: Some(self.0.dispatches_per_token()?),
+            dispatches_per_token: Some(self.session.dispatches_per_token()?),
         })
     }
 
@@ -277,7 +328,7 @@ impl SessionBackend for GpuState {
     }
 
     fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
-        let p = self.0.profile_decode_step(token)?;
+        let p = self.session.profile_decode_step(token)?;
         Ok(Some(
             p.into_iter()
                 .map(|(kernel, dispatches, micros)| KernelTime {
@@ -298,23 +349,5 @@ impl SessionBackend for GpuState {
             ));
         }
         Ok(())
-    }
-}
-
-/// The one spot where the GPU backend refuses compressed KV caches until tern_gpu implements
-/// them (issue 14's GPU half replaces this with passing the spec to `GpuSession`).
-fn gpu_kv_supported(kv: &KvSpec) -> Result<()> {
-    if *kv == KvSpec::default() {
-        Ok(())
-    } else {
-        Err(EngineError::InvalidArgument(format!(
-            "KV cache format {}{} is not implemented on the GPU yet: use --device cpu or --kv f32",
-            kv.quant.name(),
-            if kv.minicache.is_some() {
-                " + MiniCache"
-            } else {
-                ""
-            }
-        )))
     }
 }

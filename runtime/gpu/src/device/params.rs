@@ -144,15 +144,34 @@ params! {
     /// Per-step values, rewritten by the host before each submit of a recorded plan: `p0` =
     /// position of the batch's first token (`n_tokens` is informational: the recorded dispatches
     /// fix the batch size).
-    StepParams in [(KvStore, "Step"), (Attention, "Step"), (AttentionCombine, "Step")] {
+    StepParams in [
+        (KvStore, "Step"), (Attention, "Step"), (AttentionCombine, "Step"),
+        (MinicacheMerge, "Step")
+    ] {
         p0: u32, n_tokens: u32, _pad0: u32, _pad1: u32,
     }
 }
 
 params! {
-    /// `kv_store.wgsl`: `row` = values per position per layer.
-    KvStoreParams in [(KvStore, "Params")] {
-        row: u32, n_tokens: u32, n_ctx: u32, _pad: u32,
+    /// A KV cache's layout (`kv_store.wgsl`'s, `attention.wgsl`'s and `minicache_merge.wgsl`'s
+    /// `Geom`; the sections are described in `kv_store.wgsl`): `row` values per position, `wpr`
+    /// code words per position (`wpr0` for a3's position 0), word offsets of the parameters and
+    /// of the KIVI windows, KIVI's `group`/`resid` (G, R) and value groups per row, the batch
+    /// size, whether this store writes keys; a MiniCache pair's sections (word offsets of the
+    /// magnitudes, the retained pool, its positions and its count; the pool's capacity); `pend`:
+    /// where a pair's first layer finds its unmerged batch rows after the queries.
+    KvGeom in [(KvStore, "Geom"), (Attention, "Geom"), (MinicacheMerge, "Geom")] {
+        row: u32, heads: u32, head_dim: u32, n_ctx: u32, wpr: u32, wpr0: u32, par: u32,
+        k_win: u32, v_win: u32, group: u32, resid: u32, ngroups: u32, n_tokens: u32,
+        is_key: u32, mag: u32, pool: u32, pool_pos: u32, count: u32, cap: u32, pend: u32,
+    }
+}
+
+params! {
+    /// MiniCache merge (`minicache_merge.wgsl`): SLERP parameter, retention threshold (and
+    /// `cos(γπ)`, what the kernel compares with), word offset of layer a's rows in their buffer.
+    MergeParams in [(MinicacheMerge, "Merge")] {
+        t: f32, gamma: f32, xa_off: u32, cos_gamma: f32,
     }
 }
 
@@ -204,7 +223,8 @@ pub const ALL: &[Layout] = &[
     TopkParams::LAYOUT,
     EmbedParams::LAYOUT,
     StepParams::LAYOUT,
-    KvStoreParams::LAYOUT,
+    KvGeom::LAYOUT,
+    MergeParams::LAYOUT,
     AttnParams::LAYOUT,
     CceParams::LAYOUT,
     CceCombineParams::LAYOUT,

@@ -14,32 +14,22 @@ use crate::error::{GpuError, Result};
 /// `ggml_gemm.wgsl`, `embed.wgsl` and `cce.wgsl`) is `tern_format::ggml::BlockType`'s.
 pub use tern_format::ggml::BlockType as GgmlType;
 
-/// Element format of a KV cache: part of the KV-store and attention pipeline keys, so a new
-/// format (quantized, merged) is a new variant here, a new shader variant and a new key — never
-/// a flag inside a kernel.
+/// Element format of a KV cache: `tern_format::KvQuant` (the spec every backend implements, see
+/// `tern_format::kv`). It is part of the KV-store and attention pipeline keys, so each format has
+/// its own compiled kernels (an override constant), never a runtime flag inside one.
+pub type KvFormat = tern_format::KvQuant;
+
+/// How an attention layer reads its cache (MiniCache pairs share one): part of the attention
+/// pipeline key (`attention.wgsl`'s `MC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum KvFormat {
-    /// 32-bit floats, `[pos][kv_head][head_dim]` per layer (keys after RoPE).
+pub enum KvRole {
+    /// Its own keys and values.
     #[default]
-    F32,
-}
-
-impl KvFormat {
-    /// Every format this build has kernels for.
-    pub const ALL: [KvFormat; 1] = [KvFormat::F32];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KvFormat::F32 => "f32",
-        }
-    }
-
-    /// Bytes one position of `values` keys (or values) takes in one layer.
-    pub fn row_bytes(self, values: u64) -> u64 {
-        match self {
-            KvFormat::F32 => values.saturating_mul(4),
-        }
-    }
+    Own,
+    /// The first layer of a merged pair: magnitude 0 · direction, its batch's rows unmerged.
+    First,
+    /// The second layer: magnitude 1 · direction, or its retained row.
+    Second,
 }
 
 /// Width of the packed integer activations a ternary matmul reads.
@@ -118,8 +108,18 @@ pub enum KernelKey {
     },
     Elementwise(EltOp),
     Argmax,
+    /// Whole rows into the cache (f32, f16, q8, a4, a3).
     KvStore(KvFormat),
-    Attention(KvFormat),
+    /// KIVI: key blocks (`keys`) or values leaving the window, quantized.
+    KvKivi {
+        quant: KvFormat,
+        keys: bool,
+    },
+    /// KIVI: new positions into the f16 window.
+    KvWindow,
+    Attention(KvFormat, KvRole),
+    /// MiniCache: merge a pair's keys or values.
+    MinicacheMerge,
     /// Merge of split-K attention partials.
     AttentionCombine,
     /// Embedding-row lookup from a float table / a ggml-block table.
@@ -202,7 +202,22 @@ impl fmt::Display for KernelKey {
             }),
             KernelKey::Argmax => f.write_str("argmax"),
             KernelKey::KvStore(kv) => write!(f, "kv_store_{}", kv.name()),
-            KernelKey::Attention(kv) => write!(f, "attention_{}_wg256", kv.name()),
+            KernelKey::KvKivi { quant, keys } => write!(
+                f,
+                "kv_store_{}_{}",
+                quant.name(),
+                if *keys { "keys" } else { "values" }
+            ),
+            KernelKey::KvWindow => f.write_str("kv_window"),
+            KernelKey::Attention(kv, role) => {
+                let mc = match role {
+                    KvRole::Own => "",
+                    KvRole::First => "_mc1",
+                    KvRole::Second => "_mc2",
+                };
+                write!(f, "attention_{}{mc}_wg256", kv.name())
+            }
+            KernelKey::MinicacheMerge => f.write_str("minicache_merge"),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
             KernelKey::EmbedFloat(t) => f.write_str(match t {
                 FloatType::F32 => "embed_f32",
@@ -245,8 +260,11 @@ impl KernelKey {
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
             KernelKey::Argmax => Shader::Argmax,
-            KernelKey::KvStore(_) => Shader::KvStore,
-            KernelKey::Attention(_) => Shader::Attention,
+            KernelKey::KvStore(_) | KernelKey::KvKivi { .. } | KernelKey::KvWindow => {
+                Shader::KvStore
+            }
+            KernelKey::Attention(..) => Shader::Attention,
+            KernelKey::MinicacheMerge => Shader::MinicacheMerge,
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
             KernelKey::TopK { .. } => Shader::TopK,
@@ -351,6 +369,16 @@ impl PipelineCache {
 mod tests {
     use super::*;
 
+    /// The `FMT` override of `kv_store.wgsl` / `attention.wgsl`: the index in `KvQuant::ALL`.
+    fn kv_fmt_id(q: KvFormat) -> u32 {
+        KvFormat::ALL.iter().position(|&x| x == q).unwrap_or(0) as u32
+    }
+
+    fn k_const(k: KernelKey, name: &str) -> Option<u32> {
+        let v = k.variant().ok()?;
+        v.constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32)
+    }
+
     /// Every key a launcher can make names a registry variant (so naga validated it).
     #[test]
     fn every_key_has_a_registered_variant() {
@@ -419,9 +447,30 @@ mod tests {
             keys.push(KernelKey::CceGgml(t, 16));
         }
         for kv in KvFormat::ALL {
-            keys.push(KernelKey::KvStore(kv));
-            keys.push(KernelKey::Attention(kv));
+            if kv.is_kivi() {
+                keys.push(KernelKey::KvKivi {
+                    quant: kv,
+                    keys: true,
+                });
+                keys.push(KernelKey::KvKivi {
+                    quant: kv,
+                    keys: false,
+                });
+            } else {
+                keys.push(KernelKey::KvStore(kv));
+            }
+            for (i, role) in [KvRole::Own, KvRole::First, KvRole::Second]
+                .into_iter()
+                .enumerate()
+            {
+                let k = KernelKey::Attention(kv, role);
+                keys.push(k);
+                assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+                assert_eq!(k_const(k, "MC"), Some(i as u32), "{kv:?}");
+            }
         }
+        keys.push(KernelKey::KvWindow);
+        keys.push(KernelKey::MinicacheMerge);
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
             keys.push(KernelKey::Elementwise(op));
         }

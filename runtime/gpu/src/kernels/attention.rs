@@ -1,16 +1,18 @@
-//! Attention on the GPU: the KV-cache store and causal GQA attention (decode and prefill).
+//! Causal GQA attention over the KV cache (decode and prefill), reading the cache in its stored
+//! format ([`KvLayout`]: f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3 — dequantized in registers).
 //!
-//! Both read `p0` (tokens already cached) from a small step buffer ([`StepParams`]) that the
+//! It reads `p0` (tokens already cached) from a small step buffer ([`StepParams`]) that the
 //! caller rewrites with `queue.write_buffer` before each submit, so a plan recorded once serves
 //! every position. The number of tokens per batch is fixed when the launcher records.
 
 use crate::device::check::{check_binding as binding, check_buffer as need, u32_of};
 use crate::device::context::GpuContext;
+use crate::device::params::AttnParams;
 pub use crate::device::params::StepParams;
-use crate::device::params::{AttnParams, KvStoreParams};
-use crate::device::pipeline::{KernelKey, KvFormat};
+use crate::device::pipeline::{KernelKey, KvRole};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
+use crate::kernels::kv::KvLayout;
 
 /// Query heads sharing one kv head that one attention workgroup handles (`attention.wgsl`'s GM).
 const HEADS_PER_WG: u64 = 4;
@@ -30,62 +32,6 @@ fn attn_target_wgs(ctx: &GpuContext) -> u64 {
 }
 /// At most this many key chunks per (token, head group) (attention_combine.wgsl's WG).
 const ATTN_MAX_SPLIT: u64 = 128;
-
-/// A KV cache of `n_ctx` rows of `row` f32 must fit one binding.
-pub(crate) fn kv_binding(ctx: &GpuContext, format: KvFormat, n_ctx: u64, row: u64) -> Result<()> {
-    let bytes = n_ctx.saturating_mul(format.row_bytes(row));
-    if bytes > ctx.binding_limit() {
-        let max_ctx = ctx.binding_limit() / format.row_bytes(row).max(1);
-        return Err(GpuError::TooLarge {
-            what: "KV cache".into(),
-            detail: format!(
-                "{n_ctx} positions × {row} {} = {bytes} bytes in one binding, the limit is {} \
-                 bytes: use a context of at most {max_ctx} positions",
-                format.name(),
-                ctx.binding_limit()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// `cache[(p0 + t)·row ..][..row] = src[t·row ..][..row]` for `t < n_tokens`.
-#[allow(clippy::too_many_arguments)]
-pub fn kv_store(
-    ctx: &GpuContext,
-    enc: &mut impl Recorder,
-    format: KvFormat,
-    step: &wgpu::Buffer,
-    src: &wgpu::Buffer,
-    cache: &wgpu::Buffer,
-    n_tokens: u64,
-    row: u64,
-    n_ctx: u64,
-) -> Result<()> {
-    const OP: &str = "kv_store";
-    let sb = n_tokens.saturating_mul(row).saturating_mul(4);
-    let cb = n_ctx.saturating_mul(format.row_bytes(row));
-    need(OP, "src", src, sb)?;
-    need(OP, "cache", cache, cb)?;
-    need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
-    kv_binding(ctx, format, n_ctx, row)?;
-    let p = KvStoreParams {
-        row: u32_of(OP, "row", row)?,
-        n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
-        n_ctx: u32_of(OP, "n_ctx", n_ctx)?,
-        _pad: 0,
-    };
-    let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-    let groups = (n_tokens * row).div_ceil(256);
-    let max = u64::from(ctx.limits.max_compute_workgroups_per_dimension.max(1));
-    let (gx, gy) = (groups.min(max), groups.div_ceil(max).max(1));
-    ctx.dispatch(
-        enc,
-        KernelKey::KvStore(format),
-        &[&params, step, src, cache],
-        (u32_of(OP, "groups", gx)?, u32_of(OP, "groups", gy)?, 1),
-    )
-}
 
 /// Key chunks (workgroups per (token, head group)) that [`attention`] records for a batch of
 /// `n_tokens` over a cache of `n_ctx` positions (reported by benchmarks).
@@ -123,7 +69,7 @@ fn splits_for(target: u64, n_tokens: u64, wgs_per_token: u64, n_ctx: u64) -> u64
 pub fn attention(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
-    format: KvFormat,
+    layout: &KvLayout,
     step: &wgpu::Buffer,
     q: &wgpu::Buffer,
     k_cache: &wgpu::Buffer,
@@ -131,14 +77,10 @@ pub fn attention(
     out: &wgpu::Buffer,
     n_tokens: u64,
     n_head: u64,
-    n_head_kv: u64,
-    head_dim: u64,
-    n_ctx: u64,
     scale: f32,
 ) -> Result<()> {
     attention_with_split(
-        ctx, enc, format, step, q, k_cache, v_cache, out, n_tokens, n_head, n_head_kv, head_dim,
-        n_ctx, scale, None,
+        ctx, enc, layout, step, q, k_cache, v_cache, out, n_tokens, n_head, scale, None,
     )
 }
 
@@ -149,7 +91,7 @@ pub fn attention(
 pub fn attention_with_split(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
-    format: KvFormat,
+    layout: &KvLayout,
     step: &wgpu::Buffer,
     q: &wgpu::Buffer,
     k_cache: &wgpu::Buffer,
@@ -157,16 +99,13 @@ pub fn attention_with_split(
     out: &wgpu::Buffer,
     n_tokens: u64,
     n_head: u64,
-    n_head_kv: u64,
-    head_dim: u64,
-    n_ctx: u64,
     scale: f32,
     forced_split: Option<u64>,
 ) -> Result<()> {
     attention_in(
         ctx,
         enc,
-        format,
+        layout,
         step,
         q,
         k_cache,
@@ -174,12 +113,66 @@ pub fn attention_with_split(
         out,
         n_tokens,
         n_head,
-        n_head_kv,
-        head_dim,
-        n_ctx,
         scale,
         forced_split,
         None,
+        KvRead::Own,
+    )
+}
+
+/// How a layer reads its cache: its own, or as the first / second layer of a MiniCache pair
+/// (`attention.wgsl`'s `MC`). The first layer's own batch rows are read unmerged from the query
+/// buffer: keys `[n_tokens][row]` f32 from word `pend` (after the queries), then the values (a
+/// mobile GPU binds only 4 storage buffers per kernel).
+#[derive(Debug, Clone, Copy)]
+pub enum KvRead {
+    Own,
+    First { pend: u64 },
+    Second,
+}
+
+impl KvRead {
+    fn role(&self) -> KvRole {
+        match self {
+            KvRead::Own => KvRole::Own,
+            KvRead::First { .. } => KvRole::First,
+            KvRead::Second => KvRole::Second,
+        }
+    }
+}
+
+/// [`attention_with_split`] reading the cache as `read` says (MiniCache pairs; parity tests).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_role(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    layout: &KvLayout,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    scale: f32,
+    forced_split: Option<u64>,
+    read: KvRead,
+) -> Result<()> {
+    attention_in(
+        ctx,
+        enc,
+        layout,
+        step,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        n_tokens,
+        n_head,
+        scale,
+        forced_split,
+        None,
+        read,
     )
 }
 
@@ -190,7 +183,7 @@ pub fn attention_with_split(
 pub(crate) fn attention_into(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
-    format: KvFormat,
+    layout: &KvLayout,
     step: &wgpu::Buffer,
     q: &wgpu::Buffer,
     k_cache: &wgpu::Buffer,
@@ -198,16 +191,14 @@ pub(crate) fn attention_into(
     out: &wgpu::Buffer,
     n_tokens: u64,
     n_head: u64,
-    n_head_kv: u64,
-    head_dim: u64,
-    n_ctx: u64,
     scale: f32,
     partials: &wgpu::Buffer,
+    read: KvRead,
 ) -> Result<()> {
     attention_in(
         ctx,
         enc,
-        format,
+        layout,
         step,
         q,
         k_cache,
@@ -215,12 +206,10 @@ pub(crate) fn attention_into(
         out,
         n_tokens,
         n_head,
-        n_head_kv,
-        head_dim,
-        n_ctx,
         scale,
         None,
         Some(partials),
+        read,
     )
 }
 
@@ -256,7 +245,7 @@ fn partials_bytes(n_tokens: u64, n_head: u64, n_split: u64, head_dim: u64) -> u6
 fn attention_in(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
-    format: KvFormat,
+    layout: &KvLayout,
     step: &wgpu::Buffer,
     q: &wgpu::Buffer,
     k_cache: &wgpu::Buffer,
@@ -264,14 +253,13 @@ fn attention_in(
     out: &wgpu::Buffer,
     n_tokens: u64,
     n_head: u64,
-    n_head_kv: u64,
-    head_dim: u64,
-    n_ctx: u64,
     scale: f32,
     forced_split: Option<u64>,
     partials: Option<&wgpu::Buffer>,
+    read: KvRead,
 ) -> Result<()> {
     const OP: &str = "attention";
+    let (n_head_kv, head_dim, n_ctx) = (layout.heads, layout.head_dim, layout.n_ctx);
     if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
         return Err(GpuError::shape(
             OP,
@@ -284,20 +272,30 @@ fn attention_in(
             format!("head_dim {head_dim}: the kernel takes 1..=256"),
         ));
     }
-    if n_ctx == 0 {
-        return Err(GpuError::shape(OP, "n_ctx is 0"));
-    }
     let qb = n_tokens
         .saturating_mul(n_head)
         .saturating_mul(head_dim)
         .saturating_mul(4);
-    let cb = n_ctx.saturating_mul(format.row_bytes(n_head_kv * head_dim));
     need(OP, "q", q, qb)?;
     need(OP, "out", out, qb)?;
-    need(OP, "k cache", k_cache, cb)?;
-    need(OP, "v cache", v_cache, cb)?;
+    need(OP, "k cache", k_cache, layout.buffer_bytes(true))?;
+    need(OP, "v cache", v_cache, layout.buffer_bytes(false))?;
     need(OP, "step", step, std::mem::size_of::<StepParams>() as u64)?;
-    kv_binding(ctx, format, n_ctx, n_head_kv * head_dim)?;
+    layout.check_binding(ctx)?;
+    if layout.pair == matches!(read, KvRead::Own) {
+        return Err(GpuError::internal(
+            OP,
+            "a MiniCache pair's buffers are read as its first or second layer, only",
+        ));
+    }
+    let mut geom = layout.geom(n_tokens, false)?;
+    if let KvRead::First { pend } = read {
+        // the first layer's unmerged batch rows follow the queries
+        let end = pend.saturating_add(2 * n_tokens * layout.row());
+        need(OP, "queries and pending rows", q, end.saturating_mul(4))?;
+        binding(ctx, "queries and pending rows", end.saturating_mul(4))?;
+        geom.pend = u32_of(OP, "pending rows", pend)?;
+    }
     binding(ctx, "queries", qb)?;
     let group = n_head / n_head_kv;
     let n_hg = group.div_ceil(HEADS_PER_WG);
@@ -323,12 +321,14 @@ fn attention_in(
         n_hg: u32_of(OP, "head groups", n_hg)?,
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    let geom = ctx.uniform(bytemuck::bytes_of(&geom))?;
     let groups = (u32_of(OP, "workgroups", wgs_x)?, p.n_tokens, p.n_split);
+    let key = KernelKey::Attention(layout.quant, read.role());
     if n_split == 1 {
         return ctx.dispatch(
             enc,
-            KernelKey::Attention(format),
-            &[&params, step, q, k_cache, v_cache, out],
+            key,
+            &[&params, step, q, k_cache, v_cache, out, &geom],
             groups,
         );
     }
@@ -347,8 +347,8 @@ fn attention_in(
     };
     ctx.dispatch(
         enc,
-        KernelKey::Attention(format),
-        &[&params, step, q, k_cache, v_cache, partials],
+        key,
+        &[&params, step, q, k_cache, v_cache, partials, &geom],
         groups,
     )?;
     // attention_combine.wgsl: one workgroup per 32 dims of a (head, token)

@@ -8,7 +8,9 @@
 //!   INT8, alone or fused into RMSNorm;
 //! * `sparse.rs` — the ternary GEMV that skips zero activations (a4.8's sparse inputs);
 //! * `pointwise.rs` — RMSNorm, RoPE, GLU and residual add;
-//! * `attention.rs` — KV-cache store and split-K causal GQA attention;
+//! * `kv.rs` — the KV cache's layout in every format and the store (quantize on write);
+//! * `minicache.rs` — MiniCache's merge of a pair of layers (SLERP, magnitudes, retained pool);
+//! * `attention.rs` — split-K causal GQA attention reading the cache as stored;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
 //! * `sample.rs` — argmax and top-k of logits;
 //! * `cce.rs` — fused Cut-Cross-Entropy scoring (log p(target) without logits);
@@ -23,7 +25,9 @@ pub mod act_quant;
 pub mod attention;
 pub mod cce;
 pub mod embed;
+pub mod kv;
 pub mod matmul;
+pub mod minicache;
 pub mod neuzip;
 pub mod pointwise;
 pub mod sample;
@@ -33,8 +37,11 @@ pub use act_quant::{
     act4_stride_words, act_stats, act_stride_words, quantize_act_a48_into, quantize_act_int8,
     quantize_act_int8_into, rmsnorm_quant_int8, A48Quant, ActInt8,
 };
-pub use attention::{attention, attention_splits, attention_with_split, kv_store, StepParams};
+pub use attention::{
+    attention, attention_role, attention_splits, attention_with_split, KvRead, StepParams,
+};
 pub use embed::{embed_rows, EmbedTable};
+pub use kv::{kv_store, KvLayout};
 pub use matmul::{
     float_gemv, float_matmul, ggml_gemm, ggml_gemv, ggml_matmul, ternary_gemm, ternary_gemv,
     ternary_matmul, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,

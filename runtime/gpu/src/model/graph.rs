@@ -10,8 +10,10 @@ use crate::device::context::GpuContext;
 use crate::device::pipeline::EltOp;
 use crate::device::plan::{Plan, Recorder};
 use crate::error::{GpuError, Result};
-use crate::kernels::{self, cce, A48Quant, ActInt8, EmbedTable};
+use crate::kernels::attention::KvRead;
+use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, EmbedTable, KvLayout};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
+use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
 use tern_format::FfnAct;
@@ -54,7 +56,6 @@ struct Graph<'a> {
     kv: &'a KvCache,
     /// Tokens in the batch.
     n: u64,
-    n_ctx: u64,
     /// INT8 / INT4 views of the scratch for this batch: model width, attention width, FFN width.
     act_d: Acts<'a>,
     act_q: Acts<'a>,
@@ -91,7 +92,6 @@ pub(crate) fn record(
         s,
         kv,
         n,
-        n_ctx: kv.n_ctx(),
         act_d: Acts {
             i8: &act_d,
             i4: &act_d4,
@@ -281,7 +281,7 @@ impl<'a> Graph<'a> {
             u64::from(hp.n_head_kv),
             u64::from(hp.head_dim),
         );
-        let (q_dim, kv_dim, rd) = (nh * hd, nkv * hd, u64::from(hp.rope_dim));
+        let (q_dim, rd) = (nh * hd, u64::from(hp.rope_dim));
         let input = self.input(&s.x0, Some(&l.attn_norm), d, &plan.qkv, &s.a, self.act_d)?;
         self.linear(&l.wq, input, n, &s.q)?;
         self.linear(&l.wk, input, n, &s.k)?;
@@ -289,32 +289,62 @@ impl<'a> Graph<'a> {
         let p = &mut self.p;
         kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
         kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)?;
-        let cache = self.kv.layer(li)?;
-        let fmt = self.kv.format();
-        kernels::kv_store(ctx, p, fmt, &s.step, &s.k, &cache.k, n, kv_dim, self.n_ctx)?;
-        kernels::kv_store(ctx, p, fmt, &s.step, &s.v, &cache.v, n, kv_dim, self.n_ctx)?;
-        let scale = 1.0 / (hd as f32).sqrt();
-        kernels::attention::attention_into(
-            ctx,
-            p,
-            fmt,
-            &s.step,
-            &s.q,
-            &cache.k,
-            &cache.v,
-            &s.o,
-            n,
-            nh,
-            nkv,
-            hd,
-            self.n_ctx,
-            scale,
-            &s.attn_partials,
-        )?;
+        self.kv_attention(li, n)?;
         let sub = l.attn_sub_norm.as_ref();
         let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q)?;
         self.linear(&l.wo, input, n, &s.proj)?;
         kernels::elementwise(ctx, &mut self.p, EltOp::Add, &s.x0, &s.proj, &s.x1, n * d)
+    }
+
+    /// The KV part of layer `li`'s attention block: store this batch's keys and values (`s.k`,
+    /// `s.v`, after RoPE) in the cache's format and attend over the cache into `s.o`. MiniCache
+    /// pairs: the first layer keeps its rows for the merge and attends over the pair's merged
+    /// past plus its own rows; the second merges the pair, stores the directions, attends.
+    fn kv_attention(&mut self, li: usize, n: u64) -> Result<()> {
+        let (ctx, s, hp) = (self.ctx, self.s, &self.m.hp);
+        let (nh, hd) = (u64::from(hp.n_head), u64::from(hp.head_dim));
+        let p = &mut self.p;
+        let (cache, role) = self.kv.layer(li)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
+        let attend = |p: &mut Plan, q: &wgpu::Buffer, l: &KvLayout, read: KvRead| {
+            let part = &s.attn_partials;
+            kernels::attention::attention_into(
+                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read,
+            )
+        };
+        let mc = self.kv.mc_scratch();
+        // MiniCache: layer a's queries, keys and values side by side (its rows from `pend`)
+        let q_words = n * nh * hd;
+        let (pend, kv_words) = (q_words, n * self.kv.row_values());
+        match (role, mc, self.kv.spec().minicache) {
+            (KvRole::Own, ..) => {
+                let l = self.kv.layout();
+                kernels::kv_store(ctx, p, l, step, &s.k, k, n, true)?;
+                kernels::kv_store(ctx, p, l, step, &s.v, v, n, false)?;
+                attend(p, &s.q, l, KvRead::Own)
+            }
+            (KvRole::First, Some(mc), Some(_)) => {
+                p.record_copy(&s.q, 0, &mc.qkv, 0, q_words * 4);
+                p.record_copy(&s.k, 0, &mc.qkv, pend * 4, kv_words * 4);
+                p.record_copy(&s.v, 0, &mc.qkv, (pend + kv_words) * 4, kv_words * 4);
+                attend(p, &mc.qkv, self.kv.pair_layout(), KvRead::First { pend })
+            }
+            (KvRole::Second, Some(mc), Some(m)) => {
+                let l = self.kv.pair_layout();
+                let tg = (m.t, m.gamma);
+                let (ka, va) = ((&mc.qkv, pend), (&mc.qkv, pend + kv_words));
+                minicache::merge(ctx, p, l, step, tg, ka, &s.k, &mc.dir_k, k, n, true)?;
+                minicache::merge(ctx, p, l, step, tg, va, &s.v, &mc.dir_v, v, n, false)?;
+                kernels::kv_store(ctx, p, l, step, &mc.dir_k, k, n, true)?;
+                kernels::kv_store(ctx, p, l, step, &mc.dir_v, v, n, false)?;
+                attend(p, &s.q, l, KvRead::Second)
+            }
+            _ => Err(GpuError::internal(
+                "plan",
+                "MiniCache layer without its pair",
+            )),
+        }
     }
 
     /// `x0` ← `x1` + FFN(`x1`) (SwiGLU or ReLU² GLU, BitNet's sub-norm before `down`).

@@ -250,7 +250,7 @@ impl GpuModel {
 
         // The budget: decided before anything is allocated (or refused, naming the minimum),
         // then enforced by the context on every allocation.
-        let decision = memory::decide(&ctx, file, opts.max_memory)?;
+        let decision = memory::decide(&ctx, file, opts.max_memory, &opts.kv)?;
         ctx.set_budget(opts.max_memory);
         let mut ld = Loader {
             ctx: &ctx,

@@ -8,12 +8,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tern_format::{Encoding, HParams, TernFile};
+use tern_format::{Encoding, HParams, KvSpec, TernFile};
 
 use crate::device::context::{GpuContext, UPLOAD_SLICE};
 use crate::error::{GpuError, Result};
 use crate::model::scratch::Scratch;
-use crate::model::{GpuModel, KvCache, KvFormat};
+use crate::model::{GpuModel, KvCache};
 
 /// Positions a model loaded under a budget leaves room for (the KV cache of one session of this
 /// context, beside its activation scratch for [`RESERVE_BATCH`] tokens). A larger session is
@@ -41,13 +41,16 @@ const JIT_CHUNKS: [u64; 9] = [
 ];
 
 /// Options of [`crate::GpuModel::load`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct GpuModelOptions {
     /// GPU memory the model and its sessions may take (bytes): weights, just-in-time scratch,
     /// KV caches, activation scratch, staging. NeuZip tensors are kept decoded while it allows,
     /// and decoded just in time otherwise; loading fails with [`GpuError::OverBudget`] naming the
     /// smallest budget that works when even that does not fit. `None`: no limit.
     pub max_memory: Option<u64>,
+    /// The KV-cache format the budget's session reserve is sized for (sessions pass their own
+    /// to `GpuSession::new`).
+    pub kv: KvSpec,
 }
 
 /// How one tensor is held on the GPU (reported by `tern bench` and `-v`).
@@ -130,21 +133,31 @@ impl Nz {
     }
 }
 
-/// GPU bytes of a session of `n_ctx` positions and batches of `batch` tokens, with its recorded
-/// plans' parameter buffers.
-pub(crate) fn session_bytes(ctx: &GpuContext, hp: &HParams, n_ctx: u64, batch: u64) -> u64 {
-    let dispatches = u64::from(hp.n_layer) * 32 + 32;
-    KvCache::bytes_for(hp, n_ctx, KvFormat::F32)
-        + Scratch::bytes_for(ctx, hp, batch)
-        + 40 * SLACK
-        + PLANS * dispatches * SLACK
+/// GPU bytes of a session of `n_ctx` positions in the KV format `kv` and batches of `batch`
+/// tokens, with its recorded plans' parameter buffers.
+pub(crate) fn session_bytes(
+    ctx: &GpuContext,
+    hp: &HParams,
+    n_ctx: u64,
+    batch: u64,
+    kv: &KvSpec,
+) -> u64 {
+    let dispatches = u64::from(hp.n_layer) * 36 + 32;
+    KvCache::bytes_for(hp, n_ctx, kv, batch)
+        .saturating_add(Scratch::bytes_for(ctx, hp, batch))
+        .saturating_add(40 * SLACK + PLANS * dispatches * SLACK)
 }
 
 /// Decide, before allocating anything, which NeuZip matrices are decoded at load and how the
 /// others are decoded just in time, so that the model, a session of [`RESERVE_CTX`] positions
 /// and the load's transients fit `budget`; `Err(OverBudget)` naming the smallest budget when
 /// nothing fits. No budget: everything decoded.
-pub(crate) fn decide(ctx: &GpuContext, file: &TernFile, budget: Option<u64>) -> Result<Decision> {
+pub(crate) fn decide(
+    ctx: &GpuContext,
+    file: &TernFile,
+    budget: Option<u64>,
+    kv: &KvSpec,
+) -> Result<Decision> {
     let hp = &file.meta().hparams;
     let tied = hp.tied_embeddings;
     let mut fixed = 0u64;
@@ -178,7 +191,7 @@ pub(crate) fn decide(ctx: &GpuContext, file: &TernFile, budget: Option<u64>) -> 
             }
         }
     }
-    let session_reserve = session_bytes(ctx, hp, RESERVE_CTX, RESERVE_BATCH);
+    let session_reserve = session_bytes(ctx, hp, RESERVE_CTX, RESERVE_BATCH, kv);
     let base = ctx.live_bytes() + fixed + session_reserve + largest.min(UPLOAD_SLICE) + OVERHEAD;
     let all_decoded: u64 = nz.iter().map(|n| n.decoded + SLACK).sum();
     let max_decoded = nz.iter().map(|n| n.decoded).max().unwrap_or(0);
@@ -252,10 +265,10 @@ pub(crate) fn decide(ctx: &GpuContext, file: &TernFile, budget: Option<u64>) -> 
 }
 
 impl GpuModel {
-    /// The batch a session of `n_ctx` positions can have under the budget: `max_batch`, or a
-    /// smaller one when only that fits; `Err(OverBudget)` naming the budget a session of `n_ctx`
-    /// positions needs and the largest context that fits in what is left.
-    pub(crate) fn fit_session(&self, n_ctx: u64, max_batch: u64) -> Result<u64> {
+    /// The batch a session of `n_ctx` positions in the KV format `kv` can have under the budget:
+    /// `max_batch`, or a smaller one when only that fits; `Err(OverBudget)` naming the budget a
+    /// session of `n_ctx` positions needs and the largest context that fits in what is left.
+    pub(crate) fn fit_session(&self, n_ctx: u64, max_batch: u64, kv: &KvSpec) -> Result<u64> {
         let ctx = &*self.ctx;
         let Some(budget) = ctx.budget() else {
             return Ok(max_batch);
@@ -266,7 +279,7 @@ impl GpuModel {
         let avail = budget.saturating_sub(live);
         let mut b = max_batch.max(1);
         loop {
-            if session_bytes(ctx, hp, n_ctx, b) <= avail {
+            if session_bytes(ctx, hp, n_ctx, b, kv) <= avail {
                 if b < max_batch {
                     log::info!("GPU memory budget: batches of {b} tokens (not {max_batch})");
                 }
@@ -277,13 +290,21 @@ impl GpuModel {
             }
             b /= 2;
         }
-        let per_token = KvCache::bytes_per_token_for(hp, KvFormat::F32).max(1);
-        let rest = session_bytes(ctx, hp, 1, 1).saturating_sub(per_token);
-        let max_ctx = avail.saturating_sub(rest) / per_token;
+        // the largest context that fits (session bytes grow with the context)
+        let (mut lo, mut hi) = (0u64, n_ctx);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if session_bytes(ctx, hp, mid, 1, kv) <= avail {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let max_ctx = lo;
         Err(GpuError::OverBudget {
             what: format!("a session of {n_ctx} positions"),
             budget,
-            minimum: live + session_bytes(ctx, hp, n_ctx, 1),
+            minimum: live + session_bytes(ctx, hp, n_ctx, 1, kv),
             detail: format!(
                 "; {live} bytes are allocated already, the largest context that fits is \
                  {max_ctx} positions"

@@ -11,7 +11,8 @@ use crate::error::{GpuError, Result};
 use crate::kernels::pointwise::rope_table;
 use crate::model::graph::{self, Wanted};
 use crate::model::scratch::Scratch;
-use crate::model::{GpuModel, KvCache, KvFormat};
+use crate::model::{GpuModel, KvCache};
+use tern_format::KvSpec;
 
 /// GPU memory of a session.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,6 +37,9 @@ pub struct GpuSession {
     pub(crate) n_ctx: u64,
     pub(crate) max_batch: u64,
     pub(crate) len: u64,
+    /// Positions any layer may have written (≥ `len` after a failed or stopped batch): what the
+    /// KIVI truncation rule looks at.
+    written: u64,
     pub(crate) kv: KvCache,
     pub(crate) s: Scratch,
     /// Per batch size and output: the recorded pass, in submission segments.
@@ -53,8 +57,9 @@ impl std::fmt::Debug for GpuSession {
 }
 
 impl GpuSession {
-    /// A session holding up to `n_ctx` positions, running batches of up to `max_batch` tokens.
-    pub fn new(model: Arc<GpuModel>, n_ctx: u64, max_batch: u64) -> Result<Self> {
+    /// A session holding up to `n_ctx` positions in the KV format `kv` (`tern_format::kv`),
+    /// running batches of up to `max_batch` tokens.
+    pub fn new(model: Arc<GpuModel>, n_ctx: u64, max_batch: u64, kv: &KvSpec) -> Result<Self> {
         let ctx = Arc::clone(&model.ctx);
         let hp = &model.hp;
         if n_ctx == 0 || max_batch == 0 {
@@ -64,8 +69,8 @@ impl GpuSession {
             ));
         }
         // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
-        let max_batch = model.fit_session(n_ctx, max_batch)?;
-        let kv = KvCache::new(&ctx, hp, n_ctx, KvFormat::F32)?;
+        let max_batch = model.fit_session(n_ctx, max_batch, kv)?;
+        let kv = KvCache::new(&ctx, hp, n_ctx, kv, max_batch)?;
         let s = Scratch::alloc(&ctx, hp, max_batch)?;
         let scratch_bytes = s.bytes();
         Ok(GpuSession {
@@ -77,6 +82,7 @@ impl GpuSession {
             n_ctx,
             max_batch,
             len: 0,
+            written: 0,
             kv,
             s,
             plans: HashMap::new(),
@@ -104,9 +110,23 @@ impl GpuSession {
         self.mem
     }
 
-    /// KV-cache bytes one position takes over all layers (keys and values).
-    pub fn kv_bytes_per_token(&self) -> u64 {
-        self.kv.bytes_per_token()
+    /// `kv_bytes_per_token`: all bytes of the cache in use (codes, scales, zero points, the
+    /// full-precision window) over the positions held; at an empty cache, what a full one takes.
+    /// (MiniCache: the retained rows are read back from the GPU; when that fails, counted as
+    /// none.)
+    pub fn kv_bytes_per_token(&self) -> f64 {
+        if self.len == 0 {
+            return self.kv.bytes_per_token(self.n_ctx, 0);
+        }
+        let retained = self.kv.retained(&self.model.ctx, self.len).unwrap_or(0);
+        self.kv.bytes_per_token(self.len, retained)
+    }
+
+    /// Exact bytes of the KV cache in use at `len()` positions (the spec's accounting:
+    /// `tern_format::KvSpec::bytes_held`).
+    pub fn kv_bytes_in_use(&self) -> Result<u64> {
+        let retained = self.kv.retained(&self.model.ctx, self.len)?;
+        Ok(self.kv.bytes_in_use(self.len, retained))
     }
 
     /// The KV cache (format, accounting).
@@ -114,9 +134,18 @@ impl GpuSession {
         &self.kv
     }
 
-    /// Forget the cache beyond the first `n` positions (the KV rows are overwritten later).
-    pub fn truncate(&mut self, n: u64) {
-        self.len = self.len.min(n);
+    /// Forget the cache beyond the first `n` positions (the KV rows are overwritten later) and
+    /// return the length kept: `min(n, len())`, except in a KIVI cache where the block of `R`
+    /// positions holding `n` was quantized already — its f16 rows are gone — where it keeps the
+    /// block's start `R·⌊n/R⌋` (`tern_format::kv`, "Truncation"); the caller re-runs the tokens
+    /// between the two.
+    pub fn truncate(&mut self, n: u64) -> u64 {
+        let m = n.min(self.len);
+        let q = self.kv.layout().quantized(m);
+        let block_quantized = self.kv.layout().quantized(self.written) > q;
+        self.len = if m != q && block_quantized { q } else { m };
+        self.written = self.len;
+        self.len
     }
 
     /// Largest batch whose every-token logits fit the logits buffer.
@@ -216,6 +245,7 @@ impl GpuSession {
         }
         self.plan_for(n, wanted)?;
         self.write_inputs(tokens)?;
+        self.written = self.written.max(self.len + n);
         let m = Arc::clone(&self.model);
         let ctx = &*m.ctx;
         let hp = &m.hp;
@@ -259,7 +289,8 @@ impl GpuSession {
     }
 
     /// Run `f` and put `len()` back where it was when it fails or is stopped: a failed or
-    /// cancelled call leaves the session at its last good position.
+    /// cancelled call leaves the session at its last good position (a KIVI cache whose block
+    /// holding it was quantized meanwhile: at that block's start, [`GpuSession::truncate`]).
     fn rollback_on_failure<T>(
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<Option<T>>,
@@ -267,7 +298,7 @@ impl GpuSession {
         let len0 = self.len;
         let r = f(self);
         if !matches!(r, Ok(Some(_))) {
-            self.len = self.len.min(len0);
+            self.truncate(len0);
         }
         r
     }
@@ -279,7 +310,8 @@ impl GpuSession {
     }
 
     /// [`GpuSession::eval`] that checks `stop` between GPU submissions (every layer of a batch of
-    /// [`LAYERED_SUBMIT_MIN_TOKENS`] or more) and returns `Ok(None)` when it says so. After `Ok(None)` or an error, `len()` is what it was before the call.
+    /// [`LAYERED_SUBMIT_MIN_TOKENS`] or more) and returns `Ok(None)` when it says so. After `Ok(None)` or an error, `len()` is what it was before the call
+    /// (KIVI: or the start of the block holding it, see [`GpuSession::truncate`]).
     pub fn eval_with(&mut self, tokens: &[u32], stop: Stop<'_>) -> Result<Option<Vec<f32>>> {
         if tokens.is_empty() {
             return Err(GpuError::invalid("eval", "no tokens"));

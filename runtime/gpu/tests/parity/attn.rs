@@ -14,7 +14,22 @@ use super::*;
 use tern_gpu::kernels::StepParams;
 use tern_gpu::Plan;
 
-fn step_buffer(ctx: &GpuContext, p0: u32, n: u32) -> wgpu::Buffer {
+/// The f32 cache layout (`[n_ctx][n_kv·hd]` f32 per layer, keys and values).
+pub(crate) fn f32_layout(
+    n_kv: usize,
+    hd: usize,
+    n_ctx: usize,
+) -> Result<tern_gpu::kernels::KvLayout, GpuError> {
+    tern_gpu::kernels::KvLayout::new(
+        tern_format::KvQuant::F32,
+        tern_format::Kivi::default(),
+        n_kv as u64,
+        hd as u64,
+        n_ctx as u64,
+    )
+}
+
+pub(crate) fn step_buffer(ctx: &GpuContext, p0: u32, n: u32) -> wgpu::Buffer {
     let b = ctx
         .create_buffer(
             "step",
@@ -28,7 +43,7 @@ fn step_buffer(ctx: &GpuContext, p0: u32, n: u32) -> wgpu::Buffer {
     b
 }
 
-fn write_step(ctx: &GpuContext, b: &wgpu::Buffer, p0: u32, n: u32) {
+pub(crate) fn write_step(ctx: &GpuContext, b: &wgpu::Buffer, p0: u32, n: u32) {
     let sp = StepParams {
         p0,
         n_tokens: n,
@@ -39,7 +54,7 @@ fn write_step(ctx: &GpuContext, b: &wgpu::Buffer, p0: u32, n: u32) {
 
 /// Reference attention of `n` queries at positions `p0..p0+n` over the host caches.
 #[allow(clippy::too_many_arguments)]
-fn reference(
+pub(crate) fn reference(
     q: &[f32],
     kc: &[f32],
     vc: &[f32],
@@ -97,53 +112,18 @@ fn run_attention(
     let qb = ctx.upload("q", &f32_bytes(&q)).map_err(e)?;
     let ob = ctx.zeroed("out", (n * q_dim * 4) as u64).map_err(e)?;
     let step = step_buffer(ctx, p0 as u32, n as u32);
-    let (nn, r, nc) = (n as u64, row as u64, n_ctx as u64);
+    let (nn, nc) = (n as u64, n_ctx as u64);
+    let l = f32_layout(n_kv, hd, n_ctx).map_err(e)?;
     let mut enc = ctx.encoder();
-    tern_gpu::kernels::kv_store(
-        ctx,
-        &mut enc,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &knb,
-        &kb,
-        nn,
-        r,
-        nc,
-    )
-    .map_err(e)?;
-    tern_gpu::kernels::kv_store(
-        ctx,
-        &mut enc,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &vnb,
-        &vb,
-        nn,
-        r,
-        nc,
-    )
-    .map_err(e)?;
+    tern_gpu::kernels::kv_store(ctx, &mut enc, &l, &step, &knb, &kb, nn, true).map_err(e)?;
+    tern_gpu::kernels::kv_store(ctx, &mut enc, &l, &step, &vnb, &vb, nn, false).map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut enc = ctx.encoder();
-    let (nh, nk, d) = (n_head as u64, n_kv as u64, hd as u64);
+    let (nh, nk) = (n_head as u64, n_kv as u64);
     let splits = split.unwrap_or_else(|| tern_gpu::kernels::attention_splits(ctx, nn, nh, nk, nc));
     tern_gpu::kernels::attention_with_split(
-        ctx,
-        &mut enc,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &qb,
-        &kb,
-        &vb,
-        &ob,
-        nn,
-        nh,
-        nk,
-        d,
-        nc,
-        scale,
-        split,
+        ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, nn, nh, scale, split,
     )
     .map_err(e)?;
     let t0 = std::time::Instant::now();
@@ -185,50 +165,14 @@ fn run_plan_replay(
     let qb = ctx.zeroed("q", (q_dim * 4) as u64).map_err(e)?;
     let ob = ctx.zeroed("out", (q_dim * 4) as u64).map_err(e)?;
     let step = step_buffer(ctx, 0, 1);
-    let (r, nc) = (row as u64, n_ctx as u64);
+    let l = f32_layout(n_kv, hd, n_ctx).map_err(e)?;
     let mut plan = Plan::new();
-    tern_gpu::kernels::kv_store(
-        ctx,
-        &mut plan,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &knb,
-        &kb,
-        1,
-        r,
-        nc,
-    )
-    .map_err(e)?;
-    tern_gpu::kernels::kv_store(
-        ctx,
-        &mut plan,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &vnb,
-        &vb,
-        1,
-        r,
-        nc,
-    )
-    .map_err(e)?;
+    tern_gpu::kernels::kv_store(ctx, &mut plan, &l, &step, &knb, &kb, 1, true).map_err(e)?;
+    tern_gpu::kernels::kv_store(ctx, &mut plan, &l, &step, &vnb, &vb, 1, false).map_err(e)?;
     let scale = 1.0 / (hd as f32).sqrt();
-    tern_gpu::kernels::attention(
-        ctx,
-        &mut plan,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &qb,
-        &kb,
-        &vb,
-        &ob,
-        1,
-        n_head as u64,
-        n_kv as u64,
-        hd as u64,
-        nc,
-        scale,
-    )
-    .map_err(e)?;
+    let nh = n_head as u64;
+    tern_gpu::kernels::attention(ctx, &mut plan, &l, &step, &qb, &kb, &vb, &ob, 1, nh, scale)
+        .map_err(e)?;
     let mut worst = 0.0f64;
     for &p0 in p0s {
         let knew: Vec<f32> = (0..row).map(|_| rng.normal()).collect();
@@ -271,21 +215,9 @@ fn run_attention_too_large(ctx: &GpuContext, _rng: &mut Rng) -> Result<String, S
     let big = ctx
         .zeroed("big", n_ctx * n_kv * hd * 4)
         .map_err(|e| e.to_string())?;
+    let l = f32_layout(n_kv as usize, hd as usize, n_ctx as usize).map_err(|e| e.to_string())?;
     let r = tern_gpu::kernels::attention(
-        ctx,
-        &mut enc,
-        tern_gpu::KvFormat::F32,
-        &step,
-        &small,
-        &big,
-        &big,
-        &small,
-        1,
-        n_head,
-        n_kv,
-        hd,
-        n_ctx,
-        0.125,
+        ctx, &mut enc, &l, &step, &small, &big, &big, &small, 1, n_head, 0.125,
     );
     match r {
         Err(GpuError::TooLarge { what, detail }) if detail.contains("at most") => {
