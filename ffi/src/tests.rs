@@ -137,6 +137,7 @@ fn versioned_structs() {
             struct_size: std::mem::size_of::<Newer>() as u32,
             n_ctx: 77,
             llama_cpp_numerics: 1,
+            ..tern_session_options_default()
         },
         extra: u64::MAX,
     };
@@ -154,6 +155,7 @@ fn versioned_structs() {
         struct_size: 8,
         n_ctx: 5,
         llama_cpp_numerics: 0xdead,
+        ..tern_session_options_default()
     };
     // SAFETY: `older` holds (more than) struct_size readable bytes.
     let got = unsafe { read_versioned(&older, tern_session_options_default()) }.unwrap();

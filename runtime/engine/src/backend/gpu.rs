@@ -308,12 +308,12 @@ impl SessionBackend for GpuState {
         &mut self,
         tokens: &[u32],
     ) -> Result<Option<Vec<crate::report::ActivationSparsity>>> {
-        self.0.measure_activation_sparsity(true)?;
+        self.session.measure_activation_sparsity(true)?;
         let run = self
-            .0
+            .session
             .eval_all(tokens)
-            .and_then(|_| self.0.activation_sparsity());
-        self.0.measure_activation_sparsity(false)?;
+            .and_then(|_| self.session.activation_sparsity());
+        self.session.measure_activation_sparsity(false)?;
         Ok(run?.map(|counts| {
             counts
                 .into_iter()
