@@ -1,21 +1,18 @@
 //! The settings panel: what the model is loaded with (device, memory budget, context; changing
 //! one reloads it) and how replies are sampled (applied to the next reply).
 //!
-//! **Engine options section.** KV-cache formats / MiniCache (issue 14) and a4.8 / A8 activations
-//! (issue 13) are engine options that this engine build does not have yet (they are being added
-//! as a session's KV spec, `Session::with_kv(model, n_ctx, &KvSpec)`, and an activation override
-//! at load, `Model::open_with_activations`). Their place is [`engine_options_ui`]: add a field to
-//! [`LoadSettings`] (they change what is loaded or allocated, so they apply on reload), a control
-//! there, carry it in [`LoadRequest`] and use it where `worker.rs` opens the model and makes the
-//! session. The live panel needs nothing new: the KV bar's ratio to f16 comes from the session
-//! report's bytes per position. Until then the section says what is missing instead of showing
-//! controls that do nothing.
+//! **Engine options section** ([`engine_options_ui`]): the session's KV-cache format (`--kv`:
+//! f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3), MiniCache cross-layer merging (off / on with the
+//! engine's measured defaults, [`tern_engine::minicache_on`]) and the activation scheme of ternary
+//! models (the file's, or a8 / a4.8 over the same weights, `Model::open_with_activations`). They
+//! change what is loaded or allocated, so they apply on reload like the settings above. The live
+//! panel's KV bar shows the chosen format's bytes and its ratio to f16.
 
 use std::path::PathBuf;
 
 use eframe::egui;
 use tern_engine::session::Device;
-use tern_engine::SamplingParams;
+use tern_engine::{KvQuant, SamplingParams};
 
 use crate::worker::LoadRequest;
 
@@ -30,6 +27,37 @@ pub struct LoadSettings {
     pub budget_mib: u64,
     /// KV-cache positions (0: the engine's default, the model's training context up to 4096).
     pub n_ctx: usize,
+    /// KV-cache format (`tern_engine::KvQuant`).
+    pub kv: KvQuant,
+    /// MiniCache with the engine's measured defaults.
+    pub minicache: bool,
+    /// Activation scheme override for ternary models (`None`: the file's).
+    pub activations: Option<Activations>,
+}
+
+/// The activation schemes a ternary model can run with (same weights).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activations {
+    /// BitNet b1.58: INT8 absmax inputs.
+    A8,
+    /// BitNet a4.8: INT4 absmean, TopK-50% + INT8, INT8 down.
+    A4_8,
+}
+
+impl Activations {
+    pub fn name(self) -> &'static str {
+        match self {
+            Activations::A8 => "a8",
+            Activations::A4_8 => "a4.8",
+        }
+    }
+
+    pub fn scheme(self) -> tern_format::ActivationScheme {
+        match self {
+            Activations::A8 => tern_format::ActivationScheme::A8,
+            Activations::A4_8 => tern_format::ActivationScheme::A4_8,
+        }
+    }
 }
 
 impl Default for LoadSettings {
@@ -40,6 +68,9 @@ impl Default for LoadSettings {
             limit_memory: false,
             budget_mib: 1024,
             n_ctx: 2048,
+            kv: KvQuant::F32,
+            minicache: false,
+            activations: None,
         }
     }
 }
@@ -52,6 +83,9 @@ impl LoadSettings {
             device: self.device,
             max_memory: self.limit_memory.then_some(self.budget_mib << 20),
             n_ctx: self.n_ctx,
+            kv: self.kv,
+            minicache: self.minicache,
+            activations: self.activations.map(Activations::scheme),
         }
     }
 }
@@ -135,7 +169,7 @@ pub fn load_ui(ui: &mut egui::Ui, s: &mut LoadSettings, changed: bool) -> bool {
             .on_hover_text("KV-cache positions; 0: the model's training context, at most 4096");
             ui.end_row();
         });
-    engine_options_ui(ui);
+    engine_options_ui(ui, s);
     ui.add_enabled(changed, egui::Button::new("Apply (reload model)"))
         .clicked()
 }
@@ -171,14 +205,42 @@ pub fn sample_ui(ui: &mut egui::Ui, s: &mut SampleSettings) {
 }
 
 /// Engine options that change how the model computes (KV-cache format, MiniCache, activation
-/// scheme). See the module doc for how to add one.
-fn engine_options_ui(ui: &mut egui::Ui) {
+/// scheme); applied on reload.
+fn engine_options_ui(ui: &mut egui::Ui, s: &mut LoadSettings) {
     ui.collapsing("Engine options: KV cache, activations", |ui| {
-        ui.label(
-            "KV-cache format / MiniCache (issue 14) and a4.8 / A8 activations (issue 13) are \
-             not options of this engine build yet; they appear here when tern-engine's \
-             LoadOptions has them. The KV cache's bytes and its ratio to f16 are in the live \
-             panel.",
-        );
+        egui::Grid::new("engine_options")
+            .num_columns(2)
+            .show(ui, |ui| {
+                ui.label("KV cache");
+                egui::ComboBox::from_id_salt("kv_format")
+                    .selected_text(s.kv.name())
+                    .show_ui(ui, |ui| {
+                        for q in KvQuant::ALL {
+                            ui.selectable_value(&mut s.kv, q, q.name());
+                        }
+                    })
+                    .response
+                    .on_hover_text(
+                        "f32: exact; f16; q8: absmax per head; q4/q3/q2: KIVI (per-channel keys, \
+                         per-token values, f16 window); a4/a3: BitNet a4.8 absmax per head",
+                    );
+                ui.end_row();
+                ui.label("MiniCache");
+                ui.checkbox(&mut s.minicache, "merge adjacent deep layers")
+                    .on_hover_text("--minicache on: the engine's measured defaults");
+                ui.end_row();
+                ui.label("Activations");
+                egui::ComboBox::from_id_salt("activations")
+                    .selected_text(s.activations.map_or("the file's", Activations::name))
+                    .show_ui(ui, |ui| {
+                        ui.selectable_value(&mut s.activations, None, "the file's");
+                        for a in [Activations::A8, Activations::A4_8] {
+                            ui.selectable_value(&mut s.activations, Some(a), a.name());
+                        }
+                    })
+                    .response
+                    .on_hover_text("ternary (BitNet) models only: run the same weights as a8 or a4.8");
+                ui.end_row();
+            });
     });
 }

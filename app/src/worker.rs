@@ -38,6 +38,12 @@ pub struct LoadRequest {
     pub max_memory: Option<u64>,
     /// Positions of the session's KV cache (0: the engine's default).
     pub n_ctx: usize,
+    /// The session's KV-cache format.
+    pub kv: tern_engine::KvQuant,
+    /// MiniCache with the engine's measured defaults.
+    pub minicache: bool,
+    /// Activation scheme override (`None`: the file's).
+    pub activations: Option<tern_format::ActivationScheme>,
 }
 
 /// One reply to generate.
@@ -263,7 +269,11 @@ impl Engine {
             device: req.device,
             max_memory: req.max_memory,
         };
-        let model = Model::open_with(&path, &opts).map_err(|e| AppError::Load {
+        let opened = match req.activations {
+            Some(acts) => Model::open_with_activations(&path, &opts, acts),
+            None => Model::open_with(&path, &opts),
+        };
+        let model = opened.map_err(|e| AppError::Load {
             path: path.clone(),
             source: e,
         })?;
@@ -329,7 +339,17 @@ impl Engine {
 
     /// Serve sends on a loaded model until a new load or the end.
     fn serve(&mut self, model: &Model, req: &LoadRequest, path: PathBuf, secs: f64) -> Next {
-        let mut session = match Session::new(model, req.n_ctx) {
+        let hp = &model.meta().hparams;
+        let spec = tern_engine::KvSpec {
+            quant: req.kv,
+            minicache: req.minicache.then(|| tern_engine::minicache_on(hp.n_layer)),
+            ..Default::default()
+        };
+        let made = spec
+            .check(hp)
+            .map_err(|e| EngineError::InvalidArgument(e.to_string()))
+            .and_then(|()| Session::with_kv(model, req.n_ctx, &spec));
+        let mut session = match made {
             Ok(s) => s,
             Err(e) => {
                 self.emit(Event::LoadFailed(AppError::Load { path, source: e }));

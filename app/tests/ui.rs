@@ -248,3 +248,62 @@ fn tern_tests_skip(why: &str) {
     }
     eprintln!("skipped: {why}");
 }
+
+/// The engine options: a compressed KV cache (q8: absmax 8-bit per head) with MiniCache, chosen in
+/// the settings and applied by a reload, answers like the exact cache and reports its smaller
+/// bytes per position in the live panel.
+#[test]
+fn kv_format_and_minicache_apply_on_reload() {
+    let Some(model) = model_path() else {
+        tern_tests_skip("the default model is not in the cache (run `tern fetch-default`)");
+        return;
+    };
+    let mut h = harness(LoadSettings {
+        path: model.display().to_string(),
+        device: Device::Cpu,
+        n_ctx: 256,
+        ..LoadSettings::default()
+    });
+    step_until(&mut h, "the model to load", 120, |a| {
+        a.status == Status::Ready
+    });
+    let f32_per_token = h
+        .state()
+        .info
+        .as_ref()
+        .and_then(|i| i.session.as_ref())
+        .map(|s| s.kv_bytes_per_token)
+        .expect("a session report");
+    h.get_by_label("Engine options: KV cache, activations").click();
+    h.step();
+    // The checkbox is clicked as a person would; the format's combo box is set on the state.
+    h.get_by_label("merge adjacent deep layers").click();
+    h.step();
+    assert!(h.state().load.minicache, "the checkbox set MiniCache");
+    h.state_mut().load.kv = tern_engine::KvQuant::Q8;
+    h.step();
+    h.get_by_label("Apply (reload model)").click();
+    step_until(&mut h, "the reload", 120, |a| {
+        a.status == Status::Ready
+            && a.loaded_with.as_ref().map(|l| l.kv) == Some(tern_engine::KvQuant::Q8)
+    });
+    h.state_mut().sample.max_tokens = 12;
+    type_message(&mut h, "What is the capital of France?");
+    h.get_by_label("Send").click();
+    step_until(&mut h, "the reply", 120, |a| a.replies_done == 1);
+    let reply = h.state().messages.last().expect("reply").content.clone();
+    assert!(reply.contains("Paris"), "{reply:?}");
+    let per_token = h
+        .state()
+        .info
+        .as_ref()
+        .and_then(|i| i.session.as_ref())
+        .map(|s| s.kv_bytes_per_token)
+        .expect("a session report");
+    // f32: 46,080 B per position; q8 alone 11,880 (198 B per layer row of 192 values), less merged.
+    assert!(
+        per_token * 7 / 2 < f32_per_token,
+        "{per_token} B per position vs {f32_per_token} for f32"
+    );
+    h.get_by_label_contains("x vs f16");
+}
