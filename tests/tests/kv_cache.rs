@@ -263,15 +263,18 @@ fn short_perplexity_per_mode_stays_within_measured_bounds() {
     }
 }
 
-/// Measured ppl(second half) ratios to f16 at `-c 256`, windows 0-1 (docs/measurements.md).
+/// Bounds on ppl(second half) / ppl(f16) at `-c 256`, windows 0-1 of GPL-3, default batch: each
+/// is the value measured when the test was written (f16: 18.3084; `kv_sweep … 256 2 …`, see
+/// docs/measurements.md) plus ~1.5 % (the CPU reference is deterministic; the margin is for
+/// future numerics changes elsewhere, not noise).
 const BOUNDS: &[(&str, &str, f64)] = &[
-    ("q8", "off", 1.01),
-    ("q4", "off", 1.05),
-    ("q3", "off", 1.15),
-    ("q2", "off", 2.0),
-    ("a4", "off", 1.3),
-    ("a3", "off", 2.0),
-    ("f16", "on", 2.0),
-    ("q4", "on", 2.0),
-    ("q3", "on", 2.5),
+    ("q8", "off", 1.015), // 18.3407: 1.0018
+    ("q4", "off", 1.005), // 18.0677: 0.9868 (the f16 window holds most of a 256-token window)
+    ("q3", "off", 1.07),  // 19.2628: 1.0521
+    ("q2", "off", 1.355), // 24.4624: 1.3361
+    ("a4", "off", 1.365), // 24.6304: 1.3453
+    ("a3", "off", 5.2),   // 93.7817: 5.1223
+    ("f16", "on", 1.035), // 18.7022: 1.0215
+    ("q4", "on", 1.02),   // 18.4441: 1.0074
+    ("q3", "on", 1.09),   // 19.7264: 1.0774
 ];

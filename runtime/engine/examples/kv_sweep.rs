@@ -31,7 +31,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let chunks: usize = chunks.parse()?;
     let tokens = model.perplexity_tokens(&text)?;
-    let bos = model.tokenizer()?.bos();
+    // As `tern perplexity`: the first token of each window becomes BOS only when the model adds
+    // one (SmolLM2 does not).
+    let tok = model.tokenizer()?;
+    let bos = if tok.add_bos() { tok.bos() } else { None };
     let hp = model.meta().hparams.clone();
     let net = model.net()?;
     if settings.first().map(String::as_str) == Some("stats") {

@@ -371,6 +371,63 @@ impl KvCache {
         }
     }
 
+    /// Append positions `len..len + n` for every layer, as the forward pass stores them (keys
+    /// after RoPE): `k[l]`, `v[l]` are layer `l`'s `n` rows; MiniCache pairs are merged. For
+    /// tests and GPU parity checks that need a cache with given contents.
+    pub fn append_rows(&mut self, k: &[&[f32]], v: &[&[f32]]) -> Result<()> {
+        if k.len() != self.n_layer || v.len() != self.n_layer {
+            return Err(ReferenceError::shape(
+                "KV cache append",
+                "one slice per layer",
+            ));
+        }
+        let p0 = self.len;
+        let n = k.first().map_or(0, |x| x.len() / self.row.max(1));
+        if p0 + n > self.n_ctx {
+            return Err(ReferenceError::ContextOverflow {
+                needed: p0 + n,
+                capacity: self.n_ctx,
+            });
+        }
+        let mut first = None;
+        for l in 0..self.n_layer {
+            let (kl, vl) = (
+                k.get(l).copied().unwrap_or_default(),
+                v.get(l).copied().unwrap_or_default(),
+            );
+            if kl.len() != n * self.row || vl.len() != n * self.row {
+                return Err(ReferenceError::shape(
+                    "KV cache append",
+                    "rows differ between layers",
+                ));
+            }
+            match self.role(l)? {
+                Role::Own(_) => self.write_own(l, p0, kl, vl)?,
+                Role::First(_) => first = Some((kl, vl)),
+                Role::Second(pair) => {
+                    let a = first.take().ok_or_else(|| {
+                        ReferenceError::shape("KV cache append", "pair without its first layer")
+                    })?;
+                    self.write_pair(pair, p0, a, (kl, vl))?;
+                }
+            }
+        }
+        self.len = p0 + n;
+        Ok(())
+    }
+
+    /// Layer `layer`'s key and value rows at position `p < len()`, dequantized (MiniCache layers
+    /// rescaled / restored), `n_head_kv · head_dim` values each: what attention reads.
+    pub fn read_row(&self, layer: usize, p: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {
+        if p >= self.len || k.len() != self.row || v.len() != self.row {
+            return Err(ReferenceError::shape(
+                "KV cache read",
+                format!("position {p} of {} with rows of {}", self.len, self.row),
+            ));
+        }
+        self.read(layer, p, None, k, v)
+    }
+
     /// Whether layer `layer` uses the plain f32 path (own f32 stream).
     pub(crate) fn is_plain_f32(&self, layer: usize) -> bool {
         !self.layer(layer).0.is_empty()
