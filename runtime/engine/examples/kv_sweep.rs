@@ -3,7 +3,7 @@
 //! MiniCache retention rule (which the CLI does not expose): the measurements behind the
 //! MiniCache defaults (`tern_reference::kv`, docs/measurements.md).
 //!
-//! `cargo run --release -p tern-engine --example kv_sweep -- MODEL TEXT C CHUNKS SETTING...`
+//! `cargo run --release -p tern-engine --example kv_sweep -- MODEL TEXT C[:BATCH] CHUNKS SETTING...`
 //! where SETTING is `kv[/minicache[/rule]]`, e.g. `f16`, `q4/15,0.5,0.3`, `f16/15,0.5,0.1/similar`.
 //! Prints one JSON line per setting.
 
@@ -20,10 +20,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let model = Model::open(&PathBuf::from(model))?;
     let text = std::fs::read_to_string(text)?;
-    let c: usize = c.parse()?;
+    // C or C:BATCH (tokens per forward call; default min(C, 512)).
+    let (c, batch) = match c.split_once(':') {
+        Some((c, b)) => (c.parse::<usize>()?, b.parse::<usize>()?),
+        None => (c.parse::<usize>()?, 0),
+    };
+    let score_opts = ScoreOptions {
+        batch,
+        ..Default::default()
+    };
     let chunks: usize = chunks.parse()?;
     let tokens = model.perplexity_tokens(&text)?;
-    let bos = model.tokenizer()?.bos();
+    // As `tern perplexity`: the first token of each window becomes BOS only when the model adds
+    // one (SmolLM2 does not).
+    let tok = model.tokenizer()?;
+    let bos = if tok.add_bos() { tok.bos() } else { None };
     let hp = model.meta().hparams.clone();
     let net = model.net()?;
     if settings.first().map(String::as_str) == Some("stats") {
@@ -95,12 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let mut cache = KvCache::with_spec(net, c - 1, &spec)?;
             cache.set_retention(rule);
-            let lp = model.score_in_cache(
-                &mut cache,
-                &win,
-                &ScoreOptions::default(),
-                &mut NoObserver,
-            )?;
+            let lp = model.score_in_cache(&mut cache, &win, &score_opts, &mut NoObserver)?;
             let second = &lp[c / 2..];
             nll -= second.iter().map(|&v| v as f64).sum::<f64>();
             count += second.len();
