@@ -41,9 +41,6 @@ override NORM: u32 = 0u;
 const WG: u32 = 256u;
 // Columns per invocation held in registers by the TopK fast path.
 const RC: u32 = 16u;
-// Row length up to which the INT4 path keeps the row in workgroup memory (`int4_cached`).
-const YC: u32 = 3072u;
-var<workgroup> ycache: array<f32, YC>;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7 (= 7f32.sqrt())
 var<workgroup> partial: array<f32, 256>;
 var<workgroup> hist: array<atomic<u32>, 256>;
@@ -102,67 +99,6 @@ fn suffix_sum(lid: u32) {
         workgroupBarrier();
         scan[lid] = scan[lid] + add;
         workgroupBarrier();
-    }
-}
-
-// MODE 0 for rows of n ≤ YC: x and the norm weight are read from global memory once (the weight
-// into registers while the sum of squares reduces), y kept in workgroup memory for the absmean
-// sum and the packing. The same products in the same order as `val` and the same sums.
-fn int4_cached(lid: u32, row: u32, in_range: bool, n: u32, base: u32) {
-    var wr: array<f32, YC / WG>;
-    var r = 1.0;
-    if (NORM == 1u) {
-        var ss = 0.0;
-        for (var i = 0u; i < YC / WG; i = i + 1u) {
-            let c = lid + WG * i;
-            if (c < n) {
-                let v = x[base + c];
-                ycache[c] = v;
-                wr[i] = weight[c];
-                ss = ss + v * v;
-            }
-        }
-        partial[lid] = ss;
-        tree_sum(lid);
-        r = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
-        workgroupBarrier();
-    }
-    var sa = 0.0;
-    for (var i = 0u; i < YC / WG; i = i + 1u) {
-        let c = lid + WG * i;
-        if (c < n) {
-            var y = 0.0;
-            if (NORM == 1u) {
-                y = ycache[c] * r * wr[i];
-            } else {
-                y = x[base + c];
-            }
-            ycache[c] = y;
-            sa = sa + abs(y);
-        }
-    }
-    partial[lid] = sa;
-    tree_sum(lid);
-    let beta = div_rn(partial[0], f32(max(p.n, 1u)));
-    let s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
-    if (in_range) {
-        if (lid == 0u) {
-            s_out[row] = s;
-        }
-        let qbase = row * p.q_stride;
-        for (var w = lid; w < p.q_stride; w = w + WG) {
-            var packed = 0u;
-            for (var j = 0u; j < 8u; j = j + 1u) {
-                let c = 8u * w + j;
-                var v = 0i;
-                if (c < n) {
-                    v = quant(ycache[c], s, -8.0, 7.0);
-                }
-                let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
-                packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
-            }
-            q[qbase + w] = packed;
-        }
     }
 }
 
@@ -306,10 +242,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let in_range = row < p.n_rows;
     let n = select(0u, p.n, in_range);
     let base = row * p.n;
-    if (MODE == 0u && p.n <= YC) {
-        int4_cached(lid, row, in_range, n, base);
-        return;
-    }
     if (lid == 0u) {
         atomicStore(&amax_bits, 0u);
     }
