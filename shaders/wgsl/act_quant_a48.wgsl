@@ -16,8 +16,6 @@
 //   of their tie counts gives each run its rank). s = div_rn(127, max(amax, 1e-5)) with amax the
 //   largest non-NaN |y| (always kept when k ≥ 1; 0 when k = 0); q_c = clamp(round(y_c · s), −128,
 //   127) for kept entries, 0 otherwise. Packed 4 per u32 as act_quant_int8.wgsl.
-//   When an invocation's run fits in RC registers (q_stride ≤ 1024 words, n ≤ 4096), `topk_regs`
-//   finds the same T with the values read once (see there); the radix path serves longer rows.
 //
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
@@ -39,8 +37,6 @@ override NORM: u32 = 0u;
 @group(0) @binding(4) var<storage, read_write> s_out: array<f32>;
 
 const WG: u32 = 256u;
-// Columns per invocation held in registers by the TopK fast path.
-const RC: u32 = 16u;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7 (= 7f32.sqrt())
 var<workgroup> partial: array<f32, 256>;
 var<workgroup> hist: array<atomic<u32>, 256>;
@@ -102,140 +98,6 @@ fn suffix_sum(lid: u32) {
     }
 }
 
-// MODE 1 when an invocation's run of columns fits in registers (≤ RC, so q_stride ≤ 1024 words):
-// x (and the norm product) is read once; the k-th largest key is found with 4-bit digits, 8
-// rounds, each a 16-bin histogram of the keys that match the digits chosen so far (counted per
-// invocation in packed 8-bit counters, then one atomic per non-empty bin) that every invocation
-// then scans itself, so a round costs one barrier (three histograms in rotation: round d adds to
-// h[d % 3] and clears h[(d + 1) % 3], last read in round d − 2). Ties need the cross-invocation
-// scan only when some keys equal to T are dropped (the last round's bin count says how many
-// there are). Same keys, same T, same tie rule, same bits as the radix path below.
-fn topk_regs(lid: u32, row: u32, in_range: bool, n: u32, base: u32, r: f32, k: u32, per: u32) {
-    let w0 = min(lid * per, p.q_stride);
-    let w1 = min(w0 + per, p.q_stride);
-    let c0 = 4u * w0;
-    let c1 = min(4u * w1, n);
-    let cnt = select(0u, c1 - c0, c1 > c0);
-    if (lid < 48u) {
-        atomicStore(&hist[lid], 0u);
-    }
-    var ys: array<f32, RC>;
-    var ks: array<u32, RC>;
-    var m = 0u;
-    for (var j = 0u; j < RC; j = j + 1u) {
-        var y = 0.0;
-        var kc = 0u;
-        if (j < cnt) {
-            y = val(base, c0 + j, r);
-            kc = key(y);
-            let b = bitcast<u32>(y) & 0x7fffffffu;
-            if (b <= 0x7f800000u) {
-                m = max(m, b);
-            }
-        }
-        ys[j] = y;
-        ks[j] = kc;
-    }
-    workgroupBarrier();
-    atomicMax(&amax_bits, m);
-    var pre = 0u;
-    var wnt = k;
-    var eq = 0u;
-    if (k > 0u) {
-        for (var rd = 0u; rd < 8u; rd = rd + 1u) {
-            let sh = 28u - 4u * rd;
-            let hb = 16u * (rd % 3u);
-            var c = vec4<u32>(0u);
-            for (var j = 0u; j < RC; j = j + 1u) {
-                let kc = ks[j];
-                if (j < cnt && (rd == 0u || (kc >> (sh + 4u)) == (pre >> (sh + 4u)))) {
-                    let d = (kc >> sh) & 15u;
-                    let inc = 1u << (8u * (d & 3u));
-                    c = c + select(vec4<u32>(0u), vec4<u32>(inc), vec4<u32>(d >> 2u) == vec4<u32>(0u, 1u, 2u, 3u));
-                }
-            }
-            for (var b = 0u; b < 16u; b = b + 1u) {
-                let cb = (c[b >> 2u] >> (8u * (b & 3u))) & 0xffu;
-                if (cb != 0u) {
-                    atomicAdd(&hist[hb + b], cb);
-                }
-            }
-            if (lid < 16u) {
-                atomicStore(&hist[16u * ((rd + 1u) % 3u) + lid], 0u);
-            }
-            workgroupBarrier();
-            var above = 0u;
-            var found = false;
-            var nw = 0u;
-            var dig = 0u;
-            for (var b = 16u; b > 0u; b = b - 1u) {
-                let h = atomicLoad(&hist[hb + b - 1u]);
-                if (!found && above + h >= wnt) {
-                    found = true;
-                    dig = b - 1u;
-                    nw = wnt - above;
-                    eq = h;
-                }
-                above = above + h;
-            }
-            pre = pre | (dig << sh);
-            wnt = nw;
-        }
-    } else {
-        pre = 0xffffffffu; // k = 0: nothing is kept
-        workgroupBarrier();
-    }
-    let t = pre;
-    let rk = wnt;
-    let amax = select(0.0, bitcast<f32>(atomicLoad(&amax_bits)), k > 0u);
-    let s = div_rn(127.0, max(amax, 1e-5));
-    // Keys equal to T are all kept when rk = eq (their count); otherwise the first rk in index
-    // order: an exclusive scan of the per-invocation tie counts.
-    if (lid == 0u) {
-        want = select(0u, 1u, k > 0u && rk < eq);
-    }
-    var before = 0u;
-    if (workgroupUniformLoad(&want) == 1u) {
-        var ties = 0u;
-        for (var j = 0u; j < RC; j = j + 1u) {
-            if (j < cnt && ks[j] == t) {
-                ties = ties + 1u;
-            }
-        }
-        scan[lid] = ties;
-        suffix_sum(lid);
-        before = scan[0] - scan[lid];
-    }
-    let all_ties = rk >= eq;
-    if (in_range) {
-        if (lid == 0u) {
-            s_out[row] = s;
-        }
-        let qbase = row * p.q_stride;
-        var packed = 0u;
-        for (var j = 0u; j < RC; j = j + 1u) {
-            var v = 0i;
-            if (j < cnt) {
-                let kc = ks[j];
-                var kept = kc > t;
-                if (kc == t) {
-                    kept = all_ties || before < rk;
-                    before = before + 1u;
-                }
-                if (kept) {
-                    v = quant(ys[j], s, -128.0, 127.0);
-                }
-            }
-            packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * (j & 3u)));
-            let w = w0 + j / 4u;
-            if ((j & 3u) == 3u && w < w1) {
-                q[qbase + w] = packed;
-                packed = 0u;
-            }
-        }
-    }
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let row = wg.x;
@@ -292,11 +154,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     // MODE 1: TopK 50% + INT8.
     let k = n / 2u;
-    let per = (p.q_stride + WG - 1u) / WG;
-    if (per <= RC / 4u) {
-        topk_regs(lid, row, in_range, n, base, r, k, per);
-        return;
-    }
     var m = 0u;
     for (var c = lid; c < n; c = c + WG) {
         let b = bitcast<u32>(val(base, c, r)) & 0x7fffffffu;
@@ -346,6 +203,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
     // Ties: invocation lid owns words [w0, w1) (columns 4·w0 .. 4·w1); count its ties, then an
     // exclusive scan gives the number of ties before its run.
+    let per = (p.q_stride + WG - 1u) / WG;
     let w0 = min(lid * per, p.q_stride);
     let w1 = min(w0 + per, p.q_stride);
     var ties = 0u;
