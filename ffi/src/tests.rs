@@ -137,6 +137,7 @@ fn versioned_structs() {
             struct_size: std::mem::size_of::<Newer>() as u32,
             n_ctx: 77,
             llama_cpp_numerics: 1,
+            kv_format: crate::options::TERN_KV_Q4,
             ..tern_session_options_default()
         },
         extra: u64::MAX,
@@ -145,6 +146,7 @@ fn versioned_structs() {
     let got = unsafe { read_versioned(&newer.base, tern_session_options_default()) }.unwrap();
     assert_eq!(got.n_ctx, 77);
     assert_eq!(got.llama_cpp_numerics, 1);
+    assert_eq!(got.kv_format, crate::options::TERN_KV_Q4);
     assert_eq!(
         got.struct_size as usize,
         std::mem::size_of::<tern_session_options>()
@@ -155,11 +157,32 @@ fn versioned_structs() {
         struct_size: 8,
         n_ctx: 5,
         llama_cpp_numerics: 0xdead,
+        kv_format: 0xdead,
         ..tern_session_options_default()
     };
     // SAFETY: `older` holds (more than) struct_size readable bytes.
     let got = unsafe { read_versioned(&older, tern_session_options_default()) }.unwrap();
     assert_eq!((got.n_ctx, got.llama_cpp_numerics), (5, 0));
+    assert_eq!(got.kv_format, crate::options::TERN_KV_F32);
+    // A caller compiled before the KV-cache fields (struct ends after llama_cpp_numerics).
+    let before_kv = tern_session_options {
+        struct_size: std::mem::offset_of!(tern_session_options, kv_format) as u32,
+        n_ctx: 9,
+        llama_cpp_numerics: 1,
+        kv_format: crate::options::TERN_KV_Q2,
+        minicache: crate::options::TERN_MINICACHE_ON,
+        ..tern_session_options_default()
+    };
+    // SAFETY: as above.
+    let got = unsafe { read_versioned(&before_kv, tern_session_options_default()) }.unwrap();
+    assert_eq!((got.n_ctx, got.llama_cpp_numerics), (9, 1));
+    assert_eq!(
+        (got.kv_format, got.minicache),
+        (
+            crate::options::TERN_KV_F32,
+            crate::options::TERN_MINICACHE_OFF
+        )
+    );
 }
 
 /// The default model's path (`tern fetch-default`, run once per test process: two tests running
