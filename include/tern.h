@@ -28,6 +28,39 @@
 // adapter or the model has tensors without GPU kernels.
 #define TERN_DEVICE_GPU 2
 
+// `tern_session_options.kv_format`: f32 keys and values (the reference numerics; default).
+#define TERN_KV_F32 0
+
+// `tern_session_options.kv_format`: f16.
+#define TERN_KV_F16 1
+
+// `tern_session_options.kv_format`: 8-bit absmax per (token, head).
+#define TERN_KV_Q8 2
+
+// `tern_session_options.kv_format`: KIVI 4-bit (keys per channel, values per token).
+#define TERN_KV_Q4 3
+
+// `tern_session_options.kv_format`: KIVI 3-bit.
+#define TERN_KV_Q3 4
+
+// `tern_session_options.kv_format`: KIVI 2-bit.
+#define TERN_KV_Q2 5
+
+// `tern_session_options.kv_format`: a4.8-style 4-bit absmax per (token, head).
+#define TERN_KV_A4 6
+
+// `tern_session_options.kv_format`: a4.8-style 3-bit absmax (the BOS token at 4 bits).
+#define TERN_KV_A3 7
+
+// `tern_session_options.minicache`: no cross-layer merging (default).
+#define TERN_MINICACHE_OFF 0
+
+// `tern_session_options.minicache`: MiniCache with the measured defaults.
+#define TERN_MINICACHE_ON 1
+
+// `tern_session_options.minicache`: MiniCache with `minicache_start_layer/_t/_gamma`.
+#define TERN_MINICACHE_CUSTOM 2
+
 // `tern_generation_stats.stop_reason`: no generation has run on this session yet.
 #define TERN_STOP_NONE 0
 
@@ -133,6 +166,25 @@ typedef struct tern_session_options {
   // activations and KV cache). A CPU mode: `TERN_INVALID_ARGUMENT` on a model loaded on the
   // GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
   uint32_t llama_cpp_numerics;
+  // KV-cache format, one of `TERN_KV_*` (default `TERN_KV_F32`). The formats and their math:
+  // `tern_format::kv`; how to choose: the README's "Compressed KV cache". Compressed formats
+  // run on the CPU backend (a GPU session refuses them with `TERN_INVALID_ARGUMENT` until the
+  // GPU implements them). Added with the fields below (issue 14): a caller whose
+  // `struct_size` ends before them gets the f32 cache.
+  uint32_t kv_format;
+  // MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
+  // measured defaults) or `TERN_MINICACHE_CUSTOM` (the three fields below).
+  uint32_t minicache;
+  // `TERN_MINICACHE_CUSTOM`: the first merged layer `S` (pairs `(S, S+1), (S+2, S+3), …`).
+  uint32_t minicache_start_layer;
+  // `TERN_MINICACHE_CUSTOM`: SLERP parameter `t` in [0, 1] (layer `S` gets weight `1 − t`).
+  float minicache_t;
+  // `TERN_MINICACHE_CUSTOM`: retention threshold `gamma` in [0, 1] on the angular distance.
+  float minicache_gamma;
+  // KIVI (`TERN_KV_Q4/Q3/Q2`) group size `G`; 0 = 32.
+  uint32_t kivi_group;
+  // KIVI full-precision window `R` (a multiple of `G`); 0 = 128.
+  uint32_t kivi_window;
 } tern_session_options;
 
 // Sampling parameters. Initialise with `tern_sampling_default()` (greedy); the chain is

@@ -46,6 +46,10 @@ pub use options::{
     TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT, TERN_STOP_MAX_TOKENS,
     TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
 };
+pub use options::{
+    TERN_KV_A3, TERN_KV_A4, TERN_KV_F16, TERN_KV_F32, TERN_KV_Q2, TERN_KV_Q3, TERN_KV_Q4,
+    TERN_KV_Q8, TERN_MINICACHE_CUSTOM, TERN_MINICACHE_OFF, TERN_MINICACHE_ON,
+};
 pub use session::{
     tern_cancel, tern_debug_lose_device, tern_generate, tern_piece_callback, tern_score,
     tern_session, tern_session_free, tern_session_last_stats, tern_session_new, tern_session_reset,

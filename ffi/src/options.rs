@@ -60,7 +60,49 @@ pub struct tern_session_options {
     /// activations and KV cache). A CPU mode: `TERN_INVALID_ARGUMENT` on a model loaded on the
     /// GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
     pub llama_cpp_numerics: u32,
+    /// KV-cache format, one of `TERN_KV_*` (default `TERN_KV_F32`). The formats and their math:
+    /// `tern_format::kv`; how to choose: the README's "Compressed KV cache". Compressed formats
+    /// run on the CPU backend (a GPU session refuses them with `TERN_INVALID_ARGUMENT` until the
+    /// GPU implements them). Added with the fields below (issue 14): a caller whose
+    /// `struct_size` ends before them gets the f32 cache.
+    pub kv_format: u32,
+    /// MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
+    /// measured defaults) or `TERN_MINICACHE_CUSTOM` (the three fields below).
+    pub minicache: u32,
+    /// `TERN_MINICACHE_CUSTOM`: the first merged layer `S` (pairs `(S, S+1), (S+2, S+3), …`).
+    pub minicache_start_layer: u32,
+    /// `TERN_MINICACHE_CUSTOM`: SLERP parameter `t` in [0, 1] (layer `S` gets weight `1 − t`).
+    pub minicache_t: f32,
+    /// `TERN_MINICACHE_CUSTOM`: retention threshold `gamma` in [0, 1] on the angular distance.
+    pub minicache_gamma: f32,
+    /// KIVI (`TERN_KV_Q4/Q3/Q2`) group size `G`; 0 = 32.
+    pub kivi_group: u32,
+    /// KIVI full-precision window `R` (a multiple of `G`); 0 = 128.
+    pub kivi_window: u32,
 }
+
+/// `tern_session_options.kv_format`: f32 keys and values (the reference numerics; default).
+pub const TERN_KV_F32: u32 = 0;
+/// `tern_session_options.kv_format`: f16.
+pub const TERN_KV_F16: u32 = 1;
+/// `tern_session_options.kv_format`: 8-bit absmax per (token, head).
+pub const TERN_KV_Q8: u32 = 2;
+/// `tern_session_options.kv_format`: KIVI 4-bit (keys per channel, values per token).
+pub const TERN_KV_Q4: u32 = 3;
+/// `tern_session_options.kv_format`: KIVI 3-bit.
+pub const TERN_KV_Q3: u32 = 4;
+/// `tern_session_options.kv_format`: KIVI 2-bit.
+pub const TERN_KV_Q2: u32 = 5;
+/// `tern_session_options.kv_format`: a4.8-style 4-bit absmax per (token, head).
+pub const TERN_KV_A4: u32 = 6;
+/// `tern_session_options.kv_format`: a4.8-style 3-bit absmax (the BOS token at 4 bits).
+pub const TERN_KV_A3: u32 = 7;
+/// `tern_session_options.minicache`: no cross-layer merging (default).
+pub const TERN_MINICACHE_OFF: u32 = 0;
+/// `tern_session_options.minicache`: MiniCache with the measured defaults.
+pub const TERN_MINICACHE_ON: u32 = 1;
+/// `tern_session_options.minicache`: MiniCache with `minicache_start_layer/_t/_gamma`.
+pub const TERN_MINICACHE_CUSTOM: u32 = 2;
 
 /// Sampling parameters. Initialise with `tern_sampling_default()` (greedy); the chain is
 /// repetition penalty → temperature → top-k → top-p → min-p → draw.
@@ -140,6 +182,13 @@ pub extern "C" fn tern_session_options_default() -> tern_session_options {
         struct_size: size_of::<tern_session_options>() as u32,
         n_ctx: 0,
         llama_cpp_numerics: 0,
+        kv_format: TERN_KV_F32,
+        minicache: TERN_MINICACHE_OFF,
+        minicache_start_layer: 0,
+        minicache_t: 0.5,
+        minicache_gamma: 1.0,
+        kivi_group: 0,
+        kivi_window: 0,
     }
 }
 
@@ -181,7 +230,7 @@ unsafe impl Versioned for tern_model_options {
     }
 }
 
-// SAFETY: repr(C), u32 struct_size first, only u32 fields.
+// SAFETY: repr(C), u32 struct_size first, only u32/f32 fields.
 unsafe impl Versioned for tern_session_options {
     /// The first version ended after `n_ctx`.
     const MIN_SIZE: usize = std::mem::offset_of!(Self, llama_cpp_numerics);
@@ -259,6 +308,43 @@ pub(crate) unsafe fn write_versioned<T: Versioned>(p: *mut T, mut value: T) -> R
         std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), p.cast::<u8>(), n);
     }
     Ok(())
+}
+
+impl tern_session_options {
+    /// The KV-cache spec these options ask for, checked against the model (`TERN_INVALID_ARGUMENT`
+    /// naming the bad field).
+    pub(crate) fn kv_spec(&self, hp: &tern_format::HParams) -> Result<tern_engine::KvSpec> {
+        let kv = match tern_engine::KvQuant::ALL.get(self.kv_format as usize) {
+            Some(q) => q.name(),
+            None => {
+                return Err(Error::invalid(format!(
+                    "tern_session_options.kv_format {} is not one of TERN_KV_*",
+                    self.kv_format
+                )))
+            }
+        };
+        let mc = match self.minicache {
+            TERN_MINICACHE_OFF => "off".to_string(),
+            TERN_MINICACHE_ON => "on".to_string(),
+            TERN_MINICACHE_CUSTOM => format!(
+                "{},{},{}",
+                self.minicache_start_layer, self.minicache_t, self.minicache_gamma
+            ),
+            o => {
+                return Err(Error::invalid(format!(
+                    "tern_session_options.minicache {o} is not one of TERN_MINICACHE_*"
+                )))
+            }
+        };
+        let nz = |v: u32| (v != 0).then_some(v);
+        Ok(tern_engine::kv_spec_from_flags(
+            kv,
+            &mc,
+            nz(self.kivi_group),
+            nz(self.kivi_window),
+            hp,
+        )?)
+    }
 }
 
 impl tern_sampling {

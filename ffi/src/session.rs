@@ -133,8 +133,9 @@ pub unsafe extern "C" fn tern_session_new(
             n => n as usize,
         };
         check_kv_memory(&model.model, n_ctx)?;
+        let kv = opts.kv_spec(&model.model.meta().hparams)?;
         let session = OwnedSession::try_new(model.model.clone(), |m| {
-            let mut s = Session::new(m, n_ctx)?;
+            let mut s = Session::with_kv(m, n_ctx, &kv)?;
             if opts.llama_cpp_numerics != 0 {
                 s.set_llama_cpp_numerics(true)?;
             }

@@ -11,6 +11,7 @@
  * Prints "N passed, N failed" last; exits non-zero on any failure.
  */
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -377,6 +378,99 @@ static void test_llama_cpp_numerics(tern_model *m, const char *prompt, int n_tok
   sink_free(&k), sink_free(&k2);
 out:
   tern_session_free(ll), tern_session_free(ll2), tern_session_free(def), tern_session_free(old);
+}
+
+/* Compressed KV caches as session options (issue 14): the defaults are the f32 cache, every
+   format and MiniCache make a session that scores close to the f32 one (but not identically),
+   bad values are TERN_INVALID_ARGUMENT, a caller compiled against the struct before these fields
+   gets f32, and a full context is TERN_CONTEXT_FULL. */
+static void test_kv_options(tern_model *m) {
+  tern_session_options so = tern_session_options_default();
+  CHECK(so.kv_format == TERN_KV_F32 && so.minicache == TERN_MINICACHE_OFF);
+  CHECK(so.kivi_group == 0 && so.kivi_window == 0);
+  so.n_ctx = 128;
+  const char *text = "The cat sat on the mat. It was a sunny day, and the children played.";
+  tern_session *def = NULL;
+  CHECK_STATUS(tern_session_new(m, &so, &def), TERN_OK);
+  if (!def) return;
+  double t_def = 0;
+  size_t n_def = 0;
+  CHECK_STATUS(tern_score(def, text, &t_def, &n_def), TERN_OK);
+  const uint32_t formats[] = {TERN_KV_F16, TERN_KV_Q8, TERN_KV_Q4, TERN_KV_Q3,
+                              TERN_KV_Q2,  TERN_KV_A4, TERN_KV_A3};
+  for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+    tern_session_options o = so;
+    o.kv_format = formats[i];
+    o.kivi_group = 8; /* a window of 16 < the text: KIVI quantizes blocks */
+    o.kivi_window = 16;
+    tern_session *s = NULL;
+    CHECK_STATUS(tern_session_new(m, &o, &s), TERN_OK);
+    if (!s) continue;
+    double t = 0;
+    size_t n = 0;
+    CHECK_STATUS(tern_score(s, text, &t, &n), TERN_OK);
+    CHECK(n == n_def);
+    CHECK(t != t_def || formats[i] == TERN_KV_F16);
+    CHECK(fabs(t - t_def) < 0.25 * fabs(t_def));
+    printf("score with kv_format %u: %.4f (f32: %.4f)\n", formats[i], t, t_def);
+    tern_session_free(s);
+  }
+  tern_session_options o = so;
+  o.kv_format = TERN_KV_Q4;
+  o.minicache = TERN_MINICACHE_ON;
+  tern_session *mc = NULL;
+  CHECK_STATUS(tern_session_new(m, &o, &mc), TERN_OK);
+  if (mc) {
+    sink k = {0};
+    CHECK_STATUS(tern_generate(mc, "Once upon a time", NULL, 8, on_piece, &k), TERN_OK);
+    CHECK(k.pieces > 0);
+    sink_free(&k);
+    tern_session_free(mc);
+  }
+  tern_session *bad = NULL;
+  o = so;
+  o.kv_format = 99;
+  CHECK_STATUS(tern_session_new(m, &o, &bad), TERN_INVALID_ARGUMENT);
+  o = so;
+  o.minicache = TERN_MINICACHE_CUSTOM;
+  o.minicache_start_layer = 10;
+  o.minicache_t = 2.0f;
+  CHECK_STATUS(tern_session_new(m, &o, &bad), TERN_INVALID_ARGUMENT);
+  o.minicache_t = 0.5f;
+  o.minicache_start_layer = 1000;
+  CHECK_STATUS(tern_session_new(m, &o, &bad), TERN_INVALID_ARGUMENT);
+  o = so;
+  o.kv_format = TERN_KV_Q4;
+  o.kivi_group = 32;
+  o.kivi_window = 48; /* not a multiple of the group */
+  CHECK_STATUS(tern_session_new(m, &o, &bad), TERN_INVALID_ARGUMENT);
+  CHECK(bad == NULL);
+  /* The struct before these fields ended at kv_format: such a caller gets the f32 cache. */
+  o = so;
+  o.struct_size = (uint32_t)offsetof(tern_session_options, kv_format);
+  o.kv_format = TERN_KV_Q2; /* not read */
+  tern_session *old = NULL;
+  CHECK_STATUS(tern_session_new(m, &o, &old), TERN_OK);
+  if (old) {
+    double t = 0;
+    size_t n = 0;
+    CHECK_STATUS(tern_score(old, text, &t, &n), TERN_OK);
+    CHECK(t == t_def);
+    tern_session_free(old);
+  }
+  /* Context full with a compressed cache: a typed status, not a shift. */
+  o = so;
+  o.n_ctx = 8;
+  o.kv_format = TERN_KV_A3;
+  tern_session *small = NULL;
+  CHECK_STATUS(tern_session_new(m, &o, &small), TERN_OK);
+  if (small) {
+    sink k = {0};
+    CHECK_STATUS(tern_generate(small, text, NULL, 4, on_piece, &k), TERN_CONTEXT_FULL);
+    sink_free(&k);
+    tern_session_free(small);
+  }
+  tern_session_free(def);
 }
 
 static void test_callback_stop(tern_model *m) {
@@ -771,6 +865,7 @@ int main(int argc, char **argv) {
   test_session_errors(m);
   test_greedy(m, prompt, n_tokens, out_path);
   test_llama_cpp_numerics(m, prompt, n_tokens, out_path);
+  test_kv_options(m);
   test_callback_stop(m);
   test_cancel(m);
   test_cancel_prefill_cpu(m);

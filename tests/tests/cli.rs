@@ -387,3 +387,77 @@ fn run_continues_on_the_cpu_after_a_device_loss() {
     );
     assert_eq!(got, want);
 }
+
+/// `--kv` / `--minicache` (issue 14): `perplexity --json` reports `kv_bytes_per_token` for the
+/// format asked for (f32 by default), `score` and `run` take the flags, bad values are clean errors.
+#[test]
+fn kv_flags_reach_the_cache_and_perplexity_reports_its_bytes() {
+    let m = model().to_str().unwrap();
+    let text = tern_tests::scratch("cli").join("kv_text.txt");
+    let gpl = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
+    std::fs::write(&text, &gpl[..3000]).unwrap();
+    let t = text.to_str().unwrap();
+    let ppl = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "perplexity",
+            m,
+            "-f",
+            t,
+            "-c",
+            "64",
+            "--chunks",
+            "2",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--device", "cpu"]);
+        let (ok, out, err) = tern(&args);
+        assert!(ok, "{args:?}: {err}");
+        serde_json::from_str(out.trim()).unwrap()
+    };
+    let f32j = ppl(&[]);
+    // 30 layers × 2 × 192 values × 4 bytes.
+    assert_eq!(f32j["kv_bytes_per_token"].as_f64(), Some(46080.0));
+    let f16j = ppl(&["--kv", "f16"]);
+    assert_eq!(f16j["kv_bytes_per_token"].as_f64(), Some(23040.0));
+    let q4 = ppl(&["--kv", "q4", "--kv-group", "16", "--kv-window", "32"]);
+    let b = q4["kv_bytes_per_token"].as_f64().unwrap();
+    assert!(b < 23040.0 / 2.0, "{b}");
+    let a = f16j["ppl_second_half"].as_f64().unwrap();
+    let q = q4["ppl_second_half"].as_f64().unwrap();
+    assert!(q != a && (q / a - 1.0).abs() < 0.2, "{q} vs {a}");
+    let mc = ppl(&["--kv", "q4", "--minicache", "26,0.5,1"]);
+    assert!(mc["kv_bytes_per_token"].as_f64().unwrap() < 23040.0);
+    assert_eq!(mc["minicache"].as_str(), Some("26,0.5,1"));
+    let (ok, out, err) = tern(&[
+        "run",
+        m,
+        "-p",
+        "Hello",
+        "-n",
+        "3",
+        "--kv",
+        "a3",
+        "--minicache",
+        "on",
+        "--device",
+        "cpu",
+    ]);
+    assert!(ok && !out.is_empty(), "{err}");
+    for (args, needle) in [
+        (vec!["run", m, "-p", "hi", "--kv", "q5"], "q5"),
+        (
+            vec!["run", m, "-p", "hi", "--minicache", "40,0.5,0.1"],
+            "start layer",
+        ),
+        (
+            vec!["run", m, "-p", "hi", "--kv", "q4", "--kv-window", "40"],
+            "window",
+        ),
+    ] {
+        let (ok, _, err) = tern(&args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -47,7 +47,8 @@
 //! identity, and the f16 rows are gone), so a cache truncated to `m` keeps `m` when `m` is a
 //! multiple of `R` or when the block holding `m` has not been quantized (by any layer), and else
 //! keeps `R·⌊m/R⌋`: the cache's `truncate` returns the length it kept and the engine re-runs
-//! the tokens between that and `m` (it has them) — the result equals a cache filled from scratch.
+//! the tokens between that and `m` (it has them) — the result equals a cache filled from scratch
+//! with the same batches (the rows a KIVI batch writes depend on what the batch reads).
 //!
 //! Bytes: [`KvQuant::layer_bytes`] is the exact byte count of one layer's keys and values holding
 //! `n` positions in a quantized format (codes, scales, zero points, the f16 window), the number

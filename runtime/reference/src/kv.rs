@@ -46,14 +46,50 @@
 //!
 //! **When:** the merge happens when layer `b`'s keys and values of a batch are computed (at
 //! prefill and at every decoded token). Layer `a` attends before that: its batch's own positions
-//! are read as computed (f32, not yet merged); earlier positions from the merged store.
+//! are read as computed (f32, not yet merged); earlier positions from the merged store. So a
+//! prompt run in one batch sees layer `a` exact (as in the paper, which merges after prefill),
+//! and decoding sees it merged: perplexity measured with large batches flatters MiniCache, and
+//! the measurements below use decode-like batches (`-b 64`) to decide.
 //!
 //! **Bytes:** [`KvSpec::bytes_held`] with the pools' entries in use.
+//!
+//! # Measured defaults (`--minicache on`) and the paper's unverified points
+//!
+//! Decided on SmolLM2-135M-Instruct, GPL-3, perplexity of the second half of each window, f16
+//! directions, `kv_sweep` example (`runtime/engine/examples/kv_sweep.rs`), `-c 512`, 2 windows,
+//! **batches of 64 tokens** (decode-like: with one big batch layer `a` would read its own rows
+//! unmerged and every setting with `t = 1` would look free — measured 17.886 vs 17.886 at
+//! `-b 512`). f16 without merging: 17.886.
+//!
+//! | S (pairs) | t | retention | ppl | bytes/token |
+//! |---|---|---|---|---|
+//! | 15 (7) | 0.7 | none | 95.20 | 17 832 |
+//! | 22 (4) | 0.7 | none | 28.25 | 20 064 |
+//! | 26 (2) | 0.5 | none | 20.11 | 21 552 |
+//! | 26 (2) | 0.7 | none | 20.05 | 21 552 |
+//! | 26 (2) | 1.0 | none | 20.59 | 21 552 |
+//! | 26 (2) | 0.7 | distinct, d > 0.55 (7.1 % retained) | **19.38** | 21 664 |
+//! | 26 (2) | 0.7 | similar, d < 0.45 (9.3 % retained) | 19.84 | 21 699 |
+//!
+//! * **Which layer gets `1 − t`:** the shallower one (`a`); `t = 0.7` (the deeper layer's
+//!   direction weighs more) measured best of 0, 0.3, 0.5, 0.7, 1.0 (at `-b 512`: 23.75, 20.69,
+//!   19.41, 18.50, 17.89 — the same order, flattered by the batching).
+//! * **Retention:** keeping the most *distinct* pairs (the paper's wording) beats keeping the
+//!   most similar ones (the third-party variant) while retaining fewer tokens. Threshold:
+//!   absolute on `d = θ/π`, not relative to the tokens' range — a relative rule needs the range
+//!   over the sequence, which changes as tokens arrive (the cache would depend on the batching
+//!   and could not be truncated exactly); not measured.
+//! * **Start layer:** the model's adjacent layers are not similar: the median angular distance
+//!   between layer `l−1`'s and `l`'s per-head K and V vectors is 0.46–0.54 at every depth
+//!   (`kv_sweep … stats`: orthogonal vectors have 0.5), unlike the large models of the paper. So
+//!   merging costs perplexity in proportion to the pairs merged, and the default merges only the
+//!   last four layers (`S = n_layer − 4`): on SmolLM2-135M MiniCache is **not** worth it (see
+//!   docs/measurements.md); it is implemented, accounted and tested for models where it is.
 //!
 //! # Truncation
 //!
 //! `truncate(m)` keeps the largest length `≤ m` that equals a cache filled from scratch with
-//! that many positions and returns it (`tern_format::kv`, "Truncation": only KIVI, inside an
+//! that many positions (in the same batches) and returns it (`tern_format::kv`, "Truncation": only KIVI, inside an
 //! already quantized block, keeps less — the block's start); the caller re-runs the tokens in
 //! between. A pass that fails or is stopped half way leaves some streams written past the length;
 //! `truncate` takes that into account.
@@ -72,15 +108,14 @@ use crate::error::{too_large, try_zeroed, ReferenceError, Result};
 use crate::kv_merge::{norm, slerp_merge, unit};
 use crate::kv_store::Stream;
 
-/// `--minicache on` for a model of `n_layer` layers (module doc, "Measured defaults"): merging
-/// from layer `⌊n_layer · START_NUM / START_DEN⌋`.
+/// `--minicache on` for a model of `n_layer` layers (module doc, "Measured defaults"): the last
+/// four layers merged in two pairs, `t = 0.7` (the deeper layer of a pair weighs 0.7), tokens
+/// whose angular distance exceeds `γ = 0.55` retained.
 pub fn minicache_default(n_layer: u32) -> MiniCache {
-    const START_NUM: u32 = 1;
-    const START_DEN: u32 = 2;
     MiniCache {
-        start_layer: (n_layer * START_NUM / START_DEN).min(n_layer.saturating_sub(2)),
-        t: 0.5,
-        gamma: 0.25,
+        start_layer: n_layer.saturating_sub(4),
+        t: 0.7,
+        gamma: 0.55,
     }
 }
 
@@ -334,6 +369,63 @@ impl KvCache {
                 .unwrap_or_default(),
             _ => (&[], &[]),
         }
+    }
+
+    /// Append positions `len..len + n` for every layer, as the forward pass stores them (keys
+    /// after RoPE): `k[l]`, `v[l]` are layer `l`'s `n` rows; MiniCache pairs are merged. For
+    /// tests and GPU parity checks that need a cache with given contents.
+    pub fn append_rows(&mut self, k: &[&[f32]], v: &[&[f32]]) -> Result<()> {
+        if k.len() != self.n_layer || v.len() != self.n_layer {
+            return Err(ReferenceError::shape(
+                "KV cache append",
+                "one slice per layer",
+            ));
+        }
+        let p0 = self.len;
+        let n = k.first().map_or(0, |x| x.len() / self.row.max(1));
+        if p0 + n > self.n_ctx {
+            return Err(ReferenceError::ContextOverflow {
+                needed: p0 + n,
+                capacity: self.n_ctx,
+            });
+        }
+        let mut first = None;
+        for l in 0..self.n_layer {
+            let (kl, vl) = (
+                k.get(l).copied().unwrap_or_default(),
+                v.get(l).copied().unwrap_or_default(),
+            );
+            if kl.len() != n * self.row || vl.len() != n * self.row {
+                return Err(ReferenceError::shape(
+                    "KV cache append",
+                    "rows differ between layers",
+                ));
+            }
+            match self.role(l)? {
+                Role::Own(_) => self.write_own(l, p0, kl, vl)?,
+                Role::First(_) => first = Some((kl, vl)),
+                Role::Second(pair) => {
+                    let a = first.take().ok_or_else(|| {
+                        ReferenceError::shape("KV cache append", "pair without its first layer")
+                    })?;
+                    self.write_pair(pair, p0, a, (kl, vl))?;
+                }
+            }
+        }
+        self.len = p0 + n;
+        Ok(())
+    }
+
+    /// Layer `layer`'s key and value rows at position `p < len()`, dequantized (MiniCache layers
+    /// rescaled / restored), `n_head_kv · head_dim` values each: what attention reads.
+    pub fn read_row(&self, layer: usize, p: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {
+        if p >= self.len || k.len() != self.row || v.len() != self.row {
+            return Err(ReferenceError::shape(
+                "KV cache read",
+                format!("position {p} of {} with rows of {}", self.len, self.row),
+            ));
+        }
+        self.read(layer, p, None, k, v)
     }
 
     /// Whether layer `layer` uses the plain f32 path (own f32 stream).

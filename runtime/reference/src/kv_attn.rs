@@ -13,6 +13,9 @@ pub const TILE: usize = 32;
 /// Queries per parallel job (each job dequantizes the tiles it needs once).
 const QUERY_CHUNK: usize = 16;
 
+/// Reads position `p`'s key and value rows (dequantized) into the two slices.
+pub type RowReader<'a> = dyn Fn(usize, &mut [f32], &mut [f32]) -> Result<()> + Sync + 'a;
+
 /// The shape of one attention call.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnShape {
@@ -27,7 +30,7 @@ pub fn attention_tiled(
     q: &[f32],
     p0: usize,
     shape: AttnShape,
-    read: &(dyn Fn(usize, &mut [f32], &mut [f32]) -> Result<()> + Sync),
+    read: &RowReader<'_>,
     out: &mut [f32],
     parallel: bool,
 ) -> Result<()> {

@@ -387,3 +387,39 @@ fn bad_specs_are_errors() {
     );
     assert!(KvCache::for_spec(&h, 8, &s).is_err());
 }
+
+#[test]
+fn append_rows_stores_as_the_forward_pass_does() {
+    let h = hp(4);
+    let row = 12;
+    let n = 20;
+    let layers: Vec<(Vec<f32>, Vec<f32>)> = (0..4)
+        .map(|l| (rows(n, row, 50 + l), rows(n, row, 60 + l)))
+        .collect();
+    let s = KvSpec {
+        quant: KvQuant::Kivi3,
+        kivi: Kivi {
+            group: 4,
+            residual: 8,
+        },
+        minicache: minicache(2, 0.7, 0.5),
+    };
+    let mut a = KvCache::for_spec(&h, 32, &s).unwrap();
+    let ks: Vec<&[f32]> = layers.iter().map(|l| &l.0[..]).collect();
+    let vs: Vec<&[f32]> = layers.iter().map(|l| &l.1[..]).collect();
+    a.append_rows(&ks, &vs).unwrap();
+    let mut b = KvCache::for_spec(&h, 32, &s).unwrap();
+    fill_mc(&mut b, &layers, 0, n);
+    for l in 0..4 {
+        assert_eq!(read_all(&a, l), read_all(&b, l));
+    }
+    let (mut k, mut v) = (vec![0.0; row], vec![0.0; row]);
+    assert!(a.read_row(3, n - 1, &mut k, &mut v).is_ok());
+    assert!(a.read_row(3, n, &mut k, &mut v).is_err());
+    assert!(a.append_rows(&ks[..3], &vs[..3]).is_err());
+    assert!(
+        a.append_rows(&ks, &vs).is_err(),
+        "40 positions do not fit 32"
+    );
+    assert_eq!(a.len(), n);
+}
