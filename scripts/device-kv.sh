@@ -3,7 +3,8 @@
 #   1. the BitNet-2B4T-shaped random F16 GGUF (scripts/gen_synth_gguf.py), packed by `tern pack`
 #      (2-bit ternary, raw floats);
 #   2. `tern bench -p 0 -n $N -d D --device gpu --json` for D in $DEPTHS and each KV mode of
-#      $MODES (default: f16, q4 (KIVI G32/R128), MiniCache + q4 (`--minicache on`));
+#      $MODES (default: f16, q4 (KIVI G32/R128), MiniCache + q4 (`--minicache on`), with
+#      `kv_bytes_per_token` at the end of each run);
 #   3. when $LLAMA_KIT is there: llama-quantize TQ2_0 of the same F16 file and
 #      `llama-bench -ngl 99 -p 0 -n $N -d <depths>` with f16 KV and with `-ctk q4_0 -ctv q4_0 -fa 1`.
 #
@@ -15,7 +16,8 @@
 # Writes $OUT/kv-results.md, $OUT/kv-results.json, $OUT/device-kv.log and the raw JSON per run.
 #
 # Environment (defaults): OUT=/tmp/kv-out KIT=.devkit-i14g LLAMA_KIT=.devkit/llama-vulkan.tar.xz
-#   MODEL_DIR=/tmp/mkv  R=3 N=64  DEPTHS="0 4096 16384"  MODES="f16 q4 q4+mc"
+#   MODEL_DIR=/tmp/mkv  R=3 N=64  DEPTHS="0 4096 16384"  MODES="f16 q4 q4mc" (a mode ending
+#   in "mc" adds `--minicache on`)
 #   STEPS="tern llama"  TINY=0 (1: 2-layer tiny shape, dry runs)  HARD_S=560 (no step after it)
 #   TERN_ARGS (extra `tern bench` arguments)
 set -uo pipefail
@@ -38,7 +40,7 @@ MODEL_DIR=${MODEL_DIR:-/tmp/mkv}
 LLAMA_DIR=${LLAMA_DIR:-/tmp/llama}
 R=${R:-3}; N=${N:-64}; TINY=${TINY:-0}
 DEPTHS=${DEPTHS:-0 4096 16384}
-MODES=${MODES:-f16 q4 q4+mc}
+MODES=${MODES:-f16 q4 q4mc}
 HARD_S=${HARD_S:-560}
 STEPS=${STEPS:-tern llama}
 mkdir -p "$OUT" "$MODEL_DIR"
@@ -77,8 +79,8 @@ fi
 # ---------------------------------------------------------------- tern bench
 kv_args() {  # mode → tern flags
   case $1 in
-    *+mc) echo "--kv ${1%+mc} --minicache on" ;;
     mc) echo "--kv f16 --minicache on" ;;
+    *mc) echo "--kv ${1%mc} --minicache on" ;;
     *) echo "--kv $1" ;;
   esac
 }
