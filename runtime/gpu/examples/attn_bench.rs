@@ -212,7 +212,7 @@ fn main() -> anyhow::Result<()> {
                     });
                     let t = per_call(&ctx, iters, |enc| {
                         enc.record_dispatch(
-                            KernelKey::Attention(tern_gpu::KvFormat::F32),
+                            KernelKey::Attention(tern_gpu::KvFormat::F32, tern_gpu::KvRole::Own),
                             &o.pipeline,
                             bg.clone(),
                             (nh as u32, n as u32, 1),
