@@ -160,6 +160,22 @@ fn absmax_value(word: u32, c: u32, j: u32, s: f32) -> f32 {
     return (f32(code_of(word, c, bits)) - f32(qmax)) * s;
 }
 
+// j / G and j mod R, shifts when G and R are powers of two (the defaults 32 and 128; the
+// condition is uniform, so the branch costs nothing)
+fn div_group(j: u32) -> u32 {
+    if ((g.group & (g.group - 1u)) == 0u) {
+        return j >> countTrailingZeros(g.group);
+    }
+    return j / g.group;
+}
+
+fn mod_resid(j: u32) -> u32 {
+    if ((g.resid & (g.resid - 1u)) == 0u) {
+        return j & (g.resid - 1u);
+    }
+    return j % g.resid;
+}
+
 fn n_held() -> u32 {
     return min(step.p0 + g.n_tokens, g.n_ctx);
 }
@@ -208,11 +224,11 @@ fn kdir(j: u32, h: u32, c: u32) -> f32 {
     if (is_kivi()) {
         let n = held();
         if (j >= g.resid * (n / g.resid)) {
-            let e = (j % g.resid) * g.row + c;
+            let e = mod_resid(j) * g.row + c;
             return half_at(kc[g.k_win + (e >> 1u)], e);
         }
         let bits = fmt_bits();
-        let sm = kc[g.par + (j / g.group) * g.row + c];
+        let sm = kc[g.par + div_group(j) * g.row + c];
         let q = code_of(kc[j * g.wpr + word_index(c, bits)], c, bits);
         return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
     }
@@ -234,11 +250,11 @@ fn vdir(j: u32, h: u32, c: u32) -> f32 {
     if (is_kivi()) {
         let n = held();
         if (j >= g.resid * (n / g.resid)) {
-            let e = (j % g.resid) * g.row + c;
+            let e = mod_resid(j) * g.row + c;
             return half_at(vc[g.v_win + (e >> 1u)], e);
         }
         let bits = fmt_bits();
-        let sm = vc[g.par + j * g.ngroups + c / g.group];
+        let sm = vc[g.par + j * g.ngroups + div_group(c)];
         let q = code_of(vc[j * g.wpr + word_index(c, bits)], c, bits);
         return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
     }

@@ -69,6 +69,68 @@ var<workgroup> m0: array<u32, 256>;
 var<workgroup> m1: array<u32, 256>;
 var<workgroup> base: u32;
 
+// acos and sin to ~1 ulp in f32 (Cephes acosf/asinf/sinf), the same on every driver: WGSL's
+// built-ins are approximations (lavapipe's differ from the CPU's libm by ~1e-5, enough to move
+// the merged directions of nearly parallel vectors visibly).
+const PIO2: f32 = 1.5707963267948966;
+const PI_F: f32 = 3.141592653589793;
+
+fn asin_c(x: f32) -> f32 {
+    let a = abs(x);
+    var z: f32;
+    var y: f32;
+    let big = a > 0.5;
+    if (big) {
+        z = 0.5 * (1.0 - a);
+        y = sqrt(z);
+    } else {
+        y = a;
+        z = a * a;
+    }
+    var p = ((((4.2163199048e-2 * z + 2.4181311049e-2) * z + 4.5470025998e-2) * z
+        + 7.4953002686e-2) * z + 1.6666752422e-1) * z * y + y;
+    if (big) {
+        p = PIO2 - (p + p);
+    }
+    return select(p, -p, x < 0.0);
+}
+
+fn acos_c(x: f32) -> f32 {
+    if (x < -0.5) {
+        return PI_F - 2.0 * asin_c(sqrt(0.5 * (1.0 + x)));
+    }
+    if (x > 0.5) {
+        return 2.0 * asin_c(sqrt(0.5 * (1.0 - x)));
+    }
+    return PIO2 - asin_c(x);
+}
+
+// sin of x ≥ 0 (Cephes sinf: reduction by π/4 in three parts, then the sin or cos polynomial)
+fn sin_c(x: f32) -> f32 {
+    var j = u32(x * 1.27323954473516);
+    var y = f32(j);
+    if ((j & 1u) == 1u) {
+        j = j + 1u;
+        y = y + 1.0;
+    }
+    j = j & 7u;
+    var sgn = 1.0;
+    if (j > 3u) {
+        sgn = -1.0;
+        j = j - 4u;
+    }
+    let z = ((x - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
+    let zz = z * z;
+    var r: f32;
+    if (j == 1u || j == 2u) {
+        r = ((2.443315711809948e-5 * zz - 1.388731625493765e-3) * zz + 4.166664568298827e-2)
+            * zz * zz - 0.5 * zz + 1.0;
+    } else {
+        r = ((-1.9515295891e-4 * zz + 8.3321608736e-3) * zz - 1.6666654611e-1) * zz * z + z;
+    }
+    return sgn * r;
+}
+
 fn f16_sat(x: f32) -> u32 {
     return f32_to_f16_bits(clamp(x, -65504.0, 65504.0));
 }
@@ -126,14 +188,14 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             for (var k = 0u; k < hd; k = k + 1u) {
                 cs = cs + (xa[mp.xa_off + o + k] * ia) * (xb[o + k] * ib);
             }
-            let theta = acos(clamp(cs, -1.0, 1.0));
-            let sn = sin(theta);
+            let theta = acos_c(clamp(cs, -1.0, 1.0));
+            let sn = sin_c(theta);
             if (sn < 1e-6) {
                 wa = 1.0 - mp.t;
                 wb = mp.t;
             } else {
-                wa = sin((1.0 - mp.t) * theta) / sn;
-                wb = sin(mp.t * theta) / sn;
+                wa = sin_c((1.0 - mp.t) * theta) / sn;
+                wb = sin_c(mp.t * theta) / sn;
             }
             wants = select(0u, 1u, clamp(cs, -1.0, 1.0) < mp.cos_gamma);
         }

@@ -1,17 +1,27 @@
 //! The compressed KV cache on the GPU end to end (lavapipe in CI, `TERN_REQUIRE_GPU=1`), against
 //! the CPU reference's cache (`tern_reference::KvCache`, the oracle of `tern_format::kv`):
 //!
-//! * SmolLM2-135M-Instruct, one perplexity window of 192 tokens scored in batches of 64 (KIVI
-//!   with G = 16, R = 64, so blocks fill inside and across batches): the GPU's perplexity within
-//!   0.1% of the CPU's in every KV format, and the same `kv_bytes_per_token`;
-//! * decode after a prefill in a KIVI cache (greedy tokens GPU = CPU), truncation into a
-//!   quantized block (the engine re-runs what the cache dropped) continuing exactly as a cache
-//!   filled from scratch.
+//! * a tiny random BitNet model (`tests/golden/bitnet_hf/tiny_a`: 2 layers, 2 kv heads × 16),
+//!   two perplexity windows of 48 tokens in batches of 16 (KIVI G = 8, R = 16: blocks fill
+//!   inside and across batches), every KV format with and without MiniCache (pair (0, 1)):
+//!   perplexity within 0.1% of the CPU's (measured ≤ 7.1e-5), per-token log-probabilities
+//!   within 1e-2 (measured ≤ 1e-6 in 15 of the 16 modes; 5.4e-3 in f16 + MiniCache, where
+//!   the backends' 1e-7 differences in the merged directions flip an f16 rounding), the same
+//!   `kv_bytes_per_token`;
+//!   (SmolLM2's perplexity is not compared here: with KIVI at short windows it moves by up to
+//!   10% between the CPU's own two numerics modes — docs/measurements.md — so a 0.1% bound
+//!   between backends would test the model's sensitivity to rounding, not the cache; and
+//!   lavapipe runs SmolLM2 at a few tokens per second);
+//! * SmolLM2: decode after a 150-token prefill in a KIVI q4 cache (G = 16, R = 64; greedy
+//!   tokens GPU = CPU), truncation into a quantized block (the engine re-runs what the cache
+//!   dropped) continuing exactly as a cache filled from scratch;
+//! * SmolLM2 at an 8,192-token context with MiniCache + q4 on lavapipe (see the test).
 
 use std::path::PathBuf;
 
 use tern_engine::{
-    Device, Kivi, KvQuant, KvSpec, LoadOptions, Model, NoObserver, PerplexityOptions, Session,
+    Device, Kivi, KvQuant, KvSpec, LoadOptions, MiniCache, Model, NoObserver, PerplexityOptions,
+    ScoreOptions, Session,
 };
 use tern_import::pack::PackOptions;
 use tern_tests::scratch;
@@ -55,54 +65,106 @@ fn text_tokens(m: &Model, n: usize) -> Vec<u32> {
     t[..n.min(t.len())].to_vec()
 }
 
-fn spec(quant: KvQuant) -> KvSpec {
-    KvSpec {
-        quant,
-        kivi: Kivi {
-            group: 16,
-            residual: 64,
-        },
-        minicache: None,
-    }
+fn tiny() -> PathBuf {
+    let path = scratch("gpu_kv_tiny").join("model.tern");
+    tern_import::hf::import_hf_dir(
+        &tern_tests::golden("bitnet_hf/tiny_a"),
+        &path,
+        &PackOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    path
+}
+
+/// Every KV format, alone and with MiniCache over layers (0, 1).
+fn modes(kivi: Kivi, mc: MiniCache) -> Vec<KvSpec> {
+    KvQuant::ALL
+        .into_iter()
+        .flat_map(|quant| {
+            [None, Some(mc)].map(|minicache| KvSpec {
+                quant,
+                kivi,
+                minicache,
+            })
+        })
+        .collect()
+}
+
+fn name(s: &KvSpec) -> String {
+    format!(
+        "{}{}",
+        s.quant.name(),
+        if s.minicache.is_some() {
+            "+minicache"
+        } else {
+            ""
+        }
+    )
 }
 
 #[test]
-fn smollm2_perplexity_gpu_equals_cpu_in_every_kv_format() {
-    let path = smollm2();
+fn tiny_model_gpu_equals_cpu_in_every_kv_mode() {
+    let path = tiny();
     let Some(gpu) = open_gpu(&path) else { return };
     let cpu = Model::open(&path).unwrap();
-    let c = 192;
-    let tokens = text_tokens(&cpu, 2 * c);
+    let c = 48;
+    let tokens: Vec<u32> = (0..2 * c as u32).map(|i| (i * 7919 + 13) % 256).collect();
+    let kivi = Kivi {
+        group: 8,
+        residual: 16,
+    };
+    let mc = MiniCache {
+        start_layer: 0,
+        t: 0.5,
+        gamma: 0.25,
+    };
     let t0 = std::time::Instant::now();
-    for quant in KvQuant::ALL {
+    let mut ppls = Vec::new();
+    let mut bad: Vec<String> = Vec::new();
+    for kv in modes(kivi, mc) {
         let opts = PerplexityOptions {
             n_ctx: c,
-            batch: 64,
-            windows: Some(vec![0]),
-            kv: spec(quant),
+            batch: 16,
+            kv,
             ..PerplexityOptions::default()
         };
         let pc = cpu.perplexity(&tokens, &opts, &mut NoObserver).unwrap();
         let pg = gpu.perplexity(&tokens, &opts, &mut NoObserver).unwrap();
         let rel = (pg.ppl - pc.ppl).abs() / pc.ppl;
+        let so = ScoreOptions {
+            batch: 16,
+            kv,
+            ..ScoreOptions::default()
+        };
+        let lc = cpu.score_with(&tokens[..c], &so, &mut NoObserver).unwrap();
+        let lg = gpu.score_with(&tokens[..c], &so, &mut NoObserver).unwrap();
+        let d = lc
+            .iter()
+            .zip(&lg)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         eprintln!(
-            "{}: perplexity CPU {:.4} GPU {:.4} (rel {rel:.2e}), kv_bytes_per_token CPU {:.1} \
-             GPU {:.1}",
-            quant.name(),
+            "{}: perplexity CPU {:.5} GPU {:.5} (rel {rel:.1e}), max |Δ log p| {d:.1e}, \
+             kv_bytes_per_token CPU {:.1} GPU {:.1}",
+            name(&kv),
             pc.ppl,
             pg.ppl,
             pc.kv_bytes_per_token,
             pg.kv_bytes_per_token
         );
-        assert!(rel <= 1e-3, "{}: GPU perplexity off by {rel}", quant.name());
-        assert_eq!(
-            pc.kv_bytes_per_token,
-            pg.kv_bytes_per_token,
-            "{}",
-            quant.name()
-        );
+        if rel > 1e-3 || d > 1e-2 || pc.kv_bytes_per_token != pg.kv_bytes_per_token {
+            bad.push(name(&kv));
+        }
+        ppls.push(pg.ppl);
     }
-    eprintln!("8 formats in {:.1} s", t0.elapsed().as_secs_f64());
+    assert!(bad.is_empty(), "GPU differs from the CPU in {bad:?}");
+    // the formats are really applied: they do not all give the f32 cache's perplexity
+    assert!(
+        ppls.iter().filter(|&&p| p != ppls[0]).count() >= 12,
+        "{ppls:?}"
+    );
+    eprintln!("16 modes in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -133,21 +195,28 @@ fn kivi_decode_and_truncation_on_the_gpu_match_the_cpu() {
     let Some(gpu) = open_gpu(&path) else { return };
     let cpu = Model::open(&path).unwrap();
     let prompt = text_tokens(&cpu, 150);
-    let kv = spec(KvQuant::Kivi4);
+    let kv = KvSpec {
+        quant: KvQuant::Kivi4,
+        kivi: Kivi {
+            group: 16,
+            residual: 64,
+        },
+        minicache: None,
+    };
     let run = |m: &Model| {
         let mut s = Session::with_kv(m, 256, &kv).unwrap();
         let l = s.eval(&prompt).unwrap();
-        let a = greedy(&mut s, l, 8);
-        // back into the block [128, 192), not quantized yet (158 held): kept exactly; then into
+        let a = greedy(&mut s, l, 4);
+        // back into the block [128, 192), not quantized yet (154 held): kept exactly; then into
         // the quantized block [64, 128): the cache keeps 64, the engine re-runs 64..100
         s.truncate(140);
         assert_eq!(s.history().len(), 140);
         let l = s.eval(&prompt[140..]).unwrap();
-        let b = greedy(&mut s, l, 8);
+        let b = greedy(&mut s, l, 4);
         s.truncate(100);
         assert_eq!(s.history().len(), 100);
         let l = s.eval(&prompt[100..]).unwrap();
-        let c = greedy(&mut s, l, 8);
+        let c = greedy(&mut s, l, 4);
         (a, b, c)
     };
     let (ga, gb, gc) = run(&gpu);
@@ -158,4 +227,49 @@ fn kivi_decode_and_truncation_on_the_gpu_match_the_cpu() {
     assert_eq!(ga, gc);
     assert_eq!(ga, ca, "greedy tokens GPU vs CPU (q4, G16/R64)");
     assert_eq!((cb, cc), (ca.clone(), ca));
+}
+
+/// An 8,192-token context on SmolLM2 on the GPU (lavapipe in CI) with a compressed cache
+/// (MiniCache + KIVI q4, the defaults): ~2,000 tokens of a real text repeated to fill 8,188
+/// positions, then 4 greedy tokens, which must continue the repetition — SmolLM2 copies a
+/// repeated text, which needs attention thousands of positions back through the quantized and
+/// merged cache. The cache must take at most a third of f16's bytes per token.
+#[test]
+fn smollm2_8192_context_with_a_compressed_cache() {
+    let path = smollm2();
+    let Some(gpu) = open_gpu(&path) else { return };
+    let n_ctx = 8192;
+    let unit = text_tokens(&gpu, 2100);
+    let unit = &unit[1..]; // without BOS
+    let mut prompt = vec![*text_tokens(&gpu, 1).first().unwrap()];
+    while prompt.len() + unit.len() < n_ctx - 4 {
+        prompt.extend_from_slice(unit);
+    }
+    let head = n_ctx - 4 - prompt.len();
+    prompt.extend_from_slice(&unit[..head]);
+    let want = &unit[head..head + 4];
+    let kv = KvSpec {
+        quant: KvQuant::Kivi4,
+        kivi: Kivi::default(),
+        minicache: Some(tern_engine::minicache_on(30)),
+    };
+    let t0 = std::time::Instant::now();
+    let mut s = Session::with_kv(&gpu, n_ctx, &kv).unwrap();
+    let l = s.eval(&prompt).unwrap();
+    let tp = t0.elapsed().as_secs_f64();
+    let got = greedy(&mut s, l, 4);
+    let per = s.kv_bytes_per_token();
+    let f16 = 2 * 30 * 3 * 64 * 2;
+    eprintln!(
+        "8192-token context, MiniCache + q4: prefill of {} tokens {tp:.1} s, 4 tokens {:.1} s; \
+         generated {got:?}, the text continues {want:?}; kv_bytes_per_token {per} (f16: {f16})",
+        prompt.len(),
+        t0.elapsed().as_secs_f64() - tp
+    );
+    assert_eq!(s.history().len(), n_ctx);
+    assert_eq!(
+        got, want,
+        "the repeated text is not continued at 8k context"
+    );
+    assert!(per * 3 <= f16, "{per} bytes per token");
 }

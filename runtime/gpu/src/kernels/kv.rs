@@ -41,7 +41,7 @@ impl KvLayout {
     /// group would be quantized before its G positions exist).
     pub fn new(quant: KvQuant, kivi: Kivi, heads: u64, head_dim: u64, n_ctx: u64) -> Result<Self> {
         let row = heads.saturating_mul(head_dim);
-        if row == 0 || row % 2 != 0 || row > u64::from(u32::MAX) / 64 {
+        if row == 0 || !row.is_multiple_of(2) || row > u64::from(u32::MAX) / 64 {
             return Err(GpuError::invalid(
                 "kv cache",
                 format!("{heads} kv heads × {head_dim}: the row must be even and non-zero"),
@@ -76,7 +76,7 @@ impl KvLayout {
     /// The layout of a MiniCache pair's buffers (directions in this format, then magnitudes and
     /// the retained pool); the GPU merge needs an even head_dim and at most 256 kv heads.
     pub fn pair(self) -> Result<Self> {
-        if self.head_dim % 2 != 0 || self.heads > 256 {
+        if !self.head_dim.is_multiple_of(2) || self.heads > 256 {
             return Err(GpuError::invalid(
                 "kv cache",
                 format!(
