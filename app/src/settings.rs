@@ -239,7 +239,9 @@ fn engine_options_ui(ui: &mut egui::Ui, s: &mut LoadSettings) {
                         }
                     })
                     .response
-                    .on_hover_text("ternary (BitNet) models only: run the same weights as a8 or a4.8");
+                    .on_hover_text(
+                        "ternary (BitNet) models only: run the same weights as a8 or a4.8",
+                    );
                 ui.end_row();
             });
     });

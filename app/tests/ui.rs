@@ -274,7 +274,8 @@ fn kv_format_and_minicache_apply_on_reload() {
         .and_then(|i| i.session.as_ref())
         .map(|s| s.kv_bytes_per_token)
         .expect("a session report");
-    h.get_by_label("Engine options: KV cache, activations").click();
+    h.get_by_label("Engine options: KV cache, activations")
+        .click();
     h.step();
     // The checkbox is clicked as a person would; the format's combo box is set on the state.
     h.get_by_label("merge adjacent deep layers").click();

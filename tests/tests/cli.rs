@@ -456,6 +456,7 @@ fn bench_overrides_the_activation_scheme_and_measures_sparsity() {
     assert!(ok, "{err}");
     assert!(out.contains("| a8 | pp8 |"), "{out}");
     assert!(out.contains("activation sparsity (zero codes"), "{out}");
+}
 
 /// `--kv` / `--minicache` (issue 14): `perplexity --json` reports `kv_bytes_per_token` for the
 /// format asked for (f32 by default), `score` and `run` take the flags, bad values are clean errors.
