@@ -463,7 +463,7 @@ fn bench_overrides_the_activation_scheme_and_measures_sparsity() {
 #[test]
 fn kv_flags_reach_the_cache_and_perplexity_reports_its_bytes() {
     let m = model().to_str().unwrap();
-    let text = tern_tests::scratch("cli").join("kv_text.txt");
+    let text = tern_tests::scratch("cli_kv").join("kv_text.txt");
     let gpl = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
     std::fs::write(&text, &gpl[..3000]).unwrap();
     let t = text.to_str().unwrap();
@@ -492,7 +492,8 @@ fn kv_flags_reach_the_cache_and_perplexity_reports_its_bytes() {
     assert_eq!(f16j["kv_bytes_per_token"].as_f64(), Some(23040.0));
     let q4 = ppl(&["--kv", "q4", "--kv-group", "16", "--kv-window", "32"]);
     let b = q4["kv_bytes_per_token"].as_f64().unwrap();
-    assert!(b < 23040.0 / 2.0, "{b}");
+    // 63 positions: 32 quantized, 31 in the f16 window (measured 15 725.7).
+    assert!(b < 0.75 * 23040.0, "{b}");
     let a = f16j["ppl_second_half"].as_f64().unwrap();
     let q = q4["ppl_second_half"].as_f64().unwrap();
     assert!(q != a && (q / a - 1.0).abs() < 0.2, "{q} vs {a}");
