@@ -15,7 +15,8 @@
 //! * SmolLM2: decode after a 150-token prefill in a KIVI q4 cache (G = 16, R = 64; greedy
 //!   tokens GPU = CPU), truncation into a quantized block (the engine re-runs what the cache
 //!   dropped) continuing exactly as a cache filled from scratch;
-//! * SmolLM2 at an 8,192-token context with MiniCache + q4 on lavapipe (see the test).
+//! * SmolLM2 at an 8,192-token context with MiniCache + q4 (ignored by default: too slow on
+//!   lavapipe for CI, see the test).
 
 use std::path::PathBuf;
 
@@ -234,7 +235,13 @@ fn kivi_decode_and_truncation_on_the_gpu_match_the_cpu() {
 /// positions, then 4 greedy tokens, which must continue the repetition — SmolLM2 copies a
 /// repeated text, which needs attention thousands of positions back through the quantized and
 /// merged cache. The cache must take at most a third of f16's bytes per token.
+///
+/// Not in the default run: an 8k prefill is ~3.6 TFLOP of attention alone, and lavapipe had not
+/// finished it after 30 minutes on the shared 2-core development machine (issue 14's report);
+/// run it with `cargo test --release -p tern-tests --test gpu_kv -- --ignored` where a GPU or
+/// a dedicated CPU is available.
 #[test]
+#[ignore = "an 8,192-token prefill on lavapipe takes more than CI's budget; see the doc comment"]
 fn smollm2_8192_context_with_a_compressed_cache() {
     let path = smollm2();
     let Some(gpu) = open_gpu(&path) else { return };
