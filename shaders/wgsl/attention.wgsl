@@ -62,29 +62,6 @@ struct Step {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<uniform> g: Geom;
 
-struct Geom {
-    row: u32,
-    heads: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    wpr: u32,
-    wpr0: u32,
-    par: u32,
-    k_win: u32,
-    v_win: u32,
-    group: u32,
-    resid: u32,
-    ngroups: u32,
-    n_tokens: u32,
-    is_key: u32,
-    mag: u32,
-    pool: u32,
-    pool_pos: u32,
-    count: u32,
-    cap: u32,
-    pend: u32,
-}
-
 // 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
 override FMT: u32 = 0u;
 // MiniCache: 0 a layer of its own; 1 the first layer (a) of a merged pair: positions < p0 are

@@ -122,3 +122,28 @@ fn f32_to_f16_bits(x: f32) -> u32 {
     }
     return sign | q;
 }
+
+// The KV cache's geometry uniform, shared by kv_store, attention and minicache_merge (host side:
+// `KvGeom` in runtime/gpu/src/device/params.rs; its layout test reads it from each of them).
+struct Geom {
+    row: u32,
+    heads: u32,
+    head_dim: u32,
+    n_ctx: u32,
+    wpr: u32,
+    wpr0: u32,
+    par: u32,
+    k_win: u32,
+    v_win: u32,
+    group: u32,
+    resid: u32,
+    ngroups: u32,
+    n_tokens: u32,
+    is_key: u32,
+    mag: u32,
+    pool: u32,
+    pool_pos: u32,
+    count: u32,
+    cap: u32,
+    pend: u32,
+}

@@ -32,29 +32,6 @@
 // ±65504 (f16_sat): the codes are the CPU oracle's (tern_reference::kv_codec), bit for bit.
 // Bindings: geometry; step; src [n_tokens][row] f32; cache (one layer's keys or values).
 
-struct Geom {
-    row: u32,
-    heads: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    wpr: u32,
-    wpr0: u32,
-    par: u32,
-    k_win: u32,
-    v_win: u32,
-    group: u32,
-    resid: u32,
-    ngroups: u32,
-    n_tokens: u32,
-    is_key: u32,
-    mag: u32,
-    pool: u32,
-    pool_pos: u32,
-    count: u32,
-    cap: u32,
-    pend: u32,
-}
-
 struct Step {
     p0: u32,
     n_tokens: u32,
