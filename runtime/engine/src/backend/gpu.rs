@@ -327,6 +327,19 @@ impl SessionBackend for GpuState {
         }))
     }
 
+    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
+        let p = self.session.profile_step(tokens)?;
+        Ok(Some(
+            p.into_iter()
+                .map(|(kernel, dispatches, micros)| KernelTime {
+                    kernel,
+                    dispatches,
+                    micros,
+                })
+                .collect(),
+        ))
+    }
+
     fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
         let p = self.session.profile_decode_step(token)?;
         Ok(Some(
