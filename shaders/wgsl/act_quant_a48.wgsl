@@ -41,7 +41,6 @@ const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7 (= 7f32.sqrt())
 var<workgroup> partial: array<f32, 256>;
 var<workgroup> hist: array<atomic<u32>, 256>;
 var<workgroup> scan: array<u32, 256>;
-var<workgroup> gsum: array<u32, 16>;
 var<workgroup> amax_bits: atomic<u32>;
 var<workgroup> prefix: u32;
 var<workgroup> want: u32;
@@ -85,30 +84,18 @@ fn tree_sum(lid: u32) {
     }
 }
 
-// scan[i] ← Σ_{j ≥ i} scan[j] (inclusive suffix sum); every invocation must call it. Two
-// levels (16 groups of 16 entries: group totals, then each entry adds the totals of the groups
-// above and the entries above it in its own group): 4 barriers instead of a log-step scan's 17.
+// scan[i] ← Σ_{j ≥ i} scan[j] (inclusive suffix sum); every invocation must call it.
 fn suffix_sum(lid: u32) {
     workgroupBarrier();
-    if (lid < 16u) {
-        var t = 0u;
-        for (var j = 0u; j < 16u; j = j + 1u) {
-            t = t + scan[16u * lid + j];
+    for (var st = 1u; st < WG; st = st << 1u) {
+        var add = 0u;
+        if (lid + st < WG) {
+            add = scan[lid + st];
         }
-        gsum[lid] = t;
+        workgroupBarrier();
+        scan[lid] = scan[lid] + add;
+        workgroupBarrier();
     }
-    workgroupBarrier();
-    let g = lid / 16u;
-    var acc = 0u;
-    for (var j = g + 1u; j < 16u; j = j + 1u) {
-        acc = acc + gsum[j];
-    }
-    for (var b = lid; b < 16u * g + 16u; b = b + 1u) {
-        acc = acc + scan[b];
-    }
-    workgroupBarrier();
-    scan[lid] = acc;
-    workgroupBarrier();
 }
 
 @compute @workgroup_size(256)
