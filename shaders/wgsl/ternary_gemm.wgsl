@@ -2,15 +2,15 @@
 // (runtime/format/src/ternary.rs): y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t.
 //
 // One workgroup computes a tile of TR = 64 rows × TT = 16 · NJ tokens (32 or 64). Per K step it
-// decodes CW = 8 code words of each of its rows (128 columns of 2bit, 160 of base3) into int8
-// trits packed 4 per u32 in workgroup memory, stages the same columns of its TT tokens' int8
-// activations next to them, and each invocation accumulates a 4-row × NJ-token micro-tile with
-// `dot4I8Packed` (a DP4A instruction where the adapter has one, an exact polyfill elsewhere). So
-// every weight word is read from memory once per TT tokens instead of once per token
-// (ternary_gemv.wgsl). NJ = 4 doubles the products per workgroup-memory read of a trit vector
-// (8 vec4 reads feed 64 dot4 instead of 6 feeding 32) and halves the weight re-reads; it needs
-// 16 KiB of workgroup memory with 2bit (8 KiB trits + 8 KiB activations), so base3 (10 KiB of
-// trits per step) has NJ = 2 only. The next
+// decodes CW code words of each of its rows (NJ = 2: 8 words, 128 columns of 2bit, 160 of base3;
+// NJ = 4: 6 words, 96 columns) into int8 trits packed 4 per u32 in workgroup memory, stages the
+// same columns of its TT tokens' int8 activations next to them, and each invocation accumulates a
+// 4-row × NJ-token micro-tile with `dot4I8Packed` (a DP4A instruction where the adapter has one,
+// an exact polyfill elsewhere). So every weight word is read from memory once per TT tokens
+// instead of once per token (ternary_gemv.wgsl). NJ = 4 doubles the products per workgroup-memory
+// read of a trit vector (8 vec4 reads feed 64 dot4 instead of 6 feeding 32) and halves the weight
+// re-reads; with 6 words per step its two tiles take 12 KiB (WebGPU guarantees 16352 B), and it
+// is 2bit only (base3's 160-column steps). The next
 // step's global loads are issued before the current step's products (software pipeline), and
 // the accumulators are vectors with constant components (arrays indexed in loops went to local
 // memory on NVIDIA: 2.4× slower). H100, 2bit 6912 × 2560 × 512 tokens: ~0.5 ms, ~36 TOPS.
@@ -73,14 +73,12 @@ override NJ: u32 = 2u;
 
 const WG: u32 = 256u;
 const TR: u32 = 64u; // rows per tile
-const CW: u32 = 8u; // code words per row per K step
-const MAXQ: u32 = 10u; // vec4s of packed trits per row per K step (base3: 8 · 20 / 16)
 const NOB: u32 = 0xffffffffu; // "no further group boundary"
 
-// One array (16 KiB): trits [q][row] (q = 16-column sub-step) at 0 .. kq_n · TR, then the
-// activations [q][token] from `AB = kq_n · TR` (2bit: 512 + 512 vec4 with NJ = 4, 512 + 256
+// One array (15 KiB): trits [q][row] (q = 16-column sub-step) at 0 .. kq_n · TR, then the
+// activations [q][token] from `ab = kq_n · TR` (2bit: 384 + 384 vec4 with NJ = 4, 512 + 256
 // with NJ = 2; base3: 640 + 320).
-var<workgroup> tile: array<vec4<u32>, 1024>;
+var<workgroup> tile: array<vec4<u32>, 960>;
 
 // Micro-tile of this invocation: rows tr + 16 i (component i), tokens tt + 16 j (acc_j/sum_j;
 // j = 2, 3 only with NJ = 4). Vectors with constant components stay in registers.
@@ -92,6 +90,11 @@ var<private> sum0: vec4<f32>;
 var<private> sum1: vec4<f32>;
 var<private> sum2: vec4<f32>;
 var<private> sum3: vec4<f32>;
+
+// Code words per row per K step (CW).
+fn cw_n() -> u32 {
+    return select(8u, 6u, NJ == 4u);
+}
 
 // Tokens per tile (TT).
 fn tt_n() -> u32 {
@@ -158,16 +161,18 @@ fn dot16(wv: vec4<u32>, a: vec4<u32>) -> i32 {
     return dot4(wv.x, a.x) + dot4(wv.y, a.y) + dot4(wv.z, a.z) + dot4(wv.w, a.w);
 }
 
-// Code word `it` (tile row it / CW, word it % CW) of step s; `ok` false past the row or part.
+// Code word `it` (tile row it / CW, word it % CW) of step s; `ok` false past the row or part
+// (and for it ≥ TR · CW: NJ = 4 has 384 words per step for 512 invocation slots).
 struct Code {
     cw: u32,
     ok: bool,
 }
 
 fn load_code(r0: u32, s: u32, it: u32) -> Code {
-    let row = r0 + it / CW;
-    let wi = s * CW + it % CW;
-    var c = Code(0u, row < p.rows && wi < p.words_per_row);
+    let cw = cw_n();
+    let row = r0 + it / cw;
+    let wi = s * cw + it % cw;
+    var c = Code(0u, it < TR * cw && row < p.rows && wi < p.words_per_row);
     if (c.ok) {
         c.cw = w[row * p.words_per_row + wi];
     }
@@ -176,8 +181,12 @@ fn load_code(r0: u32, s: u32, it: u32) -> Code {
 
 // Decode a code word into wt (packed int8 trits; zeros when not ok).
 fn store_code(it: u32, c: Code) {
-    let lr = it / CW;
-    let k = it % CW;
+    let cw = cw_n();
+    if (it >= TR * cw) {
+        return;
+    }
+    let lr = it / cw;
+    let k = it % cw;
     if (LAYOUT == 0u) {
         var v = vec4<u32>(0u);
         if (c.ok) {
@@ -248,7 +257,7 @@ fn store_y(t: u32, row: u32, sum: f32) {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let kq_n = select(10u, 8u, LAYOUT == 0u); // 16-column sub-steps per K step
+    let kq_n = select(10u, cw_n(), LAYOUT == 0u); // 16-column sub-steps per K step
     let step_cols = 16u * kq_n;
     let ab = kq_n * TR; // start of the activations in `tile`
     let r0 = wg.x * TR;
@@ -274,8 +283,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     sum3 = vec4<f32>(0.0);
 
     // Software pipeline: the global loads of step s + 1 are issued before step s's products.
-    // Per invocation: code words lid and lid + 256 (TR · CW = 512), activation vec4s lid and
-    // lid + 256 (TT · kq_n = 256, 320 or 512; INT4: half as many).
+    // Per invocation: code words lid and lid + 256 (TR · CW = 512 or 384), activation vec4s lid
+    // and lid + 256 (TT · kq_n = 256, 320 or 384; INT4: half as many).
     var c_a = load_code(r0, 0u, lid);
     var c_b = load_code(r0, 0u, lid + WG);
     var x_a = load_act(t0, 0u, lid, kq_n);
