@@ -296,6 +296,16 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             Box::new(move |c, r| run_matmul(c, r, mm, ActQuant::Int4, layout, st, shape, 0.0)),
         ));
     }
+    // The GEMM's 64 × 64 tile on INT8 activations too, so both dot kinds cover it.
+    for shape in [(257, 1000, 0, 70), (65, 480, 24, 65)] {
+        v.push((
+            format!("ternary×int8 GemmWide Bits2 F16 {shape:?}"),
+            false,
+            Box::new(move |c, r| {
+                run_matmul(c, r, Mm::GemmWide, ActQuant::Int8, l2, f16t, shape, 0.0)
+            }),
+        ));
+    }
     // The sparse GEMV: INT8 (down projection: ReLU²-like zeros) and TopK inputs (attention
     // output), at 0/50/80/90/100% input sparsity, the switch forcing each walk and at half the words.
     for (act, shape) in [
