@@ -42,7 +42,7 @@ pub enum GemmTile {
     /// 64 rows × 32 tokens, 4 × 2 outputs per invocation (every layout).
     Narrow,
     /// 64 rows × 64 tokens, 4 × 4 outputs per invocation: twice the products per read of the
-    /// staged tiles (2bit only; base3's trits do not fit 16 KiB of workgroup memory with it).
+    /// staged tiles (2bit only: base3 keeps its 160-column K steps in the narrow tile).
     Wide,
 }
 
