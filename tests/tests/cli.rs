@@ -541,11 +541,25 @@ fn bench_profiles_a_decode_step_and_a_prefill() {
     let a48 = bitnet("bench_profile", Some(tern_format::ActivationScheme::A4_8));
     let m = a48.to_str().unwrap();
     let args = [
-        "bench", m, "-p", "8", "-n", "2", "-r", "1", "--device", "gpu", "--json", "--profile",
+        "bench",
+        m,
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--device",
+        "gpu",
+        "--json",
+        "--profile",
     ];
     let (ok, out, err) = tern(&args);
     if !ok && err.contains("no GPU adapter") {
-        tern_tests::skip_gpu_or_fail("bench_profiles_a_decode_step_and_a_prefill", "no GPU adapter");
+        tern_tests::skip_gpu_or_fail(
+            "bench_profiles_a_decode_step_and_a_prefill",
+            "no GPU adapter",
+        );
         return;
     }
     assert!(ok, "{err}");
@@ -566,8 +580,19 @@ fn bench_profiles_a_decode_step_and_a_prefill() {
     };
     let step = kernels("profile_us_per_token");
     let pp = kernels("profile_prefill_us");
-    assert!(step.iter().any(|k| k.0.starts_with("ternary_gemv") && k.1 > 0), "{step:?}");
-    assert!(pp.iter().any(|k| k.0.starts_with("ternary_gemm") && k.1 > 0), "{pp:?}");
-    assert!(!pp.iter().any(|k| k.0.starts_with("ternary_gemv")), "{pp:?}");
+    assert!(
+        step.iter()
+            .any(|k| k.0.starts_with("ternary_gemv") && k.1 > 0),
+        "{step:?}"
+    );
+    assert!(
+        pp.iter()
+            .any(|k| k.0.starts_with("ternary_gemm") && k.1 > 0),
+        "{pp:?}"
+    );
+    assert!(
+        !pp.iter().any(|k| k.0.starts_with("ternary_gemv")),
+        "{pp:?}"
+    );
     assert!(pp.iter().all(|k| k.2.is_finite() && k.2 >= 0.0), "{pp:?}");
 }
