@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Per-kernel GPU timestamps of one decode step (needs TIMESTAMP_QUERY).
+    /// Per-kernel GPU timestamps of one decode step and of one pp<P> prefill (needs
+    /// TIMESTAMP_QUERY).
     #[arg(long)]
     pub profile: bool,
     /// Device: cpu, gpu or auto.
@@ -178,6 +179,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let mut mem = serde_json::Map::new();
     let mut dispatches = None;
     let mut profile = None;
+    let mut profile_prefill = None;
     let mut peak_line = None;
     let session = s.report()?;
     if model.report().backend == BackendKind::Gpu {
@@ -211,6 +213,17 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                     .map(|k| (k.kernel, k.dispatches, k.micros))
                     .collect()
             });
+            if a.n_prompt > 0 {
+                s.reset();
+                if a.depth > 0 {
+                    s.eval(&tokens(a.depth, vocab, 3))?;
+                }
+                profile_prefill = s.profile_prefill(&tokens(a.n_prompt, vocab, 1))?.map(|p| {
+                    p.into_iter()
+                        .map(|k| (k.kernel, k.dispatches, k.micros))
+                        .collect()
+                });
+            }
         }
         let m = model.report().memory;
         mem.insert("gpu_allocated_peak".into(), json!(m.gpu_allocated_peak));
@@ -281,11 +294,13 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 json!({"test": name, "n_tokens": n, "depth": a.depth, "avg_ts": m, "stddev_ts": sd, "samples_ts": ts})
             })
             .collect();
-        let prof = profile.as_ref().map(|p: &Vec<(String, u32, f64)>| {
+        let prof_json = |p: &Vec<(String, u32, f64)>| {
             p.iter()
                 .map(|(k, c, us)| json!({"kernel": k, "dispatches": c, "us": us}))
                 .collect::<Vec<_>>()
-        });
+        };
+        let prof = profile.as_ref().map(prof_json);
+        let prof_pp = profile_prefill.as_ref().map(prof_json);
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({
@@ -302,6 +317,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "profile_us_per_token": prof,
                 "activations": acts_json,
                 "activation_sparsity": sparsity_json,
+                "profile_prefill_us": prof_pp,
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -369,9 +385,14 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         }
         None => {}
     }
-    if let Some(p) = profile {
+    let prefill = profile_prefill.map(|p| (format!("a pp{} prefill", a.n_prompt), p));
+    for (what, p) in profile
+        .map(|p| ("one decode step".to_string(), p))
+        .into_iter()
+        .chain(prefill)
+    {
         let total: f64 = p.iter().map(|x| x.2).sum();
-        println!("GPU time of one decode step: {total:.1} µs");
+        println!("GPU time of {what}: {total:.1} µs");
         for (k, c, us) in p {
             println!(
                 "  {k:<36} {c:>5} × {:>9.1} µs  {:>5.1}%",

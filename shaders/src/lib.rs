@@ -146,6 +146,19 @@ const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
     "ternary_gemm_base3_f32_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
     "ternary_gemm_base3_f16_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
     "ternary_gemm_base3_bf16_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
+    // 64 rows × 64 tokens (4 tokens per invocation; 2bit only: 16 KiB of workgroup memory).
+    "ternary_gemm_2bit_f32_64x64" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "NJ" = 4],
+    "ternary_gemm_2bit_f16_64x64" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "NJ" = 4],
+    "ternary_gemm_2bit_bf16_64x64" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "NJ" = 4],
+    "ternary_gemm_2bit_f32_64x64_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "NJ" = 4],
+    "ternary_gemm_2bit_f16_64x64_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "NJ" = 4],
+    "ternary_gemm_2bit_bf16_64x64_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "NJ" = 4],
+    "ternary_gemm_2bit_f32_64x64_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "NJ" = 4],
+    "ternary_gemm_2bit_f16_64x64_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "NJ" = 4],
+    "ternary_gemm_2bit_bf16_64x64_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "NJ" = 4],
+    "ternary_gemm_2bit_f32_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
+    "ternary_gemm_2bit_f16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
+    "ternary_gemm_2bit_bf16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
 ];
 
 const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;

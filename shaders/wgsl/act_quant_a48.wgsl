@@ -17,6 +17,10 @@
 //   largest non-NaN |y| (always kept when k ≥ 1; 0 when k = 0); q_c = clamp(round(y_c · s), −128,
 //   127) for kept entries, 0 otherwise. Packed 4 per u32 as act_quant_int8.wgsl.
 //
+// Rows of n ≤ YC values are read (and normed) once: y is kept in workgroup memory for the later
+// passes (the TopK radix passes, its tie count and output; INT4's output), the same f32 values the
+// re-reads would give. Longer rows re-read x (and the norm weight) in every pass.
+//
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
 
@@ -45,6 +49,8 @@ var<workgroup> amax_bits: atomic<u32>;
 var<workgroup> prefix: u32;
 var<workgroup> want: u32;
 var<workgroup> qscale: f32;
+const YC: u32 = 3072u; // the row in workgroup memory up to this many values (12 KiB)
+var<workgroup> ybuf: array<f32, 3072>;
 
 fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
@@ -55,6 +61,14 @@ fn val(base: u32, c: u32, r: f32) -> f32 {
         return x[base + c] * r * weight[c];
     }
     return x[base + c];
+}
+
+// y_c: from workgroup memory when the row is cached there (`cached`), else recomputed.
+fn yat(base: u32, c: u32, r: f32, cached: bool) -> f32 {
+    if (cached) {
+        return ybuf[c];
+    }
+    return val(base, c, r);
 }
 
 fn key(v: f32) -> u32 {
@@ -121,10 +135,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         workgroupBarrier();
     }
 
+    let cached = n <= YC;
     if (MODE == 0u) {
         var sa = 0.0;
         for (var c = lid; c < n; c = c + WG) {
-            sa = sa + abs(val(base, c, r));
+            let yv = val(base, c, r);
+            if (cached) {
+                ybuf[c] = yv;
+            }
+            sa = sa + abs(yv);
         }
         partial[lid] = sa;
         tree_sum(lid);
@@ -141,7 +160,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                     let c = 8u * w + j;
                     var v = 0i;
                     if (c < n) {
-                        v = quant(val(base, c, r), s, -8.0, 7.0);
+                        v = quant(yat(base, c, r, cached), s, -8.0, 7.0);
                     }
                     let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
                     packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
@@ -156,7 +175,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let k = n / 2u;
     var m = 0u;
     for (var c = lid; c < n; c = c + WG) {
-        let b = bitcast<u32>(val(base, c, r)) & 0x7fffffffu;
+        let yv = val(base, c, r);
+        if (cached) {
+            ybuf[c] = yv;
+        }
+        let b = bitcast<u32>(yv) & 0x7fffffffu;
         if (b <= 0x7f800000u) {
             m = max(m, b);
         }
@@ -174,7 +197,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let pre = prefix;
         let wnt = want;
         for (var c = lid; c < n; c = c + WG) {
-            let kc = key(val(base, c, r));
+            let kc = key(yat(base, c, r, cached));
             // Entries whose higher bytes equal the prefix chosen so far.
             let hi_ok = ps == 0u || (kc >> (sh + 8u)) == (pre >> (sh + 8u));
             if (hi_ok) {
@@ -208,7 +231,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let w1 = min(w0 + per, p.q_stride);
     var ties = 0u;
     for (var c = 4u * w0; c < min(4u * w1, n); c = c + 1u) {
-        if (key(val(base, c, r)) == t) {
+        if (key(yat(base, c, r, cached)) == t) {
             ties = ties + 1u;
         }
     }
@@ -228,7 +251,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 let c = 4u * w + j;
                 var v = 0i;
                 if (c < n) {
-                    let y = val(base, c, r);
+                    let y = yat(base, c, r, cached);
                     let kc = key(y);
                     var kept = kc > t;
                     if (kc == t) {

@@ -1,12 +1,16 @@
 // Tiled ternary GEMM with INT8 activations (BitNet b1.58 prefill), reading tern's packed codes
 // (runtime/format/src/ternary.rs): y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t.
 //
-// One workgroup computes a tile of TR = 64 rows × TT = 32 tokens. Per K step it decodes CW = 8 code
-// words of each of its rows (128 columns of 2bit, 160 of base3) into int8 trits packed 4 per u32
-// in workgroup memory, stages the same columns of its 32 tokens' int8 activations next to them,
-// and each invocation accumulates a 4-row × 2-token micro-tile with `dot4I8Packed` (a DP4A
-// instruction where the adapter has one, an exact polyfill elsewhere). So every weight word is
-// read from memory once per 32 tokens instead of once per token (ternary_gemv.wgsl). The next
+// One workgroup computes a tile of TR = 64 rows × TT = 16 · NJ tokens (32 or 64). Per K step it
+// decodes CW code words of each of its rows (NJ = 2: 8 words, 128 columns of 2bit, 160 of base3;
+// NJ = 4: 6 words, 96 columns) into int8 trits packed 4 per u32 in workgroup memory, stages the
+// same columns of its TT tokens' int8 activations next to them, and each invocation accumulates a
+// 4-row × NJ-token micro-tile with `dot4I8Packed` (a DP4A instruction where the adapter has one,
+// an exact polyfill elsewhere). So every weight word is read from memory once per TT tokens
+// instead of once per token (ternary_gemv.wgsl). NJ = 4 doubles the products per workgroup-memory
+// read of a trit vector (8 vec4 reads feed 64 dot4 instead of 6 feeding 32) and halves the weight
+// re-reads; with 6 words per step its two tiles take 12 KiB (WebGPU guarantees 16352 B), and it
+// is 2bit only (base3's 160-column steps). The next
 // step's global loads are issued before the current step's products (software pipeline), and
 // the accumulators are vectors with constant components (arrays indexed in loops went to local
 // memory on NVIDIA: 2.4× slower). H100, 2bit 6912 × 2560 × 512 tokens: ~0.5 ms, ~36 TOPS.
@@ -29,6 +33,7 @@
 //               workgroup memory, so the products are the INT8 kernel's (same integers, same bits)
 //   DOT         1 = `dot4I8Packed`, 0 = the plain byte-by-byte sum (adapters without the packed
 //               integer dot product; same integers)
+//   NJ          tokens per invocation: 2 (TT = 32) or 4 (TT = 64, LAYOUT 0 only)
 //
 // Bindings (logical shapes), as ternary_gemv.wgsl:
 //   w   : one part of the weight: [rows_part][words_per_row] u32 codes, then the part's scales
@@ -58,6 +63,7 @@ override LAYOUT: u32 = 0u;
 override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;
 override DOT: u32 = 1u;
+override NJ: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -67,21 +73,33 @@ override DOT: u32 = 1u;
 
 const WG: u32 = 256u;
 const TR: u32 = 64u; // rows per tile
-const TT: u32 = 32u; // tokens per tile
-const CW: u32 = 8u; // code words per row per K step
-const MAXQ: u32 = 10u; // vec4s of packed trits per row per K step (base3: 8 · 20 / 16)
 const NOB: u32 = 0xffffffffu; // "no further group boundary"
 
-// Trits: [q][row] (q = 16-column sub-step), activations: [q][token]. 10240 + 5120 B.
-var<workgroup> wt: array<vec4<u32>, 640>; // MAXQ · TR
-var<workgroup> at: array<vec4<u32>, 320>; // MAXQ · TT
+// One array (15 KiB): trits [q][row] (q = 16-column sub-step) at 0 .. kq_n · TR, then the
+// activations [q][token] from `ab = kq_n · TR` (2bit: 384 + 384 vec4 with NJ = 4, 512 + 256
+// with NJ = 2; base3: 640 + 320).
+var<workgroup> tile: array<vec4<u32>, 960>;
 
-// Micro-tile of this invocation: rows tr + 16 i (component i), tokens tt (acc0/sum0) and
-// tt + 16 (acc1/sum1). Vectors with constant components stay in registers.
+// Micro-tile of this invocation: rows tr + 16 i (component i), tokens tt + 16 j (acc_j/sum_j;
+// j = 2, 3 only with NJ = 4). Vectors with constant components stay in registers.
 var<private> acc0: vec4<i32>;
 var<private> acc1: vec4<i32>;
+var<private> acc2: vec4<i32>;
+var<private> acc3: vec4<i32>;
 var<private> sum0: vec4<f32>;
 var<private> sum1: vec4<f32>;
+var<private> sum2: vec4<f32>;
+var<private> sum3: vec4<f32>;
+
+// Code words per row per K step (CW).
+fn cw_n() -> u32 {
+    return select(8u, 6u, NJ == 4u);
+}
+
+// Tokens per tile (TT).
+fn tt_n() -> u32 {
+    return 16u * NJ;
+}
 
 fn scale_at(i: u32) -> f32 {
     let o = p.scale_word_offset;
@@ -116,6 +134,12 @@ fn flush(g: u32, row_base: u32) {
     sum1 = sum1 + vec4<f32>(acc1) * sc;
     acc0 = vec4<i32>(0);
     acc1 = vec4<i32>(0);
+    if (NJ == 4u) {
+        sum2 = sum2 + vec4<f32>(acc2) * sc;
+        sum3 = sum3 + vec4<f32>(acc3) * sc;
+        acc2 = vec4<i32>(0);
+        acc3 = vec4<i32>(0);
+    }
 }
 
 // Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
@@ -137,16 +161,18 @@ fn dot16(wv: vec4<u32>, a: vec4<u32>) -> i32 {
     return dot4(wv.x, a.x) + dot4(wv.y, a.y) + dot4(wv.z, a.z) + dot4(wv.w, a.w);
 }
 
-// Code word `it` (tile row it / CW, word it % CW) of step s; `ok` false past the row or part.
+// Code word `it` (tile row it / CW, word it % CW) of step s; `ok` false past the row or part
+// (and for it ≥ TR · CW: NJ = 4 has 384 words per step for 512 invocation slots).
 struct Code {
     cw: u32,
     ok: bool,
 }
 
 fn load_code(r0: u32, s: u32, it: u32) -> Code {
-    let row = r0 + it / CW;
-    let wi = s * CW + it % CW;
-    var c = Code(0u, row < p.rows && wi < p.words_per_row);
+    let cw = cw_n();
+    let row = r0 + it / cw;
+    let wi = s * cw + it % cw;
+    var c = Code(0u, it < TR * cw && row < p.rows && wi < p.words_per_row);
     if (c.ok) {
         c.cw = w[row * p.words_per_row + wi];
     }
@@ -155,14 +181,18 @@ fn load_code(r0: u32, s: u32, it: u32) -> Code {
 
 // Decode a code word into wt (packed int8 trits; zeros when not ok).
 fn store_code(it: u32, c: Code) {
-    let lr = it / CW;
-    let k = it % CW;
+    let cw = cw_n();
+    if (it >= TR * cw) {
+        return;
+    }
+    let lr = it / cw;
+    let k = it % cw;
     if (LAYOUT == 0u) {
         var v = vec4<u32>(0u);
         if (c.ok) {
             v = vec4<u32>(trits2(c.cw, 0u), trits2(c.cw, 1u), trits2(c.cw, 2u), trits2(c.cw, 3u));
         }
-        wt[k * TR + lr] = v;
+        tile[k * TR + lr] = v;
     } else {
         var pk = array<u32, 5>(0u, 0u, 0u, 0u, 0u);
         if (c.ok) {
@@ -179,7 +209,7 @@ fn store_code(it: u32, c: Code) {
         }
         for (var q = 0u; q < 5u; q = q + 1u) {
             let pw = k * 5u + q;
-            wt[(pw / 4u) * TR + lr][pw % 4u] = pk[q];
+            tile[(pw / 4u) * TR + lr][pw % 4u] = pk[q];
         }
     }
 }
@@ -191,16 +221,17 @@ fn load_act(t0: u32, s: u32, it: u32, kq_n: u32) -> vec4<u32> {
     let tok = t0 + it / per;
     let qi = s * per + it % per;
     let astride4 = p.act_stride / 4u;
-    if (it < TT * per && tok < p.n_tokens && qi < astride4) {
+    if (it < tt_n() * per && tok < p.n_tokens && qi < astride4) {
         return xq[tok * astride4 + qi];
     }
     return vec4<u32>(0u);
 }
 
 fn store_act(it: u32, kq_n: u32, v: vec4<u32>) {
+    let ab = kq_n * TR;
     if (ACT4 == 1u) {
         let per = kq_n / 2u;
-        if (it < TT * per) {
+        if (it < tt_n() * per) {
             // Words of 8 columns: low nibbles are columns 0-3, high nibbles 4-7 of each word.
             let lo = vec4<u32>(sext4(v.x & 0x0f0f0f0fu), sext4((v.x >> 4u) & 0x0f0f0f0fu),
                 sext4(v.y & 0x0f0f0f0fu), sext4((v.y >> 4u) & 0x0f0f0f0fu));
@@ -208,22 +239,29 @@ fn store_act(it: u32, kq_n: u32, v: vec4<u32>) {
                 sext4(v.w & 0x0f0f0f0fu), sext4((v.w >> 4u) & 0x0f0f0f0fu));
             let q = 2u * (it % per);
             let tok = it / per;
-            at[q * TT + tok] = lo;
-            at[(q + 1u) * TT + tok] = hi;
+            tile[ab + q * tt_n() + tok] = lo;
+            tile[ab + (q + 1u) * tt_n() + tok] = hi;
         }
         return;
     }
-    if (it < TT * kq_n) {
-        at[(it % kq_n) * TT + it / kq_n] = v;
+    if (it < tt_n() * kq_n) {
+        tile[ab + (it % kq_n) * tt_n() + it / kq_n] = v;
+    }
+}
+
+fn store_y(t: u32, row: u32, sum: f32) {
+    if (t < p.n_tokens) {
+        y[t * p.out_stride + p.row0 + row] = div_rn(sum, xs[t]);
     }
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let kq_n = select(10u, 8u, LAYOUT == 0u); // 16-column sub-steps per K step
+    let kq_n = select(10u, cw_n(), LAYOUT == 0u); // 16-column sub-steps per K step
     let step_cols = 16u * kq_n;
+    let ab = kq_n * TR; // start of the activations in `tile`
     let r0 = wg.x * TR;
-    let t0 = wg.y * TT;
+    let t0 = wg.y * tt_n();
     let tr = lid % 16u;
     let tt = lid / 16u;
     let row_base = r0 + tr;
@@ -237,12 +275,16 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var g = 0u;
     acc0 = vec4<i32>(0);
     acc1 = vec4<i32>(0);
+    acc2 = vec4<i32>(0);
+    acc3 = vec4<i32>(0);
     sum0 = vec4<f32>(0.0);
     sum1 = vec4<f32>(0.0);
+    sum2 = vec4<f32>(0.0);
+    sum3 = vec4<f32>(0.0);
 
     // Software pipeline: the global loads of step s + 1 are issued before step s's products.
-    // Per invocation: code words lid and lid + 256 (TR · CW = 512), activation vec4s lid and
-    // lid + 256 (TT · kq_n = 256 or 320).
+    // Per invocation: code words lid and lid + 256 (TR · CW = 512 or 384), activation vec4s lid
+    // and lid + 256 (TT · kq_n = 256, 320 or 384; INT4: half as many).
     var c_a = load_code(r0, 0u, lid);
     var c_b = load_code(r0, 0u, lid + WG);
     var x_a = load_act(t0, 0u, lid, kq_n);
@@ -271,15 +313,24 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                         nb = NOB;
                     }
                 }
-                let a0 = at[q * TT + tt];
-                let a1 = at[q * TT + tt + 16u];
+                let abq = ab + q * tt_n() + tt;
+                let a0 = tile[abq];
+                let a1 = tile[abq + 16u];
                 let wb = q * TR + tr;
-                let w0 = wt[wb];
-                let w1 = wt[wb + 16u];
-                let w2 = wt[wb + 32u];
-                let w3 = wt[wb + 48u];
+                let w0 = tile[wb];
+                let w1 = tile[wb + 16u];
+                let w2 = tile[wb + 32u];
+                let w3 = tile[wb + 48u];
                 acc0 = acc0 + vec4<i32>(dot16(w0, a0), dot16(w1, a0), dot16(w2, a0), dot16(w3, a0));
                 acc1 = acc1 + vec4<i32>(dot16(w0, a1), dot16(w1, a1), dot16(w2, a1), dot16(w3, a1));
+                if (NJ == 4u) {
+                    let a2 = tile[abq + 32u];
+                    let a3 = tile[abq + 48u];
+                    acc2 = acc2 + vec4<i32>(dot16(w0, a2), dot16(w1, a2), dot16(w2, a2),
+                        dot16(w3, a2));
+                    acc3 = acc3 + vec4<i32>(dot16(w0, a3), dot16(w1, a3), dot16(w2, a3),
+                        dot16(w3, a3));
+                }
             }
         } else {
             // Groups that are not a multiple of 16 columns: one packed word (4 columns) at a
@@ -291,11 +342,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 }
                 let q = pw / 4u;
                 let comp = pw % 4u;
-                let a0 = at[q * TT + tt][comp];
-                let a1 = at[q * TT + tt + 16u][comp];
+                let abq = ab + q * tt_n() + tt;
+                let a0 = tile[abq][comp];
+                let a1 = tile[abq + 16u][comp];
+                var a2 = 0u;
+                var a3 = 0u;
+                if (NJ == 4u) {
+                    a2 = tile[abq + 32u][comp];
+                    a3 = tile[abq + 48u][comp];
+                }
                 let wb = q * TR + tr;
-                let wv = vec4<u32>(wt[wb][comp], wt[wb + 16u][comp], wt[wb + 32u][comp],
-                    wt[wb + 48u][comp]);
+                let wv = vec4<u32>(tile[wb][comp], tile[wb + 16u][comp], tile[wb + 32u][comp],
+                    tile[wb + 48u][comp]);
                 var e = 0u;
                 loop {
                     if (cw0 + e == nb) {
@@ -314,6 +372,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                         dot4(wv.w, b0));
                     acc1 = acc1 + vec4<i32>(dot4(wv.x, b1), dot4(wv.y, b1), dot4(wv.z, b1),
                         dot4(wv.w, b1));
+                    if (NJ == 4u) {
+                        let b2 = a2 & m;
+                        let b3 = a3 & m;
+                        acc2 = acc2 + vec4<i32>(dot4(wv.x, b2), dot4(wv.y, b2), dot4(wv.z, b2),
+                            dot4(wv.w, b2));
+                        acc3 = acc3 + vec4<i32>(dot4(wv.x, b3), dot4(wv.y, b3), dot4(wv.z, b3),
+                            dot4(wv.w, b3));
+                    }
                     e = e1;
                     if (e >= 4u) {
                         break;
@@ -328,13 +394,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     for (var i = 0u; i < 4u; i = i + 1u) {
         let row = row_base + 16u * i;
         if (row < p.rows) {
-            let t_0 = t0 + tt;
-            let t_1 = t_0 + 16u;
-            if (t_0 < p.n_tokens) {
-                y[t_0 * p.out_stride + p.row0 + row] = div_rn(sum0[i], xs[t_0]);
-            }
-            if (t_1 < p.n_tokens) {
-                y[t_1 * p.out_stride + p.row0 + row] = div_rn(sum1[i], xs[t_1]);
+            store_y(t0 + tt, row, sum0[i]);
+            store_y(t0 + tt + 16u, row, sum1[i]);
+            if (NJ == 4u) {
+                store_y(t0 + tt + 32u, row, sum2[i]);
+                store_y(t0 + tt + 48u, row, sum3[i]);
             }
         }
     }

@@ -532,3 +532,67 @@ fn kv_flags_reach_the_cache_and_perplexity_reports_its_bytes() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// `tern bench --profile --json` gives per-kernel GPU timestamps of one decode step
+/// (`profile_us_per_token`: the ternary GEMV) and of one pp<P> prefill (`profile_prefill_us`:
+/// the tiled ternary GEMM from 4 tokens on).
+#[test]
+fn bench_profiles_a_decode_step_and_a_prefill() {
+    let a48 = bitnet("bench_profile", Some(tern_format::ActivationScheme::A4_8));
+    let m = a48.to_str().unwrap();
+    let args = [
+        "bench",
+        m,
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--device",
+        "gpu",
+        "--json",
+        "--profile",
+    ];
+    let (ok, out, err) = tern(&args);
+    if !ok && err.contains("no GPU adapter") {
+        tern_tests::skip_gpu_or_fail(
+            "bench_profiles_a_decode_step_and_a_prefill",
+            "no GPU adapter",
+        );
+        return;
+    }
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let kernels = |key: &str| -> Vec<(String, u64, f64)> {
+        v[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {key} in {out}"))
+            .iter()
+            .map(|k| {
+                (
+                    k["kernel"].as_str().unwrap().to_string(),
+                    k["dispatches"].as_u64().unwrap(),
+                    k["us"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let step = kernels("profile_us_per_token");
+    let pp = kernels("profile_prefill_us");
+    assert!(
+        step.iter()
+            .any(|k| k.0.starts_with("ternary_gemv") && k.1 > 0),
+        "{step:?}"
+    );
+    assert!(
+        pp.iter()
+            .any(|k| k.0.starts_with("ternary_gemm") && k.1 > 0),
+        "{pp:?}"
+    );
+    assert!(
+        !pp.iter().any(|k| k.0.starts_with("ternary_gemv")),
+        "{pp:?}"
+    );
+    assert!(pp.iter().all(|k| k.2.is_finite() && k.2 >= 0.0), "{pp:?}");
+}

@@ -557,3 +557,72 @@ fn device_loss_mid_generation_then_the_cpu_continues() {
     got.extend(greedy_after(&mut s, logits, 5).unwrap());
     assert_eq!(got, want, "the CPU continues as a CPU-only run does");
 }
+
+/// `Session::profile_prefill` (`tern bench --profile`'s prefill table) runs a real prefill: its
+/// tokens enter the cache (the next token's logits are those after a plain `eval` of the same
+/// prompt) and every dispatch is timed, the ternary GEMM and the a4.8 quantizers included; the
+/// same for `profile_decode_step`.
+#[test]
+fn profile_prefill_times_a_real_prefill() {
+    let path = import(
+        "tiny_a",
+        "a48_profile",
+        &PackOptions {
+            activations: Some(tern_format::ActivationScheme::A4_8),
+            ..PackOptions::default()
+        },
+    );
+    let Some(gpu) = open_gpu(&path, None) else {
+        return;
+    };
+    let vocab = gpu.n_vocab() as u32;
+    let toks: Vec<u32> = [1u32, 17, 42, 5, 99, 3, 250, 7]
+        .iter()
+        .map(|t| t % vocab)
+        .collect();
+    let mut s = Session::new(&gpu, 64).unwrap();
+    let prof = match s.profile_prefill(&toks) {
+        Ok(Some(p)) => p,
+        Ok(None) => panic!("the GPU backend gave no profile"),
+        Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::Unsupported { .. })) => {
+            eprintln!("skipping: no timestamp queries on this adapter");
+            return;
+        }
+        Err(e) => panic!("profile_prefill: {e}"),
+    };
+    for want in [
+        "ternary_gemm",
+        "rmsnorm_quant_int4",
+        "topk50_int8",
+        "attention",
+    ] {
+        assert!(
+            prof.iter()
+                .any(|k| k.kernel.contains(want) && k.dispatches > 0),
+            "no {want} in the prefill profile: {:?}",
+            prof.iter().map(|k| &k.kernel).collect::<Vec<_>>()
+        );
+    }
+    assert!(prof.iter().all(|k| k.micros.is_finite() && k.micros >= 0.0));
+    let got = s.eval(&[9 % vocab]).unwrap();
+    let mut plain = Session::new(&gpu, 64).unwrap();
+    plain.eval(&toks).unwrap();
+    let want = plain.eval(&[9 % vocab]).unwrap();
+    let e = nmse(&got, &want);
+    assert!(
+        e <= 1e-10,
+        "logits after the profiled prefill: NMSE {e:.2e}"
+    );
+    // The profiled decode step's token stays in the cache too (before the fix, the engine
+    // truncated the GPU cache after either profile: its token list never saw them).
+    let step = s.profile_decode_step(11 % vocab).unwrap().unwrap();
+    assert!(step.iter().any(|k| k.kernel.contains("ternary_gemv")));
+    let got = s.eval(&[13 % vocab]).unwrap();
+    plain.eval(&[11 % vocab]).unwrap();
+    let want = plain.eval(&[13 % vocab]).unwrap();
+    let e = nmse(&got, &want);
+    assert!(
+        e <= 1e-10,
+        "logits after the profiled decode step: NMSE {e:.2e}"
+    );
+}

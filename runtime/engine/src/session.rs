@@ -346,6 +346,15 @@ impl<'m> Session<'m> {
         p
     }
 
+    /// [`Session::profile_decode_step`] for a batch of `tokens` run as one prefill (they enter
+    /// the cache): per kernel, dispatches and µs summed over the whole batch.
+    pub fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
+        self.check_room(tokens)?;
+        let p = self.state.profile_prefill(tokens);
+        self.sync_history_len(tokens);
+        p
+    }
+
     /// Run `tokens` after what the cache holds (they enter it) while counting, per linear kind,
     /// the zero codes of every quantized input (BitNet: TopK and ReLU² sparsity). A measurement
     /// pass of its own (the counters cost a dispatch per input; timed runs never carry them).

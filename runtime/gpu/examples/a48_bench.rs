@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use tern_format::{ternary, FloatType, TernaryLayout};
-use tern_gpu::kernels::{self, A48Quant, ActInt8};
+use tern_gpu::kernels::{self, A48Quant, ActInt8, GemmTile};
 use tern_gpu::{DevicePreference, GpuContext, TernaryWeight};
 
 struct Rng(u64);
@@ -152,23 +152,36 @@ fn main() -> anyhow::Result<()> {
         let mut enc = ctx.encoder();
         kernels::quantize_act_int8_into(&ctx, &mut enc, &xb, &a8)?;
         ctx.submit_wait(enc)?;
-        let t8 = per_call(&ctx, giters, |e| {
-            kernels::ternary_gemm(&ctx, e, &w, &a8, &y)
-        })?;
         let mut enc = ctx.encoder();
         kernels::quantize_act_a48_into(&ctx, &mut enc, &xb, None, A48Quant::Int4Absmean, &a4)?;
         ctx.submit_wait(enc)?;
-        let t4 = per_call(&ctx, giters, |e| {
-            kernels::ternary_gemm(&ctx, e, &w, &a4, &y)
-        })?;
-        let tops = |t: f64| 2.0 * (r * c * tokens) as f64 / t / 1e12;
-        fields.push(format!(
-            "\"gemm_{name}_{tokens}t\":{{\"int8_ms\":{:.3},\"int4_ms\":{:.3},\"int8_tops\":{:.1},\"int4_tops\":{:.1}}}",
-            t8 * 1e3,
-            t4 * 1e3,
-            tops(t8),
-            tops(t4)
-        ));
+        // Both tiles (64 × 32 and 64 × 64); `same_bits`: the two tiles' outputs are identical.
+        let y2 = ctx.zeroed("y2", tokens * r * 4)?;
+        for (tname, tile) in [("64x32", GemmTile::Narrow), ("64x64", GemmTile::Wide)] {
+            let gemm = |e: &mut wgpu::CommandEncoder, a: &ActInt8, y: &wgpu::Buffer| {
+                kernels::ternary_gemm_tiled(&ctx, e, &w, a, y, tile)
+            };
+            let t8 = per_call(&ctx, giters, |e| gemm(e, &a8, &y))?;
+            let t4 = per_call(&ctx, giters, |e| gemm(e, &a4, &y))?;
+            let mut same = true;
+            for a in [&a8, &a4] {
+                let mut enc = ctx.encoder();
+                kernels::ternary_gemm_tiled(&ctx, &mut enc, &w, a, &y, GemmTile::Narrow)?;
+                gemm(&mut enc, a, &y2)?;
+                ctx.submit_wait(enc)?;
+                let n = (tokens * r) as usize;
+                let (p, q) = (ctx.read_f32(&y, n)?, ctx.read_f32(&y2, n)?);
+                same &= p.iter().zip(&q).all(|(u, v)| u.to_bits() == v.to_bits());
+            }
+            let tops = |t: f64| 2.0 * (r * c * tokens) as f64 / t / 1e12;
+            fields.push(format!(
+                "\"gemm_{name}_{tokens}t_{tname}\":{{\"int8_ms\":{:.3},\"int4_ms\":{:.3},\"int8_tops\":{:.1},\"int4_tops\":{:.1},\"same_bits\":{same}}}",
+                t8 * 1e3,
+                t4 * 1e3,
+                tops(t8),
+                tops(t4)
+            ));
+        }
     }
 
     // Quantizers fused with RMSNorm, 2560 values (6912 for the down input's INT8).

@@ -211,6 +211,11 @@ impl SessionBackend for CpuSession<'_> {
         Ok(None)
     }
 
+    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
+        self.eval(tokens, Logits::Last, &|| false)?;
+        Ok(None)
+    }
+
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
         let parallel = self.net.options().matmul.parallel;
         self.opts = if on {

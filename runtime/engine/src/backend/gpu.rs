@@ -327,8 +327,15 @@ impl SessionBackend for GpuState {
         }))
     }
 
-    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
-        let p = self.session.profile_decode_step(token)?;
+    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
+        // As `eval`: `tokens` track what the cache holds (a later truncate keeps them).
+        let p0 = self.session.len() as usize;
+        self.tokens.truncate(p0);
+        let p = self.session.profile_step(tokens);
+        let held = (self.session.len() as usize).saturating_sub(p0);
+        self.tokens
+            .extend_from_slice(tokens.get(..held).unwrap_or_default());
+        let p = p?;
         Ok(Some(
             p.into_iter()
                 .map(|(kernel, dispatches, micros)| KernelTime {
@@ -338,6 +345,11 @@ impl SessionBackend for GpuState {
                 })
                 .collect(),
         ))
+    }
+
+    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
+        // `profile_step` of one token is `profile_decode_step`.
+        self.profile_prefill(&[token])
     }
 
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {

@@ -91,6 +91,8 @@ pub(crate) trait SessionBackend: Send {
     /// Per-kernel timings of one decode step of `token` (which enters the cache); `None` when
     /// the backend has no such timings.
     fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>>;
+    /// [`Backend::profile_decode_step`] for a batch of `tokens` (a prefill, last logits).
+    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>>;
     /// Switch this session to llama.cpp's CPU numerics ([`ForwardOptions::llama_cpp_like`],
     /// keeping the model's threading) or back to the model's own; an error on a backend that
     /// has no such mode (the GPU).

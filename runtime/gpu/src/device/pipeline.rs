@@ -80,11 +80,14 @@ pub enum KernelKey {
         dot: DotKind,
     },
     GgmlGemv(GgmlType),
+    /// Ternary GEMM; `wide`: 64 × 64 tiles (4 tokens per invocation, 2bit only) instead of
+    /// 64 × 32.
     TernaryGemm {
         layout: TernaryLayout,
         scale_type: FloatType,
         act: ActBits,
         dot: DotKind,
+        wide: bool,
     },
     /// BitNet a4.8 quantizers (`act_quant_a48.wgsl`): INT4 absmean or TopK-50% + INT8, alone or
     /// fused with the preceding RMSNorm.
@@ -169,9 +172,11 @@ impl fmt::Display for KernelKey {
                 scale_type,
                 act,
                 dot,
+                wide,
             } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
-                write!(f, "ternary_gemm_{l}_{s}_64x32{}", suffix(*act, *dot))
+                let tile = if *wide { "64x64" } else { "64x32" };
+                write!(f, "ternary_gemm_{l}_{s}_{tile}{}", suffix(*act, *dot))
             }
             KernelKey::ActQuantA48 { topk, norm } => f.write_str(match (topk, norm) {
                 (false, false) => "act_quant_int4",
@@ -419,7 +424,17 @@ mod tests {
                             scale_type: s,
                             act,
                             dot,
+                            wide: false,
                         });
+                        if layout == TernaryLayout::Bits2 {
+                            keys.push(KernelKey::TernaryGemm {
+                                layout: l,
+                                scale_type: s,
+                                act,
+                                dot,
+                                wide: true,
+                            });
+                        }
                     }
                 }
             }

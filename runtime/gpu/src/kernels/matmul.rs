@@ -27,8 +27,52 @@ use crate::weights::{FloatWeight, GgmlWeight, Part, TernaryWeight};
 
 /// Weight rows per GEMM workgroup (`TR` in the shaders).
 pub const GEMM_TILE_ROWS: u64 = 64;
-/// Tokens per GEMM workgroup (`TT` in the shaders).
+/// Tokens per GEMM workgroup (`TT` in the shaders) of [`GemmTile::Narrow`] and of the ggml GEMM.
 pub const GEMM_TILE_TOKENS: u64 = 32;
+/// Tokens per workgroup of [`GemmTile::Wide`].
+pub const GEMM_WIDE_TILE_TOKENS: u64 = 64;
+/// [`ternary_gemm`] takes [`GemmTile::Wide`] (2bit only) when it gives at least this many
+/// workgroups: below it (640-row k/v projections, short prompts) the narrow tile's twice as many
+/// workgroups fill a large GPU better.
+pub const GEMM_WIDE_MIN_WORKGROUPS: u64 = 256;
+
+/// Tile of the ternary GEMM (`ternary_gemm.wgsl`'s `NJ`); bit-identical results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmTile {
+    /// 64 rows × 32 tokens, 4 × 2 outputs per invocation (every layout).
+    Narrow,
+    /// 64 rows × 64 tokens, 4 × 4 outputs per invocation: twice the products per read of the
+    /// staged tiles (2bit only: base3 keeps its 160-column K steps in the narrow tile).
+    Wide,
+}
+
+impl GemmTile {
+    /// The tile [`ternary_gemm`] uses for `w` at `n_tokens` tokens. `TERN_GEMM_TILE=32|64`
+    /// forces one (measurements; 64 falls back to 32 on base3).
+    pub fn choose(w: &TernaryWeight, n_tokens: u64) -> GemmTile {
+        if w.layout != tern_format::TernaryLayout::Bits2 {
+            return GemmTile::Narrow;
+        }
+        match std::env::var("TERN_GEMM_TILE").as_deref() {
+            Ok("32") => return GemmTile::Narrow,
+            Ok("64") => return GemmTile::Wide,
+            _ => {}
+        }
+        let groups = w.rows.div_ceil(GEMM_TILE_ROWS) * n_tokens.div_ceil(GEMM_WIDE_TILE_TOKENS);
+        if groups >= GEMM_WIDE_MIN_WORKGROUPS {
+            GemmTile::Wide
+        } else {
+            GemmTile::Narrow
+        }
+    }
+
+    fn tokens(self) -> u64 {
+        match self {
+            GemmTile::Narrow => GEMM_TILE_TOKENS,
+            GemmTile::Wide => GEMM_WIDE_TILE_TOKENS,
+        }
+    }
+}
 /// From this many tokens on, [`ternary_matmul`] / [`ggml_matmul`] use the GEMM. Below it the
 /// GEMV's per-token weight re-reads cost less than a mostly empty 32-token tile. Measured on an
 /// H100 (`gpu_bench --only prefill`, 2bit 6912 × 2560): GEMV 62 µs at 1 token, ~+27 µs per
@@ -220,7 +264,7 @@ pub fn float_gemv(
 // Embedding lookup
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`, by
-/// 64 × 32 tiles; `y` is `[n_tokens][rows]` f32. Bit-exact with [`ternary_gemv`].
+/// tiles of [`GemmTile::choose`]; `y` is `[n_tokens][rows]` f32. Bit-exact with [`ternary_gemv`].
 pub fn ternary_gemm(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -228,7 +272,27 @@ pub fn ternary_gemm(
     a: &ActInt8,
     y: &wgpu::Buffer,
 ) -> Result<()> {
+    let tile = GemmTile::choose(w, u64::from(a.n_tokens));
+    ternary_gemm_tiled(ctx, enc, w, a, y, tile)
+}
+
+/// [`ternary_gemm`] with the tile given (an error for [`GemmTile::Wide`] on base3 weights).
+pub fn ternary_gemm_tiled(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &TernaryWeight,
+    a: &ActInt8,
+    y: &wgpu::Buffer,
+    tile: GemmTile,
+) -> Result<()> {
     const OP: &str = "ternary_gemm";
+    let wide = tile == GemmTile::Wide;
+    if wide && w.layout != tern_format::TernaryLayout::Bits2 {
+        return Err(GpuError::invalid(
+            OP,
+            "the 64 × 64 tile takes 2bit weights only",
+        ));
+    }
     if u64::from(a.cols) != w.cols {
         return Err(GpuError::shape(
             OP,
@@ -259,8 +323,9 @@ pub fn ternary_gemm(
         scale_type: w.scale_type,
         act: a.act,
         dot: ctx.dot_kind(),
+        wide,
     };
-    let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
+    let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(tile.tokens()))?;
     for part in &w.parts {
         let p = ternary_params(OP, w, part, a, wpr)?;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;

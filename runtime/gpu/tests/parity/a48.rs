@@ -143,6 +143,8 @@ fn run_quant(
 enum Mm {
     Gemv,
     Gemm,
+    /// The GEMM's 64 × 64 tile (2bit).
+    GemmWide,
     /// The sparse GEMV with this switch density (0: dense walk, 1: sparse walk).
     Sparse(f64),
 }
@@ -224,6 +226,9 @@ fn run_matmul(
     match mm {
         Mm::Gemv => kernels::ternary_gemv(ctx, &mut enc, &w, &a, &y),
         Mm::Gemm => kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y),
+        Mm::GemmWide => {
+            kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, kernels::GemmTile::Wide)
+        }
         Mm::Sparse(d) => kernels::ternary_gemv_sparse(ctx, &mut enc, &w, &a, &y, d),
     }
     .map_err(e)?;
@@ -264,7 +269,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 12] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 17] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
         (Mm::Gemv, l2, f16t, (33, 96, 32, 3)),
         (Mm::Gemv, l3, bf16t, (70, 1000, 0, 2)),
@@ -277,12 +282,28 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::Gemm, l2, f16t, (128, 2560, 128, 33)),
         (Mm::Gemm, l2, f32t, (65, 480, 24, 5)),
         (Mm::Gemm, l3, f16t, (40, 320, 160, 33)),
+        // The 64 × 64 tile (2bit): partial row and token tiles, two token tiles, groups.
+        (Mm::GemmWide, l2, f32t, (1, 32, 0, 1)),
+        (Mm::GemmWide, l2, bf16t, (257, 1000, 0, 70)),
+        (Mm::GemmWide, l2, f16t, (128, 2560, 128, 33)),
+        (Mm::GemmWide, l2, f32t, (65, 480, 24, 65)),
+        (Mm::GemmWide, l2, f16t, (70, 2560, 0, 64)),
     ];
     for (mm, layout, st, shape) in mm_cases {
         v.push((
             format!("ternary×int4 {mm:?} {layout:?} {st:?} {shape:?}"),
             false,
             Box::new(move |c, r| run_matmul(c, r, mm, ActQuant::Int4, layout, st, shape, 0.0)),
+        ));
+    }
+    // The GEMM's 64 × 64 tile on INT8 activations too, so both dot kinds cover it.
+    for shape in [(257, 1000, 0, 70), (65, 480, 24, 65)] {
+        v.push((
+            format!("ternary×int8 GemmWide Bits2 F16 {shape:?}"),
+            false,
+            Box::new(move |c, r| {
+                run_matmul(c, r, Mm::GemmWide, ActQuant::Int8, l2, f16t, shape, 0.0)
+            }),
         ));
     }
     // The sparse GEMV: INT8 (down projection: ReLU²-like zeros) and TopK inputs (attention

@@ -16,6 +16,8 @@ enum Path {
     Gemv,
     /// `*_matmul` (GEMV or GEMM by token count).
     Matmul,
+    /// The ternary GEMM's 64 × 64 tile (`GemmTile::Wide`, 2bit).
+    GemmWide,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -79,6 +81,10 @@ fn run_ternary_gemm(
         Path::Gemm => tern_gpu::kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y),
         Path::Gemv => kernels::ternary_gemv(ctx, &mut enc, &w, &a, &y),
         Path::Matmul => tern_gpu::kernels::ternary_matmul(ctx, &mut enc, &w, &a, &y),
+        Path::GemmWide => {
+            let wide = tern_gpu::kernels::GemmTile::Wide;
+            tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, wide)
+        }
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -114,7 +120,9 @@ fn run_ggml_gemm(
     match path {
         Path::Gemm => tern_gpu::kernels::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
         Path::Gemv => kernels::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
-        Path::Matmul => tern_gpu::kernels::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y),
+        Path::Matmul | Path::GemmWide => {
+            tern_gpu::kernels::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y)
+        }
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -210,6 +218,38 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             );
         }
     }
+
+    // The 64 × 64 ternary tile (2bit): every scale type, partial row/token tiles, several token
+    // tiles, every kind of scale-group boundary, and a split weight whose parts start mid-tile.
+    for (st, rows, cols, group, tokens) in [
+        (FloatType::F32, 1, 32, 0, 1),
+        (FloatType::F16, 33, 96, 0, 7),
+        (FloatType::Bf16, 70, 2560, 0, 65),
+        (FloatType::F32, 257, 1000, 0, 130),
+        (FloatType::F16, 9, 1000, 40, 66),
+        (FloatType::F16, 17, 96, 32, 7),
+        (FloatType::F16, 5, 80, 1, 3),
+        (FloatType::F16, 65, 640, 64, 64),
+        (FloatType::F16, 3, 2560, 128, 2),
+        (FloatType::F16, 7, 60, 12, 4),
+    ] {
+        add(
+            format!("ternary_gemm 64x64 {st:?} {rows}×{cols} group {group} tokens {tokens}"),
+            false,
+            Box::new(move |x, r| {
+                let l = TernaryLayout::Bits2;
+                run_ternary_gemm(x, r, Path::GemmWide, l, st, rows, cols, group, tokens)
+            }),
+        );
+    }
+    add(
+        "ternary_gemm 64x64 f32 300×2560 tokens 6 split".into(),
+        true,
+        Box::new(move |x, r| {
+            let (l, st) = (TernaryLayout::Bits2, FloatType::F32);
+            run_ternary_gemm(x, r, Path::GemmWide, l, st, 300, 2560, 0, 6)
+        }),
+    );
 
     // ggml GEMM (and the Q6_K GEMV).
     for q in [
