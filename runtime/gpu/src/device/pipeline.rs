@@ -110,10 +110,12 @@ pub enum KernelKey {
     Argmax,
     /// Whole rows into the cache (f32, f16, q8, a4, a3).
     KvStore(KvFormat),
-    /// KIVI: key blocks (`keys`) or values leaving the window, quantized.
+    /// KIVI: key blocks (`keys`) or values leaving the window, quantized; `step`: a one-token
+    /// batch, whose window row goes in by the same dispatch.
     KvKivi {
         quant: KvFormat,
         keys: bool,
+        step: bool,
     },
     /// KIVI: new positions into the f16 window.
     KvWindow,
@@ -202,11 +204,12 @@ impl fmt::Display for KernelKey {
             }),
             KernelKey::Argmax => f.write_str("argmax"),
             KernelKey::KvStore(kv) => write!(f, "kv_store_{}", kv.name()),
-            KernelKey::KvKivi { quant, keys } => write!(
+            KernelKey::KvKivi { quant, keys, step } => write!(
                 f,
-                "kv_store_{}_{}",
+                "kv_store_{}_{}{}",
                 quant.name(),
-                if *keys { "keys" } else { "values" }
+                if *keys { "keys" } else { "values" },
+                if *step { "_step" } else { "" }
             ),
             KernelKey::KvWindow => f.write_str("kv_window"),
             KernelKey::Attention(kv, role) => {
@@ -448,14 +451,13 @@ mod tests {
         }
         for kv in KvFormat::ALL {
             if kv.is_kivi() {
-                keys.push(KernelKey::KvKivi {
-                    quant: kv,
-                    keys: true,
-                });
-                keys.push(KernelKey::KvKivi {
-                    quant: kv,
-                    keys: false,
-                });
+                for (k, st) in [(true, false), (false, false), (true, true), (false, true)] {
+                    keys.push(KernelKey::KvKivi {
+                        quant: kv,
+                        keys: k,
+                        step: st,
+                    });
+                }
             } else {
                 keys.push(KernelKey::KvStore(kv));
             }
