@@ -314,6 +314,18 @@ fn unord(u: u32) -> f32 {
     return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
 }
 
+// KIVI word path, values: e · value of tile key j at channel vcol, from its code (shifted to bit
+// 0) and the tile's folded (e · factor · scale, e · factor · min) of its value group (`part`,
+// [key][ngv][2], vb = 2 · the group's index in the head), or through vget for keys marked in
+// `spec`.
+fn vterm(j: u32, k0: u32, h: u32, vcol: u32, code: u32, vb: u32, ngv: u32) -> vec4<f32> {
+    if (spec[j] != 0u) {
+        return ex[j] * vget(k0 + j, h, vcol);
+    }
+    let b = j * ngv * 2u + vb;
+    return part[b] * f32(code & ((1u << fmt_bits()) - 1u)) + part[b + 1u];
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let kvh = wg.x / p.n_hg;
@@ -336,18 +348,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     if (is_kivi()) {
         qend = g.resid * (held() / g.resid);
     }
-    // KIVI word path (keys): invocation (kw, slot) scores keys kw, kw + nkw, ... of a tile over
-    // the channels of code word wa + slot of the row (the words covering this kv head's
-    // channels; channels of a straddling 3-bit word outside the head are masked), with the query
-    // folded with the key group's per-channel scale (sq) and Σ q · min (sb): one code word load
-    // and CPW multiply-adds per key instead of a code and a parameter load per channel. The nw
-    // partial dots of a key are nw + 1 apart in `part`, so a tile holds ≤ 576 / (nw + 1) keys.
+    // KIVI word path (keys): invocation (kw, slot) scores a run of consecutive keys of a tile
+    // over the channels of code words wa + slot·wpi .. + wpi of the row (the words covering this
+    // kv head's channels; channels of a straddling 3-bit word outside the head are masked), with
+    // the query folded with the key group's per-channel scale (sq, reloaded when the group
+    // changes) and Σ q · min (sb): a code word load and CPW multiply-adds per word and key instead
+    // of a code and a parameter load per channel. The ns partial dots of a key are ns + 1 apart
+    // in `part`, so a tile holds ≤ 576 / (ns + 1) keys (64 at head_dim 128 in q4).
     let cw = cpw();
+    let wpi = max(1u, 16u / cw);
     let wa = koff / cw;
     let nw = (koff + hd - 1u) / cw - wa + 1u;
-    let nkw = WG / nw;
-    let kw = lid / nw;
-    let slot = lid % nw;
+    let ns = (nw + wpi - 1u) / wpi;
+    let nkw = WG / ns;
+    let kw = lid / ns;
+    let slot = lid % ns;
     // KIVI values: the tile's e · factor · (scale, min) per (key, value group of this head) are
     // folded into `part` ([key][ngv][2]) once, so a value costs a code load and two multiply-adds.
     let ga = div_group(koff);
@@ -357,8 +372,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var np = LANES;
     var pstride = PSTRIDE;
     if (is_kivi()) {
-        np = nw;
-        pstride = nw + 1u;
+        np = ns;
+        pstride = ns + 1u;
         for (; tile > 16u && (tile * pstride > 576u || (vfast && tile * ngv * 2u > 576u)); tile = tile / 2u) {
         }
     }
@@ -396,16 +411,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let cnt = min(tile, k_end - k0);
         if (is_kivi()) {
             if (kw < nkw) {
-                let w = wa + slot;
-                for (var j = kw; j < cnt; j = j + nkw) {
+                let kpi = (cnt + nkw - 1u) / nkw;
+                let jb = kw * kpi;
+                let je = min(jb + kpi, cnt);
+                let w0 = wa + slot * wpi;
+                for (var j = jb; j < je; j = j + 1u) {
                     let kj = k0 + j;
                     let f = kfactor(kj, kvh);
                     var dot = vec4<f32>(0.0);
                     if (f < 0.0) {
-                        for (var i = 0u; i < cw; i = i + 1u) {
-                            let ch = w * cw + i - koff;
-                            if (ch < hd) {
-                                dot = dot + qs[ch] * kget(kj, kvh, koff + ch);
+                        for (var u = 0u; u < wpi; u = u + 1u) {
+                            for (var i = 0u; i < cw; i = i + 1u) {
+                                let ch = (w0 + u) * cw + i - koff;
+                                if (ch < hd) {
+                                    dot = dot + qs[ch] * kget(kj, kvh, koff + ch);
+                                }
                             }
                         }
                     } else {
@@ -413,21 +433,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                         if (gk != cur) {
                             cur = gk;
                             sb = vec4<f32>(0.0);
-                            for (var i = 0u; i < cw; i = i + 1u) {
-                                let ch = w * cw + i - koff;
-                                var v = vec4<f32>(0.0);
-                                if (ch < hd) {
-                                    let sm = kc[g.par + gk * g.row + koff + ch];
-                                    v = qs[ch] * f16_bits_to_f32(sm & 0xffffu);
-                                    sb = sb + qs[ch] * f16_bits_to_f32(sm >> 16u);
+                            for (var u = 0u; u < wpi; u = u + 1u) {
+                                for (var i = 0u; i < cw; i = i + 1u) {
+                                    let ch = (w0 + u) * cw + i - koff;
+                                    var v = vec4<f32>(0.0);
+                                    if (ch < hd) {
+                                        let sm = kc[g.par + gk * g.row + koff + ch];
+                                        v = qs[ch] * f16_bits_to_f32(sm & 0xffffu);
+                                        sb = sb + qs[ch] * f16_bits_to_f32(sm >> 16u);
+                                    }
+                                    sq[u * cw + i] = v;
                                 }
-                                sq[i] = v;
                             }
                         }
-                        let code = kc[kj * g.wpr + w];
                         dot = sb;
-                        for (var i = 0u; i < cw; i = i + 1u) {
-                            dot = dot + sq[i] * f32((code >> (i * bits)) & cmask);
+                        for (var u = 0u; u < wpi; u = u + 1u) {
+                            // past the head's last word: a word of the row (its sq are 0)
+                            let code = kc[kj * g.wpr + min(w0 + u, wa + nw - 1u)];
+                            for (var i = 0u; i < cw; i = i + 1u) {
+                                dot = dot + sq[u * cw + i] * f32((code >> (i * bits)) & cmask);
+                            }
                         }
                         dot = dot * f;
                     }
@@ -516,17 +541,31 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 let vw = word_index(vcol, bits);
                 let vsh = (vcol % cw) * bits;
                 let vb = (div_group(vcol) - ga) * 2u;
+                // 8 code words in flight, then the rest
+                for (; j + 7u * vg < cnt; j = j + 8u * vg) {
+                    let c0 = vc[(k0 + j) * g.wpr + vw];
+                    let c1 = vc[(k0 + j + vg) * g.wpr + vw];
+                    let c2 = vc[(k0 + j + 2u * vg) * g.wpr + vw];
+                    let c3 = vc[(k0 + j + 3u * vg) * g.wpr + vw];
+                    let c4 = vc[(k0 + j + 4u * vg) * g.wpr + vw];
+                    let c5 = vc[(k0 + j + 5u * vg) * g.wpr + vw];
+                    let c6 = vc[(k0 + j + 6u * vg) * g.wpr + vw];
+                    let c7 = vc[(k0 + j + 7u * vg) * g.wpr + vw];
+                    l = l + ex[j] + ex[j + vg] + ex[j + 2u * vg] + ex[j + 3u * vg]
+                        + ex[j + 4u * vg] + ex[j + 5u * vg] + ex[j + 6u * vg] + ex[j + 7u * vg];
+                    acc0 = acc0 + vterm(j, k0, kvh, vcol, c0 >> vsh, vb, ngv)
+                        + vterm(j + vg, k0, kvh, vcol, c1 >> vsh, vb, ngv)
+                        + vterm(j + 2u * vg, k0, kvh, vcol, c2 >> vsh, vb, ngv)
+                        + vterm(j + 3u * vg, k0, kvh, vcol, c3 >> vsh, vb, ngv)
+                        + vterm(j + 4u * vg, k0, kvh, vcol, c4 >> vsh, vb, ngv)
+                        + vterm(j + 5u * vg, k0, kvh, vcol, c5 >> vsh, vb, ngv)
+                        + vterm(j + 6u * vg, k0, kvh, vcol, c6 >> vsh, vb, ngv)
+                        + vterm(j + 7u * vg, k0, kvh, vcol, c7 >> vsh, vb, ngv);
+                }
                 for (; j < cnt; j = j + vg) {
-                    let e = ex[j];
-                    l = l + e;
-                    let kj = k0 + j;
-                    if (spec[j] != 0u) {
-                        acc0 = acc0 + e * vget(kj, kvh, vcol);
-                    } else {
-                        let code = f32((vc[kj * g.wpr + vw] >> vsh) & cmask);
-                        let b = j * ngv * 2u + vb;
-                        acc0 = acc0 + part[b] * code + part[b + 1u];
-                    }
+                    l = l + ex[j];
+                    let c = vc[(k0 + j) * g.wpr + vw];
+                    acc0 = acc0 + vterm(j, k0, kvh, vcol, c >> vsh, vb, ngv);
                 }
             } else {
                 // 8 value rows in flight, then the rest
