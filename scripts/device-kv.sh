@@ -99,7 +99,7 @@ kv_args() {  # mode → tern flags
 }
 # ---------------------------------------------------------------- attention kernel A/B
 if want attn; then
-  for b in attn_bench attn_bench_old; do
+  for b in attn_bench attn_bench_kw attn_bench_old; do
     [ -x "$KIT/$b" ] || { log "no $KIT/$b"; continue; }
     [ "$(left)" -gt 60 ] || { log "time spent: skip $b"; continue; }
     log "$b --decode --shape bitnet-2b --kv f16,q4"

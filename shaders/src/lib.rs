@@ -232,6 +232,15 @@ const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention;
     "attention_q2_mc2_wg256" => ["FMT" = 5, "MC" = 2],
     "attention_a4_mc2_wg256" => ["FMT" = 6, "MC" = 2],
     "attention_a3_mc2_wg256" => ["FMT" = 7, "MC" = 2],
+    "attention_q4_words_wg256" => ["FMT" = 3, "MC" = 0, "WORDS" = 1],
+    "attention_q4_mc1_words_wg256" => ["FMT" = 3, "MC" = 1, "WORDS" = 1],
+    "attention_q4_mc2_words_wg256" => ["FMT" = 3, "MC" = 2, "WORDS" = 1],
+    "attention_q3_words_wg256" => ["FMT" = 4, "MC" = 0, "WORDS" = 1],
+    "attention_q3_mc1_words_wg256" => ["FMT" = 4, "MC" = 1, "WORDS" = 1],
+    "attention_q3_mc2_words_wg256" => ["FMT" = 4, "MC" = 2, "WORDS" = 1],
+    "attention_q2_words_wg256" => ["FMT" = 5, "MC" = 0, "WORDS" = 1],
+    "attention_q2_mc1_words_wg256" => ["FMT" = 5, "MC" = 1, "WORDS" = 1],
+    "attention_q2_mc2_words_wg256" => ["FMT" = 5, "MC" = 2, "WORDS" = 1],
 ];
 const MINICACHE_MERGE_VARIANTS: &[Variant] =
     variants![Shader::MinicacheMerge; "minicache_merge" => []];

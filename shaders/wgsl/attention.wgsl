@@ -69,6 +69,15 @@ override FMT: u32 = 0u;
 // queries in `q` (keys [n_tokens][row] from word g.pend, then the values); 2 the second
 // (b): mag[p][1][h] · direction, or the pool's f16 row when mag[p][1][h] = 0x8000 | slot.
 override MC: u32 = 0u;
+// KIVI formats only: 1 = the word path below (a code word per invocation, the query folded into
+// the key group's scales, values through the tile's folded parameters): fewer loads and
+// instructions per key, more dependent phases per tile — the launcher takes it where one
+// workgroup runs over all of a token's keys (n_split = 1), the per-channel path (0) otherwise.
+override WORDS: u32 = 0u;
+
+fn word_path() -> bool {
+    return is_kivi() && WORDS == 1u;
+}
 
 // Positions held in the stream being read: p0 + n_tokens after this batch's store, but only p0
 // for a pair's first layer (the pair's stream gets this batch when layer b merges it).
@@ -367,11 +376,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     // folded into `part` ([key][ngv][2]) once, so a value costs a code load and two multiply-adds.
     let ga = div_group(koff);
     let ngv = div_group(koff + hd - 1u) - ga + 1u;
-    let vfast = is_kivi() && ngv * 32u <= 576u;
+    let vfast = word_path() && ngv * 32u <= 576u;
     var tile = TILE;
     var np = LANES;
     var pstride = PSTRIDE;
-    if (is_kivi()) {
+    if (word_path()) {
         np = ns;
         pstride = ns + 1u;
         for (; tile > 16u && (tile * pstride > 576u || (vfast && tile * ngv * 2u > 576u)); tile = tile / 2u) {
@@ -409,7 +418,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let cmask = (1u << bits) - 1u;
     for (var k0 = k_begin; k0 < k_end; k0 = k0 + tile) {
         let cnt = min(tile, k_end - k0);
-        if (is_kivi()) {
+        if (word_path()) {
             if (kw < nkw) {
                 let kpi = (cnt + nkw - 1u) / nkw;
                 let jb = kw * kpi;
@@ -597,7 +606,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 }
             }
         }
-        if (is_kivi()) {
+        if (word_path()) {
             // the next tile's score step overwrites `part`, read by this tile's value step
             workgroupBarrier();
         }

@@ -97,7 +97,11 @@ fn main() -> anyhow::Result<()> {
         }
         Err(_) => None,
     };
-    let iters = if quick { 3 } else { 100 };
+    // TERN_BENCH_ITERS: calls per timed submission (software adapters: a few)
+    let iters = std::env::var("TERN_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 3 } else { 100 });
 
     // ---- attention
     let heads: &[(&str, u64, u64, u64)] = if no_attention {

@@ -120,6 +120,10 @@ pub enum KernelKey {
     /// KIVI: new positions into the f16 window.
     KvWindow,
     Attention(KvFormat, KvRole),
+    /// KIVI attention through the word path (`attention.wgsl`'s WORDS = 1): faster over long
+    /// key ranges (one workgroup per (token, head group): prefill), slower than [`Self::Attention`]
+    /// over the short chunks of a split decode step (measured on an H100, docs/measurements.md).
+    AttentionWords(KvFormat, KvRole),
     /// MiniCache: merge a pair's keys or values.
     MinicacheMerge,
     /// Merge of split-K attention partials.
@@ -220,6 +224,14 @@ impl fmt::Display for KernelKey {
                 };
                 write!(f, "attention_{}{mc}_wg256", kv.name())
             }
+            KernelKey::AttentionWords(kv, role) => {
+                let mc = match role {
+                    KvRole::Own => "",
+                    KvRole::First => "_mc1",
+                    KvRole::Second => "_mc2",
+                };
+                write!(f, "attention_{}{mc}_words_wg256", kv.name())
+            }
             KernelKey::MinicacheMerge => f.write_str("minicache_merge"),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
             KernelKey::EmbedFloat(t) => f.write_str(match t {
@@ -266,7 +278,7 @@ impl KernelKey {
             KernelKey::KvStore(_) | KernelKey::KvKivi { .. } | KernelKey::KvWindow => {
                 Shader::KvStore
             }
-            KernelKey::Attention(..) => Shader::Attention,
+            KernelKey::Attention(..) | KernelKey::AttentionWords(..) => Shader::Attention,
             KernelKey::MinicacheMerge => Shader::MinicacheMerge,
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
@@ -469,6 +481,11 @@ mod tests {
                 keys.push(k);
                 assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
                 assert_eq!(k_const(k, "MC"), Some(i as u32), "{kv:?}");
+                if kv.is_kivi() {
+                    let w = KernelKey::AttentionWords(kv, role);
+                    keys.push(w);
+                    assert_eq!(k_const(w, "WORDS"), Some(1), "{kv:?}");
+                }
             }
         }
         keys.push(KernelKey::KvWindow);
