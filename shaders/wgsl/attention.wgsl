@@ -31,7 +31,8 @@
 // kget / vget dequantize one value in registers (f16 halves, codes × scale (+ min), the KIVI
 // window's f16 rows) — no decompressed copy of the cache exists. KIVI's split between quantized
 // and full-precision positions is the cache's after this batch's store: Q(n) = R·⌊n/R⌋ with
-// n = p0 + n_tokens, for keys and values alike.
+// n = p0 + n_tokens, for keys and values alike. KIVI with WORDS = 1 (the launcher's choice when
+// n_split = 1) scores keys a code word at a time and folds the parameters instead (see main).
 // Bindings: params; step; q [n_tokens][n_head·head_dim] (MC = 1: then layer a's rows); k_cache, v_cache (one layer's keys and
 // values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
 // [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
