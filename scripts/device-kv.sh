@@ -6,7 +6,12 @@
 #      $MODES (default: f16, q4 (KIVI G32/R128), MiniCache + q4 (`--minicache on`), with
 #      `kv_bytes_per_token` at the end of each run);
 #   3. when $LLAMA_KIT is there: llama-quantize TQ2_0 of the same F16 file and
-#      `llama-bench -ngl 99 -p 0 -n $N -d <depths>` with f16 KV and with `-ctk q4_0 -ctv q4_0 -fa 1`.
+#      `llama-bench -ngl 99 -p 0 -n $N -d <depths>` with f16 KV and with `-ctk q4_0 -ctv q4_0 -fa 1`;
+#   attn (when $KIT/attn_bench is there): the attention kernel alone, decode at p0 512 / 4096 /
+#      16000 on the 2B4T heads (20/5×128), f16 and q4, `attn_bench --decode` of this build and of
+#      $KIT/attn_bench_old (the kernels before, for an A/B on the same machine);
+#   ppl (when $PPL_MODEL and $PPL_TEXT are there): `tern perplexity --device gpu -c 2048 --json`
+#      in each mode of $PPL_MODES (SmolLM2 on GPL-3: the model must be carried).
 #
 #   bash scripts/device-kv.sh        on the device, from the repo root (the device tool's cwd)
 #   bash scripts/device-kv.sh kit    HERE: build the binaries into $KIT (default .devkit-i14g)
@@ -18,8 +23,10 @@
 # Environment (defaults): OUT=/tmp/kv-out KIT=.devkit-i14g LLAMA_KIT=.devkit/llama-vulkan.tar.xz
 #   MODEL_DIR=/tmp/mkv  R=3 N=64  DEPTHS="0 4096 16384"  MODES="f16 q4 q4mc" (a mode ending
 #   in "mc" adds `--minicache on`)
-#   STEPS="tern llama"  TINY=0 (1: 2-layer tiny shape, dry runs)  HARD_S=560 (no step after it)
-#   TERN_ARGS (extra `tern bench` arguments)
+#   STEPS="attn tern llama ppl"  TINY=0 (1: 2-layer tiny shape, dry runs)  HARD_S=560 (no step
+#   after it)  TERN_ARGS (extra `tern bench` arguments)  LATE_DEPTHS (depths run after `ppl`)
+#   PPL_MODEL=$KIT/SmolLM2-135M-Instruct.tern PPL_TEXT=$KIT/GPL-3
+#   PPL_MODES="f16 q8 q4 q3 q2 a4 a3 f16mc q4mc q3mc" 
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -29,6 +36,8 @@ if [ "${1:-}" = kit ]; then
   mkdir -p "$KIT"
   cargo build --release --bin tern -p tern-cli
   strip -o "$KIT/tern" target/release/tern
+  cargo build --release -p tern-gpu --example attn_bench
+  strip -o "$KIT/attn_bench" target/release/examples/attn_bench
   cp scripts/gen_synth_gguf.py scripts/device-kv.sh "$KIT/"
   ls -la "$KIT"
   exit 0
@@ -42,7 +51,11 @@ R=${R:-3}; N=${N:-64}; TINY=${TINY:-0}
 DEPTHS=${DEPTHS:-0 4096 16384}
 MODES=${MODES:-f16 q4 q4mc}
 HARD_S=${HARD_S:-560}
-STEPS=${STEPS:-tern llama}
+STEPS=${STEPS:-attn tern llama ppl}
+LATE_DEPTHS=${LATE_DEPTHS:-}
+PPL_MODEL=${PPL_MODEL:-$KIT/SmolLM2-135M-Instruct.tern}
+PPL_TEXT=${PPL_TEXT:-$KIT/GPL-3}
+PPL_MODES=${PPL_MODES:-f16 q8 q4 q3 q2 a4 a3 f16mc q4mc q3mc}
 mkdir -p "$OUT" "$MODEL_DIR"
 exec > >(tee -a "$OUT/device-kv.log") 2>&1
 log() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
@@ -84,8 +97,20 @@ kv_args() {  # mode → tern flags
     *) echo "--kv $1" ;;
   esac
 }
-if want tern && [ -x "$TERN" ] && [ -s "$TM" ]; then
-  for d in $DEPTHS; do
+# ---------------------------------------------------------------- attention kernel A/B
+if want attn; then
+  for b in attn_bench attn_bench_kw attn_bench_old; do
+    [ -x "$KIT/$b" ] || { log "no $KIT/$b"; continue; }
+    [ "$(left)" -gt 60 ] || { log "time spent: skip $b"; continue; }
+    log "$b --decode --shape bitnet-2b --kv f16,q4"
+    timeout 90 "$KIT/$b" --decode --shape bitnet-2b --kv f16,q4 > "$OUT/$b.md" 2> "$OUT/$b.err" \
+      || { log "ERROR: $b failed"; tail -5 "$OUT/$b.err"; }
+    cat "$OUT/$b.md"
+  done
+fi
+
+tern_bench() {  # depths...
+  for d in "$@"; do
     for mode in $MODES; do
       tag="$mode-d$d"
       [ "$(left)" -gt 30 ] || { log "time spent: skip $tag"; continue; }
@@ -104,6 +129,31 @@ PY
       fi
     done
   done
+}
+if want tern && [ -x "$TERN" ] && [ -s "$TM" ]; then
+  # shellcheck disable=SC2086
+  tern_bench $DEPTHS
+fi
+
+# ---------------------------------------------------------------- GPU perplexity
+if want ppl; then
+  if [ -s "$PPL_MODEL" ] && [ -s "$PPL_TEXT" ] && [ -x "$TERN" ]; then
+    for mode in $PPL_MODES; do
+      [ "$(left)" -gt 20 ] || { log "time spent: skip ppl $mode"; continue; }
+      log "tern perplexity --device gpu -c 2048 $(kv_args "$mode")"
+      # shellcheck disable=SC2046
+      timeout "$(( $(left) < 120 ? $(left) : 120 ))" "$TERN" perplexity "$PPL_MODEL" --device gpu -f "$PPL_TEXT" -c 2048 --json \
+        $(kv_args "$mode") > "$OUT/ppl-$mode.json" 2> "$OUT/ppl-$mode.err" \
+        && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('   ', sys.argv[2], {k: d.get(k) for k in ('ppl_second_half','ppl','kv_bytes_per_token','device')})" "$OUT/ppl-$mode.json" "$mode" \
+        || { log "ERROR: perplexity $mode failed"; tail -3 "$OUT/ppl-$mode.err"; }
+    done
+  else
+    log "ppl skipped: no $PPL_MODEL or $PPL_TEXT"
+  fi
+fi
+if want tern && [ -x "$TERN" ] && [ -s "$TM" ] && [ -n "$LATE_DEPTHS" ]; then
+  # shellcheck disable=SC2086
+  tern_bench $LATE_DEPTHS
 fi
 
 # ---------------------------------------------------------------- llama.cpp TQ2_0
@@ -150,7 +200,7 @@ res = {"gpu": gpu, "tern": {}, "llama": {}}
 rows = {}
 for f in sorted(os.listdir(out)):
     p = os.path.join(out, f)
-    if not f.endswith(".json") or f.startswith("kv-results"):
+    if not f.endswith(".json") or f.startswith("kv-results") or f.startswith("ppl-"):
         continue
     try: d = json.load(open(p))
     except Exception: continue

@@ -31,7 +31,8 @@
 // kget / vget dequantize one value in registers (f16 halves, codes × scale (+ min), the KIVI
 // window's f16 rows) — no decompressed copy of the cache exists. KIVI's split between quantized
 // and full-precision positions is the cache's after this batch's store: Q(n) = R·⌊n/R⌋ with
-// n = p0 + n_tokens, for keys and values alike.
+// n = p0 + n_tokens, for keys and values alike. KIVI with WORDS = 1 (the launcher's choice when
+// n_split = 1) scores keys a code word at a time and folds the parameters instead (see main).
 // Bindings: params; step; q [n_tokens][n_head·head_dim] (MC = 1: then layer a's rows); k_cache, v_cache (one layer's keys and
 // values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
 // [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
@@ -69,6 +70,15 @@ override FMT: u32 = 0u;
 // queries in `q` (keys [n_tokens][row] from word g.pend, then the values); 2 the second
 // (b): mag[p][1][h] · direction, or the pool's f16 row when mag[p][1][h] = 0x8000 | slot.
 override MC: u32 = 0u;
+// KIVI formats only: 1 = the word path below (a code word per invocation, the query folded into
+// the key group's scales, values through the tile's folded parameters): fewer loads and
+// instructions per key, more dependent phases per tile — the launcher takes it where one
+// workgroup runs over all of a token's keys (n_split = 1), the per-channel path (0) otherwise.
+override WORDS: u32 = 0u;
+
+fn word_path() -> bool {
+    return is_kivi() && WORDS == 1u;
+}
 
 // Positions held in the stream being read: p0 + n_tokens after this batch's store, but only p0
 // for a pair's first layer (the pair's stream gets this batch when layer b merges it).
@@ -157,6 +167,10 @@ fn n_held() -> u32 {
     return min(step.p0 + g.n_tokens, g.n_ctx);
 }
 
+// KIVI: positions below this are quantized, the others in the f16 window (R·⌊held()/R⌋; set
+// once at the start of main).
+var<private> qend: u32;
+
 // Key channel c (of the row) of position j, kv head h, as this layer reads it.
 fn kget(j: u32, h: u32, c: u32) -> f32 {
     if (MC == 0u) {
@@ -199,8 +213,7 @@ fn kdir(j: u32, h: u32, c: u32) -> f32 {
         return half_at(kc[e >> 1u], e);
     }
     if (is_kivi()) {
-        let n = held();
-        if (j >= g.resid * (n / g.resid)) {
+        if (j >= qend) {
             let e = mod_resid(j) * g.row + c;
             return half_at(kc[g.k_win + (e >> 1u)], e);
         }
@@ -225,8 +238,7 @@ fn vdir(j: u32, h: u32, c: u32) -> f32 {
         return half_at(vc[e >> 1u], e);
     }
     if (is_kivi()) {
-        let n = held();
-        if (j >= g.resid * (n / g.resid)) {
+        if (j >= qend) {
             let e = mod_resid(j) * g.row + c;
             return half_at(vc[g.v_win + (e >> 1u)], e);
         }
@@ -260,6 +272,47 @@ var<workgroup> sc: array<vec4<f32>, 64>;
 var<workgroup> ex: array<vec4<f32>, 64>;
 // Running max of the scores (order-preserving u32 images, atomicMax; monotone over the tiles).
 var<workgroup> amax: array<atomic<u32>, 4>;
+// KIVI: 1 for the tile's keys whose values are read one by one (vget: the f16 window, a pair's
+// pending or retained rows), 0 for those read through the tile's folded parameters.
+var<workgroup> spec: array<u32, 64>;
+
+// KIVI codes per u32 word (3-bit: 10, the top 2 bits unused).
+fn cpw() -> u32 {
+    return select(32u / fmt_bits(), 10u, fmt_bits() == 3u);
+}
+
+// KIVI (word path): the factor of position j's quantized key direction for kv head h (its
+// MiniCache magnitude, 1 without MiniCache), or -1 when the key is read one channel at a time
+// through kget (the f16 window, a first layer's pending rows, a second layer's retained rows).
+fn kfactor(j: u32, h: u32) -> f32 {
+    if (j >= qend) {
+        return -1.0;
+    }
+    if (MC == 0u) {
+        return 1.0;
+    }
+    let bits = mc_bits(kc[mag_word(j, h)], j, h);
+    if (MC == 2u && (bits & 0x8000u) != 0u) {
+        return -1.0;
+    }
+    return f16_bits_to_f32(bits);
+}
+
+// The same for values (vget).
+fn vfactor(j: u32, h: u32) -> f32 {
+    if (j >= qend) {
+        return -1.0;
+    }
+    if (MC == 0u) {
+        return 1.0;
+    }
+    let bits = mc_bits(vc[mag_word(j, h)], j, h);
+    if (MC == 2u && (bits & 0x8000u) != 0u) {
+        return -1.0;
+    }
+    return f16_bits_to_f32(bits);
+}
+
 
 // f32 → u32 with the same order (for atomicMax), and back.
 fn ord(f: f32) -> u32 {
@@ -269,6 +322,18 @@ fn ord(f: f32) -> u32 {
 
 fn unord(u: u32) -> f32 {
     return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
+}
+
+// KIVI word path, values: e · value of tile key j at channel vcol, from its code (shifted to bit
+// 0) and the tile's folded (e · factor · scale, e · factor · min) of its value group (`part`,
+// [key][ngv][2], vb = 2 · the group's index in the head), or through vget for keys marked in
+// `spec`.
+fn vterm(j: u32, k0: u32, h: u32, vcol: u32, code: u32, vb: u32, ngv: u32) -> vec4<f32> {
+    if (spec[j] != 0u) {
+        return ex[j] * vget(k0 + j, h, vcol);
+    }
+    let b = j * ngv * 2u + vb;
+    return part[b] * f32(code & ((1u << fmt_bits()) - 1u)) + part[b + 1u];
 }
 
 @compute @workgroup_size(256)
@@ -290,6 +355,38 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         return;
     }
     let k_end = min(k_begin + chunk, n_kv);
+    if (is_kivi()) {
+        qend = g.resid * (held() / g.resid);
+    }
+    // KIVI word path (keys): invocation (kw, slot) scores a run of consecutive keys of a tile
+    // over the channels of code words wa + slot·wpi .. + wpi of the row (the words covering this
+    // kv head's channels; channels of a straddling 3-bit word outside the head are masked), with
+    // the query folded with the key group's per-channel scale (sq, reloaded when the group
+    // changes) and Σ q · min (sb): a code word load and CPW multiply-adds per word and key instead
+    // of a code and a parameter load per channel. The ns partial dots of a key are ns + 1 apart
+    // in `part`, so a tile holds ≤ 576 / (ns + 1) keys (64 at head_dim 128 in q4).
+    let cw = cpw();
+    let wpi = max(1u, 16u / cw);
+    let wa = koff / cw;
+    let nw = (koff + hd - 1u) / cw - wa + 1u;
+    let ns = (nw + wpi - 1u) / wpi;
+    let nkw = WG / ns;
+    let kw = lid / ns;
+    let slot = lid % ns;
+    // KIVI values: the tile's e · factor · (scale, min) per (key, value group of this head) are
+    // folded into `part` ([key][ngv][2]) once, so a value costs a code load and two multiply-adds.
+    let ga = div_group(koff);
+    let ngv = div_group(koff + hd - 1u) - ga + 1u;
+    let vfast = word_path() && ngv * 32u <= 576u;
+    var tile = TILE;
+    var np = LANES;
+    var pstride = PSTRIDE;
+    if (word_path()) {
+        np = ns;
+        pstride = ns + 1u;
+        for (; tile > 16u && (tile * pstride > 576u || (vfast && tile * ngv * 2u > 576u)); tile = tile / 2u) {
+        }
+    }
     if (lid < hd) {
         // the 4 heads' loads in flight together (heads past the group read head h0 again)
         let qb = t * q_dim + h0 * hd + lid;
@@ -314,40 +411,98 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var m = vec4<f32>(-3.0e38);
     var l = vec4<f32>(0.0);
     var acc0 = vec4<f32>(0.0);
-    for (var k0 = k_begin; k0 < k_end; k0 = k0 + TILE) {
-        let cnt = min(TILE, k_end - k0);
-        for (var ps = 0u; ps < cnt; ps = ps + KPP) {
-            let j = ps + kk;
-            var dot = vec4<f32>(0.0);
-            if (j < cnt) {
-                let kj = k0 + j;
-                var d = lane;
-                // 8 loads in flight (one 256-dim row, two 128-dim ones), then the rest
-                for (; d + 7u * LANES < hd; d = d + 8u * LANES) {
-                    let a0 = kget(kj, kvh, koff + d);
-                    let a1 = kget(kj, kvh, koff + d + LANES);
-                    let a2 = kget(kj, kvh, koff + d + 2u * LANES);
-                    let a3 = kget(kj, kvh, koff + d + 3u * LANES);
-                    let a4 = kget(kj, kvh, koff + d + 4u * LANES);
-                    let a5 = kget(kj, kvh, koff + d + 5u * LANES);
-                    let a6 = kget(kj, kvh, koff + d + 6u * LANES);
-                    let a7 = kget(kj, kvh, koff + d + 7u * LANES);
-                    dot = dot + qs[d] * a0 + qs[d + LANES] * a1 + qs[d + 2u * LANES] * a2
-                        + qs[d + 3u * LANES] * a3 + qs[d + 4u * LANES] * a4
-                        + qs[d + 5u * LANES] * a5 + qs[d + 6u * LANES] * a6
-                        + qs[d + 7u * LANES] * a7;
-                }
-                for (; d < hd; d = d + LANES) {
-                    dot = dot + qs[d] * kget(kj, kvh, koff + d);
+    // KIVI word path: the folded query of the key group `cur` (CPW ≤ 16 channels of a word)
+    var sq: array<vec4<f32>, 16>;
+    var sb = vec4<f32>(0.0);
+    var cur = 0xffffffffu;
+    let bits = fmt_bits();
+    let cmask = (1u << bits) - 1u;
+    for (var k0 = k_begin; k0 < k_end; k0 = k0 + tile) {
+        let cnt = min(tile, k_end - k0);
+        if (word_path()) {
+            if (kw < nkw) {
+                let kpi = (cnt + nkw - 1u) / nkw;
+                let jb = kw * kpi;
+                let je = min(jb + kpi, cnt);
+                let w0 = wa + slot * wpi;
+                for (var j = jb; j < je; j = j + 1u) {
+                    let kj = k0 + j;
+                    let f = kfactor(kj, kvh);
+                    var dot = vec4<f32>(0.0);
+                    if (f < 0.0) {
+                        for (var u = 0u; u < wpi; u = u + 1u) {
+                            for (var i = 0u; i < cw; i = i + 1u) {
+                                let ch = (w0 + u) * cw + i - koff;
+                                if (ch < hd) {
+                                    dot = dot + qs[ch] * kget(kj, kvh, koff + ch);
+                                }
+                            }
+                        }
+                    } else {
+                        let gk = div_group(kj);
+                        if (gk != cur) {
+                            cur = gk;
+                            sb = vec4<f32>(0.0);
+                            for (var u = 0u; u < wpi; u = u + 1u) {
+                                for (var i = 0u; i < cw; i = i + 1u) {
+                                    let ch = (w0 + u) * cw + i - koff;
+                                    var v = vec4<f32>(0.0);
+                                    if (ch < hd) {
+                                        let sm = kc[g.par + gk * g.row + koff + ch];
+                                        v = qs[ch] * f16_bits_to_f32(sm & 0xffffu);
+                                        sb = sb + qs[ch] * f16_bits_to_f32(sm >> 16u);
+                                    }
+                                    sq[u * cw + i] = v;
+                                }
+                            }
+                        }
+                        dot = sb;
+                        for (var u = 0u; u < wpi; u = u + 1u) {
+                            // past the head's last word: a word of the row (its sq are 0)
+                            let code = kc[kj * g.wpr + min(w0 + u, wa + nw - 1u)];
+                            for (var i = 0u; i < cw; i = i + 1u) {
+                                dot = dot + sq[u * cw + i] * f32((code >> (i * bits)) & cmask);
+                            }
+                        }
+                        dot = dot * f;
+                    }
+                    part[j * pstride + slot] = dot;
                 }
             }
-            part[j * PSTRIDE + lane] = dot;
+        } else {
+            for (var ps = 0u; ps < cnt; ps = ps + KPP) {
+                let j = ps + kk;
+                var dot = vec4<f32>(0.0);
+                if (j < cnt) {
+                    let kj = k0 + j;
+                    var d = lane;
+                    // 8 loads in flight (one 256-dim row, two 128-dim ones), then the rest
+                    for (; d + 7u * LANES < hd; d = d + 8u * LANES) {
+                        let a0 = kget(kj, kvh, koff + d);
+                        let a1 = kget(kj, kvh, koff + d + LANES);
+                        let a2 = kget(kj, kvh, koff + d + 2u * LANES);
+                        let a3 = kget(kj, kvh, koff + d + 3u * LANES);
+                        let a4 = kget(kj, kvh, koff + d + 4u * LANES);
+                        let a5 = kget(kj, kvh, koff + d + 5u * LANES);
+                        let a6 = kget(kj, kvh, koff + d + 6u * LANES);
+                        let a7 = kget(kj, kvh, koff + d + 7u * LANES);
+                        dot = dot + qs[d] * a0 + qs[d + LANES] * a1 + qs[d + 2u * LANES] * a2
+                            + qs[d + 3u * LANES] * a3 + qs[d + 4u * LANES] * a4
+                            + qs[d + 5u * LANES] * a5 + qs[d + 6u * LANES] * a6
+                            + qs[d + 7u * LANES] * a7;
+                    }
+                    for (; d < hd; d = d + LANES) {
+                        dot = dot + qs[d] * kget(kj, kvh, koff + d);
+                    }
+                }
+                part[j * PSTRIDE + lane] = dot;
+            }
         }
         workgroupBarrier();
         if (lid < cnt) {
             var dot = vec4<f32>(0.0);
-            for (var i = 0u; i < LANES; i = i + 1u) {
-                dot = dot + part[lid * PSTRIDE + i];
+            for (var i = 0u; i < np; i = i + 1u) {
+                dot = dot + part[lid * pstride + i];
             }
             let sv = dot * p.scale;
             sc[lid] = sv;
@@ -366,6 +521,24 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         if (lid < cnt) {
             ex[lid] = exp(sc[lid] - m_new);
         }
+        if (vfast) {
+            // fold e · factor into each (key, value group)'s scale and min
+            for (var i = lid; i < cnt * ngv; i = i + WG) {
+                let j = i / ngv;
+                let gi = i % ngv;
+                let kj = k0 + j;
+                let f = vfactor(kj, kvh);
+                if (gi == 0u) {
+                    spec[j] = select(0u, 1u, f < 0.0);
+                }
+                if (f >= 0.0) {
+                    let e = exp(sc[j] - m_new) * f;
+                    let sm = vc[g.par + kj * g.ngroups + ga + gi];
+                    part[i * 2u] = e * f16_bits_to_f32(sm & 0xffffu);
+                    part[i * 2u + 1u] = e * f16_bits_to_f32(sm >> 16u);
+                }
+            }
+        }
         let corr = exp(m - m_new);
         m = m_new;
         l = l * corr;
@@ -374,40 +547,76 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         if (kg < vg) {
             var j = kg;
             let vcol = koff + d0;
-            // 8 value rows in flight, then the rest
-            for (; j + 7u * vg < cnt; j = j + 8u * vg) {
-                let a0 = vget(k0 + j, kvh, vcol);
-                let a1 = vget(k0 + j + vg, kvh, vcol);
-                let a2 = vget(k0 + j + 2u * vg, kvh, vcol);
-                let a3 = vget(k0 + j + 3u * vg, kvh, vcol);
-                let a4 = vget(k0 + j + 4u * vg, kvh, vcol);
-                let a5 = vget(k0 + j + 5u * vg, kvh, vcol);
-                let a6 = vget(k0 + j + 6u * vg, kvh, vcol);
-                let a7 = vget(k0 + j + 7u * vg, kvh, vcol);
-                let e0 = ex[j];
-                let e1 = ex[j + vg];
-                let e2 = ex[j + 2u * vg];
-                let e3 = ex[j + 3u * vg];
-                let e4 = ex[j + 4u * vg];
-                let e5 = ex[j + 5u * vg];
-                let e6 = ex[j + 6u * vg];
-                let e7 = ex[j + 7u * vg];
-                l = l + e0 + e1 + e2 + e3 + e4 + e5 + e6 + e7;
-                acc0 = acc0 + e0 * a0 + e1 * a1 + e2 * a2 + e3 * a3 + e4 * a4 + e5 * a5
-                    + e6 * a6 + e7 * a7;
-            }
-            for (; j < cnt; j = j + vg) {
-                let e = ex[j];
-                l = l + e;
-                acc0 = acc0 + e * vget(k0 + j, kvh, vcol);
+            if (vfast) {
+                let vw = word_index(vcol, bits);
+                let vsh = (vcol % cw) * bits;
+                let vb = (div_group(vcol) - ga) * 2u;
+                // 8 code words in flight, then the rest
+                for (; j + 7u * vg < cnt; j = j + 8u * vg) {
+                    let c0 = vc[(k0 + j) * g.wpr + vw];
+                    let c1 = vc[(k0 + j + vg) * g.wpr + vw];
+                    let c2 = vc[(k0 + j + 2u * vg) * g.wpr + vw];
+                    let c3 = vc[(k0 + j + 3u * vg) * g.wpr + vw];
+                    let c4 = vc[(k0 + j + 4u * vg) * g.wpr + vw];
+                    let c5 = vc[(k0 + j + 5u * vg) * g.wpr + vw];
+                    let c6 = vc[(k0 + j + 6u * vg) * g.wpr + vw];
+                    let c7 = vc[(k0 + j + 7u * vg) * g.wpr + vw];
+                    l = l + ex[j] + ex[j + vg] + ex[j + 2u * vg] + ex[j + 3u * vg]
+                        + ex[j + 4u * vg] + ex[j + 5u * vg] + ex[j + 6u * vg] + ex[j + 7u * vg];
+                    acc0 = acc0 + vterm(j, k0, kvh, vcol, c0 >> vsh, vb, ngv)
+                        + vterm(j + vg, k0, kvh, vcol, c1 >> vsh, vb, ngv)
+                        + vterm(j + 2u * vg, k0, kvh, vcol, c2 >> vsh, vb, ngv)
+                        + vterm(j + 3u * vg, k0, kvh, vcol, c3 >> vsh, vb, ngv)
+                        + vterm(j + 4u * vg, k0, kvh, vcol, c4 >> vsh, vb, ngv)
+                        + vterm(j + 5u * vg, k0, kvh, vcol, c5 >> vsh, vb, ngv)
+                        + vterm(j + 6u * vg, k0, kvh, vcol, c6 >> vsh, vb, ngv)
+                        + vterm(j + 7u * vg, k0, kvh, vcol, c7 >> vsh, vb, ngv);
+                }
+                for (; j < cnt; j = j + vg) {
+                    l = l + ex[j];
+                    let c = vc[(k0 + j) * g.wpr + vw];
+                    acc0 = acc0 + vterm(j, k0, kvh, vcol, c >> vsh, vb, ngv);
+                }
+            } else {
+                // 8 value rows in flight, then the rest
+                for (; j + 7u * vg < cnt; j = j + 8u * vg) {
+                    let a0 = vget(k0 + j, kvh, vcol);
+                    let a1 = vget(k0 + j + vg, kvh, vcol);
+                    let a2 = vget(k0 + j + 2u * vg, kvh, vcol);
+                    let a3 = vget(k0 + j + 3u * vg, kvh, vcol);
+                    let a4 = vget(k0 + j + 4u * vg, kvh, vcol);
+                    let a5 = vget(k0 + j + 5u * vg, kvh, vcol);
+                    let a6 = vget(k0 + j + 6u * vg, kvh, vcol);
+                    let a7 = vget(k0 + j + 7u * vg, kvh, vcol);
+                    let e0 = ex[j];
+                    let e1 = ex[j + vg];
+                    let e2 = ex[j + 2u * vg];
+                    let e3 = ex[j + 3u * vg];
+                    let e4 = ex[j + 4u * vg];
+                    let e5 = ex[j + 5u * vg];
+                    let e6 = ex[j + 6u * vg];
+                    let e7 = ex[j + 7u * vg];
+                    l = l + e0 + e1 + e2 + e3 + e4 + e5 + e6 + e7;
+                    acc0 = acc0 + e0 * a0 + e1 * a1 + e2 * a2 + e3 * a3 + e4 * a4 + e5 * a5
+                        + e6 * a6 + e7 * a7;
+                }
+                for (; j < cnt; j = j + vg) {
+                    let e = ex[j];
+                    l = l + e;
+                    acc0 = acc0 + e * vget(k0 + j, kvh, vcol);
+                }
             }
         }
-        // (The next tile's first writes to sc / ex / part come after barriers that every
-        // invocation reaches only once done with this tile's reads.)
+        if (word_path()) {
+            // the next tile's score step overwrites `part`, read by this tile's value step
+            workgroupBarrier();
+        }
+        // (Otherwise the next tile's first writes to sc / ex / part come after barriers that
+        // every invocation reaches only once done with this tile's reads.)
     }
     if (vg > 1u) {
         // Sum the key groups' accumulators and Σ exp (group order: deterministic). The last
-        // reads of `part` were before the tile's second barrier.
+        // reads of `part` were before the tile's second barrier (KIVI: its fourth).
         if (kg < vg) {
             part[lid] = acc0;
             if (d0 == 0u) {

@@ -25,6 +25,8 @@
 //   min/max over its G channels; the invocation holding a group's first channel writes its
 //   params).
 // STAGE 3 (KIVI window): new positions ≥ Q(n) go to their ring row as f16.
+// STAGE 4 / 5 (KIVI keys / values, one-token batches): stage 1 / 2, then stage 3 in the same
+//   dispatch (a block that fills holds the token, which then has no window row).
 // Stages 1 and 2 read positions < p0 from the ring and the others from src rounded to f16 (the
 // window's own precision), so a value is quantized from the same f16 whether or not it passed
 // through the ring; they run before stage 3 overwrites ring rows.
@@ -327,6 +329,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 0u: { stage_rows(idx); }
         case 1u: { stage_kivi_keys(idx); }
         case 2u: { stage_kivi_values(idx); }
+        case 4u, 5u: {
+            // a one-token batch: the blocks that fill (kv.rs's rows · wpr invocations), then
+            // the window row (row / 2) — disjoint: a block that fills holds the token
+            let r = g.n_tokens + g.resid;
+            let nq = select(r, (r + g.group - 1u) / g.group, STAGE == 4u) * g.wpr;
+            if (idx < nq) {
+                if (STAGE == 4u) {
+                    stage_kivi_keys(idx);
+                } else {
+                    stage_kivi_values(idx);
+                }
+            } else {
+                stage_window(idx - nq);
+            }
+        }
         default: { stage_window(idx); }
     }
 }

@@ -66,6 +66,10 @@ struct Old {
 fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let no_attention = std::env::args().any(|a| a == "--no-attention");
+    // --decode: decode cases only (p0 512, 4096, 16000), no prefill and no other kernels;
+    // --shape NAME: only that attention shape (e.g. bitnet-2b)
+    let decode = std::env::args().any(|a| a == "--decode");
+    let only_shape = std::env::args().skip_while(|a| a != "--shape").nth(1);
     let ctx = GpuContext::new(DevicePreference::Auto)?;
     eprintln!("adapter: {} ({})", ctx.info.name, ctx.info.backend);
     let old = match std::env::var("TERN_OLD_ATTENTION") {
@@ -93,7 +97,11 @@ fn main() -> anyhow::Result<()> {
         }
         Err(_) => None,
     };
-    let iters = if quick { 3 } else { 100 };
+    // TERN_BENCH_ITERS: calls per timed submission (software adapters: a few)
+    let iters = std::env::var("TERN_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 3 } else { 100 });
 
     // ---- attention
     let heads: &[(&str, u64, u64, u64)] = if no_attention {
@@ -125,6 +133,7 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|");
     for (&(name, nh, nkv, hd), &kvq) in heads
         .iter()
+        .filter(|h| only_shape.as_deref().is_none_or(|s| s == h.0))
         .flat_map(|h| formats.iter().map(move |f| (h, f)))
     {
         let row = nkv * hd;
@@ -153,6 +162,8 @@ fn main() -> anyhow::Result<()> {
         let out = ctx.zeroed("out", max_tokens * nh * hd * 4)?;
         let cases: Vec<(u64, u64)> = if quick {
             vec![(100, 1), (900, 1), (0, 16)]
+        } else if decode {
+            vec![(512, 1), (4096, 1), (16000, 1)]
         } else {
             vec![(512, 1), (4096, 1), (16000, 1), (0, 512), (3584, 512)]
         };
@@ -237,6 +248,9 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
+    if decode {
+        return Ok(());
+    }
     // ---- lm-head GEMV, top-k, embedding
     println!();
     println!("| kernel | shape | µs | GB/s |");

@@ -113,14 +113,20 @@ pub enum KernelKey {
     Argmax,
     /// Whole rows into the cache (f32, f16, q8, a4, a3).
     KvStore(KvFormat),
-    /// KIVI: key blocks (`keys`) or values leaving the window, quantized.
+    /// KIVI: key blocks (`keys`) or values leaving the window, quantized; `step`: a one-token
+    /// batch, whose window row goes in by the same dispatch.
     KvKivi {
         quant: KvFormat,
         keys: bool,
+        step: bool,
     },
     /// KIVI: new positions into the f16 window.
     KvWindow,
     Attention(KvFormat, KvRole),
+    /// KIVI attention through the word path (`attention.wgsl`'s WORDS = 1): faster over long
+    /// key ranges (one workgroup per (token, head group): prefill), slower than [`Self::Attention`]
+    /// over the short chunks of a split decode step (measured on an H100, docs/measurements.md).
+    AttentionWords(KvFormat, KvRole),
     /// MiniCache: merge a pair's keys or values.
     MinicacheMerge,
     /// Merge of split-K attention partials.
@@ -207,11 +213,12 @@ impl fmt::Display for KernelKey {
             }),
             KernelKey::Argmax => f.write_str("argmax"),
             KernelKey::KvStore(kv) => write!(f, "kv_store_{}", kv.name()),
-            KernelKey::KvKivi { quant, keys } => write!(
+            KernelKey::KvKivi { quant, keys, step } => write!(
                 f,
-                "kv_store_{}_{}",
+                "kv_store_{}_{}{}",
                 quant.name(),
-                if *keys { "keys" } else { "values" }
+                if *keys { "keys" } else { "values" },
+                if *step { "_step" } else { "" }
             ),
             KernelKey::KvWindow => f.write_str("kv_window"),
             KernelKey::Attention(kv, role) => {
@@ -221,6 +228,14 @@ impl fmt::Display for KernelKey {
                     KvRole::Second => "_mc2",
                 };
                 write!(f, "attention_{}{mc}_wg256", kv.name())
+            }
+            KernelKey::AttentionWords(kv, role) => {
+                let mc = match role {
+                    KvRole::Own => "",
+                    KvRole::First => "_mc1",
+                    KvRole::Second => "_mc2",
+                };
+                write!(f, "attention_{}{mc}_words_wg256", kv.name())
             }
             KernelKey::MinicacheMerge => f.write_str("minicache_merge"),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
@@ -268,7 +283,7 @@ impl KernelKey {
             KernelKey::KvStore(_) | KernelKey::KvKivi { .. } | KernelKey::KvWindow => {
                 Shader::KvStore
             }
-            KernelKey::Attention(..) => Shader::Attention,
+            KernelKey::Attention(..) | KernelKey::AttentionWords(..) => Shader::Attention,
             KernelKey::MinicacheMerge => Shader::MinicacheMerge,
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
@@ -463,14 +478,13 @@ mod tests {
         }
         for kv in KvFormat::ALL {
             if kv.is_kivi() {
-                keys.push(KernelKey::KvKivi {
-                    quant: kv,
-                    keys: true,
-                });
-                keys.push(KernelKey::KvKivi {
-                    quant: kv,
-                    keys: false,
-                });
+                for (k, st) in [(true, false), (false, false), (true, true), (false, true)] {
+                    keys.push(KernelKey::KvKivi {
+                        quant: kv,
+                        keys: k,
+                        step: st,
+                    });
+                }
             } else {
                 keys.push(KernelKey::KvStore(kv));
             }
@@ -482,6 +496,11 @@ mod tests {
                 keys.push(k);
                 assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
                 assert_eq!(k_const(k, "MC"), Some(i as u32), "{kv:?}");
+                if kv.is_kivi() {
+                    let w = KernelKey::AttentionWords(kv, role);
+                    keys.push(w);
+                    assert_eq!(k_const(w, "WORDS"), Some(1), "{kv:?}");
+                }
             }
         }
         keys.push(KernelKey::KvWindow);

@@ -323,7 +323,13 @@ fn attention_in(
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
     let geom = ctx.uniform(bytemuck::bytes_of(&geom))?;
     let groups = (u32_of(OP, "workgroups", wgs_x)?, p.n_tokens, p.n_split);
-    let key = KernelKey::Attention(layout.quant, read.role());
+    // KIVI: the word path where one workgroup runs over all of a token's keys (prefill), the
+    // per-channel path over the short chunks of a split step (lower latency per workgroup)
+    let key = if n_split == 1 && layout.quant.is_kivi() {
+        KernelKey::AttentionWords(layout.quant, read.role())
+    } else {
+        KernelKey::Attention(layout.quant, read.role())
+    };
     if n_split == 1 {
         return ctx.dispatch(
             enc,

@@ -359,14 +359,22 @@ pub fn kv_store(
     } else {
         positions
     };
+    // One token: a block that fills takes the token itself (below Q(n)), so the window gets no
+    // row and the two stages never touch the same ring row: one dispatch
+    // (kv_store.wgsl's STAGE 4 / 5), else the window after the blocks.
+    let step1 = n_tokens == 1;
     run(
         enc,
         KernelKey::KvKivi {
             quant: q,
             keys: key,
+            step: step1,
         },
-        rows * layout.wpr(),
+        rows * layout.wpr() + if step1 { row / 2 } else { 0 },
     )?;
+    if step1 {
+        return Ok(());
+    }
     run(enc, KernelKey::KvWindow, n_tokens * (row / 2))
 }
 
