@@ -39,6 +39,8 @@ mod gemm;
 mod kv;
 #[path = "parity/minicache.rs"]
 mod minicache;
+#[path = "parity/sample.rs"]
+mod sample;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
 
@@ -750,6 +752,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(minicache::cases());
     v.extend(cce::cases());
     v.extend(float_ops::cases());
+    v.extend(sample::cases());
     v
 }
 
