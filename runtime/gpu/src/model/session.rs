@@ -103,6 +103,11 @@ impl GpuSession {
         self.len == 0
     }
 
+    /// Logits per row.
+    pub fn n_vocab(&self) -> u64 {
+        u64::from(self.model.hp.n_vocab)
+    }
+
     pub fn n_ctx(&self) -> u64 {
         self.n_ctx
     }
