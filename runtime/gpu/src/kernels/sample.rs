@@ -219,8 +219,8 @@ impl SampleCandidates {
             .collect();
         Ok(Self {
             top,
-            max: f32::from_bits(words[OUT_LSE]),
-            sum: f32::from_bits(words[OUT_LSE + 1]),
+            max: f32::from_bits(words[OUT_LSE]), // ok: length checked above
+            sum: f32::from_bits(words[OUT_LSE + 1]), // ok: length checked above
             hist,
         })
     }
