@@ -137,7 +137,7 @@ fn gpu_sampling_equals_cpu_sampler_smollm2() {
     // `generate` takes the same path: the same text sampled on the device and on the host.
     let p = &settings()[4].1;
     let opts = GenerateOptions {
-        max_tokens: 6,
+        max_tokens: 4,
         stop_tokens: Vec::new(),
         stop_strings: Vec::new(),
     };
