@@ -17,7 +17,7 @@
 //!   the decision is certified with intervals: the sum of the tail lies in
 //!   [S·(1 − η) − A, S·(1 + η) − A] (S from the GPU's sum, η = 1e-4 bounds its error, ~100× what
 //!   the parity harness sees; A the prefix's part); top-p's cut, min-p's cut and the draw
-//!   `u · total` are evaluated at both ends with a relative slack for the CPU's f32 roundings
+//!   `u · total` are evaluated at both ends with a slack for the CPU's f32 roundings
 //!   (`u` drawn from the same RNG, once, as the CPU draws it). If every decision is the same at
 //!   both ends and falls inside the prefix, that token is the CPU's; if not (the cut or the
 //!   draw lands in the tail, or within the slack of a boundary) the caller reads the full row
@@ -27,7 +27,7 @@ use super::{sorted_order, Sampler};
 
 /// Relative error bound of the GPU's Σ exp((x − max)/T) (f32, per-workgroup then merged).
 const ETA: f64 = 1e-4;
-/// Relative slack for the CPU's f32 roundings over at most a few hundred terms.
+/// Slack for the CPU's f32 roundings over at most a few hundred terms (in units of the total).
 const SLACK: f64 = 1e-5;
 
 /// What the GPU left of a row of logits (see the module doc).
@@ -158,7 +158,8 @@ impl Sampler {
             let mut cum = 0.0;
             for (i, ei) in e.iter().enumerate() {
                 cum += ei;
-                let (lo, hi) = (cum / sum_hi * (1.0 - SLACK), cum / sum_lo * (1.0 + SLACK));
+                // f32 probabilities summed in f32: absolute errors of a few ulps of 1.
+                let (lo, hi) = (cum / sum_hi - SLACK, cum / sum_lo + SLACK);
                 if lo >= tp {
                     kept = Some(i + 1);
                     break;
@@ -204,15 +205,17 @@ impl Sampler {
                 (sum_lo, sum_hi, SLACK + 4.0 * err)
             }
         };
+        // The CPU's `r = u·total − Σ p_j` carries absolute errors of a few ulps of `total`
+        // (more when the tail is summed): the slack is a fraction of the total, not of `u·total`.
         let u = f64::from(u);
         let upto = kept.unwrap_or(e.len());
         let mut cum = 0.0;
         for (i, ei) in e.iter().enumerate().take(upto) {
             cum += ei;
-            if u * tot_hi * (1.0 + slack) <= cum {
+            if (u + slack) * tot_hi <= cum {
                 return pre.get(i).map(|x| x.0);
             }
-            if u * tot_lo * (1.0 - slack) <= cum {
+            if (u - slack) * tot_lo <= cum {
                 return None; // too close to this boundary
             }
         }
