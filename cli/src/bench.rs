@@ -164,15 +164,25 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             s.eval(&p).map(|_| ()).map_err(Into::into)
         })?;
     }
+    // Decode steps as `generate` runs them (`Session::eval_next`, a greedy sampler: on the GPU
+    // the argmax comes back, not the logits); the tokens fed are fixed. The readback counters of
+    // the last repetition give the host round trips and bytes read back per decoded token.
+    let mut transfers = None;
     if a.n_gen > 0 {
         let g = tokens(a.n_gen, vocab, 2);
+        let mut sampler = tern_engine::Sampler::new(tern_engine::SamplingParams::greedy())?;
         run_test(format!("tg{}", a.n_gen), a.n_gen, &mut |s| {
+            s.reset_host_transfers();
             for &t in &g {
-                s.eval(&[t])?;
+                s.eval_next(t, &mut sampler)?;
             }
+            transfers = s.host_transfers();
             Ok(())
         })?;
     }
+    let per_token = |v: u64| v as f64 / a.n_gen.max(1) as f64;
+    let round_trips = transfers.map(|x| per_token(x.round_trips));
+    let readback = transfers.map(|x| per_token(x.readback_bytes));
 
     // Memory and dispatches.
     let file_bytes: u64 = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -312,6 +322,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "tests": tests,
                 "memory": mem,
                 "dispatches_per_token": dispatches,
+                "host_round_trips_per_token": round_trips,
+                "readback_bytes_per_token": readback,
                 "kv_bytes_per_token": session.kv_bytes_per_token,
                 "kv": {"format": a.kv.kv, "minicache": a.kv.minicache},
                 "profile_us_per_token": prof,
@@ -363,6 +375,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     }
     if let Some(l) = peak_line {
         println!("{l}");
+    }
+    if let (Some(r), Some(b)) = (round_trips, readback) {
+        println!("host round trips per decoded token: {r:.2} ({b:.0} bytes read back)");
     }
     if let Some(d) = dispatches {
         println!("dispatches per decoded token: {d}");

@@ -49,6 +49,8 @@ pub enum Shader {
     Embed,
     /// Top-k of a row of logits (per-workgroup selection, then a merge), for GPU sampling.
     TopK,
+    /// GPU sampling around the top-k: repetition-penalty tokens set aside, log-sum-exp of a row.
+    TopkSample,
     /// f32 / f16 / bf16 matrix GEMV/GEMM (decoded NeuZip tensors, raw float heads).
     FloatGemv,
     /// BitNet a4.8 activation quantizers: INT4 absmean, TopK-50% + INT8; alone or fused with
@@ -268,6 +270,11 @@ const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;
     "embed_q4_1" => ["SRC" = 5],
     "embed_q6_k" => ["SRC" = 6],
 ];
+const TOPK_SAMPLE_VARIANTS: &[Variant] = variants![Shader::TopkSample;
+    "sample_mask_penalized" => ["PASS" = 0],
+    "sample_lse" => ["PASS" = 1],
+    "sample_lse_merge" => ["PASS" = 2],
+];
 const TOPK_VARIANTS: &[Variant] = variants![Shader::TopK;
     "topk" => ["MERGE" = 0],
     "topk_merge" => ["MERGE" = 1],
@@ -306,7 +313,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 24] = [
+    pub const ALL: [Shader; 25] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -324,6 +331,7 @@ impl Shader {
         Shader::MinicacheMerge,
         Shader::Embed,
         Shader::TopK,
+        Shader::TopkSample,
         Shader::FloatGemv,
         Shader::Cce,
         Shader::CceCombine,
@@ -353,6 +361,7 @@ impl Shader {
             Shader::MinicacheMerge => "minicache_merge.wgsl",
             Shader::Embed => "embed.wgsl",
             Shader::TopK => "topk.wgsl",
+            Shader::TopkSample => "topk_sample.wgsl",
             Shader::FloatGemv => "float_gemv.wgsl",
             Shader::Cce => "cce.wgsl",
             Shader::CceCombine => "cce_combine.wgsl",
@@ -383,6 +392,7 @@ impl Shader {
             Shader::MinicacheMerge => include_str!("../wgsl/minicache_merge.wgsl"),
             Shader::Embed => include_str!("../wgsl/embed.wgsl"),
             Shader::TopK => include_str!("../wgsl/topk.wgsl"),
+            Shader::TopkSample => include_str!("../wgsl/topk_sample.wgsl"),
             Shader::FloatGemv => include_str!("../wgsl/float_gemv.wgsl"),
             Shader::Cce => include_str!("../wgsl/cce.wgsl"),
             Shader::CceCombine => include_str!("../wgsl/cce_combine.wgsl"),
@@ -428,6 +438,7 @@ impl Shader {
             Shader::MinicacheMerge => MINICACHE_MERGE_VARIANTS,
             Shader::Embed => EMBED_VARIANTS,
             Shader::TopK => TOPK_VARIANTS,
+            Shader::TopkSample => TOPK_SAMPLE_VARIANTS,
             Shader::FloatGemv => FLOAT_GEMV_VARIANTS,
             Shader::Cce => CCE_VARIANTS,
             Shader::CceCombine => CCE_COMBINE_VARIANTS,

@@ -1,18 +1,26 @@
-// ggml block GEMV/GEMM with f32 activations: y[t][r] = Σ_c dequant(W)[r][c] · x[t][c] for Q8_0,
-// Q4_0 and Q4_1 rows kept exactly as llama.cpp stores them (runtime/format/src/ggml.rs). Blocks are
-// byte-packed with no padding (34, 18, 20 bytes), so a block is read from the array<u32> at a byte
-// offset that is usually not a multiple of 4: `load32` funnel-shifts two words.
+// ggml block GEMV with f32 activations: y[t][r] = Σ_c dequant(W)[r][c] · x[t][c] for Q8_0, Q4_0,
+// Q4_1 and Q6_K rows kept exactly as llama.cpp stores them (runtime/format/src/ggml.rs).
 // Dequantization as ggml: Q8_0 x = q·d; Q4_0 x = (q − 8)·d; Q4_1 x = q·d + m (byte j of qs: low
-// nibble = element j, high nibble = element j + 16). f32 accumulation in a different order than
-// the reference's `dot_f32`: NMSE against it is ~1e-14, the parity bound is 1e-6.
+// nibble = element j, high nibble = element j + 16); Q6_K (256-element super-blocks of 210 bytes:
+// ql[128], qh[64], scales[16] i8, d f16) x = (d·sc)·q.
 //
-// Q6_K (256-element super-blocks of 210 bytes: ql[128], qh[64], scales[16] i8, d f16) is read in
-// 32-column units (one eighth of a super-block each, see `q6k_unit_dot`), x = (d·sc)·q as ggml.
+// Load pattern (the float GEMV's): 8 rows per workgroup, 32 invocations per row striding over
+// the row's units (a 32-element block; for Q6_K one 16-element scale group), whole units read as
+// 4-word vectors (`load4`: blocks are byte-packed with no padding — 34, 18, 20, 210 bytes — so a
+// unit may start at any byte; two shifted aligned words make each word), activations as vec4,
+// dequantization in registers, two units in flight per step, then a shared-memory reduction (no
+// subgroups: downlevel). f32 accumulation in a different order than the reference's `dot_f32`
+// (the block's scale is applied to the block's sum): NMSE against it ~1e-14, the parity bound is
+// 1e-6.
+//
+// Each format's dequantize-and-dot is its own function (`dot_q8_0`, `dot_q4`, `dot_q6_k`);
+// `unit_dot` picks one, `main` strides and reduces.
 //
 // Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
 // (divides 256).
-// Bindings: w [rows_part] rows of blocks (bytes; blocks_per_row = cols / 32 units); x [n_tokens][cols] f32;
-//           y [n_tokens][out_stride] f32, this part writes columns row0 .. row0 + rows.
+// Bindings: w [rows_part] rows of blocks (bytes; blocks_per_row = cols / 32 units); x [n_tokens][cols] f32
+//           (read as vec4: cols is a multiple of 32); y [n_tokens][out_stride] f32, this part
+//           writes columns row0 .. row0 + rows.
 
 struct Params {
     rows: u32,
@@ -30,7 +38,7 @@ override TPR: u32 = 32u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
@@ -47,8 +55,32 @@ fn load32(off: u32) -> u32 {
     return (lo >> sh) | (w[i + 1u] << (32u - sh));
 }
 
+// The 16 bytes at byte offset `off` as 4 little-endian words (5 aligned loads when unaligned).
+fn load4(off: u32) -> vec4<u32> {
+    let i = off >> 2u;
+    let sh = (off & 3u) * 8u;
+    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
+    if (sh == 0u) {
+        return a;
+    }
+    let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
+    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
+}
+
 fn f16_at(off: u32) -> f32 {
     return f16_bits_to_f32(load32(off) & 0xffffu);
+}
+
+const BYTE_SHIFT: vec4<u32> = vec4<u32>(0u, 8u, 16u, 24u);
+
+// The 4 signed bytes of `q` as floats.
+fn i8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<i32>(vec4<u32>(q) << (vec4<u32>(24u) - BYTE_SHIFT))) >> vec4<u32>(24u));
+}
+
+// The low (hi = 0) or high (hi = 4) nibbles of the 4 bytes of `q` as floats.
+fn nib4(q: u32, hi: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> (BYTE_SHIFT + vec4<u32>(hi))) & vec4<u32>(0xfu));
 }
 
 fn block_bytes() -> u32 {
@@ -69,73 +101,86 @@ fn row_bytes() -> u32 {
     return p.blocks_per_row * block_bytes();
 }
 
-// Q6_K: Σ over the 32 elements of unit kc (quarter kc % 4 of half kc / 4) of the super-block at
-// byte `off` times x[xb .. xb + 32] (dequantize_row_q6_K: element l of the quarter takes ql's low
-// nibble (quarters 0, 1) or high nibble (2, 3) of byte 64·half + 32·(kc % 2) + l, bits 2·qd of qh
-// byte 32·half + l, scale 8·half + l / 16 + 2·qd).
-fn q6k_unit_dot(off: u32, kc: u32, xb: u32) -> f32 {
-    let hf = kc / 4u;
-    let qd = kc % 4u;
-    let d = f16_at(off + 208u);
-    var acc = 0.0;
-    for (var s = 0u; s < 2u; s = s + 1u) {
-        let scb = load32(off + 192u + hf * 8u + s + 2u * qd) & 0xffu;
-        let dsc = d * f32(extractBits(bitcast<i32>(scb), 0u, 8u));
-        for (var k = 0u; k < 4u; k = k + 1u) {
-            let l = 16u * s + 4u * k;
-            let qlw = load32(off + hf * 64u + (qd & 1u) * 32u + l);
-            let qhw = load32(off + 128u + hf * 32u + l);
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                let qlb = (qlw >> (8u * b)) & 0xffu;
-                let lo = select(qlb & 0xfu, qlb >> 4u, qd >= 2u);
-                let hi = (qhw >> (8u * b + 2u * qd)) & 3u;
-                acc = acc + (dsc * f32(i32(lo | (hi << 4u)) - 32)) * x[xb + l + b];
-            }
-        }
+// Units per row: 32-element blocks, 16-element scale groups for Q6_K.
+fn units_per_row() -> u32 {
+    if (QTYPE == 3u) {
+        return p.blocks_per_row * 2u;
     }
-    return acc;
+    return p.blocks_per_row;
 }
 
-// Σ over the 32 elements of the block at byte `off` times x[xb .. xb + 32].
-fn block_dot(off: u32, xb: u32) -> f32 {
+// Q8_0: the block at byte `off` dotted with x[xv .. xv + 8] (vec4s).
+fn dot_q8_0(off: u32, xv: u32) -> f32 {
     let d = f16_at(off);
-    var acc = 0.0;
-    if (QTYPE == 0u) {
-        for (var k = 0u; k < 8u; k = k + 1u) {
-            let qw = bitcast<i32>(load32(off + 2u + 4u * k));
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                let qv = f32(extractBits(qw, 8u * b, 8u));
-                acc = acc + (qv * d) * x[xb + 4u * k + b];
-            }
-        }
-        return acc;
-    }
-    var m = 0.0;
+    let q0 = load4(off + 2u);
+    let q1 = load4(off + 18u);
+    var s = dot(i8x4(q0.x), x[xv]) + dot(i8x4(q0.y), x[xv + 1u]);
+    s = s + dot(i8x4(q0.z), x[xv + 2u]) + dot(i8x4(q0.w), x[xv + 3u]);
+    s = s + dot(i8x4(q1.x), x[xv + 4u]) + dot(i8x4(q1.y), x[xv + 5u]);
+    s = s + dot(i8x4(q1.z), x[xv + 6u]) + dot(i8x4(q1.w), x[xv + 7u]);
+    return s * d;
+}
+
+// Q4_0 / Q4_1: the block at byte `off` dotted with x[xv .. xv + 8]: d·Σ(q − 8)·x or d·Σq·x + m·Σx.
+fn dot_q4(off: u32, xv: u32) -> f32 {
+    let d = f16_at(off);
     var qoff = off + 2u;
     if (QTYPE == 2u) {
-        m = f16_at(off + 2u);
         qoff = off + 4u;
     }
-    for (var k = 0u; k < 4u; k = k + 1u) {
-        let qw = load32(qoff + 4u * k);
-        for (var b = 0u; b < 4u; b = b + 1u) {
-            let j = 4u * k + b;
-            let byte = (qw >> (8u * b)) & 0xffu;
-            let lo = f32(byte & 0xfu);
-            let hi = f32(byte >> 4u);
-            var vlo = 0.0;
-            var vhi = 0.0;
-            if (QTYPE == 1u) {
-                vlo = (lo - 8.0) * d;
-                vhi = (hi - 8.0) * d;
-            } else {
-                vlo = lo * d + m;
-                vhi = hi * d + m;
-            }
-            acc = acc + vlo * x[xb + j] + vhi * x[xb + j + 16u];
-        }
+    let q = load4(qoff);
+    let x0 = x[xv];
+    let x1 = x[xv + 1u];
+    let x2 = x[xv + 2u];
+    let x3 = x[xv + 3u];
+    let x4 = x[xv + 4u];
+    let x5 = x[xv + 5u];
+    let x6 = x[xv + 6u];
+    let x7 = x[xv + 7u];
+    var s = dot(nib4(q.x, 0u), x0) + dot(nib4(q.y, 0u), x1) + dot(nib4(q.z, 0u), x2);
+    s = s + dot(nib4(q.w, 0u), x3) + dot(nib4(q.x, 4u), x4) + dot(nib4(q.y, 4u), x5);
+    s = s + dot(nib4(q.z, 4u), x6) + dot(nib4(q.w, 4u), x7);
+    let sx = dot((x0 + x1) + (x2 + x3) + (x4 + x5) + (x6 + x7), vec4<f32>(1.0));
+    if (QTYPE == 2u) {
+        return s * d + sx * f16_at(off + 2u);
     }
-    return acc;
+    return (s - 8.0 * sx) * d;
+}
+
+// Q6_K: scale group g (0..16) of the super-block at byte `off` dotted with x[xv .. xv + 4]
+// (dequantize_row_q6_K: group g = 8·half + 2·quarter + s covers elements 128·half + 32·quarter +
+// 16·s + i, i < 16: ql byte 64·half + 32·(quarter % 2) + 16·s + i, low nibble for quarters 0, 1,
+// high for 2, 3; bits 2·quarter of qh byte 32·half + 16·s + i; scale byte 8·half + s + 2·quarter).
+fn dot_q6_k(off: u32, g: u32, xv: u32) -> f32 {
+    let hf = g / 8u;
+    let qd = (g / 2u) % 4u;
+    let s = g % 2u;
+    let d = f16_at(off + 208u);
+    let sc = f32(extractBits(bitcast<i32>(load32(off + 192u + hf * 8u + s + 2u * qd)), 0u, 8u));
+    let ql = load4(off + hf * 64u + (qd & 1u) * 32u + s * 16u);
+    let qh = load4(off + 128u + hf * 32u + s * 16u);
+    let nsh = BYTE_SHIFT + vec4<u32>(4u * (qd / 2u));
+    let hsh = BYTE_SHIFT + vec4<u32>(2u * qd);
+    var acc = 0.0;
+    for (var k = 0u; k < 4u; k = k + 1u) {
+        let lo = (vec4<u32>(ql[k]) >> nsh) & vec4<u32>(0xfu);
+        let hi = (vec4<u32>(qh[k]) >> hsh) & vec4<u32>(3u);
+        let q = vec4<f32>(vec4<i32>(lo | (hi << vec4<u32>(4u)))) - vec4<f32>(32.0);
+        acc = acc + dot(q, x[xv + k]);
+    }
+    return acc * (d * sc);
+}
+
+// Unit `u` of the row at byte `rbase` dotted with token `tok`'s activations.
+fn unit_dot(rbase: u32, u: u32, tok: u32) -> f32 {
+    let xrow = tok * (p.cols / 4u);
+    if (QTYPE == 3u) {
+        return dot_q6_k(rbase + (u / 16u) * 210u, u % 16u, xrow + u * 4u);
+    }
+    if (QTYPE == 0u) {
+        return dot_q8_0(rbase + u * 34u, xrow + u * 8u);
+    }
+    return dot_q4(rbase + u * block_bytes(), xrow + u * 8u);
 }
 
 @compute @workgroup_size(256)
@@ -147,14 +192,16 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let tok = wg.y;
     var acc = 0.0;
     if (row < p.rows && tok < p.n_tokens) {
-        let bb = block_bytes();
         let rbase = row * row_bytes();
-        for (var b = lane; b < p.blocks_per_row; b = b + TPR) {
-            if (QTYPE == 3u) {
-                acc = acc + q6k_unit_dot(rbase + (b / 8u) * 210u, b % 8u, tok * p.cols + b * 32u);
-            } else {
-                acc = acc + block_dot(rbase + b * bb, tok * p.cols + b * 32u);
-            }
+        let n = units_per_row();
+        var u = lane;
+        for (; u + TPR < n; u = u + 2u * TPR) {
+            let a = unit_dot(rbase, u, tok);
+            let b = unit_dot(rbase, u + TPR, tok);
+            acc = acc + (a + b);
+        }
+        if (u < n) {
+            acc = acc + unit_dot(rbase, u, tok);
         }
     }
     partial[lid] = acc;

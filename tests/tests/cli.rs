@@ -445,6 +445,10 @@ fn bench_overrides_the_activation_scheme_and_measures_sparsity() {
             .collect()
     };
     let s48 = zero_fraction(&out, "a4.8", false);
+    // tg decodes greedily through the GPU's argmax: one round trip and 4 bytes per token.
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["host_round_trips_per_token"].as_f64(), Some(1.0), "{out}");
+    assert_eq!(v["readback_bytes_per_token"].as_f64(), Some(4.0), "{out}");
     let attn = |s: &[(String, f64)]| s.iter().find(|x| x.0 == "attn_out").unwrap().1;
     assert_eq!(s48.len(), 4, "{s48:?}");
     assert!((attn(&s48) - 0.5).abs() < 1e-12, "{s48:?}");

@@ -15,6 +15,7 @@ pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use options::{kv_spec_from_flags, minicache_on, Kivi, KvQuant, KvSpec, MiniCache};
+pub use report::HostTransfers;
 pub use report::{
     ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, KernelTime, MemoryReport,
     ModelReport, SessionReport, TensorReport,

@@ -121,6 +121,21 @@ pub struct SessionReport {
     pub dispatches_per_token: Option<usize>,
 }
 
+/// What a session's GPU steps sent back to the host ([`crate::Session::host_transfers`]; GPU
+/// only). A round trip is one wait for a readback (a decode step is one; a sampled step whose
+/// candidates cannot decide the token exactly reads the full row of logits: one more).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostTransfers {
+    /// Backend calls that ran tokens (a decode step is one).
+    pub steps: u64,
+    /// Waits for a readback.
+    pub round_trips: u64,
+    /// Bytes read back from the GPU.
+    pub readback_bytes: u64,
+    /// Sampled steps that read the full row of logits after the candidates.
+    pub full_rows: u64,
+}
+
 /// One kernel's share of a profiled decode step ([`crate::Session::profile_decode_step`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelTime {

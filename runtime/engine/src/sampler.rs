@@ -6,6 +6,9 @@ use rand::{Rng, SeedableRng};
 
 use crate::error::{EngineError, Result};
 
+mod candidates;
+pub(crate) use candidates::{Candidates, Draw};
+
 /// Sampling parameters (llama.cpp's defaults where a field is "off").
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -105,18 +108,43 @@ impl Sampler {
 
     /// Pick the next token from `logits` given the `history` of tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        self.sample_with(logits, history, None)
+    }
+
+    /// Whether the repetition penalty is on.
+    fn penalizes(&self) -> bool {
+        self.params.repeat_penalty != 1.0 && self.params.repeat_last_n > 0
+    }
+
+    /// A logit after the repetition penalty (positive divided, negative multiplied).
+    fn penalize(&self, v: f32) -> f32 {
+        if v > 0.0 {
+            v / self.params.repeat_penalty
+        } else {
+            v * self.params.repeat_penalty
+        }
+    }
+
+    /// [`Sampler::sample`] with the uniform draw given (`Some`: drawn already, by
+    /// [`Sampler::sample_candidates`]) or taken from the RNG (`None`).
+    pub(crate) fn sample_with(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        u: Option<f32>,
+    ) -> Result<u32> {
         if logits.is_empty() {
             return Err(EngineError::InvalidArgument("empty logits".into()));
         }
-        let p = &self.params;
-        let penalize = p.repeat_penalty != 1.0 && p.repeat_last_n > 0;
-        if p.temperature == 0.0 && !penalize {
+        let penalize = self.penalizes();
+        if self.params.temperature == 0.0 && !penalize {
             return argmax(logits)
                 .map(|i| i as u32)
                 .ok_or_else(|| EngineError::Numeric("all logits are NaN".into()));
         }
-        self.cand.clear();
-        self.cand.extend(
+        let mut cand = std::mem::take(&mut self.cand);
+        cand.clear();
+        cand.extend(
             logits
                 .iter()
                 .enumerate()
@@ -124,43 +152,42 @@ impl Sampler {
                 .map(|(i, &v)| (i as u32, v)),
         );
         if penalize {
-            let start = history.len().saturating_sub(p.repeat_last_n);
+            let start = history.len().saturating_sub(self.params.repeat_last_n);
             let mut seen = std::collections::HashSet::new();
             for &t in &history[start..] {
                 if seen.insert(t) {
-                    if let Some(c) = self.cand.get_mut(t as usize).filter(|c| c.0 == t) {
-                        c.1 = if c.1 > 0.0 {
-                            c.1 / p.repeat_penalty
-                        } else {
-                            c.1 * p.repeat_penalty
-                        };
-                    } else if let Some(c) = self.cand.iter_mut().find(|c| c.0 == t) {
-                        c.1 = if c.1 > 0.0 {
-                            c.1 / p.repeat_penalty
-                        } else {
-                            c.1 * p.repeat_penalty
-                        };
+                    if let Some(c) = cand.get_mut(t as usize).filter(|c| c.0 == t) {
+                        c.1 = self.penalize(c.1);
+                    } else if let Some(c) = cand.iter_mut().find(|c| c.0 == t) {
+                        c.1 = self.penalize(c.1);
                     }
                 }
             }
         }
+        self.cand = cand;
         if self.cand.is_empty() {
             return Err(EngineError::Numeric("all logits are NaN".into()));
         }
-        if p.temperature == 0.0 {
+        if self.params.temperature == 0.0 {
             let scores: Vec<f32> = self.cand.iter().map(|c| c.1).collect();
             return argmax(&scores)
                 .map(|i| self.cand[i].0)
                 .ok_or_else(|| EngineError::Numeric("no candidate".into()));
         }
         // Sort descending by logit (ties: lower id first, deterministic).
-        self.cand
-            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.cand.sort_by(sorted_order);
+        Ok(self.finish(u))
+    }
+
+    /// Top-k, softmax with temperature, top-p, min-p and the draw over `self.cand` (non-empty,
+    /// sorted by [`sorted_order`]); `u` the uniform draw (`None`: from the RNG).
+    fn finish(&mut self, u: Option<f32>) -> u32 {
+        let p = &self.params;
         if p.top_k > 0 && p.top_k < self.cand.len() {
             self.cand.truncate(p.top_k);
         }
         // Softmax with temperature.
-        let m = self.cand[0].1;
+        let m = self.cand.first().map_or(0.0, |c| c.1);
         let mut sum = 0.0f64;
         for c in self.cand.iter_mut() {
             let e = (((c.1 - m) / p.temperature) as f64).exp();
@@ -183,20 +210,26 @@ impl Sampler {
             self.cand.truncate(keep.max(1));
         }
         if p.min_p > 0.0 {
-            let thr = self.cand[0].1 * p.min_p;
+            let thr = self.cand.first().map_or(0.0, |c| c.1) * p.min_p;
             let keep = self.cand.iter().take_while(|c| c.1 >= thr).count().max(1);
             self.cand.truncate(keep);
         }
         let total: f32 = self.cand.iter().map(|c| c.1).sum();
-        let mut r = self.rng.random::<f32>() * total;
+        let u = u.unwrap_or_else(|| self.rng.random::<f32>());
+        let mut r = u * total;
         for c in &self.cand {
             r -= c.1;
             if r <= 0.0 {
-                return Ok(c.0);
+                return c.0;
             }
         }
-        Ok(self.cand[self.cand.len() - 1].0) // ok: cand is non-empty (checked above)
+        self.cand.last().map_or(0, |c| c.0)
     }
+}
+
+/// The sampler's order: logit descending (`total_cmp`), lower id first on ties.
+fn sorted_order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@ use crate::report::{KernelTime, ModelReport, SessionReport};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
+mod sampling;
+use sampling::Pending;
+
 /// A loaded model: weights for the CPU reference or the GPU engine, tokenizer, metadata.
 pub struct Model {
     meta: ModelMeta,
@@ -251,6 +254,8 @@ pub struct Session<'m> {
     cancel: Arc<AtomicBool>,
     /// Tokens the last `generate` sampled (and streamed) but could not run because it failed.
     unevaluated: Vec<u32>,
+    /// Sample on the device when the backend can ([`Session::set_device_sampling`]).
+    device_sampling: bool,
 }
 
 impl<'m> Session<'m> {
@@ -308,6 +313,7 @@ impl<'m> Session<'m> {
             history: Vec::new(),
             cancel: Arc::new(AtomicBool::new(false)),
             unevaluated: Vec::new(),
+            device_sampling: true,
         })
     }
 
@@ -448,6 +454,15 @@ impl<'m> Session<'m> {
     /// Run `tokens` after the history, checking the cancel flag (not cleared here). A failed or
     /// cancelled run leaves the session at its position before the call on every backend.
     fn run(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        self.run_with(tokens, |state, stop| state.eval(tokens, logits, stop))
+    }
+
+    /// [`Session::run`] with the backend call `f` (`eval` or `eval_sample`).
+    fn run_with<T>(
+        &mut self,
+        tokens: &[u32],
+        f: impl FnOnce(&mut (dyn SessionBackend + 'm), crate::backend::Stop<'_>) -> Result<T>,
+    ) -> Result<T> {
         self.check_room(tokens)?;
         if self.is_device_lost() {
             return Err(EngineError::DeviceLost(
@@ -455,9 +470,9 @@ impl<'m> Session<'m> {
             ));
         }
         let len0 = self.history.len();
-        let cancel = &self.cancel;
-        let stop = || cancel.load(Ordering::SeqCst);
-        let r = self.state.eval(tokens, logits, &stop);
+        let cancel = Arc::clone(&self.cancel);
+        let stop = move || cancel.load(Ordering::SeqCst);
+        let r = f(self.state.as_mut(), &stop);
         match r {
             Ok(l) => {
                 self.sync_history_len(tokens);
@@ -588,7 +603,7 @@ impl<'m> Session<'m> {
         self.unevaluated.clear();
         let mut sampler = Sampler::new(params.clone())?;
         let t0 = Instant::now();
-        let mut logits = self.run(prompt, Logits::Last)?;
+        let mut pending = Pending::Logits(self.run(prompt, Logits::Last)?);
         let prefill_secs = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let tok = self.model.tokenizer.as_ref();
@@ -608,7 +623,7 @@ impl<'m> Session<'m> {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err(EngineError::Cancelled);
             }
-            let next = sampler.sample(&logits, &self.history)?;
+            let next = self.pick(&mut sampler, pending)?;
             let eog = tok.is_some_and(|t| t.is_eog(next)) || opts.stop_tokens.contains(&next);
             if eog {
                 out.stop = StopReason::Token;
@@ -659,7 +674,7 @@ impl<'m> Session<'m> {
                 out.stop = StopReason::Context;
                 break;
             }
-            logits = match self.run(&[next], Logits::Last) {
+            pending = match self.run_for_sampling(next, &sampler) {
                 Ok(l) => l,
                 Err(e) => {
                     self.unevaluated.push(next);

@@ -10,7 +10,7 @@
 //! cargo run --release -p tern-gpu --example gpu_bench            # full
 //! cargo run --release -p tern-gpu --example gpu_bench -- --quick # fewer iterations, smaller (lavapipe)
 //! cargo run --release -p tern-gpu --example gpu_bench -- --only prefill   # one section:
-//!                                                  # neuzip | gemv | prefill | act | cce | attention
+//!                                                  # neuzip | gemv | prefill | ggml_gemv | act | cce | attention
 //! ```
 //!
 //! Timing: every iteration is recorded into one command encoder first; the timed region is
@@ -234,6 +234,9 @@ fn main() -> anyhow::Result<()> {
     if want("prefill") {
         prefill(&ctx, &mut rng, quick, &mut fields)?;
     }
+    if want("ggml_gemv") {
+        ggml_gemv_section(&ctx, &mut rng, quick, &mut fields)?;
+    }
     // Activation quantization alone, one token of 6912.
     if want("act") {
         let iters = if quick { 3 } else { 500 };
@@ -253,6 +256,48 @@ fn main() -> anyhow::Result<()> {
         attention_section(&ctx, &mut rng, quick, &mut fields)?;
     }
     println!("{{{}}}", fields.join(","));
+    Ok(())
+}
+
+/// The ggml GEMV at one token (decode): Q8_0 and Q4_1 at SmolLM2-135M's shapes (q/o, k/v,
+/// gate/up, down, the 49152 × 576 head) and 2B4T's, Q6_K at 2B4T's and its 128256 × 2560 head;
+/// µs per call and weight bytes read per second.
+fn ggml_gemv_section(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    quick: bool,
+    fields: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let (shrink, iters) = if quick { (16u64, 2) } else { (1, 200) };
+    let small: &[(u64, u64)] = &[
+        (576, 576),
+        (192, 576),
+        (1536, 576),
+        (576, 1536),
+        (49152, 576),
+        (2560, 2560),
+        (6912, 2560),
+    ];
+    let q6: &[(u64, u64)] = &[(2560, 2560), (6912, 2560), (2560, 6912), (128256, 2560)];
+    let cases = [GgmlType::Q8_0, GgmlType::Q4_1]
+        .iter()
+        .flat_map(|&q| small.iter().map(move |&s| (q, s)))
+        .chain(q6.iter().map(|&s| (GgmlType::Q6K, s)));
+    for (q, (rows, cols)) in cases {
+        let rows = (rows / shrink).max(1);
+        let w = ggml_weight(ctx, rng, q, rows, cols)?;
+        let x: Vec<u8> = (0..cols).flat_map(|_| rng.normal().to_le_bytes()).collect();
+        let xb = ctx.upload("x", &x)?;
+        let y = ctx.zeroed("y", rows * 4)?;
+        let t = per_call(ctx, iters, |e| kernels::ggml_gemv(ctx, e, &w, &xb, 1, &y))?;
+        let bytes = rows * cols / q.block_elems() as u64 * q.block_bytes() as u64;
+        fields.push(format!(
+            "\"gemv_{}_{rows}x{cols}\":{{\"us\":{:.2},\"weight_gb_per_s\":{:.1}}}",
+            q.name().to_lowercase(),
+            t * 1e6,
+            bytes as f64 / t / 1e9
+        ));
+    }
     Ok(())
 }
 

@@ -39,6 +39,8 @@ mod gemm;
 mod kv;
 #[path = "parity/minicache.rs"]
 mod minicache;
+#[path = "parity/sample.rs"]
+mod sample;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
 
@@ -606,10 +608,12 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
         );
     }
     for q in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        // Odd sizes: 37 and 65 blocks per row (the GEMV's two-units-per-step loop and its
+        // tail), odd row counts, 3 tokens.
         for (rows, cols, tokens) in [(1, 32), (33, 64), (257, 1024), (31, 576)]
             .map(|(r, c)| (r, c, 1))
             .into_iter()
-            .chain([(7, 96, 3)])
+            .chain([(7, 96, 3), (13, 1184, 1), (9, 2080, 3)])
         {
             add(
                 format!("ggml {q:?} {rows}×{cols} tokens {tokens}"),
@@ -748,6 +752,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(minicache::cases());
     v.extend(cce::cases());
     v.extend(float_ops::cases());
+    v.extend(sample::cases());
     v
 }
 

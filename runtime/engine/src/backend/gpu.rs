@@ -9,14 +9,16 @@ use tern_format::TernFile;
 use tern_gpu::{GpuError, GpuModel, GpuSession};
 use tern_reference::ForwardOptions;
 
-use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
+use super::{check_finite, Logits, ModelBackend, SessionBackend, StepOut, Stop};
 use crate::error::{EngineError, Result};
 use crate::options::LoadOptions;
 use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
+use crate::report::HostTransfers;
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,
 };
+use crate::sampler::Candidates;
 
 /// Tokens per GPU batch (prefill chunk) of a session.
 const GPU_BATCH: u64 = 512;
@@ -68,6 +70,7 @@ impl ModelBackend for GpuBackend {
         Ok(Box::new(GpuState {
             session: GpuSession::new(Arc::clone(&self.model), n_ctx as u64, GPU_BATCH, kv)?,
             tokens: Vec::new(),
+            xfer: HostTransfers::default(),
         }))
     }
 
@@ -212,6 +215,8 @@ struct GpuState {
     /// The tokens in the cache (a KIVI cache truncated inside a quantized block re-runs some
     /// of them: `restore`).
     tokens: Vec<u32>,
+    /// Readback counters.
+    xfer: HostTransfers,
 }
 
 impl GpuState {
@@ -251,7 +256,12 @@ impl SessionBackend for GpuState {
             Logits::All => self.session.eval_all_with(tokens, stop),
         };
         match out {
-            Ok(Some(l)) => Ok(l),
+            Ok(Some(l)) => {
+                self.xfer.steps += 1;
+                self.xfer.round_trips += 1;
+                self.xfer.readback_bytes += l.len() as u64 * 4;
+                Ok(l)
+            }
             Ok(None) => {
                 self.restore(p0);
                 Err(EngineError::Cancelled)
@@ -261,6 +271,73 @@ impl SessionBackend for GpuState {
                 Err(e.into())
             }
         }
+    }
+
+    fn eval_sample(
+        &mut self,
+        token: u32,
+        penalized: &[u32],
+        temperature: f32,
+        stop: Stop<'_>,
+    ) -> Result<Option<StepOut>> {
+        if penalized.len() > tern_gpu::kernels::SAMPLE_HIST_MAX {
+            return Ok(None);
+        }
+        if stop() {
+            return Err(EngineError::Cancelled);
+        }
+        let p0 = self.session.len() as usize;
+        self.tokens.truncate(p0);
+        self.tokens.push(token);
+        let out = if penalized.is_empty() && temperature == 0.0 {
+            self.session
+                .step_argmax(token)
+                .map(|t| (StepOut::Token(t), 4))
+        } else {
+            self.session
+                .step_sample(token, penalized, temperature)
+                .map(|c| {
+                    let n_vocab = self.session.n_vocab() as usize;
+                    let c = Candidates {
+                        top: c.top,
+                        k: tern_gpu::kernels::SAMPLE_K as usize,
+                        max: c.max,
+                        sum: c.sum,
+                        hist: c.hist,
+                        n_vocab,
+                    };
+                    let bytes = tern_gpu::kernels::SampleCandidates::READBACK_BYTES;
+                    (StepOut::Candidates(c), bytes)
+                })
+        };
+        match out {
+            Ok((o, bytes)) => {
+                self.xfer.steps += 1;
+                self.xfer.round_trips += 1;
+                self.xfer.readback_bytes += bytes;
+                Ok(Some(o))
+            }
+            Err(e) => {
+                self.restore(p0);
+                Err(e.into())
+            }
+        }
+    }
+
+    fn last_logits(&mut self) -> Result<Vec<f32>> {
+        let l = self.session.last_logits()?;
+        self.xfer.round_trips += 1;
+        self.xfer.full_rows += 1;
+        self.xfer.readback_bytes += l.len() as u64 * 4;
+        Ok(l)
+    }
+
+    fn host_transfers(&self) -> Option<HostTransfers> {
+        Some(self.xfer)
+    }
+
+    fn reset_host_transfers(&mut self) {
+        self.xfer = HostTransfers::default();
     }
 
     fn truncate(&mut self, n: usize) {

@@ -16,7 +16,8 @@ use tern_reference::ForwardOptions;
 use crate::error::Result;
 use crate::options::{Device, LoadOptions};
 use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
-use crate::report::{KernelTime, ModelReport, SessionReport};
+use crate::report::{HostTransfers, KernelTime, ModelReport, SessionReport};
+use crate::sampler::Candidates;
 
 pub(crate) mod cpu;
 pub(crate) mod gpu;
@@ -28,6 +29,15 @@ pub(crate) enum Logits {
     Last,
     /// Every token's row, `[tokens, n_vocab]`.
     All,
+}
+
+/// What [`SessionBackend::eval_sample`] returns instead of logits.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StepOut {
+    /// The greedy token (argmax taken on the device).
+    Token(u32),
+    /// The sampling candidates of the last token's logits.
+    Candidates(Candidates),
 }
 
 /// A cancellation check: `true` means stop. Backends call it between units of work — on the CPU
@@ -68,6 +78,33 @@ pub(crate) trait SessionBackend: Send {
     /// Run `tokens` after what the cache holds (non-empty, ids checked, room checked); `stop`
     /// cancels it ([`crate::EngineError::Cancelled`]). On any error `len()` is what it was.
     fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>>;
+    /// Run one token as [`SessionBackend::eval`] does and return, instead of its logits, the
+    /// argmax (when `penalized` is empty and `temperature` is 0) or the sampling candidates
+    /// (the logits of the distinct ids `penalized` set aside raw, the top-k and log-sum-exp at
+    /// `temperature` of the rest); `None` when the backend has no such path (the CPU, whose
+    /// logits are in memory anyway) — then nothing ran.
+    fn eval_sample(
+        &mut self,
+        _token: u32,
+        _penalized: &[u32],
+        _temperature: f32,
+        _stop: Stop<'_>,
+    ) -> Result<Option<StepOut>> {
+        Ok(None)
+    }
+    /// After [`SessionBackend::eval_sample`]: the last token's full row of logits (the
+    /// penalized ids' entries as the backend left them; the caller puts the raw values back).
+    fn last_logits(&mut self) -> Result<Vec<f32>> {
+        Err(crate::EngineError::InvalidArgument(
+            "no logits held by this backend".into(),
+        ))
+    }
+    /// Readback counters (GPU only).
+    fn host_transfers(&self) -> Option<HostTransfers> {
+        None
+    }
+    /// Zero the readback counters.
+    fn reset_host_transfers(&mut self) {}
     /// Keep only the first `n` positions (a compressed cache that cannot keep exactly `n` —
     /// KIVI inside a quantized block — re-runs the tokens it dropped; `len()` says what is held).
     fn truncate(&mut self, n: usize);

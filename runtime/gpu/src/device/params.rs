@@ -133,6 +133,14 @@ params! {
 }
 
 params! {
+    /// `topk_sample.wgsl`: `n` = logits (passes 0, 1) or pairs (pass 2); `per` = logits per
+    /// workgroup (pass 1); word offsets of the (max, sum) output and of the penalized raw logits.
+    SampleParams in [(TopkSample, "Params")] {
+        n: u32, per: u32, out_off: u32, hist_off: u32,
+    }
+}
+
+params! {
     /// `embed.wgsl`.
     EmbedParams in [(Embed, "Params")] {
         cols: u32, row0: u32, rows: u32, total_rows: u32, elem_offset: u32, row_bytes: u32,
@@ -221,6 +229,7 @@ pub const ALL: &[Layout] = &[
     EltParams::LAYOUT,
     ArgmaxParams::LAYOUT,
     TopkParams::LAYOUT,
+    SampleParams::LAYOUT,
     EmbedParams::LAYOUT,
     StepParams::LAYOUT,
     KvGeom::LAYOUT,

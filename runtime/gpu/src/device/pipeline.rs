@@ -138,6 +138,9 @@ pub enum KernelKey {
     TopK {
         merge: bool,
     },
+    /// GPU sampling (`topk_sample.wgsl`): 0 = set the penalized tokens aside, 1 = log-sum-exp
+    /// per workgroup, 2 = its merge.
+    TopkSample(u8),
     FloatGemv(FloatType),
     /// Fused CCE pass A over a ggml head / a float head; positions per workgroup (128, 64, 16).
     CceGgml(GgmlType, u32),
@@ -246,6 +249,11 @@ impl fmt::Display for KernelKey {
             }),
             KernelKey::EmbedGgml(t) => write!(f, "embed_{}", t.name()),
             KernelKey::TopK { merge } => f.write_str(if *merge { "topk_merge" } else { "topk" }),
+            KernelKey::TopkSample(pass) => f.write_str(match pass {
+                0 => "sample_mask_penalized",
+                1 => "sample_lse",
+                _ => "sample_lse_merge",
+            }),
             KernelKey::FloatGemv(t) => f.write_str(match t {
                 FloatType::F32 => "float_gemv_f32",
                 FloatType::F16 => "float_gemv_f16",
@@ -288,6 +296,7 @@ impl KernelKey {
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
             KernelKey::TopK { .. } => Shader::TopK,
+            KernelKey::TopkSample(_) => Shader::TopkSample,
             KernelKey::FloatGemv(_) => Shader::FloatGemv,
             KernelKey::CceGgml(..) | KernelKey::CceFloat(..) => Shader::Cce,
             KernelKey::CceCombine => Shader::CceCombine,
@@ -416,6 +425,9 @@ mod tests {
             KernelKey::EmbedFloat(FloatType::Bf16),
             KernelKey::TopK { merge: false },
             KernelKey::TopK { merge: true },
+            KernelKey::TopkSample(0),
+            KernelKey::TopkSample(1),
+            KernelKey::TopkSample(2),
             KernelKey::FloatGemv(FloatType::F32),
             KernelKey::FloatGemv(FloatType::F16),
             KernelKey::FloatGemv(FloatType::Bf16),

@@ -12,7 +12,7 @@
 //! * `minicache.rs` — MiniCache's merge of a pair of layers (SLERP, magnitudes, retained pool);
 //! * `attention.rs` — split-K causal GQA attention reading the cache as stored;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
-//! * `sample.rs` — argmax and top-k of logits;
+//! * `sample.rs` — argmax and top-k of logits, the GPU half of sampling;
 //! * `cce.rs` — fused Cut-Cross-Entropy scoring (log p(target) without logits);
 //! * `neuzip.rs` — NeuZip rANS decode.
 //!
@@ -48,5 +48,8 @@ pub use matmul::{
     GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS,
 };
 pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
-pub use sample::{argmax, topk, TOPK_MAX_K};
+pub use sample::{
+    argmax, sample_candidates, topk, SampleBufs, SampleCandidates, SAMPLE_HIST_MAX, SAMPLE_K,
+    TOPK_MAX_K,
+};
 pub use sparse::{sparse_applies, ternary_gemv_sparse, ternary_matmul_sparse, SPARSE_MAX_DENSITY};

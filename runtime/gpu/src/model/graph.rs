@@ -27,6 +27,9 @@ pub enum Wanted {
     All,
     /// Only the argmax of the last token (greedy decoding without reading logits back).
     Argmax,
+    /// The last token's sampling candidates ([`crate::kernels::sample_candidates`]): the
+    /// engine's sampler finishes on the host from a few hundred bytes; the logits stay on the GPU.
+    Sample,
     /// `log p(target[i])` of every token through the fused Cut-Cross-Entropy kernel: no logits.
     Score,
 }
@@ -396,7 +399,7 @@ impl<'a> Graph<'a> {
                 };
                 self.linear(&m.head, input, n, &s.logits)
             }
-            Wanted::Last | Wanted::Argmax => {
+            Wanted::Last | Wanted::Argmax | Wanted::Sample => {
                 self.p.record_copy(&s.x0, (n - 1) * d * 4, &s.x1, 0, d * 4);
                 kernels::rmsnorm(ctx, &mut self.p, &s.x1, &m.output_norm, &s.last, d, 1, eps)?;
                 let input = Input {
@@ -405,9 +408,15 @@ impl<'a> Graph<'a> {
                     sparse: false,
                 };
                 self.linear(&m.head, input, 1, &s.logits)?;
+                let vocab = u64::from(m.hp.n_vocab);
                 if wanted == Wanted::Argmax {
-                    let vocab = u64::from(m.hp.n_vocab);
                     kernels::argmax(ctx, &mut self.p, &s.logits, vocab, 1, &s.argmax)?;
+                }
+                if wanted == Wanted::Sample {
+                    let bufs = s.sample.as_ref().ok_or_else(|| {
+                        GpuError::internal("sample", "sampling buffers not allocated")
+                    })?;
+                    kernels::sample_candidates(ctx, &mut self.p, &s.logits, vocab, bufs)?;
                 }
                 Ok(())
             }

@@ -61,6 +61,8 @@ pub(crate) struct Scratch {
     pub(crate) staging: wgpu::Buffer,
     /// Activation-sparsity counters while a measurement is on (`model/sparsity.rs`).
     pub(crate) act_stats: Option<wgpu::Buffer>,
+    /// GPU sampling's buffers, allocated on the first sampled step (`GpuSession::step_sample`).
+    pub(crate) sample: Option<crate::kernels::SampleBufs>,
     /// Releases these bytes from the context's own count when the session goes.
     _tracked: Tracked,
 }
@@ -116,6 +118,7 @@ impl Scratch {
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             )?,
             act_stats: None,
+            sample: None,
             _tracked: ctx.track(Self::bytes_for(ctx, hp, max_batch)),
         };
         Ok(s)

@@ -9,6 +9,7 @@ use crate::device::params::StepParams;
 use crate::device::plan::Plan;
 use crate::error::{GpuError, Result};
 use crate::kernels::pointwise::rope_table;
+use crate::kernels::SampleCandidates;
 use crate::model::graph::{self, Wanted};
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache};
@@ -102,6 +103,11 @@ impl GpuSession {
         self.len == 0
     }
 
+    /// Logits per row.
+    pub fn n_vocab(&self) -> u64 {
+        u64::from(self.model.hp.n_vocab)
+    }
+
     pub fn n_ctx(&self) -> u64 {
         self.n_ctx
     }
@@ -161,6 +167,9 @@ impl GpuSession {
         if self.plans.len() > 8 {
             // Keep decode plans; drop odd prefill sizes.
             self.plans.retain(|(k, _), _| *k == 1);
+        }
+        if wanted == Wanted::Sample && self.s.sample.is_none() {
+            self.s.sample = Some(crate::kernels::SampleBufs::alloc(&self.model.ctx)?);
         }
         let per = Self::layers_per_segment(n);
         let plan = graph::record(&self.model, &self.s, &self.kv, n, wanted, per)?;
@@ -275,15 +284,25 @@ impl GpuSession {
         }
         let mut enc = ctx.encoder();
         last.encode(&mut enc);
+        let mut staging = &self.s.staging;
         let (src, bytes) = match wanted {
             Wanted::Score => (&self.s.logprobs, n * 4),
             Wanted::All => (&self.s.logits, n * u64::from(hp.n_vocab) * 4),
             Wanted::Last => (&self.s.logits, u64::from(hp.n_vocab) * 4),
             Wanted::Argmax => (&self.s.argmax, 4),
+            Wanted::Sample => {
+                let b = self
+                    .s
+                    .sample
+                    .as_ref()
+                    .ok_or_else(|| GpuError::internal("eval", "sampling buffers missing"))?;
+                staging = &b.staging;
+                (&b.out, SampleCandidates::READBACK_BYTES)
+            }
         };
-        enc.copy_buffer_to_buffer(src, 0, &self.s.staging, 0, bytes);
+        enc.copy_buffer_to_buffer(src, 0, staging, 0, bytes);
         ctx.submit_wait(enc)?;
-        let out = read_mapped(ctx, &self.s.staging, bytes)?;
+        let out = read_mapped(ctx, staging, bytes)?;
         self.len += n;
         Ok(Some(out))
     }
@@ -394,6 +413,42 @@ impl GpuSession {
             start = end;
         }
         Ok(Some(out))
+    }
+
+    /// Run one token and return its sampling candidates ([`SampleCandidates`]: the top-k of the
+    /// logits other than `penalized`'s, their max and `Σ exp((x − max)/temperature)`, and the raw
+    /// logits of `penalized`, distinct ids, at most [`crate::kernels::SAMPLE_HIST_MAX`]):
+    /// [`SampleCandidates::READBACK_BYTES`] read back instead of the logits. The logits stay on
+    /// the GPU ([`GpuSession::last_logits`]) until the next step.
+    pub fn step_sample(
+        &mut self,
+        token: u32,
+        penalized: &[u32],
+        temperature: f32,
+    ) -> Result<SampleCandidates> {
+        self.plan_for(1, Wanted::Sample)?;
+        let bufs = self
+            .s
+            .sample
+            .as_ref()
+            .ok_or_else(|| GpuError::internal("sample", "sampling buffers missing"))?;
+        bufs.write_ctl(&self.model.ctx, penalized, temperature)?;
+        let v = never_stopped(
+            self.rollback_on_failure(|s| s.run(&[token], Wanted::Sample, &|| false)),
+        )?;
+        let words: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
+        SampleCandidates::from_words(&words, penalized)
+    }
+
+    /// The logits of the last token of the last step (after [`GpuSession::step_sample`]: with
+    /// the penalized tokens' logits NaN — they are in its [`SampleCandidates::hist`]).
+    pub fn last_logits(&self) -> Result<Vec<f32>> {
+        let ctx = &*self.model.ctx;
+        let bytes = u64::from(self.model.hp.n_vocab) * 4;
+        let mut enc = ctx.encoder();
+        enc.copy_buffer_to_buffer(&self.s.logits, 0, &self.s.staging, 0, bytes);
+        ctx.submit_wait(enc)?;
+        read_mapped(ctx, &self.s.staging, bytes)
     }
 
     /// Run one token and return the greedy next token, argmax taken on the GPU (4 bytes read

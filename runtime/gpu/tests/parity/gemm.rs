@@ -295,7 +295,16 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             );
         }
     }
-    for (rows, cols, tokens) in [(1, 256, 1), (31, 576 / 64 * 256, 1), (257, 1536, 2)] {
+    // Odd sizes: 3, 5 and 17 super-blocks per row (48, 80, 272 scale groups: the GEMV's
+    // two-units-per-step loop and its tail), odd row counts.
+    for (rows, cols, tokens) in [
+        (1, 256, 1),
+        (31, 576 / 64 * 256, 1),
+        (257, 1536, 2),
+        (13, 768, 1),
+        (9, 1280, 3),
+        (5, 4352, 1),
+    ] {
         add(
             format!("ggml_gemv Q6K {rows}×{cols} tokens {tokens}"),
             false,
