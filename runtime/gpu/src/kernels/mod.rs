@@ -43,8 +43,9 @@ pub use attention::{
 pub use embed::{embed_rows, EmbedTable};
 pub use kv::{kv_store, KvLayout};
 pub use matmul::{
-    float_gemv, float_matmul, ggml_gemm, ggml_gemv, ggml_matmul, ternary_gemm, ternary_gemv,
-    ternary_matmul, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
+    float_gemv, float_matmul, fused_norm_fits, ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_matmul,
+    ternary_gemm, ternary_gemv, ternary_gemv_fused, ternary_matmul, Epilogue, NormPrologue,
+    GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS, GEMV_STAGED_ACT_WORDS,
 };
 pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
 pub use sample::{argmax, topk, TOPK_MAX_K};

@@ -11,7 +11,7 @@ use crate::weights::Part;
 pub(crate) const GEMV_ROWS_PER_WG: u64 = 8;
 /// Per-row group sums the ternary GEMV keeps in workgroup memory (`GSUM` / rows per workgroup):
 /// a weight with more scale groups per row is refused at upload.
-pub const TERNARY_MAX_GROUPS_PER_ROW: u64 = 2048 / GEMV_ROWS_PER_WG;
+pub const TERNARY_MAX_GROUPS_PER_ROW: u64 = 1024 / GEMV_ROWS_PER_WG;
 
 /// A ternary weight on the GPU, in tern's packed layout, split by rows into bindings of at most
 /// [`GpuContext::binding_limit`] bytes (each part: its rows' code words, then its scales).
@@ -67,7 +67,7 @@ impl TernaryWeight {
             rows,
             row_bytes,
             ctx.binding_limit(),
-            scale_bytes,
+            |r| scale_bytes(r) + 12, // + the padding to 16 bytes
         )?;
         let codes = t.codes();
         let scales = t.scales();
@@ -83,6 +83,8 @@ impl TernaryWeight {
             data.extend_from_slice(codes.get(cb).unwrap_or_default());
             let off = data.len() as u64 / 4;
             data.extend_from_slice(scales.get(sb).unwrap_or_default());
+            // the GEMV reads the part as vec4<u32>: a whole number of 16-byte units
+            data.resize(data.len().div_ceil(16) * 16, 0);
             let buffer = ctx.upload("ternary weight", &data)?;
             parts.push(Part {
                 row0: r.start,
