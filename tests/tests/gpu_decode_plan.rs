@@ -46,7 +46,7 @@ fn open_gpu(path: &Path) -> Option<Model> {
 fn dispatches(path: &Path) -> Option<(usize, usize)> {
     let m = open_gpu(path)?;
     let layers = m.meta().hparams.n_layer as usize;
-    let mut s = Session::new(&m, 16).unwrap();
+    let mut s = Session::new(&m, 1024).unwrap();
     let d = s.report().unwrap().dispatches_per_token.unwrap();
     Some((d, layers))
 }
