@@ -74,6 +74,8 @@ const GSUM: u32 = 1024u;
 // fused prologue needs it staged: checked by the launcher).
 const ASH: u32 = 2048u;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7
+// Columns per invocation the fused prologue holds in registers (cols ≤ 256 · KMAX).
+const KMAX: u32 = 32u;
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
 var<workgroup> ash: array<u32, ASH>;
 var<workgroup> partial: array<f32, 256>;
@@ -244,10 +246,27 @@ fn tree_sum(lid: u32) {
 fn norm_quant(lid: u32, tok: u32) {
     let n = p.cols;
     let base = tok * n;
+    // The invocation's columns lid, lid + 256, … (at most KMAX: cols ≤ 8192, checked by the
+    // launcher) and their norm weights, loaded at once (a constant-bound loop: unrolled, the loads
+    // in flight together, the values in registers); the later passes re-read them from L1.
+    var xv: array<f32, KMAX>;
+    var wv: array<f32, KMAX>;
+    for (var k = 0u; k < KMAX; k = k + 1u) {
+        let c = lid + k * WG;
+        var v = 0.0;
+        var g = 0.0;
+        if (c < n) {
+            v = bitcast<f32>(xa[base + c]);
+            g = xf[c];
+        }
+        xv[k] = v;
+        wv[k] = g;
+    }
     var ss = 0.0;
-    for (var c = lid; c < n; c = c + WG) {
-        let v = bitcast<f32>(xa[base + c]);
-        ss = ss + v * v;
+    for (var k = 0u; k < KMAX; k = k + 1u) {
+        if (lid + k * WG < n) {
+            ss = ss + xv[k] * xv[k];
+        }
     }
     partial[lid] = ss;
     tree_sum(lid);
@@ -256,10 +275,12 @@ fn norm_quant(lid: u32, tok: u32) {
     var s = 0.0;
     if (ACT4 == 0u) {
         var m = 0u;
-        for (var c = lid; c < n; c = c + WG) {
-            let b = bitcast<u32>(bitcast<f32>(xa[base + c]) * r * xf[c]) & 0x7fffffffu;
-            if (b <= 0x7f800000u) {
-                m = max(m, b);
+        for (var k = 0u; k < KMAX; k = k + 1u) {
+            if (lid + k * WG < n) {
+                let b = bitcast<u32>(xv[k] * r * wv[k]) & 0x7fffffffu;
+                if (b <= 0x7f800000u) {
+                    m = max(m, b);
+                }
             }
         }
         atomicMax(&amax_bits, m);
@@ -279,8 +300,10 @@ fn norm_quant(lid: u32, tok: u32) {
         }
     } else {
         var sa = 0.0;
-        for (var c = lid; c < n; c = c + WG) {
-            sa = sa + abs(bitcast<f32>(xa[base + c]) * r * xf[c]);
+        for (var k = 0u; k < KMAX; k = k + 1u) {
+            if (lid + k * WG < n) {
+                sa = sa + abs(xv[k] * r * wv[k]);
+            }
         }
         partial[lid] = sa;
         tree_sum(lid);

@@ -133,10 +133,13 @@ pub struct NormPrologue<'a> {
     pub eps: f32,
 }
 
+/// Columns the fused norm prologue takes (256 invocations × `KMAX` registers each).
+pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
+
 /// Whether a ternary GEMV can fuse the norm and quantization producing `a` (the row fits the
-/// workgroup's staging memory).
+/// workgroup's staging memory and the prologue's registers).
 pub fn fused_norm_fits(a: &ActInt8) -> bool {
-    a.stride <= GEMV_STAGED_ACT_WORDS
+    a.stride <= GEMV_STAGED_ACT_WORDS && a.cols <= GEMV_FUSED_NORM_MAX_COLS
 }
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
@@ -189,8 +192,9 @@ pub fn ternary_gemv_fused(
                 return Err(GpuError::shape(
                     OP,
                     format!(
-                        "a fused norm needs ≤ {GEMV_STAGED_ACT_WORDS} activation words, not {}",
-                        a.stride
+                        "a fused norm needs ≤ {GEMV_STAGED_ACT_WORDS} activation words and \
+                         ≤ {GEMV_FUSED_NORM_MAX_COLS} columns, not {} / {}",
+                        a.stride, a.cols
                     ),
                 ));
             }

@@ -28,6 +28,12 @@ use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
 use tern_format::FfnAct;
 
+/// The fused norm prologue is on unless `TERN_GPU_FUSE_NORM=0` (a measurement switch: the
+/// separate `rmsnorm_quant` pass then runs, as before issue 15; the results are the same bits).
+fn fuse_norm_enabled() -> bool {
+    std::env::var("TERN_GPU_FUSE_NORM").map_or(true, |v| v != "0")
+}
+
 /// Which rows of logits a step produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Wanted {
@@ -291,6 +297,7 @@ impl<'a> Graph<'a> {
             && !(li.sparse && SPARSE_MAX_DENSITY > 0.0)
             && self.s.act_stats.is_none()
             && kernels::fused_norm_fits(act)
+            && fuse_norm_enabled()
     }
 
     /// Whether `w`'s matmul for this batch is a GEMV that can apply an [`Epilogue`].
