@@ -22,7 +22,7 @@ use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
-use crate::weights::ternary::GEMV_ROWS_PER_WG;
+use crate::weights::ternary::{GEMV_ROWS_PER_WG, TERNARY_WIDE_MAX_GROUPS_PER_ROW};
 use crate::weights::{FloatWeight, GgmlWeight, Part, TernaryWeight};
 
 /// Weight rows per GEMM workgroup (`TR` in the shaders).
@@ -136,10 +136,13 @@ pub struct NormPrologue<'a> {
 /// Columns the fused norm prologue takes (256 invocations × `KMAX` registers each).
 pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
 
-/// Whether a ternary GEMV can fuse the norm and quantization producing `a` (the row fits the
-/// workgroup's staging memory and the prologue's registers).
-pub fn fused_norm_fits(a: &ActInt8) -> bool {
-    a.stride <= GEMV_STAGED_ACT_WORDS && a.cols <= GEMV_FUSED_NORM_MAX_COLS
+/// Whether a ternary GEMV of `w` can fuse the norm and quantization producing `a` (the row fits
+/// the wide kernel's staging memory and the prologue's registers, its group sums the weight's
+/// scale groups).
+pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
+    a.stride <= GEMV_STAGED_ACT_WORDS
+        && a.cols <= GEMV_FUSED_NORM_MAX_COLS
+        && w.groups_per_row() <= TERNARY_WIDE_MAX_GROUPS_PER_ROW
 }
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
@@ -188,13 +191,16 @@ pub fn ternary_gemv_fused(
     check_binding(ctx, "ternary output", yb)?;
     let (xa, xf, pro, eps) = match norm {
         Some(n) => {
-            if !fused_norm_fits(a) {
+            if !fused_norm_fits(w, a) {
                 return Err(GpuError::shape(
                     OP,
                     format!(
-                        "a fused norm needs ≤ {GEMV_STAGED_ACT_WORDS} activation words and \
-                         ≤ {GEMV_FUSED_NORM_MAX_COLS} columns, not {} / {}",
-                        a.stride, a.cols
+                        "a fused norm needs ≤ {GEMV_STAGED_ACT_WORDS} activation words, \
+                         ≤ {GEMV_FUSED_NORM_MAX_COLS} columns and ≤ \
+                         {TERNARY_WIDE_MAX_GROUPS_PER_ROW} scale groups per row, not {} / {} / {}",
+                        a.stride,
+                        a.cols,
+                        w.groups_per_row()
                     ),
                 ));
             }
@@ -211,11 +217,23 @@ pub fn ternary_gemv_fused(
         }
     };
     let vec_rows = if wpr % 4 == 0 { 1 << 4 } else { 0 };
-    let key = KernelKey::TernaryGemv {
-        layout: w.layout,
-        scale_type: w.scale_type,
-        act: a.act,
-        dot: ctx.dot_kind(),
+    let (layout, scale_type, act, dot) = (w.layout, w.scale_type, a.act, ctx.dot_kind());
+    // The wide kernel only for the fused prologue: the plain one is what the H100 measured
+    // faster end to end (docs/measurements.md, issue 15).
+    let key = if pro == 1 {
+        KernelKey::TernaryGemvWide {
+            layout,
+            scale_type,
+            act,
+            dot,
+        }
+    } else {
+        KernelKey::TernaryGemv {
+            layout,
+            scale_type,
+            act,
+            dot,
+        }
     };
     for part in &w.parts {
         let mut p = ternary_params(OP, w, part, a, wpr)?;
