@@ -26,7 +26,7 @@ log "pack"
 "$K/tern-dec" pack "$M/bitnet-tq2_0.gguf" -o "$M/bitnet.tern" --ternary 2bit --floats raw > "$O/pack-bitnet.log" 2>&1
 "$K/tern-dec" pack "$M/smollm-q4_1.gguf" -o "$M/smollm.tern" --ternary 2bit --floats raw > "$O/pack-smollm.log" 2>&1
 ls -la "$M" | tee "$O/models.txt"
-tb() { # tag bin model extra...
+tb() { # tag bin model extra... (env before the call applies)
   local tag=$1 bin=$2 m=$3; shift 3
   log "tern bench $tag"
   timeout 90 "$K/tern-$bin" bench "$M/$m.tern" --device gpu --profile --json -p "$P" -n "$N" -r "$R" "$@" > "$O/tern-$tag.json" 2> "$O/tern-$tag.err"
@@ -38,11 +38,12 @@ print('   ', [(t['test'], round(t['avg_ts'],1)) for t in d['tests']], 'dispatche
 }
 tb bitnet-main main bitnet
 tb bitnet-dec dec bitnet
+TERN_GPU_FUSE_NORM=1 tb bitnet-dec-fused dec bitnet
+tb bitnet-main-a48 main bitnet --activations a4.8
+tb bitnet-dec-a48 dec bitnet --activations a4.8
+TERN_GPU_FUSE_NORM=1 tb bitnet-dec-a48-fused dec bitnet --activations a4.8
 tb smollm-main main smollm
 tb smollm-dec dec smollm
-tb bitnet-dec-a48 dec bitnet --activations a4.8
-log "gpu_bench gemv"
-timeout 60 "$K/gpu_bench" --only gemv $([ "$TINY" = 1 ] && echo --quick) > "$O/gpu_bench-gemv-dec.json" 2> "$O/gpu_bench.err"; tail -c 2000 "$O/gpu_bench-gemv-dec.json"
 log "llama-bench"
 timeout 100 "$LB/llama-bench" -m "$M/bitnet-tq2_0.gguf" -ngl 99 -p "$P" -n "$N" -r "$R" -o json > "$O/llama-bitnet-tq2_0.json" 2> "$O/llama-bitnet.err"
 timeout 60 "$LB/llama-bench" -m "$M/smollm-q4_1.gguf" -ngl 99 -p "$P" -n "$N" -r "$R" -o json > "$O/llama-smollm-q4_1.json" 2> "$O/llama-smollm.err"
@@ -57,4 +58,19 @@ for f in sorted(glob.glob(os.path.join(o, 'llama-*.json'))):
     except Exception as ex:
         print(f, 'unreadable', ex)
 PY
+python3 - "$O" <<'PY'
+# per-kernel decode profile, summed by kernel family, per run
+import json, sys, glob, os
+o = sys.argv[1]
+for f in sorted(glob.glob(os.path.join(o, 'tern-*.json'))):
+    try:
+        d = json.load(open(f))
+    except Exception:
+        continue
+    prof = d.get('profile_us_per_token') or []
+    tot = sum(k['us'] for k in prof)
+    print(os.path.basename(f), 'profile total', round(tot), 'us;', ', '.join(f"{k['kernel']} {k['dispatches']}x {round(k['us'])}" for k in prof[:8]))
+PY
 log "end"
+tar czf "$O/all.tar.gz" -C "$O" $(cd "$O" && ls | grep -v all.tar.gz)
+mkdir -p "$O/keep" && mv "$O/all.tar.gz" "$O/keep/" && find "$O" -maxdepth 1 -type f -delete
