@@ -93,6 +93,44 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// Bytes one decode step reads (issue 15), by part: `weights` — every weight tensor as held
+/// (the report's bytes), the token embedding as one row unless it is also the head (tied);
+/// `kv` — the cache at the benchmark's depth (`kv_bytes_per_token` × (depth + 1) positions);
+/// `activations` — the f32 vectors a layer's ops read once each (hidden state for the two norms
+/// and the two residual adds, q/k/v, the attention output, gate/up, the FFN's input to down) and
+/// the head's normed row, from the hyperparameters.
+fn bytes_read_per_token(
+    model: &tern_engine::Model,
+    kv_per_token: u64,
+    depth: usize,
+) -> serde_json::Value {
+    let hp = &model.meta().hparams;
+    let tensors = model.report().memory.tensors;
+    let emb = "token_embd.weight";
+    let mut weights: u64 = 0;
+    for t in &tensors {
+        if t.name == emb && !hp.tied_embeddings {
+            weights += t.bytes / u64::from(hp.n_vocab.max(1));
+        } else {
+            weights += t.bytes;
+        }
+    }
+    let kv = kv_per_token.saturating_mul(depth as u64 + 1);
+    let (d, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+    let (q, kvd) = (
+        u64::from(hp.n_head) * u64::from(hp.head_dim),
+        u64::from(hp.n_head_kv) * u64::from(hp.head_dim),
+    );
+    let per_layer = 4 * (4 * d + q + 2 * kvd + q + 3 * ff);
+    let activations = per_layer * u64::from(hp.n_layer) + 4 * d;
+    json!({
+        "weights": weights,
+        "kv": kv,
+        "activations": activations,
+        "total": weights + kv + activations,
+    })
+}
+
 fn mib(b: u64) -> f64 {
     b as f64 / 1048576.0
 }
@@ -325,6 +363,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "host_round_trips_per_token": round_trips,
                 "readback_bytes_per_token": readback,
                 "kv_bytes_per_token": session.kv_bytes_per_token,
+                "bytes_read_per_token": bytes_read_per_token(&model, session.kv_bytes_per_token, a.depth),
                 "kv": {"format": a.kv.kv, "minicache": a.kv.minicache},
                 "profile_us_per_token": prof,
                 "activations": acts_json,

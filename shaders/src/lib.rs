@@ -58,6 +58,9 @@ pub enum Shader {
     ActQuantA48,
     /// Ternary GEMV (2-bit) with INT8 activations that skips zero activation words (bit-exact).
     TernaryGemvSparse,
+    /// The wide ternary GEMV (vec4 loads, staged activations, base-3 byte table) with the RMSNorm
+    /// + INT8/INT4 quantization fused into its prologue (bit-exact with the unfused passes).
+    TernaryGemvWide,
     /// Zero-code counters of quantized activations (sparsity measurement).
     ActStats,
     /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
@@ -114,6 +117,33 @@ const TERNARY_VARIANTS: &[Variant] = variants![Shader::TernaryGemv;
     "ternary_gemv_base3_f32_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
     "ternary_gemv_base3_f16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
     "ternary_gemv_base3_bf16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+];
+
+const TERNARY_WIDE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvWide;
+    "ternary_gemv_wide_2bit_f32_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_wide_2bit_f16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_wide_2bit_bf16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_wide_base3_f32_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_wide_base3_f16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_wide_base3_bf16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_wide_2bit_f32_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_wide_2bit_f16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_wide_2bit_bf16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_wide_base3_f32_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_wide_base3_f16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_wide_base3_bf16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_wide_2bit_f32_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_wide_2bit_f16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_wide_2bit_bf16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_wide_base3_f32_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_wide_base3_f16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_wide_base3_bf16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_wide_2bit_f32_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_wide_2bit_f16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_wide_2bit_bf16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_wide_base3_f32_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_wide_base3_f16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_wide_base3_bf16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
 ];
 
 const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
@@ -313,7 +343,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 25] = [
+    pub const ALL: [Shader; 26] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -338,6 +368,7 @@ impl Shader {
         Shader::LogSoftmaxTarget,
         Shader::ActQuantA48,
         Shader::TernaryGemvSparse,
+        Shader::TernaryGemvWide,
         Shader::ActStats,
     ];
 
@@ -368,6 +399,7 @@ impl Shader {
             Shader::LogSoftmaxTarget => "log_softmax_target.wgsl",
             Shader::ActQuantA48 => "act_quant_a48.wgsl",
             Shader::TernaryGemvSparse => "ternary_gemv_sparse.wgsl",
+            Shader::TernaryGemvWide => "ternary_gemv_wide.wgsl",
             Shader::ActStats => "act_stats.wgsl",
         }
     }
@@ -399,6 +431,7 @@ impl Shader {
             Shader::LogSoftmaxTarget => include_str!("../wgsl/log_softmax_target.wgsl"),
             Shader::ActQuantA48 => include_str!("../wgsl/act_quant_a48.wgsl"),
             Shader::TernaryGemvSparse => include_str!("../wgsl/ternary_gemv_sparse.wgsl"),
+            Shader::TernaryGemvWide => include_str!("../wgsl/ternary_gemv_wide.wgsl"),
             Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
         }
     }
@@ -445,6 +478,7 @@ impl Shader {
             Shader::LogSoftmaxTarget => LOG_SOFTMAX_TARGET_VARIANTS,
             Shader::ActQuantA48 => ACT_QUANT_A48_VARIANTS,
             Shader::TernaryGemvSparse => TERNARY_GEMV_SPARSE_VARIANTS,
+            Shader::TernaryGemvWide => TERNARY_WIDE_VARIANTS,
             Shader::ActStats => ACT_STATS_VARIANTS,
         }
     }

@@ -23,7 +23,7 @@ struct Params {
     out_stride: u32,
     row0: u32,
     n_tokens: u32,
-    _pad0: u32,
+    mode: u32, // GEMV epilogue (ggml_gemv.wgsl's `store`); 0 in the GEMM
     _pad1: u32,
 }
 

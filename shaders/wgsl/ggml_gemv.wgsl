@@ -29,7 +29,7 @@ struct Params {
     out_stride: u32,
     row0: u32,
     n_tokens: u32,
-    _pad0: u32,
+    mode: u32, // GEMV epilogue (ggml_gemv.wgsl's `store`); 0 in the GEMM
     _pad1: u32,
 }
 
@@ -213,6 +213,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         workgroupBarrier();
     }
     if (lane == 0u && row < p.rows && tok < p.n_tokens) {
-        y[tok * p.out_stride + p.row0 + row] = partial[lid];
+        store(tok * p.out_stride + p.row0 + row, partial[lid]);
+    }
+}
+
+// The epilogue (issue 15's decode fusions), by `p.mode`: 0 y = W·x; 1 y = y + W·x (residual add
+// in place); 2 y = relu(y)² · (W·x); 3 y = silu(y) · (W·x) (the GLU with the gate already in y;
+// elementwise.wgsl's arithmetic, so the same bits as the separate pass).
+fn store(o: u32, res: f32) {
+    if (p.mode == 0u) {
+        y[o] = res;
+    } else if (p.mode == 1u) {
+        y[o] = y[o] + res;
+    } else if (p.mode == 2u) {
+        let g = max(y[o], 0.0);
+        y[o] = g * g * res;
+    } else {
+        let g = y[o];
+        y[o] = g / (1.0 + exp(-g)) * res;
     }
 }

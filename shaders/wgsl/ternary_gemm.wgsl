@@ -56,7 +56,11 @@ struct Params {
     row0: u32,
     n_tokens: u32,
     sparse_max_words: u32,
-    _pad1: u32,
+    mode: u32,
+    eps: f32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
 }
 
 override LAYOUT: u32 = 0u;

@@ -21,6 +21,11 @@
 //   xq  : [n_tokens][act_stride] u32, int8 activations packed 4 per word (act_quant_int8)
 //   xs  : [n_tokens] f32 activation multipliers
 //   y   : [n_tokens][out_stride] f32; this part writes columns row0 .. row0 + rows_part
+//
+// `p.mode` bits 2..3: the epilogue (issue 15; elementwise.wgsl's arithmetic, so the same bits as
+// the separate pass): 0 y = W·a, 1 y = y + W·a (residual add in place), 2 y = relu(y)² · W·a,
+// 3 y = silu(y) · W·a (the GLU with the gate already in y). The fused norm prologue and the wide
+// loads are `ternary_gemv_wide.wgsl`.
 
 struct Params {
     rows: u32,
@@ -34,7 +39,11 @@ struct Params {
     row0: u32,
     n_tokens: u32,
     sparse_max_words: u32,
-    _pad1: u32,
+    mode: u32,
+    eps: f32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
 }
 
 override LAYOUT: u32 = 0u;
@@ -202,6 +211,19 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         for (var g = 0u; g < gpr; g = g + 1u) {
             sum = sum + bitcast<f32>(atomicLoad(&gsum[lrow * gpr + g]));
         }
-        y[tok * p.out_stride + p.row0 + row] = div_rn(sum, xs[tok]);
+        let res = div_rn(sum, xs[tok]);
+        let o = tok * p.out_stride + p.row0 + row;
+        let epi = (p.mode >> 2u) & 3u;
+        if (epi == 0u) {
+            y[o] = res;
+        } else if (epi == 1u) {
+            y[o] = y[o] + res;
+        } else if (epi == 2u) {
+            let g = max(y[o], 0.0);
+            y[o] = g * g * res;
+        } else {
+            let g = y[o];
+            y[o] = g / (1.0 + exp(-g)) * res;
+        }
     }
 }

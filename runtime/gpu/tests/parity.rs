@@ -29,6 +29,8 @@ mod a48;
 mod attn;
 #[path = "parity/cce.rs"]
 mod cce;
+#[path = "parity/decode.rs"]
+mod decode;
 #[path = "parity/float_ops.rs"]
 mod float_ops;
 #[path = "parity/fused.rs"]
@@ -801,7 +803,8 @@ fn parity_table() {
 fn parity_a48() {
     let mut failures = Vec::new();
     let t0 = std::time::Instant::now();
-    let all = a48::cases();
+    let mut all = a48::cases();
+    all.extend(decode::cases());
     for packed in [true, false] {
         let ctx = match GpuContext::with_options(GpuOptions {
             packed_dot: Some(packed),

@@ -47,19 +47,21 @@ params! {
 
 params! {
     /// Ternary GEMV and tiled GEMM (same struct in both shaders).
-    /// `sparse_max_words`: the sparse GEMV's switch (the others ignore it).
-    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params"), (TernaryGemvSparse, "Params")] {
+    /// `sparse_max_words`: the sparse GEMV's switch (the others ignore it); `mode` / `eps`: the
+    /// GEMV's fused prologue and epilogue (`ternary_gemv.wgsl`; 0 elsewhere).
+    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params"), (TernaryGemvSparse, "Params"), (TernaryGemvWide, "Params")] {
         rows: u32, cols: u32, words_per_row: u32, group: u32, groups_per_row: u32,
         scale_word_offset: u32, act_stride: u32, out_stride: u32, row0: u32, n_tokens: u32,
-        sparse_max_words: u32, _pad1: u32,
+        sparse_max_words: u32, mode: u32, eps: f32, _pad2: u32, _pad3: u32, _pad4: u32,
     }
 }
 
 params! {
-    /// ggml-block GEMV and tiled GEMM (`blocks_per_row` counts 32-column units).
+    /// ggml-block GEMV and tiled GEMM (`blocks_per_row` counts 32-column units; `mode`: the
+    /// GEMV's epilogue, 0 in the GEMM).
     GgmlParams in [(GgmlGemv, "Params"), (GgmlGemm, "Params")] {
         rows: u32, cols: u32, blocks_per_row: u32, out_stride: u32, row0: u32, n_tokens: u32,
-        _pad0: u32, _pad1: u32,
+        mode: u32, _pad1: u32,
     }
 }
 

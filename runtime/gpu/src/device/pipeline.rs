@@ -95,6 +95,13 @@ pub enum KernelKey {
         topk: bool,
         norm: bool,
     },
+    /// The wide ternary GEMV with the fused norm prologue (`ternary_gemv_wide.wgsl`).
+    TernaryGemvWide {
+        layout: TernaryLayout,
+        scale_type: FloatType,
+        act: ActBits,
+        dot: DotKind,
+    },
     /// Ternary GEMV (2-bit, INT8 activations) that skips zero activation words.
     TernaryGemvSparse {
         scale_type: FloatType,
@@ -174,6 +181,15 @@ impl fmt::Display for KernelKey {
             } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
                 write!(f, "ternary_gemv_{l}_{s}_tpr32{}", suffix(*act, *dot))
+            }
+            KernelKey::TernaryGemvWide {
+                layout,
+                scale_type,
+                act,
+                dot,
+            } => {
+                let (l, s) = ternary_names(*layout, *scale_type);
+                write!(f, "ternary_gemv_wide_{l}_{s}_tpr32{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
             KernelKey::TernaryGemm {
@@ -280,6 +296,7 @@ impl KernelKey {
             KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
             KernelKey::ActQuantA48 { .. } => Shader::ActQuantA48,
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
+            KernelKey::TernaryGemvWide { .. } => Shader::TernaryGemvWide,
             KernelKey::ActStats => Shader::ActStats,
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
@@ -462,6 +479,12 @@ mod tests {
                                 wide: true,
                             });
                         }
+                        keys.push(KernelKey::TernaryGemvWide {
+                            layout: l,
+                            scale_type: s,
+                            act,
+                            dot,
+                        });
                     }
                 }
             }

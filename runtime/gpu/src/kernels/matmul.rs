@@ -22,7 +22,7 @@ use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
-use crate::weights::ternary::GEMV_ROWS_PER_WG;
+use crate::weights::ternary::{GEMV_ROWS_PER_WG, TERNARY_WIDE_MAX_GROUPS_PER_ROW};
 use crate::weights::{FloatWeight, GgmlWeight, Part, TernaryWeight};
 
 /// Weight rows per GEMM workgroup (`TR` in the shaders).
@@ -106,7 +106,11 @@ pub(crate) fn ternary_params(
         row0: u32_of(op, "row0", part.row0)?,
         n_tokens: a.n_tokens,
         sparse_max_words: 0,
-        _pad1: 0,
+        mode: 0,
+        eps: 0.0,
+        _pad2: 0,
+        _pad3: 0,
+        _pad4: 0,
     })
 }
 
@@ -122,15 +126,67 @@ fn act_per_word(a: &ActInt8) -> u64 {
 /// `blocks_per_row` counts 32-column units).
 fn ggml_params(op: &'static str, w: &GgmlWeight, part: &Part, n_tokens: u32) -> Result<GgmlParams> {
     Ok(GgmlParams {
+        mode: 0,
         rows: u32_of(op, "rows", part.rows)?,
         cols: u32_of(op, "cols", w.cols)?,
         blocks_per_row: u32_of(op, "blocks", w.cols / 32)?,
         out_stride: u32_of(op, "rows", w.rows)?,
         row0: u32_of(op, "row0", part.row0)?,
         n_tokens,
-        _pad0: 0,
         _pad1: 0,
     })
+}
+
+/// What a decode GEMV does with its result (issue 15's fusions, `p.mode` bits 2..3 of
+/// `ternary_gemv.wgsl`, `mode` of `ggml_gemv.wgsl`): store it, add it to `y` in place (the
+/// residual add), or multiply it into the GLU of the gate already in `y` (the same f32 operations
+/// as `elementwise.wgsl`, so the same bits as the separate pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Epilogue {
+    #[default]
+    Store,
+    Add,
+    Relu2Glu,
+    SwiGlu,
+}
+
+impl Epilogue {
+    fn mode(self) -> u32 {
+        match self {
+            Epilogue::Store => 0,
+            Epilogue::Add => 1,
+            Epilogue::Relu2Glu => 2,
+            Epilogue::SwiGlu => 3,
+        }
+    }
+}
+
+/// Activation words a ternary GEMV workgroup stages in workgroup memory (`ASH` in the shader):
+/// the fused norm prologue needs the row to fit.
+pub const GEMV_STAGED_ACT_WORDS: u32 = 2048;
+
+/// An RMSNorm a ternary GEMV applies to its f32 input rows itself, then quantizes as its
+/// activations say (INT8 absmax or INT4 absmean): `rmsnorm_quant_int8` / the a4.8 INT4 quantizer
+/// fused into the GEMV's prologue, bit for bit.
+#[derive(Clone, Copy)]
+pub struct NormPrologue<'a> {
+    /// `[n_tokens][cols]` f32 rows.
+    pub x: &'a wgpu::Buffer,
+    /// `[cols]` f32 norm weight.
+    pub weight: &'a wgpu::Buffer,
+    pub eps: f32,
+}
+
+/// Columns the fused norm prologue takes (256 invocations × `KMAX` registers each).
+pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
+
+/// Whether a ternary GEMV of `w` can fuse the norm and quantization producing `a` (the row fits
+/// the wide kernel's staging memory and the prologue's registers, its group sums the weight's
+/// scale groups).
+pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
+    a.stride <= GEMV_STAGED_ACT_WORDS
+        && a.cols <= GEMV_FUSED_NORM_MAX_COLS
+        && w.groups_per_row() <= TERNARY_WIDE_MAX_GROUPS_PER_ROW
 }
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
@@ -141,6 +197,21 @@ pub fn ternary_gemv(
     enc: &mut impl Recorder,
     w: &TernaryWeight,
     a: &ActInt8,
+    y: &wgpu::Buffer,
+) -> Result<()> {
+    ternary_gemv_fused(ctx, enc, w, a, None, Epilogue::Store, y)
+}
+
+/// [`ternary_gemv`] with the decode fusions: with `norm`, the GEMV computes its activations itself
+/// from `norm.x` (RMSNorm then `a`'s quantization: `a` gives the scheme, columns and stride, its
+/// buffers are not read); `epi` says what it does with the result.
+pub fn ternary_gemv_fused(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &TernaryWeight,
+    a: &ActInt8,
+    norm: Option<NormPrologue<'_>>,
+    epi: Epilogue,
     y: &wgpu::Buffer,
 ) -> Result<()> {
     const OP: &str = "ternary_gemv";
@@ -158,23 +229,66 @@ pub fn ternary_gemv(
             "activation stride shorter than a code row",
         ));
     }
-    let yb = u64::from(a.n_tokens) * w.rows * 4;
+    let nt = u64::from(a.n_tokens);
+    let yb = nt * w.rows * 4;
     check_buffer(OP, "y", y, yb)?;
     check_binding(ctx, "ternary output", yb)?;
-    let key = KernelKey::TernaryGemv {
-        layout: w.layout,
-        scale_type: w.scale_type,
-        act: a.act,
-        dot: ctx.dot_kind(),
+    let (xa, xf, pro, eps) = match norm {
+        Some(n) => {
+            if !fused_norm_fits(w, a) {
+                return Err(GpuError::shape(
+                    OP,
+                    format!(
+                        "a fused norm needs ≤ {GEMV_STAGED_ACT_WORDS} activation words, \
+                         ≤ {GEMV_FUSED_NORM_MAX_COLS} columns and ≤ \
+                         {TERNARY_WIDE_MAX_GROUPS_PER_ROW} scale groups per row, not {} / {} / {}",
+                        a.stride,
+                        a.cols,
+                        w.groups_per_row()
+                    ),
+                ));
+            }
+            let xb = nt * w.cols * 4;
+            check_buffer(OP, "x", n.x, xb)?;
+            check_binding(ctx, "activations", xb)?;
+            check_buffer(OP, "norm weight", n.weight, w.cols * 4)?;
+            (n.x, n.weight, 1, n.eps)
+        }
+        None => {
+            check_buffer(OP, "q", &a.q, nt * u64::from(a.stride) * 4)?;
+            check_buffer(OP, "s", &a.s, nt * 4)?;
+            (&a.q, &a.s, 0, 0.0)
+        }
+    };
+    let vec_rows = if wpr % 4 == 0 { 1 << 4 } else { 0 };
+    let (layout, scale_type, act, dot) = (w.layout, w.scale_type, a.act, ctx.dot_kind());
+    // The wide kernel only for the fused prologue: the plain one is what the H100 measured
+    // faster end to end (docs/measurements.md, issue 15).
+    let key = if pro == 1 {
+        KernelKey::TernaryGemvWide {
+            layout,
+            scale_type,
+            act,
+            dot,
+        }
+    } else {
+        KernelKey::TernaryGemv {
+            layout,
+            scale_type,
+            act,
+            dot,
+        }
     };
     for part in &w.parts {
-        let p = ternary_params(OP, w, part, a, wpr)?;
+        let mut p = ternary_params(OP, w, part, a, wpr)?;
+        p.mode = pro | (epi.mode() << 2) | vec_rows;
+        p.eps = eps;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
         ctx.dispatch(
             enc,
             key,
-            &[&params, &part.buffer, &a.q, &a.s, y],
+            &[&params, &part.buffer, xa, xf, y],
             (gx, a.n_tokens, 1),
         )?;
     }
@@ -190,6 +304,19 @@ pub fn ggml_gemv(
     n_tokens: u64,
     y: &wgpu::Buffer,
 ) -> Result<()> {
+    ggml_gemv_epi(ctx, enc, w, x, n_tokens, Epilogue::Store, y)
+}
+
+/// [`ggml_gemv`] with an [`Epilogue`] (the residual add or the GLU fused into the store).
+pub fn ggml_gemv_epi(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &GgmlWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    epi: Epilogue,
+    y: &wgpu::Buffer,
+) -> Result<()> {
     const OP: &str = "ggml_gemv";
     let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
     check_buffer(OP, "x", x, xb)?;
@@ -199,7 +326,8 @@ pub fn ggml_gemv(
     check_binding(ctx, "ggml output", yb)?;
     let nt = u32_of(OP, "n_tokens", n_tokens)?;
     for part in &w.parts {
-        let p = ggml_params(OP, w, part, nt)?;
+        let mut p = ggml_params(OP, w, part, nt)?;
+        p.mode = epi.mode();
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
         ctx.dispatch(

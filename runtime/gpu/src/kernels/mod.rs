@@ -43,9 +43,10 @@ pub use attention::{
 pub use embed::{embed_rows, EmbedTable};
 pub use kv::{kv_store, KvLayout};
 pub use matmul::{
-    float_gemv, float_matmul, ggml_gemm, ggml_gemv, ggml_matmul, ternary_gemm, ternary_gemm_tiled,
-    ternary_gemv, ternary_matmul, GemmTile, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
-    GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS,
+    float_gemv, float_matmul, fused_norm_fits, ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_matmul,
+    ternary_gemm, ternary_gemm_tiled, ternary_gemv, ternary_gemv_fused, ternary_matmul, Epilogue,
+    GemmTile, NormPrologue, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
+    GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS, GEMV_STAGED_ACT_WORDS,
 };
 pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
 pub use sample::{

@@ -5,18 +5,36 @@
 //!
 //! Buffers: `x0` holds the residual stream (embeddings first; ping-pong `x0 → x1 → x0` per
 //! block), `a` a normed row, `q/k/v/o` attention, `g/u/h` the FFN, `proj` a block's output.
+//!
+//! Decode fusions (issue 15; batches below `GEMM_MIN_TOKENS`, i.e. the GEMV path): a ternary
+//! linear whose input is a fused norm + quantization computes that input in its GEMV's prologue
+//! (no separate `rmsnorm_quant` dispatch; same bits); the attention output and FFN down
+//! projections add their result into the residual stream in place (the GEMV's epilogue, no
+//! `add` dispatch: the stream then stays in `x0`, `Graph::cur`); the up projection multiplies its
+//! result into the GLU of the gate already in `h` (no GLU dispatch). Each is the same f32
+//! operation as the pass it replaces, so the results do not change.
 
 use crate::device::context::GpuContext;
 use crate::device::pipeline::EltOp;
 use crate::device::plan::{Plan, Recorder};
 use crate::error::{GpuError, Result};
 use crate::kernels::attention::KvRead;
+use crate::kernels::sparse::SPARSE_MAX_DENSITY;
 use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, EmbedTable, KvLayout};
+use crate::kernels::{Epilogue, NormPrologue, GEMM_MIN_TOKENS};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache, Layer, Lin};
 use tern_format::FfnAct;
+
+/// The fused norm prologue (the wide ternary GEMV computing its own RMSNorm + quantization) is
+/// opt-in, `TERN_GPU_FUSE_NORM=1`: its first version measured slower end to end on an H100 than
+/// the separate `rmsnorm_quant` pass it replaces (docs/measurements.md, issue 15); the results
+/// are the same bits either way.
+fn fuse_norm_enabled() -> bool {
+    std::env::var("TERN_GPU_FUSE_NORM").is_ok_and(|v| v == "1")
+}
 
 /// Which rows of logits a step produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +60,9 @@ struct Input<'a> {
     int8: Option<&'a ActInt8>,
     /// The plan marks the input sparse (a4.8): its GEMV may skip zero activations.
     sparse: bool,
+    /// The ternary GEMVs compute `int8` themselves from these rows (the fused prologue); `int8`
+    /// then only describes the scheme, its buffers are not written.
+    norm: Option<NormPrologue<'a>>,
 }
 
 /// A scratch activation buffer seen as INT8 and as INT4 (same buffers).
@@ -65,6 +86,9 @@ struct Graph<'a> {
     act_f: Acts<'a>,
     /// Just-in-time decodes recorded so far (they alternate between scratch sets).
     jit_turn: usize,
+    /// The residual stream (`x0` or `x1`) and the other one.
+    cur: &'a wgpu::Buffer,
+    other: &'a wgpu::Buffer,
     p: Plan,
 }
 
@@ -108,6 +132,8 @@ pub(crate) fn record(
             i4: &act_f4,
         },
         jit_turn: 0,
+        cur: &s.x0,
+        other: &s.x1,
         p: Plan::new(),
     };
     let mut segments = Vec::new();
@@ -162,6 +188,7 @@ impl<'a> Graph<'a> {
     /// The input of a linear whose rows are `x` (`width` values each), preceded by `norm` when
     /// there is one: what the plan's producer says — the norm alone into `f32_out`, the norm
     /// fused with INT8 quantization into `act`, or a separate quantization pass.
+    #[allow(clippy::too_many_arguments)]
     fn input(
         &mut self,
         x: &'a wgpu::Buffer,
@@ -170,6 +197,7 @@ impl<'a> Graph<'a> {
         li: &LinearInput,
         f32_out: &'a wgpu::Buffer,
         acts: Acts<'a>,
+        ws: &[&Lin],
     ) -> Result<Input<'a>> {
         let (ctx, n, eps) = (self.ctx, self.n, self.eps());
         let act = if li.producer.is_int4() {
@@ -178,6 +206,14 @@ impl<'a> Graph<'a> {
             acts.i8
         };
         let sparse = li.sparse;
+        if let (Some(weight), true) = (norm, self.prologue_fuses(li, ws, act)) {
+            return Ok(Input {
+                f32: None,
+                int8: Some(act),
+                sparse,
+                norm: Some(NormPrologue { x, weight, eps }),
+            });
+        }
         let stats = self.s.act_stats.as_ref().zip(li.linear.stats_slot());
         let p = &mut self.p;
         let normed = |p: &mut Plan| -> Result<&'a wgpu::Buffer> {
@@ -194,6 +230,7 @@ impl<'a> Graph<'a> {
                 f32: Some(normed(p)?),
                 int8: None,
                 sparse,
+                norm: None,
             },
             Producer::NormQuantInt8 | Producer::NormQuantInt4 | Producer::NormTopK => {
                 let w = norm.ok_or_else(|| {
@@ -214,6 +251,7 @@ impl<'a> Graph<'a> {
                     f32: None,
                     int8: Some(act),
                     sparse,
+                    norm: None,
                 }
             }
             Producer::QuantInt8 | Producer::QuantInt4 | Producer::QuantTopK => {
@@ -233,6 +271,7 @@ impl<'a> Graph<'a> {
                     f32: Some(rows),
                     int8: Some(act),
                     sparse,
+                    norm: None,
                 }
             }
             Producer::Unsupported => {
@@ -248,8 +287,69 @@ impl<'a> Graph<'a> {
         Ok(input)
     }
 
+    /// Whether the GEMVs of `ws` compute the input `li` themselves (the norm and its quantization
+    /// in the ternary GEMV's prologue): a decode batch, ternary weights only, a fused norm +
+    /// INT8/INT4 producer, the dense GEMV (not the sparse walk), no sparsity measurement (it
+    /// reads the quantized buffers), a row that fits the GEMV's staging memory.
+    fn prologue_fuses(&self, li: &LinearInput, ws: &[&Lin], act: &ActInt8) -> bool {
+        self.n < GEMM_MIN_TOKENS
+            && matches!(
+                li.producer,
+                Producer::NormQuantInt8 | Producer::NormQuantInt4
+            )
+            && !ws.is_empty()
+            && ws
+                .iter()
+                .all(|w| matches!(w, Lin::Ternary(tw) if kernels::fused_norm_fits(tw, act)))
+            && !(li.sparse && SPARSE_MAX_DENSITY > 0.0)
+            && self.s.act_stats.is_none()
+            && fuse_norm_enabled()
+    }
+
+    /// Whether `w`'s matmul for this batch is a GEMV that can apply an [`Epilogue`].
+    fn epilogue_fuses(&self, w: &Lin, sparse: bool) -> bool {
+        self.n < GEMM_MIN_TOKENS
+            && match w {
+                Lin::Ternary(_) => !(sparse && SPARSE_MAX_DENSITY > 0.0),
+                Lin::Ggml(_) => true,
+                _ => false,
+            }
+    }
+
     /// `y` ← `w · input` for `n` tokens, by the weight's storage.
     fn linear(&mut self, w: &Lin, input: Input<'_>, n: u64, y: &wgpu::Buffer) -> Result<()> {
+        self.linear_epi(w, input, n, y, Epilogue::Store)
+    }
+
+    /// [`Graph::linear`] whose GEMV applies `epi` (only where [`Graph::epilogue_fuses`] says so;
+    /// a fused-norm input always goes to the fused ternary GEMV).
+    fn linear_epi(
+        &mut self,
+        w: &Lin,
+        input: Input<'_>,
+        n: u64,
+        y: &wgpu::Buffer,
+        epi: Epilogue,
+    ) -> Result<()> {
+        let ctx = self.ctx;
+        if input.norm.is_some() || epi != Epilogue::Store {
+            let p = &mut self.p;
+            return match (w, input.int8) {
+                (Lin::Ternary(tw), Some(a)) => {
+                    kernels::ternary_gemv_fused(ctx, p, tw, a, input.norm, epi, y)
+                }
+                (Lin::Ggml(gw), _) if input.norm.is_none() => {
+                    let x = input.f32.ok_or_else(|| {
+                        GpuError::internal("plan", "ggml weight given INT8 input")
+                    })?;
+                    kernels::ggml_gemv_epi(ctx, p, gw, x, n, epi, y)
+                }
+                _ => Err(GpuError::internal(
+                    "plan",
+                    "a fused GEMV prologue or epilogue on a weight without one",
+                )),
+            };
+        }
         let (ctx, m) = (self.ctx, self.m);
         let f32_in = || {
             input
@@ -285,7 +385,16 @@ impl<'a> Graph<'a> {
             u64::from(hp.head_dim),
         );
         let (q_dim, rd) = (nh * hd, u64::from(hp.rope_dim));
-        let input = self.input(&s.x0, Some(&l.attn_norm), d, &plan.qkv, &s.a, self.act_d)?;
+        let ws = [&l.wq, &l.wk, &l.wv];
+        let input = self.input(
+            self.cur,
+            Some(&l.attn_norm),
+            d,
+            &plan.qkv,
+            &s.a,
+            self.act_d,
+            &ws,
+        )?;
         self.linear(&l.wq, input, n, &s.q)?;
         self.linear(&l.wk, input, n, &s.k)?;
         self.linear(&l.wv, input, n, &s.v)?;
@@ -294,9 +403,24 @@ impl<'a> Graph<'a> {
         kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)?;
         self.kv_attention(li, n)?;
         let sub = l.attn_sub_norm.as_ref();
-        let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q)?;
-        self.linear(&l.wo, input, n, &s.proj)?;
-        kernels::elementwise(ctx, &mut self.p, EltOp::Add, &s.x0, &s.proj, &s.x1, n * d)
+        let wo = [&l.wo];
+        let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q, &wo)?;
+        self.residual(&l.wo, input, plan.attn_out.sparse)
+    }
+
+    /// The residual stream ← itself + `w · input`: in place through the GEMV's epilogue where it
+    /// fuses, else into `proj` and an add into the other stream buffer.
+    fn residual(&mut self, w: &Lin, input: Input<'_>, sparse: bool) -> Result<()> {
+        let (n, d) = (self.n, u64::from(self.m.hp.n_embd));
+        if self.epilogue_fuses(w, sparse) {
+            return self.linear_epi(w, input, n, self.cur, Epilogue::Add);
+        }
+        let (ctx, s) = (self.ctx, self.s);
+        self.linear(w, input, n, &s.proj)?;
+        let (cur, other) = (self.cur, self.other);
+        kernels::elementwise(ctx, &mut self.p, EltOp::Add, cur, &s.proj, other, n * d)?;
+        (self.cur, self.other) = (other, cur);
+        Ok(())
     }
 
     /// The KV part of layer `li`'s attention block: store this batch's keys and values (`s.k`,
@@ -350,22 +474,30 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// `x0` ← `x1` + FFN(`x1`) (SwiGLU or ReLU² GLU, BitNet's sub-norm before `down`).
+    /// The stream ← itself + FFN(itself) (SwiGLU or ReLU² GLU, BitNet's sub-norm before `down`).
     fn ffn_block(&mut self, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
         let (ctx, s, n, hp) = (self.ctx, self.s, self.n, &self.m.hp);
         let (d, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
-        let input = self.input(&s.x1, Some(&l.ffn_norm), d, &plan.gate_up, &s.a, self.act_d)?;
-        self.linear(&l.gate, input, n, &s.g)?;
-        self.linear(&l.up, input, n, &s.u)?;
-        let op = match hp.ffn_act {
-            FfnAct::Silu => EltOp::SwiGlu,
-            FfnAct::Relu2 => EltOp::Relu2Glu,
+        let ws = [&l.gate, &l.up];
+        let gu = &plan.gate_up;
+        let input = self.input(self.cur, Some(&l.ffn_norm), d, gu, &s.a, self.act_d, &ws)?;
+        let (op, epi) = match hp.ffn_act {
+            FfnAct::Silu => (EltOp::SwiGlu, Epilogue::SwiGlu),
+            FfnAct::Relu2 => (EltOp::Relu2Glu, Epilogue::Relu2Glu),
         };
-        kernels::elementwise(ctx, &mut self.p, op, &s.g, &s.u, &s.h, n * ff)?;
+        if self.epilogue_fuses(&l.up, gu.sparse) {
+            // the gate into h, then the up projection's GEMV folds the GLU into its store
+            self.linear(&l.gate, input, n, &s.h)?;
+            self.linear_epi(&l.up, input, n, &s.h, epi)?;
+        } else {
+            self.linear(&l.gate, input, n, &s.g)?;
+            self.linear(&l.up, input, n, &s.u)?;
+            kernels::elementwise(ctx, &mut self.p, op, &s.g, &s.u, &s.h, n * ff)?;
+        }
         let sub = l.ffn_sub_norm.as_ref();
-        let input = self.input(&s.h, sub, ff, &plan.down, &s.h2, self.act_f)?;
-        self.linear(&l.down, input, n, &s.proj)?;
-        kernels::elementwise(ctx, &mut self.p, EltOp::Add, &s.x1, &s.proj, &s.x0, n * d)
+        let down = [&l.down];
+        let input = self.input(&s.h, sub, ff, &plan.down, &s.h2, self.act_f, &down)?;
+        self.residual(&l.down, input, plan.down.sparse)
     }
 
     /// The output norm and head: logits of the last token (and their argmax), of every token,
@@ -373,9 +505,10 @@ impl<'a> Graph<'a> {
     fn head(&mut self, wanted: Wanted) -> Result<()> {
         let (ctx, s, n, m) = (self.ctx, self.s, self.n, self.m);
         let (d, eps) = (u64::from(m.hp.n_embd), self.eps());
+        let (x, other) = (self.cur, self.other);
         match wanted {
             Wanted::Score => {
-                kernels::rmsnorm(ctx, &mut self.p, &s.x0, &m.output_norm, &s.a, d, n, eps)?;
+                kernels::rmsnorm(ctx, &mut self.p, x, &m.output_norm, &s.a, d, n, eps)?;
                 let head = match &m.head {
                     Lin::Ggml(gw) => cce::Head::Ggml(gw),
                     Lin::Float(fw) => cce::Head::Float(fw),
@@ -391,21 +524,29 @@ impl<'a> Graph<'a> {
                 cce::score(ctx, &mut self.p, &s.a, n, head, &s.targets, &s.logprobs)
             }
             Wanted::All => {
-                kernels::rmsnorm(ctx, &mut self.p, &s.x0, &m.output_norm, &s.a, d, n, eps)?;
+                kernels::rmsnorm(ctx, &mut self.p, x, &m.output_norm, &s.a, d, n, eps)?;
                 let input = Input {
                     f32: Some(&s.a),
                     int8: None,
                     sparse: false,
+                    norm: None,
                 };
                 self.linear(&m.head, input, n, &s.logits)
             }
             Wanted::Last | Wanted::Argmax | Wanted::Sample => {
-                self.p.record_copy(&s.x0, (n - 1) * d * 4, &s.x1, 0, d * 4);
-                kernels::rmsnorm(ctx, &mut self.p, &s.x1, &m.output_norm, &s.last, d, 1, eps)?;
+                // the last row (a decode step's only row is already at offset 0)
+                let last = if n == 1 {
+                    x
+                } else {
+                    self.p.record_copy(x, (n - 1) * d * 4, other, 0, d * 4);
+                    other
+                };
+                kernels::rmsnorm(ctx, &mut self.p, last, &m.output_norm, &s.last, d, 1, eps)?;
                 let input = Input {
                     f32: Some(&s.last),
                     int8: None,
                     sparse: false,
+                    norm: None,
                 };
                 self.linear(&m.head, input, 1, &s.logits)?;
                 let vocab = u64::from(m.hp.n_vocab);

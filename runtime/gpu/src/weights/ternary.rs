@@ -12,6 +12,9 @@ pub(crate) const GEMV_ROWS_PER_WG: u64 = 8;
 /// Per-row group sums the ternary GEMV keeps in workgroup memory (`GSUM` / rows per workgroup):
 /// a weight with more scale groups per row is refused at upload.
 pub const TERNARY_MAX_GROUPS_PER_ROW: u64 = 2048 / GEMV_ROWS_PER_WG;
+/// The same for the wide GEMV (`ternary_gemv_wide.wgsl`, `GSUM` = 1024): weights with more groups
+/// per row take the unfused path.
+pub const TERNARY_WIDE_MAX_GROUPS_PER_ROW: u64 = 1024 / GEMV_ROWS_PER_WG;
 
 /// A ternary weight on the GPU, in tern's packed layout, split by rows into bindings of at most
 /// [`GpuContext::binding_limit`] bytes (each part: its rows' code words, then its scales).
@@ -67,7 +70,7 @@ impl TernaryWeight {
             rows,
             row_bytes,
             ctx.binding_limit(),
-            scale_bytes,
+            |r| scale_bytes(r) + 12, // + the padding to 16 bytes
         )?;
         let codes = t.codes();
         let scales = t.scales();
@@ -83,6 +86,8 @@ impl TernaryWeight {
             data.extend_from_slice(codes.get(cb).unwrap_or_default());
             let off = data.len() as u64 / 4;
             data.extend_from_slice(scales.get(sb).unwrap_or_default());
+            // the GEMV reads the part as vec4<u32>: a whole number of 16-byte units
+            data.resize(data.len().div_ceil(16) * 16, 0);
             let buffer = ctx.upload("ternary weight", &data)?;
             parts.push(Part {
                 row0: r.start,
@@ -99,6 +104,15 @@ impl TernaryWeight {
             scale_type,
             parts,
         })
+    }
+
+    /// Scale groups per row (1 for a per-tensor scale).
+    pub fn groups_per_row(&self) -> u64 {
+        if self.group == 0 {
+            1
+        } else {
+            self.cols / u64::from(self.group)
+        }
     }
 
     /// Number of bindings the weight was split into.
