@@ -77,7 +77,8 @@ params! {
         lanes: u32, block_len: u32, blocks_per_row: u32, row_len: u32, n_elements: u32, b0: u32,
         n_syms: u32, table_word: u32, block_words_word: u32, states_word: u32,
         lane_starts_word: u32, words_base: u32, raw_word_offset: u32, raw_bit_base: u32,
-        out_base: u32, man: u32, exp_bits: u32, k: u32, width: u32, _pad: u32,
+        out_base: u32, man: u32, exp_bits: u32, k: u32, width: u32, group: u32, bpw: u32,
+        b_end: u32, lut_word: u32, whole_words: u32,
     }
 }
 

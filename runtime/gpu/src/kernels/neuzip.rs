@@ -7,7 +7,30 @@ use crate::device::context::GpuContext;
 use crate::device::pipeline::KernelKey;
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
+use crate::weights::neuzip::NzChunk;
 use crate::weights::NeuzipTensor;
+
+/// One chunk's dispatch: `⌈blocks / bpw⌉` workgroups. 16-bit elements OR-ed into their words
+/// (layout 1, or odd block starts) need a zeroed output; whole-word and f32 writes do not.
+fn record_chunk(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    c: &NzChunk,
+    meta: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    status: &wgpu::Buffer,
+) -> Result<()> {
+    if c.params.width == 16 && c.params.whole_words == 0 {
+        enc.record_clear(out);
+    }
+    let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+    ctx.dispatch(
+        enc,
+        KernelKey::NeuzipDecode,
+        &[&params, meta, &c.data, out, status],
+        (c.n_blocks.div_ceil(c.params.bpw.max(1)), 1, 1),
+    )
+}
 
 impl NeuzipTensor {
     /// Record the decode of chunk `i` into `out` (caller-owned scratch of at least that chunk's
@@ -28,15 +51,7 @@ impl NeuzipTensor {
             )
         })?;
         check_buffer("neuzip decode", "scratch", out, c.out_bytes)?;
-        // 16-bit elements are OR-ed into their words: the scratch starts at zero.
-        enc.record_clear(out);
-        let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
-        ctx.dispatch(
-            enc,
-            KernelKey::NeuzipDecode,
-            &[&params, &self.meta, &c.data, out, &self.status],
-            (c.n_blocks, 1, 1),
-        )
+        record_chunk(ctx, enc, c, &self.meta, out, &self.status)
     }
 
     /// Record clearing the status (before a verify pass).
@@ -54,14 +69,7 @@ impl NeuzipTensor {
         }
         enc.record_clear(&self.status);
         for c in &self.chunks {
-            enc.record_clear(&c.out);
-            let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
-            ctx.dispatch(
-                enc,
-                KernelKey::NeuzipDecode,
-                &[&params, &self.meta, &c.data, &c.out, &self.status],
-                (c.n_blocks, 1, 1),
-            )?;
+            record_chunk(ctx, enc, c, &self.meta, &c.out, &self.status)?;
         }
         Ok(())
     }

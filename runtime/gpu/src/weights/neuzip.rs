@@ -89,7 +89,22 @@ impl NeuzipTensor {
             "neuzip index (header, table, states, lane starts)",
             meta_bytes.len() as u64,
         )?;
-        let meta = ctx.upload("neuzip index", meta_bytes)?;
+        // The host-built decode table follows the index (the kernel copies it to workgroup memory).
+        let lut = plan.lut(blob)?;
+        let lut_word = meta_bytes.len() as u32 / 4; // ok: the word section starts 4-aligned
+        let mut meta_lut = meta_bytes.to_vec();
+        for e in lut.iter() {
+            meta_lut.extend_from_slice(&e.to_le_bytes());
+        }
+        let meta = ctx.upload("neuzip index", &meta_lut)?;
+        let bpw = (256 / plan.lanes).max(1);
+        // Layout 2 writes whole u32 words when every block starts on an even element.
+        let even_starts = if plan.blocks_per_row == 1 {
+            plan.block_len % 2 == 0 || plan.n_blocks <= 1
+        } else {
+            plan.row_len % 2 == 0 && plan.block_len % 2 == 0
+        };
+        let whole_words = u32::from(width == 16 && plan.group % 2 == 0 && even_starts);
         let status = ctx.zeroed("neuzip status", 4)?;
         let words = blob.get(plan.words.range()).unwrap_or_default();
         let raw = blob.get(plan.raw.range()).unwrap_or_default();
@@ -119,7 +134,7 @@ impl NeuzipTensor {
         while b0 < plan.n_blocks {
             let fits = |b1: u32| -> Result<bool> {
                 let (d, o) = sizes(b0, b1)?;
-                Ok(d <= limit && o <= limit && b1 - b0 <= max_groups)
+                Ok(d <= limit && o <= limit && (b1 - b0).div_ceil(bpw) <= max_groups)
             };
             let fits_out =
                 |b1: u32| -> Result<bool> { Ok(fits(b1)? && sizes(b0, b1)?.1 <= out_limit) };
@@ -192,7 +207,11 @@ impl NeuzipTensor {
                 exp_bits,
                 k: u32::from(plan.mantissa_bits),
                 width,
-                _pad: 0,
+                group: plan.group,
+                bpw,
+                b_end: b1,
+                lut_word,
+                whole_words,
             };
             chunks.push(NzChunk {
                 params,
