@@ -187,6 +187,7 @@ fn budget_caps_gpu_memory() {
             ternary: tern_format::TernaryLayout::Bits2,
             floats: FloatMode::NeuZipLossy(0),
             activations: None,
+            ..PackOptions::default()
         },
     );
     let Some(free) = open_gpu(&path, None) else {
@@ -279,6 +280,7 @@ fn random_bitnet_logits_match_cpu() {
                         ternary: layout,
                         floats: fm,
                         activations: None,
+                        ..PackOptions::default()
                     },
                 );
                 let cpu = Model::open(&path).unwrap();
