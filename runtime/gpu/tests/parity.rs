@@ -39,6 +39,8 @@ mod gemm;
 mod kv;
 #[path = "parity/minicache.rs"]
 mod minicache;
+#[path = "parity/neuzip_gemv.rs"]
+mod neuzip_gemv;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
 
@@ -835,6 +837,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(minicache::cases());
     v.extend(cce::cases());
     v.extend(float_ops::cases());
+    v.extend(neuzip_gemv::cases());
     v
 }
 

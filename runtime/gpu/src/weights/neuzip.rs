@@ -96,6 +96,8 @@ impl NeuzipTensor {
         for e in lut.iter() {
             meta_lut.extend_from_slice(&e.to_le_bytes());
         }
+        // The fused GEMV's status word (`neuzip_gemv.wgsl`) follows the table.
+        meta_lut.extend_from_slice(&[0; 4]);
         let meta = ctx.upload("neuzip index", &meta_lut)?;
         let bpw = (256 / plan.lanes).max(1);
         // Layout 2 writes whole u32 words when every block starts on an even element.
