@@ -5,8 +5,8 @@
 // Workgroup of 256 invocations = `bpw` blocks × `lanes` invocations (bpw = ⌊256 / lanes⌋); the
 // invocation for lane l of a block decodes that lane's symbols: symbol j of the block belongs to
 // lane (j / group) mod lanes (group 1 in layout 1, 4 in layout 2), in increasing order. The
-// 2048-entry decode table `lut[s] = (s − cdf) << 20 | pdf << 8 | sym` is built once on the host
-// (`Plan::lut`) and copied into workgroup memory (8 KiB). A lane that would read past its words,
+// 2048-entry decode table `lut[s] = (s − cdf) << 20 | pdf << 8 | sym` (`Plan::lut`) is built in
+// workgroup memory (8 KiB) from the blob's frequency table. A lane that would read past its words,
 // or does not end in state 2^15 having read exactly its words, sets `status`.
 //
 // Output of 16-bit elements: with `whole_words` (layout 2, every block starting on an even
@@ -15,7 +15,7 @@
 //
 // Bindings:
 //   meta   : the blob from byte 0 up to the word section (header, table, block word bases, states,
-//            lane starts), then the 2048-entry decode table at u32 index lut_word
+//            lane starts), then one status word of the fused GEMV (index status_word)
 //   data   : one chunk: words [words_base .. ) as u16 pairs from word 0, then (at u32 index
 //            raw_word_offset) the raw plane from bit raw_bit_base on
 //   out    : decoded elements from element out_base on: one per u32 (f32) or two per u32
@@ -44,7 +44,7 @@ struct Params {
     group: u32,
     bpw: u32,
     b_end: u32,
-    lut_word: u32,
+    status_word: u32,
     whole_words: u32,
 }
 
@@ -55,6 +55,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;
 
 var<workgroup> lut: array<u32, 2048>;
+var<workgroup> cdf: array<u32, 257>;
 
 fn lane_start(b: u32, l: u32) -> u32 {
     let i = b * p.lanes + l;
@@ -89,8 +90,30 @@ fn merge(sym: u32, j: u32) -> u32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    for (var i = lid; i < 2048u; i = i + 256u) {
-        lut[i] = meta_[p.lut_word + i];
+    // Decode table from the blob's frequency table: the running cdf (invocation 0, at most 256
+    // entries), then every invocation fills 8 slots, finding each slot's symbol by binary search.
+    if (lid == 0u) {
+        var c = 0u;
+        for (var i = 0u; i < p.n_syms; i = i + 1u) {
+            cdf[i] = c;
+            c = c + ((meta_[p.table_word + i] >> 16u) & 0xfffu);
+        }
+        cdf[p.n_syms] = c;
+    }
+    workgroupBarrier();
+    for (var sl = lid; sl < 2048u; sl = sl + 256u) {
+        var lo = 0u;
+        var hi = p.n_syms;
+        while (hi - lo > 1u) {
+            let mid = (lo + hi) / 2u;
+            if (cdf[mid] <= sl) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let e = meta_[p.table_word + lo];
+        lut[sl] = ((sl - cdf[lo]) << 20u) | (((e >> 16u) & 0xfffu) << 8u) | (e & 0xffu);
     }
     workgroupBarrier();
 

@@ -1,13 +1,13 @@
 // Fused NeuZip decode + GEMV: y[t][row] = Σ_c W[row][c] · x[t][c] for a NeuZip matrix kept
 // compressed (layouts 1 and 2, blocks of whole rows: blocks_per_row = 1). The decoded matrix is
 // never written: each invocation decodes its lane's symbols exactly as `neuzip_decode.wgsl` does
-// (same Params, same table in workgroup memory, same checks and status), turns each element into
+// (same Params, same table built in workgroup memory, same checks), turns each element into
 // an f32 and multiplies it by x right away; per row, the lanes' partial sums are reduced in
-// workgroup memory and lane 0 writes y. So the scratch is per workgroup (the 8 KiB table and 1 KiB
-// of partial sums), not per tensor. Up to 4 tokens per dispatch (the host loops for more).
+// workgroup memory and lane 0 writes y. So the scratch is per workgroup (the 8 KiB table, 1 KiB
+// of cdf and 1 KiB of partial sums), not per tensor. Up to 4 tokens per dispatch (the host loops for more).
 //
 // Bindings: p (NeuZip chunk params); q (GEMV params); meta, data as in neuzip_decode.wgsl
-// (meta read-write: its word `lut_word + 2048` is this kernel's status, since WebGPU guarantees
+// (meta read-write: its word `status_word` is this kernel's status, since WebGPU guarantees
 // only 4 storage buffers per stage); x [tokens][x_stride] f32; y [tokens][out_stride] f32.
 
 struct Params {
@@ -33,7 +33,7 @@ struct Params {
     group: u32,
     bpw: u32,
     b_end: u32,
-    lut_word: u32,
+    status_word: u32,
     whole_words: u32,
 }
 
@@ -56,6 +56,7 @@ struct Gemv {
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;
 
 var<workgroup> lut: array<u32, 2048>;
+var<workgroup> cdf: array<u32, 257>;
 var<workgroup> part: array<f32, 256>;
 
 fn lane_start(b: u32, l: u32) -> u32 {
@@ -97,8 +98,30 @@ fn value(sym: u32, j: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    for (var i = lid; i < 2048u; i = i + 256u) {
-        lut[i] = atomicLoad(&meta_[p.lut_word + i]);
+    // Decode table from the blob's frequency table: the running cdf (invocation 0, at most 256
+    // entries), then every invocation fills 8 slots, finding each slot's symbol by binary search.
+    if (lid == 0u) {
+        var c = 0u;
+        for (var i = 0u; i < p.n_syms; i = i + 1u) {
+            cdf[i] = c;
+            c = c + ((atomicLoad(&meta_[p.table_word + i]) >> 16u) & 0xfffu);
+        }
+        cdf[p.n_syms] = c;
+    }
+    workgroupBarrier();
+    for (var sl = lid; sl < 2048u; sl = sl + 256u) {
+        var lo = 0u;
+        var hi = p.n_syms;
+        while (hi - lo > 1u) {
+            let mid = (lo + hi) / 2u;
+            if (cdf[mid] <= sl) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let e = atomicLoad(&meta_[p.table_word + lo]);
+        lut[sl] = ((sl - cdf[lo]) << 20u) | (((e >> 16u) & 0xfffu) << 8u) | (e & 0xffu);
     }
     workgroupBarrier();
 
@@ -183,6 +206,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
     }
     if (live && (bad || xs != 0x8000u || k != kend)) {
-        atomicStore(&meta_[p.lut_word + 2048u], 1u);
+        atomicStore(&meta_[p.status_word], 1u);
     }
 }

@@ -262,8 +262,44 @@ fn main() -> anyhow::Result<()> {
         }
         let s = timed(&ctx, enc)? / iters as f64;
         let gbs = data.len() as f64 / s / 1e9;
+        // A matrix kept compressed, one token: the fused decode + GEMV against the just-in-time
+        // way (decode, then the float GEMV over the decoded chunks) and the float GEMV alone
+        // (decoded at load).
+        let mut fused = String::new();
+        if layout == 2 && dtype == FloatType::Bf16 {
+            let x: Vec<u8> = (0..cols).flat_map(|_| rng.normal().to_le_bytes()).collect();
+            let xb = ctx.upload("x", &x)?;
+            let yb = ctx.zeroed("y", rows as u64 * 4)?;
+            let tc = NeuzipTensor::upload_compressed(&ctx, &blob, u64::MAX)?;
+            let fw = FloatWeight::from_parts(
+                dtype,
+                rows as u64,
+                cols as u64,
+                t.float_parts(cols as u64)?,
+            )?;
+            let time = |what: u8| -> anyhow::Result<f64> {
+                let mut enc = ctx.encoder();
+                for _ in 0..iters {
+                    match what {
+                        0 => tc.fused_gemv(&ctx, &mut enc, &xb, 1, &yb, rows as u64)?,
+                        1 => {
+                            t.decode(&ctx, &mut enc)?;
+                            kernels::float_matmul(&ctx, &mut enc, &fw, &xb, 1, &yb)?;
+                        }
+                        _ => kernels::float_matmul(&ctx, &mut enc, &fw, &xb, 1, &yb)?,
+                    }
+                }
+                Ok(timed(&ctx, enc)? / iters as f64 * 1e3)
+            };
+            let (f_ms, j_ms, r_ms) = (time(0)?, time(1)?, time(2)?);
+            tc.check_status(&ctx)?;
+            fused = format!(
+                ",\"fused_gemv_ms\":{f_ms:.3},\"jit_decode_gemv_ms\":{j_ms:.3},\"decoded_gemv_ms\":{r_ms:.3},\"fused_compressed_gb_per_s\":{:.1}",
+                blob.len() as f64 / f_ms / 1e6
+            );
+        }
         fields.push(format!(
-            "\"{name}\":{{\"ms\":{:.3},\"decoded_gb_per_s\":{gbs:.2},\"ratio\":{:.4},\"blocks\":{},\"lanes\":{},\"layout\":{},\"block_len\":{},\"chunks\":{}}}",
+            "\"{name}\":{{\"ms\":{:.3},\"decoded_gb_per_s\":{gbs:.2},\"ratio\":{:.4},\"blocks\":{},\"lanes\":{},\"layout\":{},\"block_len\":{},\"chunks\":{}{fused}}}",
             s * 1e3,
             blob.len() as f64 / data.len() as f64,
             t.plan.n_blocks,

@@ -78,7 +78,7 @@ params! {
         n_syms: u32, table_word: u32, block_words_word: u32, states_word: u32,
         lane_starts_word: u32, words_base: u32, raw_word_offset: u32, raw_bit_base: u32,
         out_base: u32, man: u32, exp_bits: u32, k: u32, width: u32, group: u32, bpw: u32,
-        b_end: u32, lut_word: u32, whole_words: u32,
+        b_end: u32, status_word: u32, whole_words: u32,
     }
 }
 

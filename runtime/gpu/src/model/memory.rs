@@ -129,12 +129,11 @@ struct Nz {
 }
 
 impl Nz {
-    /// GPU bytes kept compressed with chunks of at most `chunk` decoded bytes (the index holds
-    /// the 8 KiB decode table and a status word too).
+    /// GPU bytes kept compressed with chunks of at most `chunk` decoded bytes.
     fn compressed(&self, chunk: u64) -> u64 {
         let chunk = if self.fused { self.decoded } else { chunk };
         let chunks = self.decoded / chunk.max(self.row_group).max(1) + 1;
-        self.blob + 3 * SLACK + chunks * 2 * SLACK + 4 * neuzip::LUT_SIZE as u64 + 4
+        self.blob + 3 * SLACK + chunks * 2 * SLACK
     }
 }
 

@@ -89,16 +89,11 @@ impl NeuzipTensor {
             "neuzip index (header, table, states, lane starts)",
             meta_bytes.len() as u64,
         )?;
-        // The host-built decode table follows the index (the kernel copies it to workgroup memory).
-        let lut = plan.lut(blob)?;
-        let lut_word = meta_bytes.len() as u32 / 4; // ok: the word section starts 4-aligned
-        let mut meta_lut = meta_bytes.to_vec();
-        for e in lut.iter() {
-            meta_lut.extend_from_slice(&e.to_le_bytes());
-        }
-        // The fused GEMV's status word (`neuzip_gemv.wgsl`) follows the table.
-        meta_lut.extend_from_slice(&[0; 4]);
-        let meta = ctx.upload("neuzip index", &meta_lut)?;
+        // The fused GEMV's status word (`neuzip_gemv.wgsl`) follows the index.
+        let status_word = meta_bytes.len() as u32 / 4; // ok: the word section starts 4-aligned
+        let mut meta_st = meta_bytes.to_vec();
+        meta_st.extend_from_slice(&[0; 4]);
+        let meta = ctx.upload("neuzip index", &meta_st)?;
         let bpw = (256 / plan.lanes).max(1);
         // Layout 2 writes whole u32 words when every block starts on an even element.
         let even_starts = if plan.blocks_per_row == 1 {
@@ -212,7 +207,7 @@ impl NeuzipTensor {
                 group: plan.group,
                 bpw,
                 b_end: b1,
-                lut_word,
+                status_word,
                 whole_words,
             };
             chunks.push(NzChunk {
