@@ -154,7 +154,38 @@ pub enum Method {
     /// The chunks rebuild the decoded floats (FM-Delta against the decoded base), which are then
     /// NeuZip-encoded with these parameters (NeuZip encoding is deterministic).
     #[serde(rename = "neuzip")]
-    NeuZip { lanes: u32, block_symbols: u32 },
+    NeuZip {
+        lanes: u32,
+        block_symbols: u32,
+        /// NeuZip layout of the rebuilt blob (absent in the index = 1, so layout-1 deltas are
+        /// written exactly as before layout 2 existed).
+        #[serde(default = "layout_one", skip_serializing_if = "is_layout_one")]
+        layout: u8,
+    },
+}
+
+fn layout_one() -> u8 {
+    1
+}
+
+fn is_layout_one(l: &u8) -> bool {
+    *l == 1
+}
+
+/// NeuZip-encode in layout `layout` (1 or 2) with explicit parameters.
+fn neuzip_encode(
+    layout: u8,
+    dtype: FloatType,
+    mantissa_bits: u8,
+    raw: &[u8],
+    row_len: usize,
+    p: neuzip::Params,
+) -> Result<Vec<u8>> {
+    match layout {
+        1 => neuzip::encode_with(dtype, mantissa_bits, raw, row_len, p),
+        2 => neuzip::encode_v2_with(dtype, mantissa_bits, raw, row_len, p),
+        l => Err(malformed(format!("neuzip record of layout {l}"))),
+    }
 }
 
 /// One tuned tensor.
@@ -832,11 +863,16 @@ fn neuzip_params(
     raw: &[u8],
     row_len: usize,
     blob: &[u8],
-) -> Option<neuzip::Params> {
+) -> Option<(neuzip::Params, u8)> {
     let plan = neuzip::Plan::parse(blob).ok()?;
     let n = (raw.len() / dtype.size()) as u64;
+    let auto = if plan.version >= 2 {
+        neuzip::Params::auto_v2(n, row_len as u64)
+    } else {
+        neuzip::Params::auto(n, row_len as u64)
+    };
     let candidates = [
-        neuzip::Params::auto(n, row_len as u64),
+        auto,
         neuzip::Params {
             lanes: plan.lanes,
             block_symbols: plan.block_len,
@@ -846,9 +882,13 @@ fn neuzip_params(
             block_symbols: neuzip::DEFAULT_BLOCK_SYMBOLS,
         },
     ];
-    candidates.into_iter().find(|&p| {
-        neuzip::encode_with(dtype, mantissa_bits, raw, row_len, p).is_ok_and(|b| b == blob)
-    })
+    candidates
+        .into_iter()
+        .find(|&p| {
+            neuzip_encode(plan.version, dtype, mantissa_bits, raw, row_len, p)
+                .is_ok_and(|b| b == blob)
+        })
+        .map(|p| (p, plan.version))
 }
 
 fn decode_neuzip_raw(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
@@ -912,10 +952,11 @@ fn encode_tensor(
             return copy();
         };
         let row_len = usize_of(info.shape.last().copied().unwrap_or(1).max(1))?;
-        if let Some(p) = neuzip_params(dtype, mantissa_bits, &rt, row_len, tuned) {
+        if let Some((p, layout)) = neuzip_params(dtype, mantissa_bits, &rt, row_len, tuned) {
             let method = Method::NeuZip {
                 lanes: p.lanes,
                 block_symbols: p.block_symbols,
+                layout,
             };
             let ctx = Ctx::Float(float_width(dtype));
             if let Some(payload) =
@@ -1536,6 +1577,7 @@ impl DeltaFile {
             Method::NeuZip {
                 lanes,
                 block_symbols,
+                layout,
             },
             Encoding::NeuZip {
                 dtype,
@@ -1559,7 +1601,8 @@ impl DeltaFile {
             decode_chunk(c.kind, Ctx::Float(w), &b[c.data.clone()], bb, o)?;
         }
         let row_len = usize_of(r.info.shape.last().copied().unwrap_or(1).max(1))?;
-        let blob = neuzip::encode_with(
+        let blob = neuzip_encode(
+            layout,
             *dtype,
             *mantissa_bits,
             &raw,
