@@ -24,6 +24,10 @@ pub struct PackArgs {
     /// BitNet activation scheme: a8 (b1.58) or a4.8.
     #[arg(long)]
     pub activations: Option<String>,
+    /// NeuZip layout of float tensors packed with --floats neuzip*: 2 (default: many short rANS
+    /// lanes, fast GPU decode) or 1 (~1% smaller, slow GPU decode). Both load.
+    #[arg(long, default_value_t = 2)]
+    pub neuzip_layout: u8,
 }
 
 pub fn options(a: &PackArgs) -> Result<PackOptions> {
@@ -37,6 +41,10 @@ pub fn options(a: &PackArgs) -> Result<PackOptions> {
         ternary: parse_ternary_layout(&a.ternary)?,
         floats: a.floats.parse::<FloatMode>()?,
         activations,
+        neuzip_layout: match a.neuzip_layout {
+            l @ (1 | 2) => l,
+            l => anyhow::bail!("--neuzip-layout {l}: expected 1 or 2"),
+        },
     })
 }
 

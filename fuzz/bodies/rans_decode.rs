@@ -45,5 +45,14 @@ pub fn run(data: &[u8]) {
         let full_bits = tern_format::encoding::full_mantissa_bits(dtype);
         let blob = neuzip::encode(dtype, full_bits, even, even.len() / 2).expect("encode");
         assert_eq!(neuzip::decode(&blob).expect("decode own blob"), even);
+        // Layout 2 (groups of 4 over short lanes), rows of an odd length where possible.
+        let n = even.len() / 2;
+        let row = if n % 3 == 0 && n > 0 { 3 } else { n.max(1) };
+        let blob = neuzip::encode_v2(dtype, full_bits, even, row).expect("encode v2");
+        assert_eq!(neuzip::decode(&blob).expect("decode own v2 blob"), even);
+        assert_eq!(
+            neuzip::decode_exponents_reference(&blob).expect("v2 reference").len(),
+            n
+        );
     }
 }

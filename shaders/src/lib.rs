@@ -26,6 +26,8 @@ pub enum Shader {
     GgmlGemm,
     /// NeuZip rANS decode into a scratch buffer (bit-exact).
     NeuzipDecode,
+    /// Fused NeuZip decode + GEMV for a matrix kept compressed (never writes the decoded matrix).
+    NeuzipGemv,
     /// RMSNorm over rows.
     RmsNorm,
     /// RMSNorm fused with INT8 absmax quantization of its output (BitNet linear inputs).
@@ -216,6 +218,7 @@ const TERNARY_GEMV_SPARSE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvSp
 ];
 const ACT_STATS_VARIANTS: &[Variant] = variants![Shader::ActStats; "act_stats" => []];
 const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
+const NEUZIP_GEMV_VARIANTS: &[Variant] = variants![Shader::NeuzipGemv; "neuzip_gemv" => []];
 const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
 const RMSNORM_QUANT_VARIANTS: &[Variant] =
     variants![Shader::RmsNormQuant; "rmsnorm_quant_int8" => []];
@@ -343,13 +346,14 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 26] = [
+    pub const ALL: [Shader; 27] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
         Shader::TernaryGemm,
         Shader::GgmlGemm,
         Shader::NeuzipDecode,
+        Shader::NeuzipGemv,
         Shader::RmsNorm,
         Shader::RmsNormQuant,
         Shader::Rope,
@@ -381,6 +385,7 @@ impl Shader {
             Shader::TernaryGemm => "ternary_gemm.wgsl",
             Shader::GgmlGemm => "ggml_gemm.wgsl",
             Shader::NeuzipDecode => "neuzip_decode.wgsl",
+            Shader::NeuzipGemv => "neuzip_gemv.wgsl",
             Shader::RmsNorm => "rmsnorm.wgsl",
             Shader::RmsNormQuant => "rmsnorm_quant.wgsl",
             Shader::Rope => "rope.wgsl",
@@ -413,6 +418,7 @@ impl Shader {
             Shader::TernaryGemm => include_str!("../wgsl/ternary_gemm.wgsl"),
             Shader::GgmlGemm => include_str!("../wgsl/ggml_gemm.wgsl"),
             Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
+            Shader::NeuzipGemv => include_str!("../wgsl/neuzip_gemv.wgsl"),
             Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
             Shader::RmsNormQuant => include_str!("../wgsl/rmsnorm_quant.wgsl"),
             Shader::Rope => include_str!("../wgsl/rope.wgsl"),
@@ -460,6 +466,7 @@ impl Shader {
             Shader::TernaryGemm => TERNARY_GEMM_VARIANTS,
             Shader::GgmlGemm => GGML_GEMM_VARIANTS,
             Shader::NeuzipDecode => NEUZIP_VARIANTS,
+            Shader::NeuzipGemv => NEUZIP_GEMV_VARIANTS,
             Shader::RmsNorm => RMSNORM_VARIANTS,
             Shader::RmsNormQuant => RMSNORM_QUANT_VARIANTS,
             Shader::Rope => ROPE_VARIANTS,

@@ -1,19 +1,24 @@
-// NeuZip decode (runtime/format/src/neuzip.rs, layout version 1): rANS-coded exponents in
+// NeuZip decode (runtime/format/src/neuzip, layouts 1 and 2): rANS-coded exponents in
 // independent interleaved lanes, merged with the raw sign+mantissa plane. Bit-exact with
 // `tern_format::neuzip::decode`: each invocation runs `rans::decode_lane`'s step verbatim.
 //
-// One workgroup per block, invocation l = lane l (lanes ≤ 64). The 2048-entry decode table
-// `lut[s] = (s − cdf) << 20 | pdf << 8 | sym` is built in workgroup memory (8 KiB) from the blob's
-// frequency table. A lane that would read past its words, or does not end in state 2^15 having
-// read exactly its words, sets `status` (the stream is corrupt); the host turns that into an error.
+// Workgroup of 256 invocations = `bpw` blocks × `lanes` invocations (bpw = ⌊256 / lanes⌋); the
+// invocation for lane l of a block decodes that lane's symbols: symbol j of the block belongs to
+// lane (j / group) mod lanes (group 1 in layout 1, 4 in layout 2), in increasing order. The
+// 2048-entry decode table `lut[s] = (s − cdf) << 20 | pdf << 8 | sym` (`Plan::lut`) is built in
+// workgroup memory (8 KiB) from the blob's frequency table. A lane that would read past its words,
+// or does not end in state 2^15 having read exactly its words, sets `status`.
+//
+// Output of 16-bit elements: with `whole_words` (layout 2, every block starting on an even
+// element), a group of 4 is written as two plain u32 stores (no other lane touches those words,
+// no clear needed); otherwise every element is OR-ed into its word (the output must be zeroed).
 //
 // Bindings:
 //   meta   : the blob from byte 0 up to the word section (header, table, block word bases, states,
-//            lane starts), as u32 words
+//            lane starts), then one status word of the fused GEMV (index status_word)
 //   data   : one chunk: words [words_base .. ) as u16 pairs from word 0, then (at u32 index
 //            raw_word_offset) the raw plane from bit raw_bit_base on
-//   out    : decoded elements from element out_base on: one per u32 (f32) or two per u32 (16-bit,
-//            element i at bits 16·(i & 1)); must be zeroed before (16-bit halves are OR-ed in)
+//   out    : decoded elements from element out_base on: one per u32 (f32) or two per u32
 //   status : [0] = 0 when every lane of this dispatch ended cleanly, else 1
 
 struct Params {
@@ -36,7 +41,11 @@ struct Params {
     exp_bits: u32,
     k: u32,
     width: u32,
-    _pad: u32,
+    group: u32,
+    bpw: u32,
+    b_end: u32,
+    status_word: u32,
+    whole_words: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -71,10 +80,18 @@ fn raw_field(i: u32) -> u32 {
     return f & ((1u << wbits) - 1u);
 }
 
-@compute @workgroup_size(64)
+// Exponent symbol + raw field of element j → element bits (neuzip float::merge).
+fn merge(sym: u32, j: u32) -> u32 {
+    let f = raw_field(j);
+    let sign = (f >> p.k) & 1u;
+    let kept = f & ((1u << p.k) - 1u);
+    return (sign << (p.man + p.exp_bits)) | (sym << p.man) | (kept << (p.man - p.k));
+}
+
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    // Decode table: running cdf (invocation 0, ≤ 256 entries), then each invocation fills the
-    // slots of its symbols.
+    // Decode table from the blob's frequency table: the running cdf (invocation 0, at most 256
+    // entries), then every invocation fills 8 slots, finding each slot's symbol by binary search.
     if (lid == 0u) {
         var c = 0u;
         for (var i = 0u; i < p.n_syms; i = i + 1u) {
@@ -84,20 +101,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         cdf[p.n_syms] = c;
     }
     workgroupBarrier();
-    for (var i = lid; i < p.n_syms; i = i + 64u) {
-        let e = meta_[p.table_word + i];
-        let sym = e & 0xffu;
-        let pdf = (e >> 16u) & 0xfffu;
-        let c0 = cdf[i];
-        for (var s = c0; s < min(c0 + pdf, 2048u); s = s + 1u) {
-            lut[s] = ((s - c0) << 20u) | (pdf << 8u) | sym;
+    for (var sl = lid; sl < 2048u; sl = sl + 256u) {
+        var lo = 0u;
+        var hi = p.n_syms;
+        while (hi - lo > 1u) {
+            let mid = (lo + hi) / 2u;
+            if (cdf[mid] <= sl) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
         }
+        let e = meta_[p.table_word + lo];
+        lut[sl] = ((sl - cdf[lo]) << 20u) | (((e >> 16u) & 0xfffu) << 8u) | (e & 0xffu);
     }
     workgroupBarrier();
 
-    let b = p.b0 + wg.x;
-    let l = lid;
-    if (l >= p.lanes) {
+    let bl = lid / p.lanes;
+    let l = lid % p.lanes;
+    let b = p.b0 + wg.x * p.bpw + bl;
+    if (bl >= p.bpw || b >= p.b_end) {
         return;
     }
     // Block span (Plan::block_span).
@@ -110,40 +133,60 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         start = row * p.row_len + (b % p.blocks_per_row) * p.block_len;
         limit = (row + 1u) * p.row_len;
     }
-    let len = min(limit - start, p.block_len);
+    let end = start + min(limit - start, p.block_len);
     let base = meta_[p.block_words_word + b];
-    let k0 = base + lane_start(b, l);
     var kend = meta_[p.block_words_word + b + 1u];
     if (l + 1u < p.lanes) {
         kend = base + lane_start(b, l + 1u);
     }
     var x = meta_[p.states_word + b * p.lanes + l];
-    var k = k0;
+    var k = base + lane_start(b, l);
     var bad = false;
-    let sign_shift = p.man + p.exp_bits;
-    for (var j = start + l; j < start + len; j = j + p.lanes) {
-        // rans::decode_lane, one step.
-        let e = lut[x & 0x7ffu];
-        let sym = e & 0xffu;
-        x = ((e >> 8u) & 0xfffu) * (x >> 11u) + (e >> 20u);
-        if (x < 0x8000u) {
-            if (k >= kend) {
-                bad = true;
-                break;
+    let g = p.group;
+    let span = p.lanes * g;
+    for (var j0 = start + l * g; j0 < end; j0 = j0 + span) {
+        let jn = min(j0 + g, end);
+        var lo = 0u;
+        var hi = 0u;
+        for (var j = j0; j < jn; j = j + 1u) {
+            // rans::decode_lane, one step.
+            let e = lut[x & 0x7ffu];
+            let sym = e & 0xffu;
+            x = ((e >> 8u) & 0xfffu) * (x >> 11u) + (e >> 20u);
+            if (x < 0x8000u) {
+                if (k >= kend) {
+                    bad = true;
+                    break;
+                }
+                x = (x << 16u) | word(k);
+                k = k + 1u;
             }
-            x = (x << 16u) | word(k);
-            k = k + 1u;
+            let bits = merge(sym, j);
+            let o = j - p.out_base;
+            if (p.width == 32u) {
+                atomicStore(&out[o], bits);
+            } else if (p.whole_words == 1u) {
+                // Group of 4 from an even element: words o/2 (elements 0,1) and o/2+1 (2,3).
+                let q = j - j0;
+                let v = bits << (16u * (q & 1u));
+                if (q < 2u) {
+                    lo = lo | v;
+                } else {
+                    hi = hi | v;
+                }
+            } else {
+                atomicOr(&out[o >> 1u], bits << (16u * (o & 1u)));
+            }
         }
-        // Merge with the raw field (neuzip float::merge).
-        let f = raw_field(j);
-        let sign = (f >> p.k) & 1u;
-        let kept = f & ((1u << p.k) - 1u);
-        let bits = (sign << sign_shift) | (sym << p.man) | (kept << (p.man - p.k));
-        let o = j - p.out_base;
-        if (p.width == 32u) {
-            atomicStore(&out[o], bits);
-        } else {
-            atomicOr(&out[o >> 1u], bits << (16u * (o & 1u)));
+        if (bad) {
+            break;
+        }
+        if (p.width == 16u && p.whole_words == 1u) {
+            let w0 = (j0 - p.out_base) >> 1u;
+            atomicStore(&out[w0], lo);
+            if (jn > j0 + 2u) {
+                atomicStore(&out[w0 + 1u], hi);
+            }
         }
     }
     if (bad || x != 0x8000u || k != kend) {

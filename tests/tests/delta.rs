@@ -103,6 +103,7 @@ fn real_pairs_bitnet_qat() {
             ternary: layout,
             floats,
             activations: None,
+            ..PackOptions::default()
         };
         pack_hf(&golden("bitnet_hf/tiny_a"), &dir.join("base.tern"), &opts);
         pack_hf(&golden("delta/bitnet_qat"), &dir.join("tuned.tern"), &opts);

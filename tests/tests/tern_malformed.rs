@@ -1558,3 +1558,78 @@ fn write_fuzz_seeds() {
         }
     }
 }
+
+/// NeuZip layout 2 inside a `.tern` file (issue 15): the fixture with its two NeuZip tensors
+/// re-encoded in layout 2 is valid and decodes to the same values; damage at every byte of
+/// either blob (checksum fixed up) is a typed error or a clean decode, never a panic; damage to
+/// any header byte or to the index (frequency table, block word bases, lane states, lane starts:
+/// every offset and length the decoder follows) is always refused.
+#[test]
+fn neuzip_layout_2_damage_is_typed() {
+    let specs: Vec<TensorSpec> = tensors()
+        .into_iter()
+        .map(|(name, shape, enc, bytes)| match enc {
+            Encoding::NeuZip {
+                dtype,
+                mantissa_bits,
+            } => {
+                let raw = neuzip::decode(&bytes).unwrap();
+                let cols = *shape.last().unwrap() as usize;
+                let v2 = neuzip::encode_v2_with(
+                    dtype,
+                    mantissa_bits,
+                    &raw,
+                    cols,
+                    neuzip::Params {
+                        lanes: 5,
+                        block_symbols: 70,
+                    },
+                )
+                .unwrap();
+                (name, shape, enc, v2)
+            }
+            other => (name, shape, other, bytes),
+        })
+        .collect();
+    let b = write_file(
+        &tern_tests::scratch("tern_malformed_nz2").join("v2.tern"),
+        &specs,
+    );
+    let f = open(&b).unwrap();
+    f.verify().unwrap();
+    let base = open(valid()).unwrap();
+    for name in ["output_norm.weight", "blk.0.attn_k.weight"] {
+        let blob = f.tensor(name).unwrap().bytes.to_vec();
+        let plan = neuzip::Plan::parse(&blob).unwrap();
+        assert_eq!(plan.version, 2);
+        assert_eq!(
+            neuzip::decode(&blob).unwrap(),
+            neuzip::decode(base.tensor(name).unwrap().bytes).unwrap(),
+            "{name}: layout 2 decodes to layout 1's values"
+        );
+        let index_end = plan.words.offset as usize;
+        for i in 0..blob.len() {
+            let d = replace_tensor_bytes(&b, name, |t| t[i] ^= 1 << (i % 8));
+            match open(&d).unwrap().verify() {
+                Err(e) => assert!(
+                    matches!(
+                        e,
+                        FormatError::Corrupt { .. }
+                            | FormatError::Malformed { .. }
+                            | FormatError::Truncated { .. }
+                            | FormatError::NonZeroPadding { .. }
+                    ),
+                    "{name} byte {i}: {e:?}"
+                ),
+                Ok(()) => {
+                    let table_symbol = plan.table.range().contains(&i)
+                        && (i - plan.table.offset as usize) % 4 == 0;
+                    assert!(
+                        i >= index_end || (table_symbol && i >= neuzip::HEADER_BYTES),
+                        "{name}: damaged layout-2 header/index byte {i} passed verify"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -41,6 +41,8 @@ mod gemm;
 mod kv;
 #[path = "parity/minicache.rs"]
 mod minicache;
+#[path = "parity/neuzip_gemv.rs"]
+mod neuzip_gemv;
 #[path = "parity/sample.rs"]
 mod sample;
 
@@ -428,6 +430,40 @@ fn run_neuzip(
     run_neuzip_blob(ctx, &blob)
 }
 
+/// Layout 2 (`neuzip::encode_v2*`): groups of 4 symbols per lane, whole-word 16-bit output when
+/// every block starts on an even element, OR-ed halves otherwise.
+#[allow(clippy::too_many_arguments)]
+fn run_neuzip_v2(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    dtype: FloatType,
+    k: u8,
+    rows: usize,
+    cols: usize,
+    params: Option<neuzip::Params>,
+) -> Result<String, String> {
+    let mut v: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
+    for (i, s) in [0.0, -0.0, f32::INFINITY, 1e-40, -3e-39, 65504.0]
+        .iter()
+        .enumerate()
+    {
+        if let Some(x) = v.get_mut(i * 13) {
+            *x = *s;
+        }
+    }
+    let data = to_dtype(dtype, &v);
+    let blob = match params {
+        Some(p) => neuzip::encode_v2_with(dtype, k, &data, cols, p),
+        None => neuzip::encode_v2(dtype, k, &data, cols),
+    }
+    .map_err(|e| format!("encode: {e}"))?;
+    let plan = neuzip::Plan::parse(&blob).map_err(|e| e.to_string())?;
+    if plan.version != 2 {
+        return Err(format!("layout {}", plan.version));
+    }
+    run_neuzip_blob(ctx, &blob)
+}
+
 fn run_rmsnorm(ctx: &GpuContext, rng: &mut Rng, rows: usize, n: usize) -> Result<String, String> {
     let x: Vec<f32> = (0..rows * n).map(|_| rng.normal()).collect();
     let w: Vec<f32> = (0..n).map(|_| 0.5 + rng.unit()).collect();
@@ -694,6 +730,59 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
             Box::new(move |x, r| run_neuzip(x, r, dtype, k, rows, cols, params, specials)),
         );
     }
+    for (name, dtype, k, rows, cols, params) in [
+        ("bf16 lossless 1×1", FloatType::Bf16, 7, 1, 1, None),
+        (
+            "bf16 lossless 3×33 (odd block starts)",
+            FloatType::Bf16,
+            7,
+            3,
+            33,
+            None,
+        ),
+        ("bf16 lossless 64×1000", FloatType::Bf16, 7, 64, 1000, None),
+        (
+            "bf16 lossless 5×7, 64 lanes",
+            FloatType::Bf16,
+            7,
+            5,
+            7,
+            p(64, 333),
+        ),
+        (
+            "bf16 lossless 2×9001 (blocks split odd rows)",
+            FloatType::Bf16,
+            7,
+            2,
+            9001,
+            None,
+        ),
+        (
+            "bf16 lossless 2×20000 (blocks split rows)",
+            FloatType::Bf16,
+            7,
+            2,
+            20000,
+            None,
+        ),
+        ("bf16 k=3 40×257", FloatType::Bf16, 3, 40, 257, None),
+        ("bf16 k=3 32×512", FloatType::Bf16, 3, 32, 512, None),
+        ("f16 lossless 31×257", FloatType::F16, 10, 31, 257, None),
+        ("f16 k=1 9×31, 3 lanes", FloatType::F16, 1, 9, 31, p(3, 50)),
+        ("f32 lossless 33×1000", FloatType::F32, 23, 33, 1000, None),
+        ("f32 k=3 5×5, 1 lane", FloatType::F32, 3, 5, 5, p(1, 7)),
+    ] {
+        add(
+            format!("neuzip v2 {name}"),
+            false,
+            Box::new(move |x, r| run_neuzip_v2(x, r, dtype, k, rows, cols, params)),
+        );
+    }
+    add(
+        "neuzip v2 bf16 400×500 split".into(),
+        true,
+        Box::new(move |x, r| run_neuzip_v2(x, r, FloatType::Bf16, 7, 400, 500, p(32, 4000))),
+    );
     add(
         "neuzip bf16 400×500 split".into(),
         true,
@@ -755,6 +844,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(cce::cases());
     v.extend(float_ops::cases());
     v.extend(sample::cases());
+    v.extend(neuzip_gemv::cases());
     v
 }
 

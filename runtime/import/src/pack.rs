@@ -56,6 +56,9 @@ pub struct PackOptions {
     pub floats: FloatMode,
     /// Activation scheme of BitNet models (`None`: the architecture's default, b1.58 A8).
     pub activations: Option<ActivationScheme>,
+    /// NeuZip layout of new blobs: 2 (default; many short rANS lanes, fast GPU decode) or 1
+    /// (fewer, longer lanes: ~1% smaller, slow on a GPU). Both load.
+    pub neuzip_layout: u8,
 }
 
 impl Default for PackOptions {
@@ -64,6 +67,7 @@ impl Default for PackOptions {
             ternary: TernaryLayout::Bits2,
             floats: FloatMode::Raw,
             activations: None,
+            neuzip_layout: neuzip::VERSION,
         }
     }
 }
@@ -116,7 +120,7 @@ pub fn encode_float<'a>(
         FloatMode::Raw => Ok((Encoding::from(dtype), Cow::Borrowed(raw))),
         FloatMode::NeuZip => {
             let full = full_mantissa_bits(dtype);
-            let blob = neuzip::encode(dtype, full, raw, row_len)?;
+            let blob = neuzip::encode_version(opts.neuzip_layout, dtype, full, raw, row_len)?;
             if blob.len() >= raw.len() {
                 Ok((Encoding::from(dtype), Cow::Borrowed(raw)))
             } else {
@@ -130,7 +134,7 @@ pub fn encode_float<'a>(
             }
         }
         FloatMode::NeuZipLossy(k) => {
-            let blob = neuzip::encode(dtype, k, raw, row_len)?;
+            let blob = neuzip::encode_version(opts.neuzip_layout, dtype, k, raw, row_len)?;
             Ok((
                 Encoding::NeuZip {
                     dtype,

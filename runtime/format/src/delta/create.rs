@@ -123,11 +123,16 @@ pub(super) fn neuzip_params(
     raw: &[u8],
     row_len: usize,
     blob: &[u8],
-) -> Option<neuzip::Params> {
+) -> Option<(neuzip::Params, u8)> {
     let plan = neuzip::Plan::parse(blob).ok()?;
     let n = (raw.len() / dtype.size()) as u64;
+    let auto = if plan.version >= 2 {
+        neuzip::Params::auto_v2(n, row_len as u64)
+    } else {
+        neuzip::Params::auto(n, row_len as u64)
+    };
     let candidates = [
-        neuzip::Params::auto(n, row_len as u64),
+        auto,
         neuzip::Params {
             lanes: plan.lanes,
             block_symbols: plan.block_len,
@@ -137,9 +142,13 @@ pub(super) fn neuzip_params(
             block_symbols: neuzip::DEFAULT_BLOCK_SYMBOLS,
         },
     ];
-    candidates.into_iter().find(|&p| {
-        neuzip::encode_with(dtype, mantissa_bits, raw, row_len, p).is_ok_and(|b| b == blob)
-    })
+    candidates
+        .into_iter()
+        .find(|&p| {
+            neuzip_encode(plan.version, dtype, mantissa_bits, raw, row_len, p)
+                .is_ok_and(|b| b == blob)
+        })
+        .map(|p| (p, plan.version))
 }
 
 pub(super) fn decode_neuzip_raw(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
@@ -203,10 +212,11 @@ pub(super) fn encode_tensor(
             return copy();
         };
         let row_len = usize_of(info.shape.last().copied().unwrap_or(1).max(1))?;
-        if let Some(p) = neuzip_params(dtype, mantissa_bits, &rt, row_len, tuned) {
+        if let Some((p, layout)) = neuzip_params(dtype, mantissa_bits, &rt, row_len, tuned) {
             let method = Method::NeuZip {
                 lanes: p.lanes,
                 block_symbols: p.block_symbols,
+                layout,
             };
             let ctx = Ctx::Float(float_width(dtype));
             if let Some(payload) =

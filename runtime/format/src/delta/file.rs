@@ -440,6 +440,7 @@ impl DeltaFile {
             Method::NeuZip {
                 lanes,
                 block_symbols,
+                layout,
             },
             Encoding::NeuZip {
                 dtype,
@@ -463,7 +464,8 @@ impl DeltaFile {
             decode_chunk(c.kind, Ctx::Float(w), &b[c.data.clone()], bb, o)?;
         }
         let row_len = usize_of(r.info.shape.last().copied().unwrap_or(1).max(1))?;
-        let blob = neuzip::encode_with(
+        let blob = neuzip_encode(
+            layout,
             *dtype,
             *mantissa_bits,
             &raw,

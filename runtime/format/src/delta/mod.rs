@@ -164,7 +164,38 @@ pub enum Method {
     /// The chunks rebuild the decoded floats (FM-Delta against the decoded base), which are then
     /// NeuZip-encoded with these parameters (NeuZip encoding is deterministic).
     #[serde(rename = "neuzip")]
-    NeuZip { lanes: u32, block_symbols: u32 },
+    NeuZip {
+        lanes: u32,
+        block_symbols: u32,
+        /// NeuZip layout of the rebuilt blob (absent in the index = 1, so layout-1 deltas are
+        /// written exactly as before layout 2 existed).
+        #[serde(default = "layout_one", skip_serializing_if = "is_layout_one")]
+        layout: u8,
+    },
+}
+
+fn layout_one() -> u8 {
+    1
+}
+
+fn is_layout_one(l: &u8) -> bool {
+    *l == 1
+}
+
+/// NeuZip-encode in layout `layout` (1 or 2) with explicit parameters.
+fn neuzip_encode(
+    layout: u8,
+    dtype: FloatType,
+    mantissa_bits: u8,
+    raw: &[u8],
+    row_len: usize,
+    p: neuzip::Params,
+) -> Result<Vec<u8>> {
+    match layout {
+        1 => neuzip::encode_with(dtype, mantissa_bits, raw, row_len, p),
+        2 => neuzip::encode_v2_with(dtype, mantissa_bits, raw, row_len, p),
+        l => Err(malformed(format!("neuzip record of layout {l}"))),
+    }
 }
 
 /// One tuned tensor.

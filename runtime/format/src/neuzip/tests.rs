@@ -3,9 +3,9 @@
 use super::*;
 
 /// Small deterministic generator (xorshift64*), so the tests need no extra dependency.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -20,17 +20,17 @@ impl Rng {
     }
 }
 
-fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+pub(super) fn bf16_bytes(v: &[f32]) -> Vec<u8> {
     v.iter()
         .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
         .collect()
 }
-fn f16_bytes(v: &[f32]) -> Vec<u8> {
+pub(super) fn f16_bytes(v: &[f32]) -> Vec<u8> {
     v.iter()
         .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
         .collect()
 }
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
+pub(super) fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 fn u16_bytes(v: &[u16]) -> Vec<u8> {
@@ -39,7 +39,7 @@ fn u16_bytes(v: &[u16]) -> Vec<u8> {
 fn u32_bytes(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
-fn weights(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+pub(super) fn weights(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut r = Rng(seed | 1);
     (0..n).map(|_| r.normal() * scale).collect()
 }
@@ -64,7 +64,7 @@ fn roundtrip(dtype: FloatType, data: &[u8], row_len: usize, params: Params) -> V
 }
 
 /// Reference (per-lane scalar) decoder agrees with the fast path, and decode_rows with slices.
-fn check_consistency(blob: &[u8], decoded: &[u8]) {
+pub(super) fn check_consistency(blob: &[u8], decoded: &[u8]) {
     let plan = Plan::parse(blob).unwrap();
     let l = Layout::of(plan.dtype);
     let size = plan.dtype.size();

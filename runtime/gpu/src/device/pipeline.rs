@@ -111,6 +111,7 @@ pub enum KernelKey {
     ActStats,
     GgmlGemm(GgmlType),
     NeuzipDecode,
+    NeuzipGemv,
     RmsNorm,
     RmsNormQuant,
     Rope {
@@ -220,6 +221,7 @@ impl fmt::Display for KernelKey {
             }
             KernelKey::GgmlGemm(t) => write!(f, "ggml_gemm_{}_64x32", t.name()),
             KernelKey::NeuzipDecode => f.write_str("neuzip_decode"),
+            KernelKey::NeuzipGemv => f.write_str("neuzip_gemv"),
             KernelKey::RmsNorm => f.write_str("rmsnorm"),
             KernelKey::RmsNormQuant => f.write_str("rmsnorm_quant_int8"),
             KernelKey::Rope { neox } => {
@@ -300,6 +302,7 @@ impl KernelKey {
             KernelKey::ActStats => Shader::ActStats,
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
+            KernelKey::NeuzipGemv => Shader::NeuzipGemv,
             KernelKey::RmsNorm => Shader::RmsNorm,
             KernelKey::RmsNormQuant => Shader::RmsNormQuant,
             KernelKey::Rope { .. } => Shader::Rope,
@@ -431,6 +434,7 @@ mod tests {
         let mut keys = vec![
             KernelKey::ActQuantInt8,
             KernelKey::NeuzipDecode,
+            KernelKey::NeuzipGemv,
             KernelKey::RmsNorm,
             KernelKey::RmsNormQuant,
             KernelKey::Rope { neox: false },

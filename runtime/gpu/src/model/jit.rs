@@ -1,6 +1,8 @@
-//! NeuZip matrices decoded just in time: before each use, chunk by chunk (whole rows) into one
-//! of the model's small scratch buffers, each chunk's rows multiplied right after it is decoded,
-//! so the scratch is one chunk, not the decoded tensor. The decode status is sticky (a lane that
+//! NeuZip matrices kept compressed. Blocks of whole rows (every layout-2 matrix up to 8192
+//! columns): the fused decode + GEMV kernel multiplies them straight from the compressed stream,
+//! no scratch. Otherwise decoded just in time: before each use, chunk by chunk (whole rows) into
+//! one of the model's small scratch buffers, each chunk's rows multiplied right after it is
+//! decoded, so the scratch is one chunk, not the decoded tensor. The decode status is sticky (a lane that
 //! fails sets it); [`GpuModel::verify_jit`] runs every decode once at load and reads it, and
 //! [`GpuModel::check_jit_status`] reads it after any run.
 
@@ -28,6 +30,10 @@ impl GpuModel {
             .jit
             .get(i)
             .ok_or_else(|| GpuError::internal("plan", "jit index"))?;
+        if j.nz.fusable(j.cols) {
+            // Fused decode + GEMV: the decoded matrix is never written, no scratch.
+            return j.nz.fused_gemv(ctx, p, x, n, y, j.rows);
+        }
         let spans = j.nz.row_spans(j.cols)?;
         for (c, (row0, rows, elem_offset)) in spans.into_iter().enumerate() {
             let buf = self
@@ -58,16 +64,25 @@ impl GpuModel {
     /// decode's (a lane read past its words or did not end in its final state).
     pub fn verify_jit(&self) -> Result<()> {
         let ctx = &*self.ctx;
-        let Some(buf) = self.jit_scratch.first() else {
-            return Ok(());
-        };
         for j in &self.jit {
             let mut enc = ctx.encoder();
             j.nz.clear_status(&mut enc);
-            for c in 0..j.nz.chunks() {
-                j.nz.decode_chunk_into(ctx, &mut enc, c, buf)?;
+            if j.nz.fusable(j.cols) {
+                // One fused GEMV of a zero vector (small temporaries: one input, one output row).
+                let x = ctx.zeroed("neuzip verify x", j.cols * 4)?;
+                let y = ctx.zeroed("neuzip verify y", j.rows * 4)?;
+                j.nz.fused_gemv(ctx, &mut enc, &x, 1, &y, j.rows)?;
+                ctx.submit_wait(enc)?;
+            } else {
+                let buf = self
+                    .jit_scratch
+                    .first()
+                    .ok_or_else(|| GpuError::internal("jit", "no scratch for an unfused matrix"))?;
+                for c in 0..j.nz.chunks() {
+                    j.nz.decode_chunk_into(ctx, &mut enc, c, buf)?;
+                }
+                ctx.submit_wait(enc)?;
             }
-            ctx.submit_wait(enc)?;
             self.status_of(j)?;
         }
         Ok(())

@@ -20,6 +20,8 @@ pub(crate) struct HostEmbedding {
     rows: u64,
     cols: u64,
     bytes: Vec<u8>,
+    /// A NeuZip table's plan, parsed (and validated) once at load, not per lookup.
+    plan: Option<tern_format::neuzip::Plan>,
 }
 
 impl HostEmbedding {
@@ -32,7 +34,10 @@ impl HostEmbedding {
         }
         match &self.encoding {
             Encoding::NeuZip { dtype, .. } => {
-                let raw = tern_format::neuzip::decode_rows(&self.bytes, r, 1)?;
+                let raw = match &self.plan {
+                    Some(p) => p.decode_rows(&self.bytes, r, 1)?,
+                    None => tern_format::neuzip::decode_rows(&self.bytes, r, 1)?,
+                };
                 let e = Encoding::from(*dtype);
                 out.extend(e.decode_f32(&[1, self.cols], &raw)?);
             }
@@ -164,8 +169,15 @@ impl Loader<'_> {
                     place("decoded", decoded, &mut self.plan);
                     Lin::Float(FloatWeight::from_parts(*dtype, rows, cols, parts)?)
                 } else {
-                    let nz =
-                        NeuzipTensor::upload_compressed(ctx, v.bytes, self.decision.jit_chunk)?;
+                    // The fused decode + GEMV needs no scratch: chunks as large as a binding.
+                    let fused = tern_format::neuzip::Plan::parse(v.bytes)
+                        .is_ok_and(|p| crate::model::memory::fusable(&p, cols));
+                    let chunk = if fused {
+                        u64::MAX
+                    } else {
+                        self.decision.jit_chunk
+                    };
+                    let nz = NeuzipTensor::upload_compressed(ctx, v.bytes, chunk)?;
                     place("jit", nz.compressed_bytes(), &mut self.plan);
                     self.jit.push(JitTensor {
                         name: name.into(),
@@ -309,6 +321,10 @@ impl GpuModel {
                 rows: n_vocab,
                 cols: n_embd,
                 bytes: ev.bytes.to_vec(),
+                plan: match ev.info.encoding {
+                    Encoding::NeuZip { .. } => Some(tern_format::neuzip::Plan::parse(ev.bytes)?),
+                    _ => None,
+                },
             })
             .inspect(|_| file.release_tensor("token_embd.weight"))
         };
@@ -324,6 +340,7 @@ impl GpuModel {
         let chunk = ld
             .jit
             .iter()
+            .filter(|j| !j.nz.fusable(j.cols))
             .map(|j| j.nz.max_chunk_output_bytes())
             .max()
             .unwrap_or(0);

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tern_format::{Encoding, HParams, KvSpec, TernFile};
+use tern_format::{neuzip, Encoding, HParams, KvSpec, TernFile};
 
 use crate::device::context::{GpuContext, UPLOAD_SLICE};
 use crate::error::{GpuError, Result};
@@ -123,14 +123,24 @@ struct Nz {
     blob: u64,
     /// Decoded bytes of its smallest chunk of whole rows.
     row_group: u64,
+    /// Kept compressed, it is multiplied by the fused decode + GEMV kernel: no scratch, chunks
+    /// as large as a binding.
+    fused: bool,
 }
 
 impl Nz {
     /// GPU bytes kept compressed with chunks of at most `chunk` decoded bytes.
     fn compressed(&self, chunk: u64) -> u64 {
+        let chunk = if self.fused { self.decoded } else { chunk };
         let chunks = self.decoded / chunk.max(self.row_group).max(1) + 1;
         self.blob + 3 * SLACK + chunks * 2 * SLACK
     }
+}
+
+/// Whether a NeuZip matrix of `cols` columns kept compressed runs through the fused decode +
+/// GEMV kernel (blocks of whole rows) rather than being decoded into a scratch before each use.
+pub(crate) fn fusable(plan: &neuzip::Plan, cols: u64) -> bool {
+    plan.blocks_per_row == 1 && plan.row_len == cols
 }
 
 /// GPU bytes of a session of `n_ctx` positions in the KV format `kv` and batches of `batch`
@@ -175,13 +185,16 @@ pub(crate) fn decide(
                 let plan = file
                     .tensor(&t.name)
                     .ok()
-                    .and_then(|v| tern_format::neuzip::Plan::parse(v.bytes).ok());
-                let rows_per_group = plan.map_or(1, |p| u64::from(p.rows_per_block.max(1)));
+                    .and_then(|v| neuzip::Plan::parse(v.bytes).ok());
+                let rows_per_group = plan
+                    .as_ref()
+                    .map_or(1, |p| u64::from(p.rows_per_block.max(1)));
                 nz.push(Nz {
                     name: t.name.clone(),
                     decoded: rows * cols * es,
                     blob: t.size,
                     row_group: rows_per_group.min(*rows) * cols * es + 8,
+                    fused: plan.is_some_and(|p| fusable(&p, *cols)),
                 });
                 largest = largest.max(t.size);
             }
@@ -194,10 +207,12 @@ pub(crate) fn decide(
     let session_reserve = session_bytes(ctx, hp, RESERVE_CTX, RESERVE_BATCH, kv);
     let base = ctx.live_bytes() + fixed + session_reserve + largest.min(UPLOAD_SLICE) + OVERHEAD;
     let all_decoded: u64 = nz.iter().map(|n| n.decoded + SLACK).sum();
-    let max_decoded = nz.iter().map(|n| n.decoded).max().unwrap_or(0);
+    // Scratch only for the matrices the fused kernel cannot multiply.
+    let unfused = || nz.iter().filter(|n| !n.fused);
+    let any_unfused = unfused().next().is_some();
+    let max_decoded = unfused().map(|n| n.decoded).max().unwrap_or(0);
     // The smallest chunk: a row group of every tensor, and at most 16 chunks of the largest tensor.
-    let min_group = nz
-        .iter()
+    let min_group = unfused()
         .map(|n| n.row_group)
         .max()
         .unwrap_or(0)
@@ -209,7 +224,8 @@ pub(crate) fn decide(
         .unwrap_or(0);
     let jit_total = |chunk: u64, bufs: u64| -> u64 {
         let c = chunk.max(min_group);
-        nz.iter().map(|n| n.compressed(c)).sum::<u64>() + bufs * (c + SLACK)
+        let scratch = if any_unfused { bufs * (c + SLACK) } else { 0 };
+        nz.iter().map(|n| n.compressed(c)).sum::<u64>() + scratch
     };
     let min_budget = if nz.is_empty() {
         base

@@ -89,7 +89,19 @@ impl NeuzipTensor {
             "neuzip index (header, table, states, lane starts)",
             meta_bytes.len() as u64,
         )?;
-        let meta = ctx.upload("neuzip index", meta_bytes)?;
+        // The fused GEMV's status word (`neuzip_gemv.wgsl`) follows the index.
+        let status_word = meta_bytes.len() as u32 / 4; // ok: the word section starts 4-aligned
+        let mut meta_st = meta_bytes.to_vec();
+        meta_st.extend_from_slice(&[0; 4]);
+        let meta = ctx.upload("neuzip index", &meta_st)?;
+        let bpw = (256 / plan.lanes).max(1);
+        // Layout 2 writes whole u32 words when every block starts on an even element.
+        let even_starts = if plan.blocks_per_row == 1 {
+            plan.block_len % 2 == 0 || plan.n_blocks <= 1
+        } else {
+            plan.row_len % 2 == 0 && plan.block_len % 2 == 0
+        };
+        let whole_words = u32::from(width == 16 && plan.group % 2 == 0 && even_starts);
         let status = ctx.zeroed("neuzip status", 4)?;
         let words = blob.get(plan.words.range()).unwrap_or_default();
         let raw = blob.get(plan.raw.range()).unwrap_or_default();
@@ -119,7 +131,7 @@ impl NeuzipTensor {
         while b0 < plan.n_blocks {
             let fits = |b1: u32| -> Result<bool> {
                 let (d, o) = sizes(b0, b1)?;
-                Ok(d <= limit && o <= limit && b1 - b0 <= max_groups)
+                Ok(d <= limit && o <= limit && (b1 - b0).div_ceil(bpw) <= max_groups)
             };
             let fits_out =
                 |b1: u32| -> Result<bool> { Ok(fits(b1)? && sizes(b0, b1)?.1 <= out_limit) };
@@ -192,7 +204,11 @@ impl NeuzipTensor {
                 exp_bits,
                 k: u32::from(plan.mantissa_bits),
                 width,
-                _pad: 0,
+                group: plan.group,
+                bpw,
+                b_end: b1,
+                status_word,
+                whole_words,
             };
             chunks.push(NzChunk {
                 params,
