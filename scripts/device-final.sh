@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The closing tables of issues 13, 14 and 15 in two back-to-back device calls (the second finds the
+# first's machine warm: models, binaries and the first half of SmolLM2 stay in /tmp/fin).
+#
+#   bash scripts/device-final.sh kit   HERE: build .devkit-fin/ (xz'd stripped tern + gpu_bench,
+#                                      llama kit, GPL-3, SmolLM2 part 1) and .devkit-fin2/ (part 2)
+#   bash scripts/device-final.sh a     device call 1 (carry .gl .devkit-fin): issue 15's table
+#                                      (scripts/device-bench.sh: 2B4T TQ2_0 / TQ1_0, SmolLM2-shaped
+#                                      Q4_1, llama-bench in the same call), a4.8 vs A8 (issue 13),
+#                                      the fused-norm GEMV (TERN_GPU_FUSE_NORM=1), the head kept
+#                                      NeuZip-compressed (lossless, lossy-3: memory + tg128)
+#   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
+#                                      perplexity in 10 KV modes and the KV decode depths
+#                                      (scripts/device-kv.sh), the NeuZip kernel bench
+# Why two calls: a call carries at most 64 MiB and SmolLM2 is 98 MB.
+# Everything a call writes is packed into $OUT/all-<phase>.tar.gz + $OUT/summary-<phase>.txt
+# (the device returns at most 8 files).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PHASE=${1:-}
+SMOL=${SMOL:-$HOME/.cache/tern/SmolLM2-135M-Instruct.tern}
+SPLIT=43000000
+if [ "$PHASE" = kit ]; then
+  set -e
+  cargo build --release --bin tern -p tern-cli
+  cargo build --release -p tern-gpu --example gpu_bench
+  rm -rf .devkit-fin .devkit-fin2; mkdir -p .devkit-fin .devkit-fin2
+  strip -o /tmp/tern-fin target/release/tern; strip -o /tmp/gpu_bench-fin target/release/examples/gpu_bench
+  xz -9 -c /tmp/tern-fin > .devkit-fin/tern.xz; xz -9 -c /tmp/gpu_bench-fin > .devkit-fin/gpu_bench.xz
+  cp .devkit/llama-vulkan.tar.xz /usr/share/common-licenses/GPL-3 .devkit-fin/
+  head -c $SPLIT "$SMOL" > .devkit-fin/smol.part1
+  tail -c +$((SPLIT + 1)) "$SMOL" > .devkit-fin2/smol.part2
+  md5sum < "$SMOL" | cut -c1-32 > .devkit-fin2/smol.md5
+  du -cb .devkit-fin .devkit-fin2 .gl; exit 0
+fi
+for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json VK_ICD_FILENAMES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+F=/tmp/fin; O=${OUT:-/tmp/fin-out}; M=/tmp/m; mkdir -p "$F/kit" "$O" "$M"
+log() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$O/final-$PHASE.log"; }
+pack_out() {
+  (cd "$O" && tar czf "/tmp/all-$PHASE.tar.gz" --exclude 'all-*.tar.gz' . && mv "/tmp/all-$PHASE.tar.gz" .)
+  log "packed $O/all-$PHASE.tar.gz"
+}
+tb() { # tag model timeout extra... (environment before the call applies)
+  local tag=$1 m=$2 t=$3; shift 3
+  log "tern bench $tag $*"
+  timeout "$t" "$F/kit/tern" bench "$m" --device gpu --json "$@" > "$O/tern-$tag.json" 2> "$O/tern-$tag.err"
+  python3 - "$O/tern-$tag.json" "$tag" <<'PY' | tee -a "$O/summary-$PHASE.txt" || tail -3 "$O/tern-$tag.err"
+import json, sys
+d = json.load(open(sys.argv[1])); m = d.get('memory', {})
+print(sys.argv[2], [(t['test'], t.get('depth', 0), round(t['avg_ts'], 1)) for t in d['tests']],
+      'dispatches', d.get('dispatches_per_token'), 'peak', m.get('gpu_allocated_peak'),
+      'file', d.get('file_bytes'), 'act', d.get('activations', {}).get('scheme'),
+      'sparsity', d.get('activation_sparsity'))
+PY
+}
+
+if [ "$PHASE" = a ]; then
+  log "unpack"
+  xz -dc .devkit-fin/tern.xz > "$F/kit/tern"; xz -dc .devkit-fin/gpu_bench.xz > "$F/gpu_bench"
+  chmod +x "$F/kit/tern" "$F/gpu_bench"
+  cp .devkit-fin/llama-vulkan.tar.xz "$F/kit/"; cp .devkit-fin/GPL-3 .devkit-fin/smol.part1 "$F/"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$O/gpu.txt" 2>&1
+  log "GPU: $(cat "$O/gpu.txt")"
+  # issue 15's table: 2-bit + q6_K head (tg128, pp512, tg128 at depth 4096), base-3 from TQ1_0,
+  # SmolLM2-shaped Q4_1; llama-bench on the same files in this call
+  OUT=$O/bench KIT=$F/kit MODEL_DIR=$M R=2 DEPTH=4096 BUDGET_S=330 HARD_S=380 \
+    LLAMA_FILES="bitnet-tq2_0 bitnet-tq1_0 smollm-q4_1" DEPTH_FILES="bitnet-tq2_0" \
+    TERN_PACKS="bitnet-tq2_0:2bit:raw bitnet-tq1_0:base3:raw smollm-q4_1:2bit:raw" \
+    TERN_DEPTH_PACKS="bitnet-tq2_0:2bit:raw" bash scripts/device-bench.sh all > "$O/device-bench.out" 2>&1
+  cp "$O/bench/results.md" "$O/summary-$PHASE.txt" 2>/dev/null
+  P=$(ls "$M"/tern-*/bitnet-tq2_0--2bit-raw.tern 2>/dev/null | head -1)
+  if [ -n "$P" ]; then
+    # issue 13: a4.8 vs A8 over the same weights; the fused norm GEMV (opt-in) in both
+    tb a8 "$P" 60 -p 512 -n 128 -r 2 --activations a8
+    tb a48 "$P" 60 -p 512 -n 128 -r 2 --activations a4.8
+    TERN_GPU_FUSE_NORM=1 tb a8-fused "$P" 60 -p 512 -n 128 -r 2 --activations a8
+    TERN_GPU_FUSE_NORM=1 tb a48-fused "$P" 60 -p 512 -n 128 -r 2 --activations a4.8
+    tb a8-profile "$P" 60 -p 512 -n 16 -r 1 --profile
+  fi
+  # issue 15: the head kept NeuZip-compressed (lossless, lossy-3) under the smallest budget
+  E=$M/bitnet-tq2_0-f16emb.gguf
+  if [ -s "$E" ]; then
+    for fl in neuzip neuzip-lossy3; do
+      "$F/kit/tern" pack "$E" -o "$M/nz-$fl.tern" --floats "$fl" > "$O/pack-nz-$fl.log" 2>&1 || { log "pack $fl failed"; continue; }
+      MIN=$("$F/kit/tern" bench "$M/nz-$fl.tern" --device gpu --max-memory 1K -p 0 -n 1 -r 1 2>&1 | grep -o 'at least [0-9]*' | head -1 | grep -o '[0-9]*')
+      log "$fl: smallest budget ${MIN:-?}"
+      [ -n "$MIN" ] && tb "nz-$fl-kept" "$M/nz-$fl.tern" 90 -p 0 -n 128 -r 2 --max-memory "$MIN"
+      tb "nz-$fl-decoded" "$M/nz-$fl.tern" 90 -p 0 -n 128 -r 2
+    done
+    timeout 60 /tmp/llama/bin/llama-bench -m "$E" -ngl 99 -p 0 -n 128 -r 2 -o json > "$O/llama-f16emb.json" 2> "$O/llama-f16emb.err"
+    python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama tq2_0 f16 emb', e['n_gen'], round(e['avg_ts'],1))" "$O/llama-f16emb.json" | tee -a "$O/summary-$PHASE.txt"
+  fi
+  log "done a"
+  pack_out; exit 0
+fi
+
+if [ "$PHASE" = b ]; then
+  cat "$F/smol.part1" .devkit-fin2/smol.part2 > "$F/SmolLM2-135M-Instruct.tern"
+  got=$(md5sum < "$F/SmolLM2-135M-Instruct.tern" | cut -c1-32)
+  log "SmolLM2 reassembled: md5 $got (want $(cat .devkit-fin2/smol.md5))"
+  log "gpu_bench --only neuzip"
+  timeout 90 "$F/gpu_bench" --only neuzip > "$O/gpu_bench_neuzip.json" 2> "$O/gpu_bench_neuzip.err"
+  log "gpu_bench rc $?"
+  OUT=$O/kv KIT=$F/kit MODEL_DIR=$M LLAMA_KIT=$F/kit/llama-vulkan.tar.xz R=2 HARD_S=440 \
+    STEPS="ppl tern llama" DEPTHS="0 4096" LATE_DEPTHS="16384" \
+    PPL_MODEL=$F/SmolLM2-135M-Instruct.tern PPL_TEXT=$F/GPL-3 \
+    bash scripts/device-kv.sh > "$O/device-kv.out" 2>&1
+  { cat "$O/kv/kv-results.md" 2>/dev/null; grep -h "ppl\|perplexity" "$O/kv/device-kv.log" 2>/dev/null | tail -30; } >> "$O/summary-$PHASE.txt"
+  log "done b"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|a|b" >&2; exit 2
