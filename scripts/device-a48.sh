@@ -53,13 +53,7 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 log "device-a48: steps=[$STEPS] packs=[$PACKS] r=$R p=$P n=$N tiny=$TINY out=$OUT"
 
 # ---------------------------------------------------------------- environment
-if ! ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1 ' >/dev/null; then
-  for f in "$REPO"/.gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done; ldconfig
-fi
-for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
-  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd; fi
-done
-GPU=$( { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } 2>/dev/null || echo unknown)
+. "$REPO/scripts/device-env.sh"; device_vulkan_env "$REPO"
 log "GPU: $GPU; VK_DRIVER_FILES=${VK_DRIVER_FILES:-<default>}"
 TERN=$KIT/tern
 [ -x "$TERN" ] || { log "FATAL: $TERN missing (bash scripts/device-a48.sh kit)"; exit 1; }

@@ -33,8 +33,7 @@ if [ "$PHASE" = kit ]; then
   md5sum < "$SMOL" | cut -c1-32 > .devkit-fin2/smol.md5
   du -cb .devkit-fin .devkit-fin2 .gl; exit 0
 fi
-for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json VK_ICD_FILENAMES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+. scripts/device-env.sh; device_vulkan_env "$PWD"
 F=/tmp/fin; O=${OUT:-/tmp/fin-out}; M=/tmp/m; mkdir -p "$F/kit" "$O" "$M"
 log() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$O/final-$PHASE.log"; }
 pack_out() {

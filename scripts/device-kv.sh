@@ -64,13 +64,7 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 log "device-kv: steps=[$STEPS] modes=[$MODES] depths=[$DEPTHS] r=$R n=$N tiny=$TINY out=$OUT"
 
 # ---------------------------------------------------------------- environment
-if ! ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1 ' >/dev/null; then
-  for f in "$REPO"/.gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done; ldconfig
-fi
-for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
-  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd; fi
-done
-GPU=$( { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } 2>/dev/null || echo unknown)
+. "$REPO/scripts/device-env.sh"; device_vulkan_env "$REPO"
 log "GPU: $GPU; VK_DRIVER_FILES=${VK_DRIVER_FILES:-<default>}"
 TERN=$KIT/tern
 GEN=$KIT/gen_synth_gguf.py; [ -f "$GEN" ] || GEN=$REPO/scripts/gen_synth_gguf.py
