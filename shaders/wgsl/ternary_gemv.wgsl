@@ -82,6 +82,12 @@ fn act_word(base: u32, aw: u32) -> u32 {
     return xq[base + aw];
 }
 
+// Four nibbles (one in the low half of each byte) sign-extended to int8 bytes: a byte with bit 3
+// set gets 0xf0 or-ed in ((v & 8) · 0x1e = 0xf0 per byte, no carry between bytes).
+fn sext4_or(v: u32) -> u32 {
+    return v | ((v & 0x08080808u) * 0x1eu);
+}
+
 fn dot4(a: u32, b: u32) -> i32 {
     if (DOT == 1u) {
         return dot4I8Packed(a, b);
@@ -118,7 +124,28 @@ fn trit(cw: u32, j: u32) -> i32 {
 // Σ trit · act over the first n elements of code word cw (columns c0 .. c0 + n).
 fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
     var acc = 0i;
-    if (LAYOUT == 0u) {
+    if (LAYOUT == 0u && ACT4 == 1u) {
+        // INT4: 16 codes pair with 2 activation words (word c0/8: columns c0 .. c0 + 8, its low
+        // nibbles c0 .. c0 + 4, its high nibbles c0 + 4 .. c0 + 8; then c0 + 8 .. c0 + 16), each
+        // nibble sign-extended to a byte. Byte aw of cw spread to one code per byte, then turned
+        // into trit bytes (code + 0x7f has no carry; ^ 0x80 gives −1, 0, 1): one packed dot per 4
+        // columns. Columns past `cols` have zero activations (the quantizer pads with zeros).
+        let a4 = abase + (c0 >> 3u);
+        let wa = xq[a4];
+        let wb = xq[a4 + 1u];
+        let av = array<u32, 4>(
+            sext4_or(wa & 0x0f0f0f0fu),
+            sext4_or((wa >> 4u) & 0x0f0f0f0fu),
+            sext4_or(wb & 0x0f0f0f0fu),
+            sext4_or((wb >> 4u) & 0x0f0f0f0fu),
+        );
+        for (var aw = 0u; aw < 4u; aw = aw + 1u) {
+            let b = (cw >> (8u * aw)) & 0xffu;
+            let sp = b | (b << 12u);
+            let codes = (sp | (sp << 6u)) & 0x03030303u;
+            acc = acc + dot4((codes + 0x7f7f7f7fu) ^ 0x80808080u, av[aw]);
+        }
+    } else if (LAYOUT == 0u) {
         // 16 codes pair with 4 activation words (c0 is a multiple of 16). trit = code − 1, so
         // Σ trit·x = Σ code·x − Σ x: two packed int8 dot products per activation word. Columns
         // past `cols` have zero activations (act_quant_int8 pads with zeros), so no mask is needed.

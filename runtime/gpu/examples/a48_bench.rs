@@ -4,6 +4,7 @@
 //!   90% zero inputs, for the down projection (2560 × 6912) and the attention output (2560 ×
 //!   2560): dense GEMV, sparse kernel forced to its sparse walk, and with its switch at half the
 //!   words;
+//! * the ternary GEMV with INT4 against INT8 activations at one token (q/o, k/v, gate/up);
 //! * the ternary GEMM with INT4 against INT8 activations at 512 tokens (q/o, k/v, gate/up, down);
 //! * the a4.8 quantizers (fused with RMSNorm) against the INT8 one, one token and 512.
 //!
@@ -133,6 +134,30 @@ fn main() -> anyhow::Result<()> {
                 switched * 1e6
             ));
         }
+    }
+
+    // GEMV, one token: INT4 vs INT8 activations (decode's q/k/v and gate/up inputs).
+    for (name, r, c) in [
+        ("q_o_2560x2560", 2560u64, 2560u64),
+        ("k_v_640x2560", 640, 2560),
+        ("gate_up_6912x2560", 6912, 2560),
+    ] {
+        let w = weight(&mut rng, &ctx, r, c)?;
+        let xb = rows(&mut rng, &ctx, 1, c, 0.0)?;
+        let a8 = ActInt8::alloc(&ctx, 1, c)?;
+        let a4 = ActInt8::alloc(&ctx, 1, c)?.as_int4()?;
+        let y = ctx.zeroed("y", r * 4)?;
+        let mut enc = ctx.encoder();
+        kernels::quantize_act_int8_into(&ctx, &mut enc, &xb, &a8)?;
+        kernels::quantize_act_a48_into(&ctx, &mut enc, &xb, None, A48Quant::Int4Absmean, &a4)?;
+        ctx.submit_wait(enc)?;
+        let t8 = per_call(&ctx, iters, |e| kernels::ternary_gemv(&ctx, e, &w, &a8, &y))?;
+        let t4 = per_call(&ctx, iters, |e| kernels::ternary_gemv(&ctx, e, &w, &a4, &y))?;
+        fields.push(format!(
+            "\"gemv_{name}_1t_us\":{{\"int8\":{:.1},\"int4\":{:.1}}}",
+            t8 * 1e6,
+            t4 * 1e6
+        ));
     }
 
     // GEMM, 512 tokens: INT4 vs INT8 activations.

@@ -13,7 +13,8 @@ use super::*;
 use tern_gpu::kernels::{A48Quant, ActInt8};
 
 /// Rows of test activations: `kind` 0 normal with an outlier, 1 ties (small set of values),
-/// 2 a single huge outlier, 3 with NaN; the last of several rows is all zeros.
+/// 2 a single huge outlier, 3 with NaN, 4 magnitudes over 2^±60, 5 keys a few ulps apart with
+/// copies; the last of several rows is all zeros.
 fn rows_of(rng: &mut Rng, rows: usize, n: usize, kind: u32) -> Vec<f32> {
     let mut x = activations(rng, rows, n);
     for r in 0..rows {
@@ -30,6 +31,26 @@ fn rows_of(rng: &mut Rng, rows: usize, n: usize, kind: u32) -> Vec<f32> {
                 row[i] = if r % 2 == 0 { 1e30 } else { -1e30 };
             }
             3 if n > 3 => row[rng.next() as usize % n] = f32::NAN,
+            // Magnitudes spread over 2^±60 (the TopK threshold below its first 8-octave window).
+            4 => row.iter_mut().for_each(|v| {
+                let e = (rng.next() % 121) as i32 - 60;
+                *v = (1.0 + rng.unit())
+                    * 2f32.powi(e)
+                    * if rng.next() % 2 == 0 { 1.0 } else { -1.0 };
+            }),
+            // Keys one ulp apart and a few exact copies around the median (the select's last
+            // passes, ties straddling the cut).
+            5 => {
+                let m = 0.75f32.to_bits();
+                row.iter_mut().for_each(|v| {
+                    let b = m + (rng.next() % 7) as u32;
+                    *v = f32::from_bits(if rng.next() % 2 == 0 {
+                        b
+                    } else {
+                        b | 0x8000_0000
+                    }) * if rng.next() % 3 == 0 { 4.0 } else { 1.0 };
+                });
+            }
             _ => {}
         }
     }
@@ -247,12 +268,15 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (2, 2560),
         (1, 6912),
         (5, 1000),
+        // The register-held rows end at 3072 values; 3073 takes the re-reading path.
+        (2, 3072),
+        (2, 3073),
     ];
     for kind in [A48Quant::Int4Absmean, A48Quant::TopK50Int8] {
         for fused in [false, true] {
             for (rows, n) in shapes {
-                for data in [0u32, 1, 2, 3] {
-                    if data > 0 && n > 2560 {
+                for data in [0u32, 1, 2, 3, 4, 5] {
+                    if data > 0 && n > 3073 || data > 3 && n < 31 {
                         continue;
                     }
                     v.push((
@@ -269,8 +293,10 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 17] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 19] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
+        (Mm::Gemv, l2, f16t, (37, 1000, 0, 1)),
+        (Mm::Gemv, l2, bf16t, (9, 200, 40, 2)),
         (Mm::Gemv, l2, f16t, (33, 96, 32, 3)),
         (Mm::Gemv, l3, bf16t, (70, 1000, 0, 2)),
         (Mm::Gemv, l2, f32t, (64, 2560, 128, 1)),
