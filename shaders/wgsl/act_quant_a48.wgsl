@@ -78,6 +78,15 @@ fn val(base: u32, c: u32, r: f32) -> f32 {
     return x[base + c];
 }
 
+// x[base + c] and weight[c] for the register-held rows, c clamped to the row's last column.
+fn ldx(base: u32, c: u32, last: u32) -> f32 {
+    return x[base + min(c, last)];
+}
+
+fn ldw(c: u32, last: u32) -> f32 {
+    return weight[min(c, last)];
+}
+
 fn key(v: f32) -> u32 {
     let b = bitcast<u32>(v) & 0x7fffffffu;
     if (b > 0x7f800000u) {
@@ -194,18 +203,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var ss = 0.0;
     var r = 1.0;
     if (fast) {
-        var xr: array<f32, 12>;
-        var wr: array<f32, 12>;
-        for (var i = 0u; i < R; i = i + 1u) {
-            let c = lid + WG * i;
-            xr[i] = 0.0;
-            wr[i] = 0.0;
-            if (c < n) {
-                xr[i] = x[base + c];
-                if (NORM == 1u) {
-                    wr[i] = weight[c];
-                }
-            }
+        // Twelve independent loads each (branch-free: past n they read the row's last value,
+        // which no later step uses), so they are all in flight at once.
+        let last = max(n, 1u) - 1u;
+        let xr = array<f32, 12>(
+            ldx(base, lid, last), ldx(base, lid + 256u, last), ldx(base, lid + 512u, last),
+            ldx(base, lid + 768u, last), ldx(base, lid + 1024u, last), ldx(base, lid + 1280u, last),
+            ldx(base, lid + 1536u, last), ldx(base, lid + 1792u, last), ldx(base, lid + 2048u, last),
+            ldx(base, lid + 2304u, last), ldx(base, lid + 2560u, last), ldx(base, lid + 2816u, last),
+        );
+        var wr = array<f32, 12>(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0);
+        if (NORM == 1u) {
+            wr = array<f32, 12>(
+                ldw(lid, last), ldw(lid + 256u, last), ldw(lid + 512u, last), ldw(lid + 768u, last),
+                ldw(lid + 1024u, last), ldw(lid + 1280u, last), ldw(lid + 1536u, last),
+                ldw(lid + 1792u, last), ldw(lid + 2048u, last), ldw(lid + 2304u, last),
+                ldw(lid + 2560u, last), ldw(lid + 2816u, last),
+            );
         }
         if (NORM == 1u) {
             for (var i = 0u; i < R; i = i + 1u) {
