@@ -55,9 +55,12 @@ pub enum Shader {
     TopkSample,
     /// f32 / f16 / bf16 matrix GEMV/GEMM (decoded NeuZip tensors, raw float heads).
     FloatGemv,
-    /// BitNet a4.8 activation quantizers: INT4 absmean, TopK-50% + INT8; alone or fused with
-    /// the preceding RMSNorm (bit-exact).
+    /// BitNet a4.8's INT4 absmean activation quantizer, alone or fused with the preceding
+    /// RMSNorm (bit-exact).
     ActQuantA48,
+    /// BitNet a4.8's TopK-50% + INT8 activation quantizer, alone or fused with the preceding
+    /// RMSNorm (bit-exact).
+    ActQuantTopK,
     /// Ternary GEMV (2-bit) with INT8 activations that skips zero activation words (bit-exact).
     TernaryGemvSparse,
     /// The wide ternary GEMV (vec4 loads, staged activations, base-3 byte table) with the RMSNorm
@@ -203,10 +206,12 @@ const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
 ];
 
 const ACT_QUANT_A48_VARIANTS: &[Variant] = variants![Shader::ActQuantA48;
-    "act_quant_int4" => ["MODE" = 0, "NORM" = 0],
-    "rmsnorm_quant_int4" => ["MODE" = 0, "NORM" = 1],
-    "act_quant_topk50_int8" => ["MODE" = 1, "NORM" = 0],
-    "rmsnorm_quant_topk50_int8" => ["MODE" = 1, "NORM" = 1],
+    "act_quant_int4" => ["NORM" = 0],
+    "rmsnorm_quant_int4" => ["NORM" = 1],
+];
+const ACT_QUANT_TOPK_VARIANTS: &[Variant] = variants![Shader::ActQuantTopK;
+    "act_quant_topk50_int8" => ["NORM" = 0],
+    "rmsnorm_quant_topk50_int8" => ["NORM" = 1],
 ];
 const TERNARY_GEMV_SPARSE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvSparse;
     "ternary_gemv_sparse_2bit_f32" => ["SCALE_TYPE" = 0, "DOT" = 1],
@@ -346,7 +351,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 27] = [
+    pub const ALL: [Shader; 28] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -371,6 +376,7 @@ impl Shader {
         Shader::CceCombine,
         Shader::LogSoftmaxTarget,
         Shader::ActQuantA48,
+        Shader::ActQuantTopK,
         Shader::TernaryGemvSparse,
         Shader::TernaryGemvWide,
         Shader::ActStats,
@@ -403,6 +409,7 @@ impl Shader {
             Shader::CceCombine => "cce_combine.wgsl",
             Shader::LogSoftmaxTarget => "log_softmax_target.wgsl",
             Shader::ActQuantA48 => "act_quant_a48.wgsl",
+            Shader::ActQuantTopK => "act_quant_topk.wgsl",
             Shader::TernaryGemvSparse => "ternary_gemv_sparse.wgsl",
             Shader::TernaryGemvWide => "ternary_gemv_wide.wgsl",
             Shader::ActStats => "act_stats.wgsl",
@@ -436,6 +443,7 @@ impl Shader {
             Shader::CceCombine => include_str!("../wgsl/cce_combine.wgsl"),
             Shader::LogSoftmaxTarget => include_str!("../wgsl/log_softmax_target.wgsl"),
             Shader::ActQuantA48 => include_str!("../wgsl/act_quant_a48.wgsl"),
+            Shader::ActQuantTopK => include_str!("../wgsl/act_quant_topk.wgsl"),
             Shader::TernaryGemvSparse => include_str!("../wgsl/ternary_gemv_sparse.wgsl"),
             Shader::TernaryGemvWide => include_str!("../wgsl/ternary_gemv_wide.wgsl"),
             Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
@@ -484,6 +492,7 @@ impl Shader {
             Shader::CceCombine => CCE_COMBINE_VARIANTS,
             Shader::LogSoftmaxTarget => LOG_SOFTMAX_TARGET_VARIANTS,
             Shader::ActQuantA48 => ACT_QUANT_A48_VARIANTS,
+            Shader::ActQuantTopK => ACT_QUANT_TOPK_VARIANTS,
             Shader::TernaryGemvSparse => TERNARY_GEMV_SPARSE_VARIANTS,
             Shader::TernaryGemvWide => TERNARY_WIDE_VARIANTS,
             Shader::ActStats => ACT_STATS_VARIANTS,

@@ -1,35 +1,20 @@
-// BitNet a4.8 per-token activation quantizers, bit-exact with tern_reference::quant, optionally
-// fused with the preceding RMSNorm (NORM = 1: y_c = x_c · r · weight_c, the arithmetic of
-// rmsnorm.wgsl / rmsnorm_quant.wgsl, the f32 row not written; NORM = 0: y = x, `weight` unused).
+// BitNet a4.8's INT4 absmean activation quantizer (quantize_act_int4), bit-exact with
+// tern_reference::quant, optionally fused with the preceding RMSNorm (NORM = 1: y_c = x_c · r ·
+// weight_c, the arithmetic of rmsnorm.wgsl / rmsnorm_quant.wgsl, the f32 row not written; NORM = 0:
+// y = x, `weight` unused). The TopK-50% + INT8 quantizer is act_quant_topk.wgsl.
 //
-// MODE 0, INT4 absmean (quantize_act_int4): β = Σ|y| / n with the sum in the reference's
-//   `lane_tree_sum` order (lane l adds l, l + 256, … from 0.0; then pairwise, halves 128 … 1),
-//   s = div_rn(√7, max(β, 1e-5)), q_c = clamp(round_half_even(y_c · s), −8, 7), NaN → 0.
-//   Packed 8 per u32: word w holds columns 8w .. 8w + 8, column 8w + j (j < 4) in bits 8j .. 8j + 4
-//   and column 8w + 4 + j in bits 8j + 4 .. 8j + 8 (so `w & 0x0f0f0f0f` and `(w >> 4) & 0x0f0f0f0f`
-//   are the two halves as 4-bit two's-complement bytes); zero past n.
-// MODE 1, TopK 50% + INT8 absmax (topk50_int8): k = ⌊n/2⌋ entries kept by the reference's tie
-//   rule: key(v) = bits(|v|) + 1 (NaN: 0); T = the k-th largest key; r = how many entries with
-//   key == T are still to keep; keep key > T, and key == T for the first r in index order.
-//   s = div_rn(127, max(amax, 1e-5)) with amax the largest non-NaN |y| (always kept when k ≥ 1;
-//   0 when k = 0); q_c = clamp(round(y_c · s), −128, 127) for kept entries, 0 otherwise. Packed 4
-//   per u32 as act_quant_int8.wgsl.
+// β = Σ|y| / n with the sum in the reference's `lane_tree_sum` order (lane l adds l, l + 256, …
+// from 0.0; then pairwise, halves 128 … 1), s = div_rn(√7, max(β, 1e-5)),
+// q_c = clamp(round_half_even(y_c · s), −8, 7), NaN → 0. Packed 8 per u32: word w holds columns
+// 8w .. 8w + 8, column 8w + j (j < 4) in bits 8j .. 8j + 4 and column 8w + 4 + j in bits
+// 8j + 4 .. 8j + 8 (so `w & 0x0f0f0f0f` and `(w >> 4) & 0x0f0f0f0f` are the two halves as 4-bit
+// two's-complement bytes); zero past n.
 //
-// The threshold: a radix select over key ranges, 1024 bins per pass. Pass 0 bins the 2^26 keys
-//   (8 binary octaves) below the row's largest key, 1/128 octave per bin, so a real row's values
-//   spread over many bins (few atomics on one address) and the bin holding the k-th largest has
-//   a handful of entries; if fewer than `want` keys lie in the window, the range below it is next.
-//   Each later pass bins the chosen bin's range ((key − lo) >> shift, ≤ 1024 bins). The select
-//   stops as soon as every entry of the chosen bin is to be kept (T = its lowest key, all ties
-//   kept: no index ranks needed — the usual case after two passes) or the range is one key wide.
-//   Only when some but not all entries equal to T are kept (ties straddling the cut) are ranks
-//   needed: each invocation then owns a contiguous run of columns and an exclusive scan of their
-//   tie counts gives each run its rank (the entries re-read from x).
-//
-// Rows of n ≤ R·256 = 3072 values are read (and normed) once, every load issued up front, and
-// held in registers (invocation l holds columns l, l + 256, …: the reference's lane order for the
-// sums); the packed words are assembled in workgroup memory (atomicOr of each column's bits) and
-// written once. Longer rows re-read x (and the norm weight) in every pass.
+// Rows of n ≤ YC values are read (and normed) once: y is kept in workgroup memory for the output,
+// the same f32 values the re-reads would give. Longer rows re-read x (and the norm weight).
+// (Measured on the H100, 2026-11-24 call 2 of h-a48d: this version, 16.1 µs per fused call at
+// 2560 columns in a decode profile, beats one holding the row in registers and packing the words
+// with workgroup atomics, 18.8 µs.)
 //
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
@@ -41,7 +26,6 @@ struct Params {
     q_stride: u32,
 }
 
-override MODE: u32 = 0u;
 override NORM: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -51,21 +35,16 @@ override NORM: u32 = 0u;
 @group(0) @binding(4) var<storage, read_write> s_out: array<f32>;
 
 const WG: u32 = 256u;
-const R: u32 = 12u; // values per invocation held in registers (rows of n ≤ 3072)
-const NB: u32 = 1024u; // radix bins per pass (4 per invocation)
-const QW: u32 = 768u; // packed words staged in workgroup memory (3072 INT8 columns)
-const WIN: u32 = 0x4000000u; // pass 0's window: 2^26 keys below the largest
-const PASSES: u32 = 6u; // ≥ 1 (window) + 4 (31-bit range, ≥ 10 bits a pass) + 1
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7 (= 7f32.sqrt())
-// Reductions (f32 as bits, halves 128 … 1) and the ping-pong suffix scan (two halves of 256).
-var<workgroup> red: array<u32, 512>;
-var<workgroup> hist: array<atomic<u32>, 1024>;
-var<workgroup> qw: array<atomic<u32>, 768>;
+var<workgroup> partial: array<f32, 256>;
+var<workgroup> hist: array<atomic<u32>, 256>;
+var<workgroup> scan: array<u32, 256>;
 var<workgroup> amax_bits: atomic<u32>;
-// The select's state: (lo, hi, want, done); done 0 = go on, 1 = T = lo with `want` ties of T to
-// keep by rank, 2 = keep every key ≥ lo.
-var<workgroup> st: vec4<u32>;
-var<private> yr: array<f32, 12>;
+var<workgroup> prefix: u32;
+var<workgroup> want: u32;
+var<workgroup> qscale: f32;
+const YC: u32 = 3072u; // the row in workgroup memory up to this many values (12 KiB)
+var<workgroup> ybuf: array<f32, 3072>;
 
 fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
@@ -78,13 +57,12 @@ fn val(base: u32, c: u32, r: f32) -> f32 {
     return x[base + c];
 }
 
-// x[base + c] and weight[c] for the register-held rows, c clamped to the row's last column.
-fn ldx(base: u32, c: u32, last: u32) -> f32 {
-    return x[base + min(c, last)];
-}
-
-fn ldw(c: u32, last: u32) -> f32 {
-    return weight[min(c, last)];
+// y_c: from workgroup memory when the row is cached there (`cached`), else recomputed.
+fn yat(base: u32, c: u32, r: f32, cached: bool) -> f32 {
+    if (cached) {
+        return ybuf[c];
+    }
+    return val(base, c, r);
 }
 
 fn key(v: f32) -> u32 {
@@ -103,85 +81,28 @@ fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
     return i32(clamp(round(prod), lo, hi));
 }
 
-// Σ over the invocations' v (the reference's pairwise halves 128 … 1), returned to all; every
-// invocation must call it.
-fn tree_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = bitcast<u32>(v);
+// partial[0] ← Σ partial (halves 128 … 1); every invocation must call it.
+fn tree_sum(lid: u32) {
     workgroupBarrier();
-    for (var h = WG / 2u; h > 0u; h = h >> 1u) {
-        if (lid < h) {
-            red[lid] = bitcast<u32>(bitcast<f32>(red[lid]) + bitcast<f32>(red[lid + h]));
+    for (var st = WG / 2u; st > 0u; st = st >> 1u) {
+        if (lid < st) {
+            partial[lid] = partial[lid] + partial[lid + st];
         }
         workgroupBarrier();
     }
-    let total = bitcast<f32>(red[0]);
-    workgroupBarrier();
-    return total;
 }
 
-// Inclusive suffix sum over the invocations (Σ_{j ≥ lid} v_j), ping-pong between the halves of
-// `red` (one barrier a step); every invocation must call it.
-fn suffix_sum(lid: u32, v0: u32) -> u32 {
-    var v = v0;
-    red[lid] = v;
+// scan[i] ← Σ_{j ≥ i} scan[j] (inclusive suffix sum); every invocation must call it.
+fn suffix_sum(lid: u32) {
     workgroupBarrier();
-    for (var k = 0u; k < 8u; k = k + 1u) {
-        let off = 1u << k;
-        let src = (k & 1u) * WG;
-        if (lid + off < WG) {
-            v = v + red[src + lid + off];
+    for (var st = 1u; st < WG; st = st << 1u) {
+        var add = 0u;
+        if (lid + st < WG) {
+            add = scan[lid + st];
         }
-        red[WG - src + lid] = v;
         workgroupBarrier();
-    }
-    return v;
-}
-
-// Add key kc to the histogram of range [lo, hi) (bins of 2^shift keys).
-fn bin_add(kc: u32, lo: u32, hi: u32, shift: u32) {
-    if (kc >= lo && kc < hi) {
-        atomicAdd(&hist[(kc - lo) >> shift], 1u);
-    }
-}
-
-// One select step after the histogram is complete: find the bin holding the want-th largest key of
-// [lo, hi) and write the next state (one invocation writes it).
-fn select_step(lid: u32, lo: u32, hi: u32, want: u32, shift: u32) {
-    var h: array<u32, 4>;
-    var tot = 0u;
-    for (var e = 0u; e < 4u; e = e + 1u) {
-        h[e] = atomicLoad(&hist[4u * lid + e]);
-        tot = tot + h[e];
-    }
-    let incl = suffix_sum(lid, tot);
-    var above = incl - tot; // keys of [lo, hi) in bins above this invocation's four
-    if (above < want && incl >= want) {
-        for (var e = 3i; e >= 0; e = e - 1) {
-            let hb = h[e];
-            if (above + hb >= want) {
-                let b = 4u * lid + u32(e);
-                let w = want - above;
-                let blo = lo + (b << shift);
-                let bhi = min(hi, blo + (1u << shift));
-                var done = 0u;
-                if (hb == w) {
-                    done = 2u;
-                } else if (bhi - blo == 1u) {
-                    done = 1u;
-                }
-                st = vec4<u32>(blo, bhi, w, done);
-                break;
-            }
-            above = above + hb;
-        }
-    }
-    if (lid == 0u && incl < want) {
-        // Fewer than `want` keys in [lo, hi): the threshold lies below lo.
-        if (lo == 0u) {
-            st = vec4<u32>(0u, 1u, 0u, 2u); // cannot happen (all keys are < hi); keep all
-        } else {
-            st = vec4<u32>(0u, lo, want - incl, 0u);
-        }
+        scan[lid] = scan[lid] + add;
+        workgroupBarrier();
     }
 }
 
@@ -191,250 +112,51 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let in_range = row < p.n_rows;
     let n = select(0u, p.n, in_range);
     let base = row * p.n;
-    let fast = n <= R * WG;
     if (lid == 0u) {
         atomicStore(&amax_bits, 0u);
     }
-    for (var j = 0u; j < QW / WG; j = j + 1u) {
-        atomicStore(&qw[lid + WG * j], 0u);
-    }
-    // Load the row (and the norm weight) into registers, every load issued before any is used;
-    // the norm's sum of squares in rmsnorm.wgsl's order.
-    var ss = 0.0;
+    // The norm's 1/rms (rmsnorm.wgsl's reduction).
     var r = 1.0;
-    if (fast) {
-        // Twelve independent loads each (branch-free: past n they read the row's last value,
-        // which no later step uses), so they are all in flight at once.
-        let last = max(n, 1u) - 1u;
-        let xr = array<f32, 12>(
-            ldx(base, lid, last), ldx(base, lid + 256u, last), ldx(base, lid + 512u, last),
-            ldx(base, lid + 768u, last), ldx(base, lid + 1024u, last), ldx(base, lid + 1280u, last),
-            ldx(base, lid + 1536u, last), ldx(base, lid + 1792u, last), ldx(base, lid + 2048u, last),
-            ldx(base, lid + 2304u, last), ldx(base, lid + 2560u, last), ldx(base, lid + 2816u, last),
-        );
-        var wr = array<f32, 12>(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0);
-        if (NORM == 1u) {
-            wr = array<f32, 12>(
-                ldw(lid, last), ldw(lid + 256u, last), ldw(lid + 512u, last), ldw(lid + 768u, last),
-                ldw(lid + 1024u, last), ldw(lid + 1280u, last), ldw(lid + 1536u, last),
-                ldw(lid + 1792u, last), ldw(lid + 2048u, last), ldw(lid + 2304u, last),
-                ldw(lid + 2560u, last), ldw(lid + 2816u, last),
-            );
-        }
-        if (NORM == 1u) {
-            for (var i = 0u; i < R; i = i + 1u) {
-                if (lid + WG * i < n) {
-                    ss = ss + xr[i] * xr[i];
-                }
-            }
-        }
-        if (NORM == 1u) {
-            r = 1.0 / sqrt(tree_sum(lid, ss) / f32(p.n) + p.eps);
-        }
-        for (var i = 0u; i < R; i = i + 1u) {
-            if (NORM == 1u) {
-                yr[i] = xr[i] * r * wr[i];
-            } else {
-                yr[i] = xr[i];
-            }
-        }
-    }
-    if (!fast && NORM == 1u) {
+    if (NORM == 1u) {
+        var ss = 0.0;
         for (var c = lid; c < n; c = c + WG) {
             let v = x[base + c];
             ss = ss + v * v;
         }
-        r = 1.0 / sqrt(tree_sum(lid, ss) / f32(p.n) + p.eps);
-    }
-    let qbase = row * p.q_stride;
-
-    if (MODE == 0u) {
-        var sa = 0.0;
-        if (fast) {
-            for (var i = 0u; i < R; i = i + 1u) {
-                if (lid + WG * i < n) {
-                    sa = sa + abs(yr[i]);
-                }
-            }
-        } else {
-            for (var c = lid; c < n; c = c + WG) {
-                sa = sa + abs(val(base, c, r));
-            }
-        }
-        let beta = div_rn(tree_sum(lid, sa), f32(max(p.n, 1u)));
-        let s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
-        if (fast) {
-            for (var i = 0u; i < R; i = i + 1u) {
-                let c = lid + WG * i;
-                if (c < n) {
-                    let v = quant(yr[i], s, -8.0, 7.0);
-                    if (v != 0) {
-                        let j = c & 7u;
-                        let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
-                        atomicOr(&qw[c >> 3u], (bitcast<u32>(v) & 0xfu) << sh);
-                    }
-                }
-            }
-            workgroupBarrier();
-        }
-        if (in_range) {
-            if (lid == 0u) {
-                s_out[row] = s;
-            }
-            for (var w = lid; w < p.q_stride; w = w + WG) {
-                var packed = 0u;
-                if (fast) {
-                    if (w < QW) {
-                        packed = atomicLoad(&qw[w]);
-                    }
-                } else {
-                    for (var j = 0u; j < 8u; j = j + 1u) {
-                        let c = 8u * w + j;
-                        var v = 0i;
-                        if (c < n) {
-                            v = quant(val(base, c, r), s, -8.0, 7.0);
-                        }
-                        let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
-                        packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
-                    }
-                }
-                q[qbase + w] = packed;
-            }
-        }
-        return;
-    }
-
-    // MODE 1: TopK 50% + INT8. amax, then the select.
-    let k = n / 2u;
-    var m = 0u;
-    if (fast) {
-        for (var i = 0u; i < R; i = i + 1u) {
-            if (lid + WG * i < n) {
-                let b = bitcast<u32>(yr[i]) & 0x7fffffffu;
-                if (b <= 0x7f800000u) {
-                    m = max(m, b);
-                }
-            }
-        }
-    } else {
-        for (var c = lid; c < n; c = c + WG) {
-            let b = bitcast<u32>(val(base, c, r)) & 0x7fffffffu;
-            if (b <= 0x7f800000u) {
-                m = max(m, b);
-            }
-        }
-    }
-    atomicMax(&amax_bits, m);
-    workgroupBarrier();
-    if (lid == 0u) {
-        if (k == 0u) {
-            st = vec4<u32>(0xffffffffu, 0u, 0u, 2u); // nothing is kept
-        } else {
-            let hi0 = atomicLoad(&amax_bits) + 2u; // one past the largest key (bits + 1)
-            st = vec4<u32>(hi0 - min(hi0, WIN), hi0, k, 0u);
-        }
-    }
-    for (var ps = 0u; ps < PASSES; ps = ps + 1u) {
-        let s4 = workgroupUniformLoad(&st);
-        if (s4.w != 0u) {
-            break;
-        }
-        let lo = s4.x;
-        let hi = s4.y;
-        let bits = 32u - countLeadingZeros(hi - lo - 1u);
-        let shift = select(0u, bits - 10u, bits > 10u);
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            atomicStore(&hist[4u * lid + e], 0u);
-        }
+        partial[lid] = ss;
+        tree_sum(lid);
+        r = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
         workgroupBarrier();
-        if (fast) {
-            for (var i = 0u; i < R; i = i + 1u) {
-                if (lid + WG * i < n) {
-                    bin_add(key(yr[i]), lo, hi, shift);
-                }
-            }
-        } else {
-            for (var c = lid; c < n; c = c + WG) {
-                bin_add(key(val(base, c, r)), lo, hi, shift);
-            }
-        }
-        workgroupBarrier();
-        select_step(lid, lo, hi, s4.z, shift);
-    }
-    let fin = workgroupUniformLoad(&st);
-    let t = fin.x;
-    let rk = fin.z;
-    let all_t = fin.w != 1u;
-    let amax = select(0.0, bitcast<f32>(atomicLoad(&amax_bits)), k > 0u);
-    let s = div_rn(127.0, max(amax, 1e-5));
-
-    if (fast && all_t) {
-        // Keep every key ≥ T: no ranks. Columns' bytes into the staged words, then one write each.
-        for (var i = 0u; i < R; i = i + 1u) {
-            let c = lid + WG * i;
-            if (c < n && key(yr[i]) >= t) {
-                let v = quant(yr[i], s, -128.0, 127.0);
-                if (v != 0) {
-                    atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
-                }
-            }
-        }
-        workgroupBarrier();
-        if (in_range) {
-            if (lid == 0u) {
-                s_out[row] = s;
-            }
-            for (var w = lid; w < p.q_stride; w = w + WG) {
-                var packed = 0u;
-                if (w < QW) {
-                    packed = atomicLoad(&qw[w]);
-                }
-                q[qbase + w] = packed;
-            }
-        }
-        return;
     }
 
-    // Ranks of the ties (or a long row): invocation lid owns words [w0, w1) (columns 4·w0 ..
-    // 4·w1); count its ties, then an exclusive scan gives the number of ties before its run.
-    let per = (p.q_stride + WG - 1u) / WG;
-    let w0 = min(lid * per, p.q_stride);
-    let w1 = min(w0 + per, p.q_stride);
-    var before = 0u;
-    if (!all_t) {
-        var ties = 0u;
-        for (var c = 4u * w0; c < min(4u * w1, n); c = c + 1u) {
-            if (key(val(base, c, r)) == t) {
-                ties = ties + 1u;
-            }
+    let cached = n <= YC;
+    var sa = 0.0;
+    for (var c = lid; c < n; c = c + WG) {
+        let yv = val(base, c, r);
+        if (cached) {
+            ybuf[c] = yv;
         }
-        // Exclusive prefix = total − inclusive suffix of this invocation (after its eight steps
-        // the scan's result is in the first half of `red`: red[0] is the total).
-        let incl = suffix_sum(lid, ties);
-        before = red[0] - incl;
+        sa = sa + abs(yv);
     }
+    partial[lid] = sa;
+    tree_sum(lid);
+    let beta = div_rn(partial[0], f32(max(p.n, 1u)));
+    let s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
     if (in_range) {
         if (lid == 0u) {
             s_out[row] = s;
         }
-        for (var w = w0; w < w1; w = w + 1u) {
+        let qbase = row * p.q_stride;
+        for (var w = lid; w < p.q_stride; w = w + WG) {
             var packed = 0u;
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let c = 4u * w + j;
+            for (var j = 0u; j < 8u; j = j + 1u) {
+                let c = 8u * w + j;
                 var v = 0i;
                 if (c < n) {
-                    let y = val(base, c, r);
-                    let kc = key(y);
-                    var kept = kc > t;
-                    if (kc == t) {
-                        kept = all_t || before < rk;
-                        before = before + 1u;
-                    }
-                    if (kept) {
-                        v = quant(y, s, -128.0, 127.0);
-                    }
+                    v = quant(yat(base, c, r, cached), s, -8.0, 7.0);
                 }
-                packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * j));
+                let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
+                packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
             }
             q[qbase + w] = packed;
         }

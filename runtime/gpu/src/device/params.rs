@@ -101,7 +101,7 @@ params! {
 
 params! {
     /// `rmsnorm_quant.wgsl`.
-    RmsNormQuantParams in [(RmsNormQuant, "Params"), (ActQuantA48, "Params")] {
+    RmsNormQuantParams in [(RmsNormQuant, "Params"), (ActQuantA48, "Params"), (ActQuantTopK, "Params")] {
         n: u32, n_rows: u32, eps: f32, q_stride: u32,
     }
 }

@@ -89,8 +89,8 @@ pub enum KernelKey {
         dot: DotKind,
         wide: bool,
     },
-    /// BitNet a4.8 quantizers (`act_quant_a48.wgsl`): INT4 absmean or TopK-50% + INT8, alone or
-    /// fused with the preceding RMSNorm.
+    /// BitNet a4.8 quantizers: INT4 absmean (`act_quant_a48.wgsl`) or TopK-50% + INT8
+    /// (`act_quant_topk.wgsl`), alone or fused with the preceding RMSNorm.
     ActQuantA48 {
         topk: bool,
         norm: bool,
@@ -296,7 +296,8 @@ impl KernelKey {
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
             KernelKey::GgmlGemv(_) => Shader::GgmlGemv,
             KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
-            KernelKey::ActQuantA48 { .. } => Shader::ActQuantA48,
+            KernelKey::ActQuantA48 { topk: true, .. } => Shader::ActQuantTopK,
+            KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
             KernelKey::TernaryGemvWide { .. } => Shader::TernaryGemvWide,
             KernelKey::ActStats => Shader::ActStats,
