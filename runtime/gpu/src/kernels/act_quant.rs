@@ -1,7 +1,8 @@
 //! Activation quantization for ternary matmuls, bit-exact with `tern_reference::quant`: INT8
 //! absmax per token (BitNet b1.58), as a pass of its own (`act_quant_int8.wgsl`) or fused into the
-//! preceding RMSNorm (`rmsnorm_quant.wgsl`); BitNet a4.8's INT4 absmean and TopK-50% + INT8
-//! (`act_quant_a48.wgsl`), alone or fused with the norm ([`quantize_act_a48_into`]). Which linear
+//! preceding RMSNorm (`rmsnorm_quant.wgsl`); BitNet a4.8's INT4 absmean (`act_quant_a48.wgsl`) and
+//! TopK-50% + INT8 (`act_quant_topk.wgsl`), alone or fused with the norm
+//! ([`quantize_act_a48_into`]). Which linear
 //! gets which is decided once, by the activation plan (`model/activation.rs`).
 
 use crate::device::check::{check_binding, check_buffer, u32_of};
