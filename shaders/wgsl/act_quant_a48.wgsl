@@ -37,12 +37,6 @@ override NORM: u32 = 0u;
 const WG: u32 = 256u;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7 (= 7f32.sqrt())
 var<workgroup> partial: array<f32, 256>;
-var<workgroup> hist: array<atomic<u32>, 256>;
-var<workgroup> scan: array<u32, 256>;
-var<workgroup> amax_bits: atomic<u32>;
-var<workgroup> prefix: u32;
-var<workgroup> want: u32;
-var<workgroup> qscale: f32;
 const YC: u32 = 3072u; // the row in workgroup memory up to this many values (12 KiB)
 var<workgroup> ybuf: array<f32, 3072>;
 
@@ -65,14 +59,6 @@ fn yat(base: u32, c: u32, r: f32, cached: bool) -> f32 {
     return val(base, c, r);
 }
 
-fn key(v: f32) -> u32 {
-    let b = bitcast<u32>(v) & 0x7fffffffu;
-    if (b > 0x7f800000u) {
-        return 0u;
-    }
-    return b + 1u;
-}
-
 fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
     let prod = v * s;
     if (is_nan_bits(bitcast<u32>(prod))) {
@@ -92,29 +78,12 @@ fn tree_sum(lid: u32) {
     }
 }
 
-// scan[i] ← Σ_{j ≥ i} scan[j] (inclusive suffix sum); every invocation must call it.
-fn suffix_sum(lid: u32) {
-    workgroupBarrier();
-    for (var st = 1u; st < WG; st = st << 1u) {
-        var add = 0u;
-        if (lid + st < WG) {
-            add = scan[lid + st];
-        }
-        workgroupBarrier();
-        scan[lid] = scan[lid] + add;
-        workgroupBarrier();
-    }
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let row = wg.x;
     let in_range = row < p.n_rows;
     let n = select(0u, p.n, in_range);
     let base = row * p.n;
-    if (lid == 0u) {
-        atomicStore(&amax_bits, 0u);
-    }
     // The norm's 1/rms (rmsnorm.wgsl's reduction).
     var r = 1.0;
     if (NORM == 1u) {
