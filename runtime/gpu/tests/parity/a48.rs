@@ -14,7 +14,8 @@ use tern_gpu::kernels::{A48Quant, ActInt8};
 
 /// Rows of test activations: `kind` 0 normal with an outlier, 1 ties (small set of values),
 /// 2 a single huge outlier, 3 with NaN, 4 magnitudes over 2^±60, 5 keys a few ulps apart with
-/// copies; the last of several rows is all zeros.
+/// copies, 6 the TopK threshold key on a bin boundary of the GPU's select; the last of several
+/// rows is all zeros.
 fn rows_of(rng: &mut Rng, rows: usize, n: usize, kind: u32) -> Vec<f32> {
     let mut x = activations(rng, rows, n);
     for r in 0..rows {
@@ -50,6 +51,21 @@ fn rows_of(rng: &mut Rng, rows: usize, n: usize, kind: u32) -> Vec<f32> {
                         b | 0x8000_0000
                     }) * if rng.next() % 3 == 0 { 4.0 } else { 1.0 };
                 });
+            }
+            // The k-th largest key exactly on the select's first bin boundary (the largest
+            // bits − 65535): the top k share one bin, all kept, T = that bin's lowest key.
+            6 if n >= 4 => {
+                let (a, t) = (0x3f80_0000u32, 0x3f80_0000u32 - 65535);
+                for (i, v) in row.iter_mut().enumerate() {
+                    let bits = match i {
+                        0 => a,
+                        1 => t,
+                        _ if i < n / 2 => t + 1 + (rng.next() % 65534) as u32,
+                        _ => (rng.unit() * 1e-3).to_bits(),
+                    };
+                    let neg = if rng.next() % 2 == 0 { 0 } else { 0x8000_0000 };
+                    *v = f32::from_bits(bits | neg);
+                }
             }
             _ => {}
         }
@@ -275,7 +291,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     for kind in [A48Quant::Int4Absmean, A48Quant::TopK50Int8] {
         for fused in [false, true] {
             for (rows, n) in shapes {
-                for data in [0u32, 1, 2, 3, 4, 5] {
+                for data in [0u32, 1, 2, 3, 4, 5, 6] {
                     if data > 0 && n > 3073 || data > 3 && n < 31 {
                         continue;
                     }
