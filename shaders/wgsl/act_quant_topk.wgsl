@@ -14,14 +14,15 @@
 //   spread over many bins (few atomics on one address) and the bin holding the k-th largest has
 //   a handful of entries; if fewer than `want` keys lie in the window, the range below it is next.
 //   Each later pass bins the chosen bin's range ((key − lo) >> shift, ≤ 1024 bins). The select
-//   stops as soon as every entry of the chosen bin is to be kept (T = its lowest key, all ties
-//   kept: no index ranks needed — the usual case after two passes) or the range is one key wide.
+//   stops as soon as every entry of the chosen bin is to be kept (then every key ≥ the bin's lower
+//   bound is kept: no index ranks needed — the usual case after two passes) or the range is one
+//   key wide.
 //   Only when some but not all entries equal to T are kept (ties straddling the cut) are ranks
 //   needed: each invocation then owns a contiguous run of columns and an exclusive scan of their
 //   tie counts gives each run its rank (the entries re-read from x).
 //
-// Rows of n ≤ R·256 = 3072 values are read (and normed) once and held in registers (invocation l holds columns l, l + 256, …: the reference's lane order for the
-// sums); the packed words are assembled in workgroup memory (atomicOr of each column's bits) and
+// Rows of n ≤ R·256 = 3072 values are read (and normed) once and held in registers (invocation
+// l holds columns l, l + 256, …: the reference's lane order for the sums); the packed words are assembled in workgroup memory (atomicOr of each column's bits) and
 // written once. Longer rows re-read x (and the norm weight) in every pass.
 //
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
