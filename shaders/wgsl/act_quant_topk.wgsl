@@ -23,7 +23,8 @@
 //
 // Rows of n ≤ R·256 = 3072 values are read (and normed) once and held in registers (invocation
 // l holds columns l, l + 256, …: the reference's lane order for the sums); the packed words are
-// assembled in workgroup memory (atomicOr of each column's bits) and written once. Longer rows re-read x (and the norm weight) in every pass.
+// assembled in workgroup memory (atomicOr of each column's bits) and written once. Longer rows
+// re-read x (and the norm weight) in every pass.
 //
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
