@@ -36,6 +36,22 @@ fn fuse_norm_enabled() -> bool {
     std::env::var("TERN_GPU_FUSE_NORM").is_ok_and(|v| v == "1")
 }
 
+/// Positions up to which a session runs plans recorded with unsplit attention (no combine
+/// dispatch per layer; `TERN_GPU_ATTN_SHORT=<keys>` overrides, 0 = always split as before). One
+/// workgroup per (kv head, head group) then walks all keys in tiles of 64: over a short context
+/// that is one or two tiles, about the latency of one split chunk, without the combine pass.
+/// Past it the session records (once) and runs the split plan. Measured on an H100:
+/// docs/measurements.md (issue 15, h-rope).
+pub const SHORT_ATTENTION_KEYS: u64 = 128;
+
+/// [`SHORT_ATTENTION_KEYS`] or its override.
+pub(crate) fn short_attention_keys() -> u64 {
+    std::env::var("TERN_GPU_ATTN_SHORT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SHORT_ATTENTION_KEYS)
+}
+
 /// Which rows of logits a step produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Wanted {
@@ -86,6 +102,9 @@ struct Graph<'a> {
     act_f: Acts<'a>,
     /// Just-in-time decodes recorded so far (they alternate between scratch sets).
     jit_turn: usize,
+    /// A plan for short contexts (every key within [`SHORT_ATTENTION_KEYS`]-ish): attention
+    /// unsplit, no combine dispatch.
+    short: bool,
     /// The residual stream (`x0` or `x1`) and the other one.
     cur: &'a wgpu::Buffer,
     other: &'a wgpu::Buffer,
@@ -105,6 +124,7 @@ pub(crate) fn record(
     n: u64,
     wanted: Wanted,
     layers_per_segment: usize,
+    short: bool,
 ) -> Result<Vec<Plan>> {
     let nt = u32::try_from(n).map_err(|_| GpuError::invalid("plan", "batch too large"))?;
     let (act_d, act_q, act_f) = (
@@ -132,6 +152,7 @@ pub(crate) fn record(
             i4: &act_f4,
         },
         jit_turn: 0,
+        short,
         cur: &s.x0,
         other: &s.x1,
         p: Plan::new(),
@@ -463,10 +484,11 @@ impl<'a> Graph<'a> {
         let (cache, role) = self.kv.layer(li)?;
         let scale = 1.0 / (hd as f32).sqrt();
         let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
+        let split = self.short.then_some(1);
         let attend = |p: &mut Plan, q: &wgpu::Buffer, l: &KvLayout, read: KvRead| {
             let part = &s.attn_partials;
             kernels::attention::attention_into(
-                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read,
+                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split,
             )
         };
         let mc = self.kv.mc_scratch();
