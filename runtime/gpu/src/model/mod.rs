@@ -38,7 +38,7 @@ use crate::device::context::GpuContext;
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
 pub use activation::ActivationPlan;
-pub use graph::Wanted;
+pub use graph::{Wanted, SHORT_ATTENTION_KEYS};
 pub use kv_cache::{KvCache, KvFormat};
 pub(crate) use load::HostEmbedding;
 pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
