@@ -7,7 +7,7 @@
 //! store (one dispatch for rope ×2 + store ×2), and no attention combine while the context is
 //! within `SHORT_ATTENTION_KEYS` (the count below is at depth 0; past it one combine per layer
 //! returns, `bitnet_long_context_plan_splits_attention`): measured (lavapipe) SmolLM2 273
-//! (9 per layer), the random BitNet 25 (A8 and a4.8; 17 with the fused norm prologue).
+//! (9 per layer), the random BitNet 25 (A8 and a4.8; 17 and 19 with the fused norm prologue).
 //!
 //! Budget: `PER_LAYER · n_layer + HEAD`, where HEAD (= 4) covers what runs once per step outside the
 //! layers (embedding lookup, output norm, the head's GEMV, at most one more binding part of the
