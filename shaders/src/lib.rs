@@ -41,6 +41,11 @@ pub enum Shader {
     /// Write a batch's keys or values into the KV cache at the step's position, quantizing
     /// (every `tern_format::KvQuant`; KIVI in stages: key blocks, values leaving, the window).
     KvStore,
+    /// RoPE of queries and keys fused with the KV store of keys and values (f32, f16 caches),
+    /// reading the concatenated q/k/v projection (issue 15).
+    RopeKv,
+    /// The concatenated q/k/v projection's rows split into planar q, k, v.
+    QkvSplit,
     /// Causal GQA attention over the KV cache (decode and prefill), online softmax, split-K.
     Attention,
     /// Merge of split-K attention partials.
@@ -236,6 +241,14 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
     "relu2_glu" => ["OP" = 1],
     "add" => ["OP" = 2],
 ];
+// FMT: kv_store.wgsl's (0 f32, 1 f16).
+const ROPE_KV_VARIANTS: &[Variant] = variants![Shader::RopeKv;
+    "rope_kv_f32_normal" => ["NEOX" = 0, "FMT" = 0],
+    "rope_kv_f32_neox" => ["NEOX" = 1, "FMT" = 0],
+    "rope_kv_f16_normal" => ["NEOX" = 0, "FMT" = 1],
+    "rope_kv_f16_neox" => ["NEOX" = 1, "FMT" = 1],
+];
+const QKV_SPLIT_VARIANTS: &[Variant] = variants![Shader::QkvSplit; "qkv_split" => []];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
 // FMT: tern_format::KvQuant::ALL order (f32 f16 q8 q4 q3 q2 a4 a3); STAGE: 0 whole rows,
 // 1 KIVI key blocks, 2 KIVI values leaving the window, 3 the KIVI f16 window.
@@ -351,7 +364,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 28] = [
+    pub const ALL: [Shader; 30] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -365,6 +378,8 @@ impl Shader {
         Shader::Elementwise,
         Shader::Argmax,
         Shader::KvStore,
+        Shader::RopeKv,
+        Shader::QkvSplit,
         Shader::Attention,
         Shader::AttentionCombine,
         Shader::MinicacheMerge,
@@ -398,6 +413,8 @@ impl Shader {
             Shader::Elementwise => "elementwise.wgsl",
             Shader::Argmax => "argmax.wgsl",
             Shader::KvStore => "kv_store.wgsl",
+            Shader::RopeKv => "rope_kv.wgsl",
+            Shader::QkvSplit => "qkv_split.wgsl",
             Shader::Attention => "attention.wgsl",
             Shader::AttentionCombine => "attention_combine.wgsl",
             Shader::MinicacheMerge => "minicache_merge.wgsl",
@@ -432,6 +449,8 @@ impl Shader {
             Shader::Elementwise => include_str!("../wgsl/elementwise.wgsl"),
             Shader::Argmax => include_str!("../wgsl/argmax.wgsl"),
             Shader::KvStore => include_str!("../wgsl/kv_store.wgsl"),
+            Shader::RopeKv => include_str!("../wgsl/rope_kv.wgsl"),
+            Shader::QkvSplit => include_str!("../wgsl/qkv_split.wgsl"),
             Shader::Attention => include_str!("../wgsl/attention.wgsl"),
             Shader::AttentionCombine => include_str!("../wgsl/attention_combine.wgsl"),
             Shader::MinicacheMerge => include_str!("../wgsl/minicache_merge.wgsl"),
@@ -481,6 +500,8 @@ impl Shader {
             Shader::Elementwise => ELEMENTWISE_VARIANTS,
             Shader::Argmax => ARGMAX_VARIANTS,
             Shader::KvStore => KV_STORE_VARIANTS,
+            Shader::RopeKv => ROPE_KV_VARIANTS,
+            Shader::QkvSplit => QKV_SPLIT_VARIANTS,
             Shader::Attention => ATTENTION_VARIANTS,
             Shader::AttentionCombine => ATTENTION_COMBINE_VARIANTS,
             Shader::MinicacheMerge => MINICACHE_MERGE_VARIANTS,

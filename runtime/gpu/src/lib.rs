@@ -43,6 +43,6 @@ pub use model::activation::{
 };
 pub use model::{
     GpuModel, GpuModelOptions, GpuSession, KvCache, MemoryPlan, SessionMemory, SparsityCount,
-    TensorPlacement, Wanted,
+    TensorPlacement, Wanted, SHORT_ATTENTION_KEYS,
 };
 pub use weights::{FloatPart, FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};

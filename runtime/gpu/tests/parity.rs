@@ -43,6 +43,8 @@ mod kv;
 mod minicache;
 #[path = "parity/neuzip_gemv.rs"]
 mod neuzip_gemv;
+#[path = "parity/rope_kv.rs"]
+mod rope_kv;
 #[path = "parity/sample.rs"]
 mod sample;
 
@@ -845,6 +847,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(float_ops::cases());
     v.extend(sample::cases());
     v.extend(neuzip_gemv::cases());
+    v.extend(rope_kv::cases());
     v
 }
 

@@ -122,6 +122,22 @@ params! {
 }
 
 params! {
+    /// `rope_kv.wgsl`: RoPE of q and k fused with the KV store (`stride`: words per token row of
+    /// the concatenated q/k/v; `wpr`: code words per cache row).
+    RopeKvParams in [(RopeKv, "Params")] {
+        n_head: u32, n_head_kv: u32, head_dim: u32, rope_dim: u32, n_tokens: u32, stride: u32,
+        n_ctx: u32, wpr: u32,
+    }
+}
+
+params! {
+    /// `qkv_split.wgsl`.
+    QkvSplitParams in [(QkvSplit, "Params")] {
+        n_tokens: u32, q_dim: u32, kv_dim: u32, stride: u32,
+    }
+}
+
+params! {
     /// `elementwise.wgsl`.
     EltParams in [(Elementwise, "Params")] {
         n: u32, _pad0: u32, _pad1: u32, _pad2: u32,
@@ -165,7 +181,7 @@ params! {
     /// fix the batch size).
     StepParams in [
         (KvStore, "Step"), (Attention, "Step"), (AttentionCombine, "Step"),
-        (MinicacheMerge, "Step")
+        (MinicacheMerge, "Step"), (RopeKv, "Step")
     ] {
         p0: u32, n_tokens: u32, _pad0: u32, _pad1: u32,
     }
@@ -238,6 +254,8 @@ pub const ALL: &[Layout] = &[
     RmsNormQuantParams::LAYOUT,
     ActStatsParams::LAYOUT,
     RopeParams::LAYOUT,
+    RopeKvParams::LAYOUT,
+    QkvSplitParams::LAYOUT,
     EltParams::LAYOUT,
     ArgmaxParams::LAYOUT,
     TopkParams::LAYOUT,

@@ -119,6 +119,13 @@ pub enum KernelKey {
     },
     Elementwise(EltOp),
     Argmax,
+    /// RoPE of q and k fused with the store of keys and values (f32 or `f16` cache).
+    RopeKv {
+        f16: bool,
+        neox: bool,
+    },
+    /// The concatenated q/k/v projection split into planar q, k, v.
+    QkvSplit,
     /// Whole rows into the cache (f32, f16, q8, a4, a3).
     KvStore(KvFormat),
     /// KIVI: key blocks (`keys`) or values leaving the window, quantized; `step`: a one-token
@@ -233,6 +240,13 @@ impl fmt::Display for KernelKey {
                 EltOp::Add => "add",
             }),
             KernelKey::Argmax => f.write_str("argmax"),
+            KernelKey::RopeKv { f16, neox } => write!(
+                f,
+                "rope_kv_{}_{}",
+                if *f16 { "f16" } else { "f32" },
+                if *neox { "neox" } else { "normal" }
+            ),
+            KernelKey::QkvSplit => f.write_str("qkv_split"),
             KernelKey::KvStore(kv) => write!(f, "kv_store_{}", kv.name()),
             KernelKey::KvKivi { quant, keys, step } => write!(
                 f,
@@ -309,6 +323,8 @@ impl KernelKey {
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
             KernelKey::Argmax => Shader::Argmax,
+            KernelKey::RopeKv { .. } => Shader::RopeKv,
+            KernelKey::QkvSplit => Shader::QkvSplit,
             KernelKey::KvStore(_) | KernelKey::KvKivi { .. } | KernelKey::KvWindow => {
                 Shader::KvStore
             }
@@ -441,6 +457,23 @@ mod tests {
             KernelKey::Rope { neox: false },
             KernelKey::Rope { neox: true },
             KernelKey::Argmax,
+            KernelKey::QkvSplit,
+            KernelKey::RopeKv {
+                f16: false,
+                neox: false,
+            },
+            KernelKey::RopeKv {
+                f16: false,
+                neox: true,
+            },
+            KernelKey::RopeKv {
+                f16: true,
+                neox: false,
+            },
+            KernelKey::RopeKv {
+                f16: true,
+                neox: true,
+            },
             KernelKey::AttentionCombine,
             KernelKey::EmbedFloat(FloatType::F32),
             KernelKey::EmbedFloat(FloatType::F16),

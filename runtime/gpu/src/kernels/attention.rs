@@ -178,7 +178,8 @@ pub fn attention_role(
 
 /// [`attention`] writing its split-K partials into `partials` (a session's scratch, shared by
 /// every layer of a recording and sized by [`attn_partials_bytes`]) instead of a buffer of its
-/// own per call.
+/// own per call; `split`: the key chunks forced (`Some(1)`: no split, no combine dispatch — a
+/// plan recorded for short contexts), else the adapter's choice.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_into(
     ctx: &GpuContext,
@@ -194,6 +195,7 @@ pub(crate) fn attention_into(
     scale: f32,
     partials: &wgpu::Buffer,
     read: KvRead,
+    split: Option<u64>,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -207,7 +209,7 @@ pub(crate) fn attention_into(
         n_tokens,
         n_head,
         scale,
-        None,
+        split,
         Some(partials),
         read,
     )

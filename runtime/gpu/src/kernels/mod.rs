@@ -9,6 +9,8 @@
 //! * `sparse.rs` — the ternary GEMV that skips zero activations (a4.8's sparse inputs);
 //! * `pointwise.rs` — RMSNorm, RoPE, GLU and residual add;
 //! * `kv.rs` — the KV cache's layout in every format and the store (quantize on write);
+//! * `rope_kv.rs` — RoPE fused with the KV store over the concatenated q/k/v projection, and
+//!   that projection split into planar q, k, v;
 //! * `minicache.rs` — MiniCache's merge of a pair of layers (SLERP, magnitudes, retained pool);
 //! * `attention.rs` — split-K causal GQA attention reading the cache as stored;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
@@ -30,6 +32,7 @@ pub mod matmul;
 pub mod minicache;
 pub mod neuzip;
 pub mod pointwise;
+pub mod rope_kv;
 pub mod sample;
 pub mod sparse;
 
@@ -49,6 +52,7 @@ pub use matmul::{
     GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS, GEMV_STAGED_ACT_WORDS,
 };
 pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
+pub use rope_kv::{qkv_split, rope_kv_fuses, rope_kv_store, QkvShape};
 pub use sample::{
     argmax, sample_candidates, topk, SampleBufs, SampleCandidates, SAMPLE_HIST_MAX, SAMPLE_K,
     TOPK_MAX_K,

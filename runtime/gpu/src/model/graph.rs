@@ -21,11 +21,11 @@ use crate::error::{GpuError, Result};
 use crate::kernels::attention::KvRead;
 use crate::kernels::sparse::SPARSE_MAX_DENSITY;
 use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, EmbedTable, KvLayout};
-use crate::kernels::{Epilogue, NormPrologue, GEMM_MIN_TOKENS};
+use crate::kernels::{Epilogue, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
-use crate::model::{GpuModel, KvCache, Layer, Lin};
+use crate::model::{GpuModel, KvCache, Layer, Lin, Qkv};
 use tern_format::FfnAct;
 
 /// The fused norm prologue (the wide ternary GEMV computing its own RMSNorm + quantization) is
@@ -34,6 +34,22 @@ use tern_format::FfnAct;
 /// are the same bits either way.
 fn fuse_norm_enabled() -> bool {
     std::env::var("TERN_GPU_FUSE_NORM").is_ok_and(|v| v == "1")
+}
+
+/// Positions up to which a session runs plans recorded with unsplit attention (no combine
+/// dispatch per layer; `TERN_GPU_ATTN_SHORT=<keys>` overrides, 0 = always split as before). One
+/// workgroup per (kv head, head group) then walks all keys in tiles of 64: over a short context
+/// that is one or two tiles, about the latency of one split chunk, without the combine pass.
+/// Past it the session records (once) and runs the split plan. Measured on an H100:
+/// docs/measurements.md (issue 15, h-rope).
+pub const SHORT_ATTENTION_KEYS: u64 = 128;
+
+/// [`SHORT_ATTENTION_KEYS`] or its override.
+pub(crate) fn short_attention_keys() -> u64 {
+    std::env::var("TERN_GPU_ATTN_SHORT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SHORT_ATTENTION_KEYS)
 }
 
 /// Which rows of logits a step produces.
@@ -86,6 +102,9 @@ struct Graph<'a> {
     act_f: Acts<'a>,
     /// Just-in-time decodes recorded so far (they alternate between scratch sets).
     jit_turn: usize,
+    /// A plan for short contexts (every key within [`SHORT_ATTENTION_KEYS`]-ish): attention
+    /// unsplit, no combine dispatch.
+    short: bool,
     /// The residual stream (`x0` or `x1`) and the other one.
     cur: &'a wgpu::Buffer,
     other: &'a wgpu::Buffer,
@@ -105,6 +124,7 @@ pub(crate) fn record(
     n: u64,
     wanted: Wanted,
     layers_per_segment: usize,
+    short: bool,
 ) -> Result<Vec<Plan>> {
     let nt = u32::try_from(n).map_err(|_| GpuError::invalid("plan", "batch too large"))?;
     let (act_d, act_q, act_f) = (
@@ -132,6 +152,7 @@ pub(crate) fn record(
             i4: &act_f4,
         },
         jit_turn: 0,
+        short,
         cur: &s.x0,
         other: &s.x1,
         p: Plan::new(),
@@ -385,23 +406,51 @@ impl<'a> Graph<'a> {
             u64::from(hp.head_dim),
         );
         let (q_dim, rd) = (nh * hd, u64::from(hp.rope_dim));
-        let ws = [&l.wq, &l.wk, &l.wv];
-        let input = self.input(
-            self.cur,
-            Some(&l.attn_norm),
-            d,
-            &plan.qkv,
-            &s.a,
-            self.act_d,
-            &ws,
-        )?;
-        self.linear(&l.wq, input, n, &s.q)?;
-        self.linear(&l.wk, input, n, &s.k)?;
-        self.linear(&l.wv, input, n, &s.v)?;
-        let p = &mut self.p;
-        kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
-        kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)?;
-        self.kv_attention(li, n)?;
+        let kv_dim = nkv * hd;
+        let ws: Vec<&Lin> = match &l.qkv {
+            Qkv::Fused(w) => vec![w],
+            Qkv::Split { wq, wk, wv } => vec![wq, wk, wv],
+        };
+        let (cur, act_d) = (self.cur, self.act_d);
+        let input = self.input(cur, Some(&l.attn_norm), d, &plan.qkv, &s.a, act_d, &ws)?;
+        let rope = |p: &mut Plan| -> Result<()> {
+            kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
+            kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)
+        };
+        match &l.qkv {
+            Qkv::Split { wq, wk, wv } => {
+                self.linear(wq, input, n, &s.q)?;
+                self.linear(wk, input, n, &s.k)?;
+                self.linear(wv, input, n, &s.v)?;
+                rope(&mut self.p)?;
+                self.kv_attention(li, n, None)?;
+            }
+            Qkv::Fused(w) => {
+                // one GEMV/GEMM over [Wq; Wk; Wv] into `g` (free until the FFN): [n][q | k | v]
+                let qkv = &s.g;
+                self.linear(w, input, n, qkv)?;
+                let (cache, role) = self.kv.layer(li)?;
+                let layout = self.kv.layout();
+                let p = &mut self.p;
+                if n == 1 && matches!(role, KvRole::Own) && kernels::rope_kv_fuses(layout) {
+                    // one token: the row is the planar [q | k | v]; RoPE and the store fused
+                    let shape = QkvShape {
+                        n_head: nh,
+                        rope_dim: rd,
+                        neox: hp.rope_neox,
+                    };
+                    let caches = (&cache.k, &cache.v);
+                    kernels::rope_kv_store(
+                        ctx, p, layout, shape, &s.step, qkv, &s.rope, caches, n,
+                    )?;
+                    self.kv_attention(li, n, Some(qkv))?;
+                } else {
+                    kernels::qkv_split(ctx, p, qkv, (q_dim, kv_dim), (&s.q, &s.k, &s.v), n)?;
+                    rope(p)?;
+                    self.kv_attention(li, n, None)?;
+                }
+            }
+        }
         let sub = l.attn_sub_norm.as_ref();
         let wo = [&l.wo];
         let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q, &wo)?;
@@ -424,20 +473,22 @@ impl<'a> Graph<'a> {
     }
 
     /// The KV part of layer `li`'s attention block: store this batch's keys and values (`s.k`,
-    /// `s.v`, after RoPE) in the cache's format and attend over the cache into `s.o`. MiniCache
+    /// `s.v`, after RoPE) in the cache's format and attend over the cache into `s.o` (`stored`:
+    /// a layer of its own whose rows `rope_kv_store` stored already, its queries there). MiniCache
     /// pairs: the first layer keeps its rows for the merge and attends over the pair's merged
     /// past plus its own rows; the second merges the pair, stores the directions, attends.
-    fn kv_attention(&mut self, li: usize, n: u64) -> Result<()> {
+    fn kv_attention(&mut self, li: usize, n: u64, stored: Option<&wgpu::Buffer>) -> Result<()> {
         let (ctx, s, hp) = (self.ctx, self.s, &self.m.hp);
         let (nh, hd) = (u64::from(hp.n_head), u64::from(hp.head_dim));
         let p = &mut self.p;
         let (cache, role) = self.kv.layer(li)?;
         let scale = 1.0 / (hd as f32).sqrt();
         let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
+        let split = self.short.then_some(1);
         let attend = |p: &mut Plan, q: &wgpu::Buffer, l: &KvLayout, read: KvRead| {
             let part = &s.attn_partials;
             kernels::attention::attention_into(
-                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read,
+                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split,
             )
         };
         let mc = self.kv.mc_scratch();
@@ -447,6 +498,9 @@ impl<'a> Graph<'a> {
         match (role, mc, self.kv.spec().minicache) {
             (KvRole::Own, ..) => {
                 let l = self.kv.layout();
+                if let Some(q) = stored {
+                    return attend(p, q, l, KvRead::Own);
+                }
                 kernels::kv_store(ctx, p, l, step, &s.k, k, n, true)?;
                 kernels::kv_store(ctx, p, l, step, &s.v, v, n, false)?;
                 attend(p, &s.q, l, KvRead::Own)

@@ -3,14 +3,15 @@
 
 use std::sync::Arc;
 
-use tern_format::{Encoding, FloatType, TensorView, TernFile};
+use tern_format::{ternary, Encoding, FloatType, TensorView, TernFile};
 
 use crate::device::context::GpuContext;
 use crate::device::pipeline::GgmlType;
 use crate::error::{GpuError, Result};
 use crate::model::memory::{self, Decision};
 use crate::model::{
-    ActivationPlan, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, TensorPlacement,
+    ActivationPlan, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, Qkv,
+    TensorPlacement,
 };
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
@@ -77,8 +78,105 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// `TERN_GPU_QKV=split` keeps q/k/v as three matrices (three GEMVs, the separate RoPE and KV
+/// store): the comparison path of issue 15's measurements; the results are the same bits.
+fn qkv_stacking_enabled() -> bool {
+    std::env::var("TERN_GPU_QKV").map_or(true, |v| v != "split")
+}
+
 fn ggml_type(e: &Encoding) -> Option<GgmlType> {
     e.ggml_block().filter(|t| t.gpu_qtype().is_some())
+}
+
+/// Several tensors' rows stacked into the bytes of one tensor ([`concat_rows`]).
+pub(crate) struct Stacked {
+    pub(crate) encoding: Encoding,
+    pub(crate) rows: u64,
+    pub(crate) bytes: Vec<u8>,
+    /// Bytes of each input as stored here (its rows' share of the stacked bytes).
+    pub(crate) shares: Vec<u64>,
+}
+
+/// The rows of `views` (each `[rows_i, cols]`, the same `cols`) stacked in order into the bytes
+/// of one `[Σ rows_i, cols]` tensor of the same storage, when their encodings allow it: ggml
+/// blocks of one type (the rows one after the other), or ternary codes of one layout and scale
+/// type with the same scale group (the codes one after the other, then the scales). Per-tensor
+/// scales (group 0) become one scale per row (group = cols: the GEMVs then do the same f32
+/// operations, `0.0 + f32(acc) · scale`, then the division), costing `rows − 1` scales per tensor.
+/// `None` when they cannot be stacked (the caller keeps them apart).
+pub(crate) fn concat_rows(views: &[TensorView<'_>]) -> Result<Option<Stacked>> {
+    let Some(first) = views.first() else {
+        return Ok(None);
+    };
+    let cols = match first.info.shape.as_slice() {
+        [_, c] => *c,
+        _ => return Ok(None),
+    };
+    let mut rows = Vec::with_capacity(views.len());
+    for v in views {
+        match v.info.shape.as_slice() {
+            [r, c] if *c == cols && v.info.encoding == first.info.encoding => rows.push(*r),
+            _ => return Ok(None),
+        }
+    }
+    let total: u64 = rows.iter().sum();
+    let enc = &first.info.encoding;
+    if ggml_type(enc).is_some() {
+        let mut bytes = Vec::with_capacity(views.iter().map(|v| v.bytes.len()).sum());
+        for v in views {
+            bytes.extend_from_slice(v.bytes);
+        }
+        let shares = views.iter().map(|v| v.bytes.len() as u64).collect();
+        return Ok(Some(Stacked {
+            encoding: enc.clone(),
+            rows: total,
+            bytes,
+            shares,
+        }));
+    }
+    let Encoding::Ternary {
+        layout,
+        group,
+        scale_type,
+    } = *enc
+    else {
+        return Ok(None);
+    };
+    let Ok(row_group) = u32::try_from(cols) else {
+        return Ok(None);
+    };
+    let mut parsed = Vec::with_capacity(views.len());
+    for (v, &r) in views.iter().zip(&rows) {
+        parsed.push(ternary::TernaryRef::new(
+            layout, r, cols, group, scale_type, v.bytes,
+        )?);
+    }
+    let mut bytes = Vec::new();
+    for t in &parsed {
+        bytes.extend_from_slice(t.codes());
+    }
+    let mut shares: Vec<u64> = parsed.iter().map(|t| t.codes().len() as u64).collect();
+    for ((t, &r), share) in parsed.iter().zip(&rows).zip(&mut shares) {
+        let before = bytes.len();
+        if group == 0 {
+            for _ in 0..r {
+                bytes.extend_from_slice(t.scales());
+            }
+        } else {
+            bytes.extend_from_slice(t.scales());
+        }
+        *share += (bytes.len() - before) as u64;
+    }
+    Ok(Some(Stacked {
+        encoding: Encoding::Ternary {
+            layout,
+            group: if group == 0 { row_group } else { group },
+            scale_type,
+        },
+        rows: total,
+        bytes,
+        shares,
+    }))
 }
 
 struct Loader<'a> {
@@ -107,6 +205,56 @@ impl Loader<'_> {
             gpu_bytes: n * 4,
         });
         Ok(buf)
+    }
+
+    /// Layer `l`'s q/k/v projections: one matrix over the stacked rows `[Wq; Wk; Wv]` when
+    /// `stack` and [`concat_rows`] allow it (uploaded once: the stacked buffer replaces the
+    /// three), else the three as stored.
+    fn qkv(&mut self, l: u32, (q_dim, kv_dim): (u64, u64), cols: u64, stack: bool) -> Result<Qkv> {
+        let names = ["attn_q", "attn_k", "attn_v"].map(|s| format!("blk.{l}.{s}.weight"));
+        if stack {
+            let file = self.file;
+            let mut views = Vec::with_capacity(3);
+            for (name, rows) in names.iter().zip([q_dim, kv_dim, kv_dim]) {
+                let v = view(file, name)?;
+                check_shape(&v, &[rows, cols])?;
+                views.push(v);
+            }
+            if let Some(st) = concat_rows(&views)? {
+                let ctx = self.ctx;
+                let lin = match st.encoding {
+                    Encoding::Ternary {
+                        layout,
+                        group,
+                        scale_type,
+                    } => Lin::Ternary(TernaryWeight::upload(
+                        ctx, layout, st.rows, cols, group, scale_type, &st.bytes,
+                    )?),
+                    ref e => {
+                        let t = ggml_type(e).ok_or_else(|| GpuError::internal("load", "ggml"))?;
+                        Lin::Ggml(GgmlWeight::upload(ctx, t, st.rows, cols, &st.bytes)?)
+                    }
+                };
+                for ((name, v), share) in names.iter().zip(&views).zip(&st.shares) {
+                    self.plan.tensors.push(TensorPlacement {
+                        name: name.clone(),
+                        encoding: v.info.encoding.name(),
+                        placement: "resident",
+                        gpu_bytes: *share,
+                    });
+                }
+                drop(views);
+                for name in &names {
+                    file.release_tensor(name);
+                }
+                return Ok(Qkv::Fused(lin));
+            }
+        }
+        Ok(Qkv::Split {
+            wq: self.matrix(&names[0], q_dim, cols)?,
+            wk: self.matrix(&names[1], kv_dim, cols)?,
+            wv: self.matrix(&names[2], kv_dim, cols)?,
+        })
     }
 
     fn matrix(&mut self, name: &str, rows: u64, cols: u64) -> Result<Lin> {
@@ -278,13 +426,14 @@ impl GpuModel {
         };
         // One entry per layer the activation plan found in the file (every tensor checked).
         let mut layers = Vec::with_capacity(act_plan.layers.len());
+        // The stacked q/k/v projection's rows go to the FFN's `g` scratch (free during the
+        // attention block): stacked when they fit it.
+        let stack = q_dim + 2 * kv_dim <= n_ff && qkv_stacking_enabled();
         for l in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
                 attn_norm: ld.vector(&n("attn_norm"), n_embd)?,
-                wq: ld.matrix(&n("attn_q"), q_dim, n_embd)?,
-                wk: ld.matrix(&n("attn_k"), kv_dim, n_embd)?,
-                wv: ld.matrix(&n("attn_v"), kv_dim, n_embd)?,
+                qkv: ld.qkv(l, (q_dim, kv_dim), n_embd, stack)?,
                 wo: ld.matrix(&n("attn_output"), n_embd, q_dim)?,
                 attn_sub_norm: if hp.sub_norms {
                     Some(ld.vector(&n("attn_sub_norm"), q_dim)?)
@@ -367,5 +516,120 @@ impl GpuModel {
         // passes the structural checks is a corrupt file now, not garbage later.
         model.verify_jit()?;
         Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_format::{TensorInfo, TernaryLayout};
+
+    fn info(name: &str, rows: u64, cols: u64, encoding: Encoding, size: usize) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            shape: vec![rows, cols],
+            encoding,
+            offset: 0,
+            size: size as u64,
+            checksum: 0,
+        }
+    }
+
+    /// Ternary bytes: valid 2-bit codes (0..=2), then the scales (f32).
+    fn ternary_bytes(rows: u64, cols: u64, scales: &[f32], seed: u64) -> Vec<u8> {
+        let words = ternary::words_per_row(TernaryLayout::Bits2, cols) * rows;
+        let mut s = seed;
+        let mut b = Vec::new();
+        for _ in 0..words {
+            let mut w = 0u32;
+            for j in 0..16 {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                w |= (((s >> 33) % 3) as u32) << (2 * j);
+            }
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        for x in scales {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        b
+    }
+
+    /// The stacked tensor decodes to the rows of the three, in order (per-tensor scales become
+    /// per-row ones; grouped scales are stacked); ggml blocks likewise; mixed storage is not
+    /// stacked.
+    #[test]
+    fn concat_rows_stacks_rows() {
+        let cols = 64;
+        for group in [0u32, 32] {
+            let enc = Encoding::Ternary {
+                layout: TernaryLayout::Bits2,
+                group,
+                scale_type: FloatType::F32,
+            };
+            let shapes = [(5u64, 0.5f32), (3, 0.25), (3, 2.0)];
+            let mut infos = Vec::new();
+            let mut datas = Vec::new();
+            for (i, &(rows, sc)) in shapes.iter().enumerate() {
+                let n = if group == 0 { 1 } else { rows * cols / 32 };
+                let scales: Vec<f32> = (0..n).map(|k| sc + k as f32).collect();
+                let d = ternary_bytes(rows, cols, &scales, i as u64 + 7);
+                infos.push(info("w", rows, cols, enc.clone(), d.len()));
+                datas.push(d);
+            }
+            let views: Vec<TensorView<'_>> = infos
+                .iter()
+                .zip(&datas)
+                .map(|(info, bytes)| TensorView { info, bytes })
+                .collect();
+            let st = concat_rows(&views).unwrap().unwrap();
+            assert_eq!(st.rows, 11);
+            assert_eq!(st.shares.iter().sum::<u64>(), st.bytes.len() as u64);
+            let got = st.encoding.decode_f32(&[st.rows, cols], &st.bytes).unwrap();
+            let want: Vec<f32> = views.iter().flat_map(|v| v.to_f32().unwrap()).collect();
+            assert_eq!(got, want, "group {group}");
+            assert!(got.iter().any(|&x| x != 0.0));
+        }
+        // ggml Q8_0: one block per row (f16 scale 1.0, then 32 int8)
+        let row = |r: u8| -> Vec<u8> {
+            let mut b = vec![0x00, 0x3c];
+            b.extend((0..32).map(|i| i * 3 + r));
+            b
+        };
+        let a: Vec<u8> = (0..2).flat_map(row).collect();
+        let b: Vec<u8> = (5..6).flat_map(row).collect();
+        let (ia, ib) = (
+            info("a", 2, 32, Encoding::Q8_0, a.len()),
+            info("b", 1, 32, Encoding::Q8_0, b.len()),
+        );
+        let views = [
+            TensorView {
+                info: &ia,
+                bytes: &a,
+            },
+            TensorView {
+                info: &ib,
+                bytes: &b,
+            },
+        ];
+        let st = concat_rows(&views).unwrap().unwrap();
+        let got = st.encoding.decode_f32(&[3, 32], &st.bytes).unwrap();
+        let want: Vec<f32> = views.iter().flat_map(|v| v.to_f32().unwrap()).collect();
+        assert_eq!(got, want);
+        // different storage: kept apart
+        let ic = info("c", 1, 32, Encoding::Q4_1, 20);
+        let c = vec![0u8; 20];
+        let mixed = [
+            TensorView {
+                info: &ia,
+                bytes: &a,
+            },
+            TensorView {
+                info: &ic,
+                bytes: &c,
+            },
+        ];
+        assert!(concat_rows(&mixed).unwrap().is_none());
     }
 }

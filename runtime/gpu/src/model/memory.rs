@@ -162,6 +162,25 @@ pub(crate) fn session_bytes(
 /// others are decoded just in time, so that the model, a session of [`RESERVE_CTX`] positions
 /// and the load's transients fit `budget`; `Err(OverBudget)` naming the smallest budget when
 /// nothing fits. No budget: everything decoded.
+/// Bytes a q/k/v matrix gains when `load.rs`'s `concat_rows` stacks it: a per-tensor scale
+/// becomes one per row (`rows − 1` more scales; counted whether or not the three stack).
+fn stacked_scale_bytes(t: &tern_format::TensorInfo) -> u64 {
+    let qkv = ["attn_q.weight", "attn_k.weight", "attn_v.weight"];
+    match (&t.encoding, t.shape.as_slice()) {
+        (
+            Encoding::Ternary {
+                group: 0,
+                scale_type,
+                ..
+            },
+            [rows, _],
+        ) if qkv.iter().any(|n| t.name.ends_with(n)) => {
+            rows.saturating_sub(1) * scale_type.size() as u64
+        }
+        _ => 0,
+    }
+}
+
 pub(crate) fn decide(
     ctx: &GpuContext,
     file: &TernFile,
@@ -199,7 +218,7 @@ pub(crate) fn decide(
                 largest = largest.max(t.size);
             }
             _ => {
-                fixed += t.size + 4 * SLACK;
+                fixed += t.size + 4 * SLACK + stacked_scale_bytes(t);
                 largest = largest.max(t.size);
             }
         }

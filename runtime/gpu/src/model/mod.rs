@@ -38,7 +38,7 @@ use crate::device::context::GpuContext;
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
 pub use activation::ActivationPlan;
-pub use graph::Wanted;
+pub use graph::{Wanted, SHORT_ATTENTION_KEYS};
 pub use kv_cache::{KvCache, KvFormat};
 pub(crate) use load::HostEmbedding;
 pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
@@ -54,11 +54,17 @@ pub(crate) enum Lin {
     Jit(usize),
 }
 
+/// A layer's q/k/v projections: one matrix over the concatenated rows `[Wq; Wk; Wv]` (one
+/// GEMV/GEMM writing `[n][q_dim + 2·kv_dim]`; `load.rs`'s `concat_rows`) where the three have the
+/// same storage, else the three as stored.
+pub(crate) enum Qkv {
+    Fused(Lin),
+    Split { wq: Lin, wk: Lin, wv: Lin },
+}
+
 pub(crate) struct Layer {
     pub(crate) attn_norm: wgpu::Buffer,
-    pub(crate) wq: Lin,
-    pub(crate) wk: Lin,
-    pub(crate) wv: Lin,
+    pub(crate) qkv: Qkv,
     pub(crate) wo: Lin,
     pub(crate) attn_sub_norm: Option<wgpu::Buffer>,
     pub(crate) ffn_norm: wgpu::Buffer,

@@ -11,12 +11,14 @@ use crate::model::session::read_mapped;
 use crate::model::GpuSession;
 
 impl GpuSession {
-    /// Dispatches of a decode step (one token, last logits).
+    /// Dispatches of a decode step (one token, last logits) at the current position (past
+    /// [`crate::model::graph::SHORT_ATTENTION_KEYS`] positions, one more per layer: the split
+    /// attention's combine).
     pub fn dispatches_per_token(&mut self) -> Result<usize> {
-        self.plan_for(1, Wanted::Last)?;
+        let key = self.plan_for(1, Wanted::Last)?;
         Ok(self
             .plans
-            .get(&(1, Wanted::Last))
+            .get(&key)
             .map(|segs| segs.iter().map(Plan::dispatches).sum())
             .unwrap_or(0))
     }
@@ -51,11 +53,11 @@ impl GpuSession {
         if self.len + n > self.n_ctx {
             return Err(GpuError::invalid("profile", "the KV cache is full"));
         }
-        self.plan_for(n, Wanted::Last)?;
+        let key = self.plan_for(n, Wanted::Last)?;
         self.write_inputs(tokens)?;
         let plan = self
             .plans
-            .get(&(n, Wanted::Last))
+            .get(&key)
             .ok_or_else(|| GpuError::internal("profile", "plan missing"))?;
         let period = f64::from(ctx.queue.get_timestamp_period()); // ns per tick
         let mut by: HashMap<String, (u32, f64)> = HashMap::new();

@@ -32,6 +32,10 @@ pub const LAYERED_SUBMIT_MIN_TOKENS: u64 = 8;
 /// A check that says whether to stop (cancellation), called between GPU submissions.
 pub type Stop<'a> = &'a dyn Fn() -> bool;
 
+/// A recorded plan's key: tokens per batch, output, and whether every key of the batch lies
+/// within [`graph::short_attention_keys`] (a plan whose attention is not split).
+pub(crate) type PlanKey = (u64, Wanted, bool);
+
 /// One conversation on the GPU: KV cache, scratch, recorded plans.
 pub struct GpuSession {
     pub(crate) model: Arc<GpuModel>,
@@ -43,8 +47,9 @@ pub struct GpuSession {
     written: u64,
     pub(crate) kv: KvCache,
     pub(crate) s: Scratch,
-    /// Per batch size and output: the recorded pass, in submission segments.
-    pub(crate) plans: HashMap<(u64, Wanted), Vec<Plan>>,
+    /// Per batch size, output and context class (short: attention unsplit): the recorded pass,
+    /// in submission segments.
+    pub(crate) plans: HashMap<PlanKey, Vec<Plan>>,
     mem: SessionMemory,
 }
 
@@ -159,22 +164,24 @@ impl GpuSession {
         self.s.logits.size() / (u64::from(self.model.hp.n_vocab) * 4).max(1)
     }
 
-    /// The recorded plan for `n` tokens (built on first use).
-    pub(crate) fn plan_for(&mut self, n: u64, wanted: Wanted) -> Result<()> {
-        if self.plans.contains_key(&(n, wanted)) {
-            return Ok(());
+    /// The key of the recorded plan for `n` tokens at the current position (built on first use).
+    pub(crate) fn plan_for(&mut self, n: u64, wanted: Wanted) -> Result<PlanKey> {
+        let short = self.len.saturating_add(n) <= graph::short_attention_keys();
+        let key = (n, wanted, short);
+        if self.plans.contains_key(&key) {
+            return Ok(key);
         }
         if self.plans.len() > 8 {
             // Keep decode plans; drop odd prefill sizes.
-            self.plans.retain(|(k, _), _| *k == 1);
+            self.plans.retain(|(k, ..), _| *k == 1);
         }
         if wanted == Wanted::Sample && self.s.sample.is_none() {
             self.s.sample = Some(crate::kernels::SampleBufs::alloc(&self.model.ctx)?);
         }
         let per = Self::layers_per_segment(n);
-        let plan = graph::record(&self.model, &self.s, &self.kv, n, wanted, per)?;
-        self.plans.insert((n, wanted), plan);
-        Ok(())
+        let plan = graph::record(&self.model, &self.s, &self.kv, n, wanted, per, short)?;
+        self.plans.insert(key, plan);
+        Ok(key)
     }
 
     /// Write a step's inputs: embeddings of `tokens` into `x0`, the RoPE table of positions
@@ -252,7 +259,7 @@ impl GpuSession {
                 "too many rows of logits for one batch",
             ));
         }
-        self.plan_for(n, wanted)?;
+        let key = self.plan_for(n, wanted)?;
         self.write_inputs(tokens)?;
         self.written = self.written.max(self.len + n);
         let m = Arc::clone(&self.model);
@@ -260,7 +267,7 @@ impl GpuSession {
         let hp = &m.hp;
         let segments = self
             .plans
-            .get(&(n, wanted))
+            .get(&key)
             .ok_or_else(|| GpuError::internal("eval", "plan missing"))?;
         let (last, rest) = segments
             .split_last()
