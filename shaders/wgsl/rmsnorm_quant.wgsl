@@ -5,6 +5,13 @@
 // (div_rn); q_c = clamp(round_half_even(y_c · s), -128, 127), NaN → 0.
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32;
 // q [n_rows][q_stride] u32 (4 int8 per word, zero past n); s [n_rows] f32.
+//
+// Latency (issue 15): a decode step has one row, so one workgroup does the whole pass and its
+// time is the chain of dependent memory round trips, not bandwidth. Each pass therefore issues
+// UNROLL independent loads per invocation before using any of them (constant-bound inner loops,
+// unrolled by the compiler), instead of one load per loop trip: the same values are combined in
+// the same order (invocation lid sums columns lid, lid + 256, … in increasing order; then the
+// 256-way tree), so the bits do not change.
 
 struct Params {
     n: u32,
@@ -20,6 +27,10 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> s_out: array<f32>;
 
 const WG: u32 = 256u;
+// Independent loads in flight per invocation and pass.
+const UNROLL: u32 = 8u;
+// Output words per invocation and trip of the packing pass (4 columns each).
+const WUNROLL: u32 = 4u;
 var<workgroup> partial: array<f32, 256>;
 var<workgroup> amax_bits: atomic<u32>;
 var<workgroup> qscale: f32;
@@ -33,14 +44,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let row = wg.x;
     let in_range = row < p.n_rows;
     let base = row * p.n;
+    let n = p.n;
     if (lid == 0u) {
         atomicStore(&amax_bits, 0u);
     }
     var ss = 0.0;
     if (in_range) {
-        for (var c = lid; c < p.n; c = c + WG) {
-            let v = x[base + c];
-            ss = ss + v * v;
+        for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
+            var xv: array<f32, UNROLL>;
+            for (var k = 0u; k < UNROLL; k = k + 1u) {
+                let c = c0 + k * WG;
+                xv[k] = 0.0;
+                if (c < n) {
+                    xv[k] = x[base + c];
+                }
+            }
+            for (var k = 0u; k < UNROLL; k = k + 1u) {
+                if (c0 + k * WG < n) {
+                    let v = xv[k];
+                    ss = ss + v * v;
+                }
+            }
         }
     }
     partial[lid] = ss;
@@ -51,13 +75,28 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         workgroupBarrier();
     }
-    let r = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
+    let r = 1.0 / sqrt(partial[0] / f32(n) + p.eps);
     var m = 0u;
     if (in_range) {
-        for (var c = lid; c < p.n; c = c + WG) {
-            let b = bitcast<u32>(x[base + c] * r * weight[c]) & 0x7fffffffu;
-            if (b <= 0x7f800000u) {
-                m = max(m, b);
+        for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
+            var xv: array<f32, UNROLL>;
+            var wv: array<f32, UNROLL>;
+            for (var k = 0u; k < UNROLL; k = k + 1u) {
+                let c = c0 + k * WG;
+                xv[k] = 0.0;
+                wv[k] = 0.0;
+                if (c < n) {
+                    xv[k] = x[base + c];
+                    wv[k] = weight[c];
+                }
+            }
+            for (var k = 0u; k < UNROLL; k = k + 1u) {
+                if (c0 + k * WG < n) {
+                    let b = bitcast<u32>(xv[k] * r * wv[k]) & 0x7fffffffu;
+                    if (b <= 0x7f800000u) {
+                        m = max(m, b);
+                    }
+                }
             }
         }
     }
@@ -74,20 +113,36 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let s = qscale;
     if (in_range) {
         let qbase = row * p.q_stride;
-        for (var w = lid; w < p.q_stride; w = w + WG) {
-            var packed = 0u;
-            for (var k = 0u; k < 4u; k = k + 1u) {
-                let c = w * 4u + k;
-                var v = 0i;
-                if (c < p.n) {
-                    let prod = (x[base + c] * r * weight[c]) * s;
-                    if (!is_nan_bits(bitcast<u32>(prod))) {
-                        v = i32(clamp(round(prod), -128.0, 127.0));
-                    }
+        for (var w0 = lid; w0 < p.q_stride; w0 = w0 + WUNROLL * WG) {
+            var xv: array<f32, 16>; // 4 · WUNROLL
+            var wv: array<f32, 16>;
+            for (var i = 0u; i < 4u * WUNROLL; i = i + 1u) {
+                let c = (w0 + (i / 4u) * WG) * 4u + (i % 4u);
+                xv[i] = 0.0;
+                wv[i] = 0.0;
+                if (c < n) {
+                    xv[i] = x[base + c];
+                    wv[i] = weight[c];
                 }
-                packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * k));
             }
-            q[qbase + w] = packed;
+            for (var j = 0u; j < WUNROLL; j = j + 1u) {
+                let wd = w0 + j * WG;
+                if (wd < p.q_stride) {
+                    var packed = 0u;
+                    for (var k = 0u; k < 4u; k = k + 1u) {
+                        let c = wd * 4u + k;
+                        var v = 0i;
+                        if (c < n) {
+                            let prod = (xv[4u * j + k] * r * wv[4u * j + k]) * s;
+                            if (!is_nan_bits(bitcast<u32>(prod))) {
+                                v = i32(clamp(round(prod), -128.0, 127.0));
+                            }
+                        }
+                        packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * k));
+                    }
+                    q[qbase + wd] = packed;
+                }
+            }
         }
     }
 }
