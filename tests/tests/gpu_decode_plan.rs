@@ -73,12 +73,13 @@ fn bitnet(tag: &str, opts: &PackOptions) -> PathBuf {
 
 #[test]
 fn bitnet_decode_dispatches() {
-    check("bitnet 2bit a8", &bitnet("a8", &PackOptions::default()), 18);
+    // gate/up as one GEMV over interleaved row pairs (h-cat): one dispatch fewer per layer
+    check("bitnet 2bit a8", &bitnet("a8", &PackOptions::default()), 17);
     let a48 = PackOptions {
         activations: Some(tern_format::ActivationScheme::A4_8),
         ..PackOptions::default()
     };
-    check("bitnet 2bit a4.8", &bitnet("a48", &a48), 18);
+    check("bitnet 2bit a4.8", &bitnet("a48", &a48), 17);
 }
 
 #[test]
@@ -93,7 +94,8 @@ fn smollm2_decode_dispatches() {
         tern_tests::skip_or_fail("gpu_decode_plan", &why);
         return;
     }
-    check("smollm2-135m", &path, 15);
+    // gate/up as one GEMV over interleaved row pairs (h-cat): 423 measured
+    check("smollm2-135m", &path, 14);
 }
 
 /// NMSE of `a` against `b`.

@@ -192,12 +192,11 @@ pub struct NormPrologue<'a> {
     pub eps: f32,
 }
 
-/// Columns the fused norm prologue takes (256 invocations × `KMAX` registers each).
+/// Columns the fused norm prologue takes (bounded by the staged row, `GEMV_STAGED_ACT_WORDS`, too).
 pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
 
 /// Whether a ternary GEMV of `w` can fuse the norm and quantization producing `a` (the row fits
-/// the wide kernel's staging memory and the prologue's registers, its group sums the weight's
-/// scale groups).
+/// the wide kernel's staging memory, its group sums the weight's scale groups).
 pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
     a.stride <= GEMV_STAGED_ACT_WORDS
         && a.cols <= GEMV_FUSED_NORM_MAX_COLS

@@ -4,15 +4,17 @@
 //! says: normed, quantized, fused) and [`Graph::linear`] (the matmul for the weight's storage).
 //!
 //! Buffers: `x0` holds the residual stream (embeddings first; ping-pong `x0 → x1 → x0` per
-//! block), `a` a normed row, `q/k/v/o` attention, `g/u/h` the FFN, `proj` a block's output.
+//! block), `a` a normed row, `q/k/v/o` attention, `g/h` the FFN (`g`: `[n][2 · n_ff]`, the
+//! gate/up pairs side by side), `proj` a block's output.
 //!
 //! Decode fusions (issue 15; batches below `GEMM_MIN_TOKENS`, i.e. the GEMV path): a ternary
 //! linear whose input is a fused norm + quantization computes that input in its GEMV's prologue
 //! (no separate `rmsnorm_quant` dispatch; same bits); the attention output and FFN down
 //! projections add their result into the residual stream in place (the GEMV's epilogue, no
-//! `add` dispatch: the stream then stays in `x0`, `Graph::cur`); the up projection multiplies its
-//! result into the GLU of the gate already in `h` (no GLU dispatch). Each is the same f32
-//! operation as the pass it replaces, so the results do not change.
+//! `add` dispatch: the stream then stays in `x0`, `Graph::cur`); gate and up, loaded as one weight
+//! of interleaved row pairs (`GateUp::Paired`), are one GEMV whose epilogue writes the GLU (no
+//! second GEMV, no GLU dispatch). Each is the same f32 operation as the pass it replaces, so the
+//! results do not change.
 
 use crate::device::context::GpuContext;
 use crate::device::pipeline::EltOp;
