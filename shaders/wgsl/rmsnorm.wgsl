@@ -3,10 +3,10 @@
 // reference's sequential sum: NMSE ~1e-14).
 // Bindings: x [n_rows][n] f32; weight [n] f32; out [n_rows][n] f32.
 //
-// Latency (issue 15): at decode (one row, one workgroup) each pass issues UNROLL independent
-// loads per invocation before using them (constant-bound inner loops), instead of one dependent
-// load per loop trip; the values are combined in the same order as before (invocation lid sums
-// columns lid, lid + 256, … in increasing order, then the 256-way tree), so the bits are the same.
+// Latency (issue 15): at decode (one row, one workgroup) the sum of squares issues four
+// independent loads per loop trip (scalars, no private array), combined in the same order as one
+// load per trip (invocation lid: columns lid, lid + 256, … in increasing order, then the 256-way
+// tree), so the bits are the same.
 
 struct Params {
     n: u32,
@@ -21,7 +21,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 const WG: u32 = 256u;
-const UNROLL: u32 = 8u;
 var<workgroup> partial: array<f32, 256>;
 
 @compute @workgroup_size(256)
@@ -32,21 +31,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let n = p.n;
     var ss = 0.0;
     if (in_range) {
-        for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
-            var xv: array<f32, UNROLL>;
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                let c = c0 + k * WG;
-                xv[k] = 0.0;
-                if (c < n) {
-                    xv[k] = x[base + c];
-                }
-            }
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                if (c0 + k * WG < n) {
-                    let v = xv[k];
-                    ss = ss + v * v;
-                }
-            }
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let v0 = x[base + c];
+            let v1 = x[base + c + WG];
+            let v2 = x[base + c + 2u * WG];
+            let v3 = x[base + c + 3u * WG];
+            ss = ss + v0 * v0;
+            ss = ss + v1 * v1;
+            ss = ss + v2 * v2;
+            ss = ss + v3 * v3;
+        }
+        for (; c < n; c = c + WG) {
+            let v = x[base + c];
+            ss = ss + v * v;
         }
     }
     partial[lid] = ss;
@@ -59,24 +57,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     let scale = 1.0 / sqrt(partial[0] / f32(n) + p.eps);
     if (in_range) {
-        for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
-            var xv: array<f32, UNROLL>;
-            var wv: array<f32, UNROLL>;
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                let c = c0 + k * WG;
-                xv[k] = 0.0;
-                wv[k] = 0.0;
-                if (c < n) {
-                    xv[k] = x[base + c];
-                    wv[k] = weight[c];
-                }
-            }
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                let c = c0 + k * WG;
-                if (c < n) {
-                    out[base + c] = xv[k] * scale * wv[k];
-                }
-            }
+        for (var c = lid; c < n; c = c + WG) {
+            out[base + c] = x[base + c] * scale * weight[c];
         }
     }
 }

@@ -78,10 +78,8 @@ const GSUM: u32 = 1024u;
 // fused prologue needs it staged: checked by the launcher).
 const ASH: u32 = 2048u;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7
-// Columns per invocation whose loads the fused prologue has in flight at once; activation words
-// per invocation and trip of its INT8 packing pass.
-const UNROLL: u32 = 8u;
-const WUNROLL: u32 = 2u;
+// Columns per invocation the fused prologue holds in registers (cols ≤ 256 · KMAX).
+const KMAX: u32 = 32u;
 // The pair epilogue: each row's result, read by its pair partner.
 var<workgroup> pres: array<f32, 64>; // rows per workgroup (256 / TPR, TPR ≥ 4)
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
@@ -249,34 +247,31 @@ fn tree_sum(lid: u32) {
     }
 }
 
-// Column k · WG + lid of the token's row x (0 past the row) and its norm weight.
-fn xcol(base: u32, c: u32) -> vec2<f32> {
-    if (c < p.cols) {
-        return vec2<f32>(bitcast<f32>(xa[base + c]), xf[c]);
-    }
-    return vec2<f32>(0.0, 0.0);
-}
-
 // The fused prologue: RMSNorm of token tok's row, then INT8 absmax (ACT4 0) or INT4 absmean
 // (ACT4 1) quantization into `ash`, the multiplier into `xscale`. Every invocation calls it.
-// Each pass issues UNROLL independent loads per invocation before using them (constant-bound
-// inner loops: unrolled, the loads in flight together) and keeps only those UNROLL values live
-// (few registers, so the GEMV after it keeps its occupancy); the values are combined in the
-// order of rmsnorm_quant.wgsl / act_quant_a48.wgsl (invocation lid: columns lid, lid + 256, …
-// in increasing order, then the 256-way tree), so the codes and multiplier are their bits.
 fn norm_quant(lid: u32, tok: u32) {
     let n = p.cols;
     let base = tok * n;
-    var ss = 0.0;
-    for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
-        var xv: array<f32, UNROLL>;
-        for (var k = 0u; k < UNROLL; k = k + 1u) {
-            xv[k] = xcol(base, c0 + k * WG).x;
+    // The invocation's columns lid, lid + 256, … (at most KMAX: cols ≤ 8192, checked by the
+    // launcher) and their norm weights, loaded at once (a constant-bound loop: unrolled, the loads
+    // in flight together, the values in registers); the later passes re-read them from L1.
+    var xv: array<f32, KMAX>;
+    var wv: array<f32, KMAX>;
+    for (var k = 0u; k < KMAX; k = k + 1u) {
+        let c = lid + k * WG;
+        var v = 0.0;
+        var g = 0.0;
+        if (c < n) {
+            v = bitcast<f32>(xa[base + c]);
+            g = xf[c];
         }
-        for (var k = 0u; k < UNROLL; k = k + 1u) {
-            if (c0 + k * WG < n) {
-                ss = ss + xv[k] * xv[k];
-            }
+        xv[k] = v;
+        wv[k] = g;
+    }
+    var ss = 0.0;
+    for (var k = 0u; k < KMAX; k = k + 1u) {
+        if (lid + k * WG < n) {
+            ss = ss + xv[k] * xv[k];
         }
     }
     partial[lid] = ss;
@@ -286,55 +281,34 @@ fn norm_quant(lid: u32, tok: u32) {
     var s = 0.0;
     if (ACT4 == 0u) {
         var m = 0u;
-        for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
-            var xw: array<vec2<f32>, UNROLL>;
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                xw[k] = xcol(base, c0 + k * WG);
-            }
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                if (c0 + k * WG < n) {
-                    let b = bitcast<u32>(xw[k].x * r * xw[k].y) & 0x7fffffffu;
-                    if (b <= 0x7f800000u) {
-                        m = max(m, b);
-                    }
+        for (var k = 0u; k < KMAX; k = k + 1u) {
+            if (lid + k * WG < n) {
+                let b = bitcast<u32>(xv[k] * r * wv[k]) & 0x7fffffffu;
+                if (b <= 0x7f800000u) {
+                    m = max(m, b);
                 }
             }
         }
         atomicMax(&amax_bits, m);
         workgroupBarrier();
         s = div_rn(127.0, max(bitcast<f32>(atomicLoad(&amax_bits)), 1e-5));
-        for (var w0 = lid; w0 < p.act_stride; w0 = w0 + WUNROLL * WG) {
-            var xw: array<vec2<f32>, 8>; // 4 columns · WUNROLL words
-            for (var i = 0u; i < 4u * WUNROLL; i = i + 1u) {
-                xw[i] = xcol(base, (w0 + (i / 4u) * WG) * 4u + (i % 4u));
-            }
-            for (var j = 0u; j < WUNROLL; j = j + 1u) {
-                let wd = w0 + j * WG;
-                if (wd < p.act_stride) {
-                    var packed = 0u;
-                    for (var k = 0u; k < 4u; k = k + 1u) {
-                        var v = 0i;
-                        if (wd * 4u + k < n) {
-                            let e = xw[4u * j + k];
-                            v = quant(e.x * r * e.y, s, -128.0, 127.0);
-                        }
-                        packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * k));
-                    }
-                    ash[wd] = packed;
+        for (var wd = lid; wd < p.act_stride; wd = wd + WG) {
+            var packed = 0u;
+            for (var k = 0u; k < 4u; k = k + 1u) {
+                let c = wd * 4u + k;
+                var v = 0i;
+                if (c < n) {
+                    v = quant(bitcast<f32>(xa[base + c]) * r * xf[c], s, -128.0, 127.0);
                 }
+                packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * k));
             }
+            ash[wd] = packed;
         }
     } else {
         var sa = 0.0;
-        for (var c0 = lid; c0 < n; c0 = c0 + UNROLL * WG) {
-            var xw: array<vec2<f32>, UNROLL>;
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                xw[k] = xcol(base, c0 + k * WG);
-            }
-            for (var k = 0u; k < UNROLL; k = k + 1u) {
-                if (c0 + k * WG < n) {
-                    sa = sa + abs(xw[k].x * r * xw[k].y);
-                }
+        for (var k = 0u; k < KMAX; k = k + 1u) {
+            if (lid + k * WG < n) {
+                sa = sa + abs(xv[k] * r * wv[k]);
             }
         }
         partial[lid] = sa;
@@ -342,15 +316,12 @@ fn norm_quant(lid: u32, tok: u32) {
         let beta = div_rn(partial[0], f32(max(n, 1u)));
         s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
         for (var wd = lid; wd < p.act_stride; wd = wd + WG) {
-            var xw: array<vec2<f32>, 8>;
-            for (var j = 0u; j < 8u; j = j + 1u) {
-                xw[j] = xcol(base, 8u * wd + j);
-            }
             var packed = 0u;
             for (var j = 0u; j < 8u; j = j + 1u) {
+                let c = 8u * wd + j;
                 var v = 0i;
-                if (8u * wd + j < n) {
-                    v = quant(xw[j].x * r * xw[j].y, s, -8.0, 7.0);
+                if (c < n) {
+                    v = quant(bitcast<f32>(xa[base + c]) * r * xf[c], s, -8.0, 7.0);
                 }
                 let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
                 packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
