@@ -133,10 +133,12 @@ fn run_norm_order(
 
 pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
-    // one trip of the unrolled loads, a partial one, several (UNROLL · 256 = 2048 columns)
+    // around one trip of the unrolled loads (4 · 256 columns), the tails, several trips
     for (rows, n) in [
         (1, 7),
         (2, 255),
+        (1, 1023),
+        (1, 1025),
         (1, 2047),
         (1, 2049),
         (2, 2560),
