@@ -4,10 +4,12 @@
 //   OP 1 = ReLU²GLU out = relu(a)² · b                       (exact but for FMA contraction)
 //   OP 2 = add      out = a + b                              (exact)
 // Bindings: a, b, out: [n] f32.
+// `p.pairs` = 1 (the GLUs): a holds gate/up pairs, [n][2] (a GEMM over gate/up rows interleaved at
+// load, model/load.rs): g = a[2i], u = a[2i + 1], b is not read.
 
 struct Params {
     n: u32,
-    _pad0: u32,
+    pairs: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -25,8 +27,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p.n) {
         return;
     }
-    let g = a[i];
-    let u = b[i];
+    var g = 0.0;
+    var u = 0.0;
+    if (p.pairs == 1u) {
+        g = a[2u * i];
+        u = a[2u * i + 1u];
+    } else {
+        g = a[i];
+        u = b[i];
+    }
     if (OP == 0u) {
         out[i] = g / (1.0 + exp(-g)) * u;
     } else if (OP == 1u) {

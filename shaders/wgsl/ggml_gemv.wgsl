@@ -213,7 +213,28 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         workgroupBarrier();
     }
     if (lane == 0u && row < p.rows && tok < p.n_tokens) {
-        store(tok * p.out_stride + p.row0 + row, partial[lid]);
+        if ((p.mode & 4u) != 0u && (p.mode & 3u) >= 2u) {
+            // gate/up row pairs: the odd row stores the pair's GLU (the gate's sum is its
+            // partner's partial, already reduced)
+            if ((row & 1u) == 1u) {
+                let o = tok * (p.out_stride / 2u) + (p.row0 + row) / 2u;
+                glu_pair(o, partial[lid - TPR], partial[lid]);
+            }
+        } else {
+            store(tok * p.out_stride + p.row0 + row, partial[lid]);
+        }
+    }
+}
+
+// Gate/up row pairs (mode bit 2, with the GLU epilogues 2 and 3; rows 2j, 2j + 1 are the gate's
+// and the up projection's row j, parts start on a pair; y has out_stride / 2 columns):
+// y[t][j] = relu(g)² · u or silu(g) · u, the arithmetic of `store` with the gate in y.
+fn glu_pair(o: u32, gate: f32, res: f32) {
+    if ((p.mode & 3u) == 2u) {
+        let g = max(gate, 0.0);
+        y[o] = g * g * res;
+    } else {
+        y[o] = gate / (1.0 + exp(-gate)) * res;
     }
 }
 
@@ -221,11 +242,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 // in place); 2 y = relu(y)² · (W·x); 3 y = silu(y) · (W·x) (the GLU with the gate already in y;
 // elementwise.wgsl's arithmetic, so the same bits as the separate pass).
 fn store(o: u32, res: f32) {
-    if (p.mode == 0u) {
+    let epi = p.mode & 3u;
+    if (epi == 0u) {
         y[o] = res;
-    } else if (p.mode == 1u) {
+    } else if (epi == 1u) {
         y[o] = y[o] + res;
-    } else if (p.mode == 2u) {
+    } else if (epi == 2u) {
         let g = max(y[o], 0.0);
         y[o] = g * g * res;
     } else {

@@ -2,6 +2,11 @@
 // One workgroup per row; the sum of squares is a tree reduction (a different f32 order than the
 // reference's sequential sum: NMSE ~1e-14).
 // Bindings: x [n_rows][n] f32; weight [n] f32; out [n_rows][n] f32.
+//
+// Latency (issue 15): at decode (one row, one workgroup) the sum of squares issues four
+// independent loads per loop trip (scalars, no private array), combined in the same order as one
+// load per trip (invocation lid: columns lid, lid + 256, … in increasing order, then the 256-way
+// tree), so the bits are the same.
 
 struct Params {
     n: u32,
@@ -23,9 +28,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let row = wg.x;
     let in_range = row < p.n_rows;
     let base = row * p.n;
+    let n = p.n;
     var ss = 0.0;
     if (in_range) {
-        for (var c = lid; c < p.n; c = c + WG) {
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let v0 = x[base + c];
+            let v1 = x[base + c + WG];
+            let v2 = x[base + c + 2u * WG];
+            let v3 = x[base + c + 3u * WG];
+            ss = ss + v0 * v0;
+            ss = ss + v1 * v1;
+            ss = ss + v2 * v2;
+            ss = ss + v3 * v3;
+        }
+        for (; c < n; c = c + WG) {
             let v = x[base + c];
             ss = ss + v * v;
         }
@@ -38,9 +55,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         workgroupBarrier();
     }
-    let scale = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
+    let scale = 1.0 / sqrt(partial[0] / f32(n) + p.eps);
     if (in_range) {
-        for (var c = lid; c < p.n; c = c + WG) {
+        for (var c = lid; c < n; c = c + WG) {
             out[base + c] = x[base + c] * scale * weight[c];
         }
     }

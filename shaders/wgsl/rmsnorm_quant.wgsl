@@ -5,6 +5,13 @@
 // (div_rn); q_c = clamp(round_half_even(y_c · s), -128, 127), NaN → 0.
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32;
 // q [n_rows][q_stride] u32 (4 int8 per word, zero past n); s [n_rows] f32.
+//
+// Latency (issue 15): a decode step has one row, so one workgroup does the whole pass and its
+// time is the chain of dependent memory round trips. The sum of squares issues four independent
+// loads per loop trip (scalars, no private array: nothing spills), combined in the same order as
+// one load per trip (invocation lid: columns lid, lid + 256, … in increasing order, then the
+// 256-way tree), so the bits do not change; the absmax is a tree of u32 maxima (exact, any order)
+// instead of 256 atomics on one word.
 
 struct Params {
     n: u32,
@@ -21,11 +28,16 @@ struct Params {
 
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
-var<workgroup> amax_bits: atomic<u32>;
-var<workgroup> qscale: f32;
+var<workgroup> pmax: array<u32, 256>;
 
 fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
+}
+
+// |y| bits of column c (0 for NaN, which the absmax skips).
+fn abs_bits(base: u32, c: u32, r: f32) -> u32 {
+    let b = bitcast<u32>(x[base + c] * r * weight[c]) & 0x7fffffffu;
+    return select(0u, b, b <= 0x7f800000u);
 }
 
 @compute @workgroup_size(256)
@@ -33,12 +45,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let row = wg.x;
     let in_range = row < p.n_rows;
     let base = row * p.n;
-    if (lid == 0u) {
-        atomicStore(&amax_bits, 0u);
-    }
+    let n = p.n;
     var ss = 0.0;
     if (in_range) {
-        for (var c = lid; c < p.n; c = c + WG) {
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let v0 = x[base + c];
+            let v1 = x[base + c + WG];
+            let v2 = x[base + c + 2u * WG];
+            let v3 = x[base + c + 3u * WG];
+            ss = ss + v0 * v0;
+            ss = ss + v1 * v1;
+            ss = ss + v2 * v2;
+            ss = ss + v3 * v3;
+        }
+        for (; c < n; c = c + WG) {
             let v = x[base + c];
             ss = ss + v * v;
         }
@@ -51,35 +72,41 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         workgroupBarrier();
     }
-    let r = 1.0 / sqrt(partial[0] / f32(p.n) + p.eps);
+    let r = 1.0 / sqrt(partial[0] / f32(n) + p.eps);
     var m = 0u;
     if (in_range) {
-        for (var c = lid; c < p.n; c = c + WG) {
-            let b = bitcast<u32>(x[base + c] * r * weight[c]) & 0x7fffffffu;
-            if (b <= 0x7f800000u) {
-                m = max(m, b);
-            }
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let b0 = abs_bits(base, c, r);
+            let b1 = abs_bits(base, c + WG, r);
+            let b2 = abs_bits(base, c + 2u * WG, r);
+            let b3 = abs_bits(base, c + 3u * WG, r);
+            m = max(m, max(max(b0, b1), max(b2, b3)));
+        }
+        for (; c < n; c = c + WG) {
+            m = max(m, abs_bits(base, c, r));
         }
     }
-    atomicMax(&amax_bits, m);
+    pmax[lid] = m;
     workgroupBarrier();
-    if (lid == 0u) {
-        let amax = bitcast<f32>(atomicLoad(&amax_bits));
-        qscale = div_rn(127.0, max(amax, 1e-5));
-        if (in_range) {
-            s_out[row] = qscale;
+    for (var st = WG / 2u; st > 0u; st = st >> 1u) {
+        if (lid < st) {
+            pmax[lid] = max(pmax[lid], pmax[lid + st]);
         }
+        workgroupBarrier();
     }
-    workgroupBarrier();
-    let s = qscale;
+    let s = div_rn(127.0, max(bitcast<f32>(pmax[0]), 1e-5));
     if (in_range) {
+        if (lid == 0u) {
+            s_out[row] = s;
+        }
         let qbase = row * p.q_stride;
         for (var w = lid; w < p.q_stride; w = w + WG) {
             var packed = 0u;
             for (var k = 0u; k < 4u; k = k + 1u) {
                 let c = w * 4u + k;
                 var v = 0i;
-                if (c < p.n) {
+                if (c < n) {
                     let prod = (x[base + c] * r * weight[c]) * s;
                     if (!is_nan_bits(bitcast<u32>(prod))) {
                         v = i32(clamp(round(prod), -128.0, 127.0));

@@ -122,7 +122,9 @@ fn row_scale(row: u32, g: u32) -> f32 {
     if (row >= p.rows) {
         return 0.0;
     }
-    return scale_at(select(row * p.groups_per_row + g, 0u, p.group == 0u));
+    // mode bit 5: gate/up row pairs (ternary_gemv.wgsl), two per-tensor scales by row parity
+    let pair = select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u);
+    return scale_at(select(row * p.groups_per_row + g, pair, p.group == 0u));
 }
 
 // End of scale group g for the invocation's rows: sum += f32(acc) · scale, acc = 0 (per

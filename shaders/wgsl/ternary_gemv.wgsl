@@ -26,6 +26,12 @@
 // the separate pass): 0 y = W·a, 1 y = y + W·a (residual add in place), 2 y = relu(y)² · W·a,
 // 3 y = silu(y) · W·a (the GLU with the gate already in y). The fused norm prologue and the wide
 // loads are `ternary_gemv_wide.wgsl`.
+// `p.mode` bit 5: the rows are gate/up pairs (row 2j the gate's row j, row 2j + 1 the up
+// projection's; parts start on a pair): a per-tensor scale (group 0) is two scales, the gate's for
+// even rows and the up projection's for odd rows; with epilogue 2 or 3 the pair's GLU is the
+// epilogue, y[t][j] = relu(g)² · u or silu(g) · u with g, u the pair's results (y has
+// out_stride / 2 columns): gate/up as one GEMV, elementwise.wgsl's arithmetic, the same bits as the
+// gate GEMV, then the up GEMV with the GLU epilogue.
 
 struct Params {
     rows: u32,
@@ -61,6 +67,8 @@ override DOT: u32 = 1u;
 const WG: u32 = 256u;
 // Per-row, per-group integer sums: rows_per_wg · groups_per_row ≤ GSUM (checked by the launcher).
 const GSUM: u32 = 2048u;
+// The pair epilogue: each row's result, read by its pair partner.
+var<workgroup> pres: array<f32, 64>; // rows per workgroup (256 / TPR, TPR ≥ 4)
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
 
 fn act(base: u32, c: u32) -> i32 {
@@ -172,6 +180,41 @@ fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
     return acc;
 }
 
+// The per-tensor scale of the part's row `row`: 0, or the pair's half (mode bit 5).
+fn pair_scale(row: u32) -> u32 {
+    return select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u);
+}
+
+// The result `res` of the part's row `row` for token `tok`, stored by the epilogue `epi` (pairs:
+// the odd row of a pair writes the pair's GLU, reading the even row's result from `pres`).
+fn epilogue(epi: u32, row: u32, tok: u32, res: f32, lrow: u32) {
+    if (((p.mode >> 5u) & 1u) == 1u && epi >= 2u) {
+        if ((row & 1u) == 1u) {
+            let gate = pres[lrow - 1u];
+            let o = tok * (p.out_stride / 2u) + (p.row0 + row) / 2u;
+            if (epi == 2u) {
+                let g = max(gate, 0.0);
+                y[o] = g * g * res;
+            } else {
+                y[o] = gate / (1.0 + exp(-gate)) * res;
+            }
+        }
+        return;
+    }
+    let o = tok * p.out_stride + p.row0 + row;
+    if (epi == 0u) {
+        y[o] = res;
+    } else if (epi == 1u) {
+        y[o] = y[o] + res;
+    } else if (epi == 2u) {
+        let g = max(y[o], 0.0);
+        y[o] = g * g * res;
+    } else {
+        let g = y[o];
+        y[o] = g / (1.0 + exp(-g)) * res;
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let rpw = WG / TPR;
@@ -227,30 +270,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     // order: sum = 0.0, then + product_g for g = 0, 1, ...
     if (row < p.rows && tok < p.n_tokens) {
         for (var g = lane; g < gpr; g = g + TPR) {
-            let si = select(row * gpr + g, 0u, p.group == 0u);
+            let si = select(row * gpr + g, pair_scale(row), p.group == 0u);
             let prod = f32(atomicLoad(&gsum[lrow * gpr + g])) * scale_at(si);
             atomicStore(&gsum[lrow * gpr + g], bitcast<i32>(prod));
         }
     }
     workgroupBarrier();
-    if (lane == 0u && row < p.rows && tok < p.n_tokens) {
+    let live = lane == 0u && row < p.rows && tok < p.n_tokens;
+    var res = 0.0;
+    if (live) {
         var sum = 0.0;
         for (var g = 0u; g < gpr; g = g + 1u) {
             sum = sum + bitcast<f32>(atomicLoad(&gsum[lrow * gpr + g]));
         }
-        let res = div_rn(sum, xs[tok]);
-        let o = tok * p.out_stride + p.row0 + row;
-        let epi = (p.mode >> 2u) & 3u;
-        if (epi == 0u) {
-            y[o] = res;
-        } else if (epi == 1u) {
-            y[o] = y[o] + res;
-        } else if (epi == 2u) {
-            let g = max(y[o], 0.0);
-            y[o] = g * g * res;
-        } else {
-            let g = y[o];
-            y[o] = g / (1.0 + exp(-g)) * res;
-        }
+        res = div_rn(sum, xs[tok]);
+        pres[lrow] = res;
+    }
+    if (((p.mode >> 5u) & 1u) == 1u) {
+        workgroupBarrier();
+    }
+    if (live) {
+        epilogue((p.mode >> 2u) & 3u, row, tok, res, lrow);
     }
 }

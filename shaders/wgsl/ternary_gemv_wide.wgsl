@@ -32,6 +32,8 @@
 //              2: y = relu(y)² · (W·a), 3: y = silu(y) · (W·a) (the GLU with the gate already in
 //              y, elementwise.wgsl's arithmetic).
 //   bit 4      the part's rows start 16-byte aligned (words_per_row % 4 == 0): vec4 loads.
+//   bit 5      gate/up row pairs (ternary_gemv.wgsl's bit 5: two per-tensor scales, the pair's GLU
+//              as the epilogue for epilogues 2 and 3).
 //
 // Bindings: w: one part of the weight: [rows_part][words_per_row] u32 codes, then the part's
 // scales (at word `scale_word_offset`; group 0: one scale, else [rows_part][groups_per_row]); the
@@ -78,6 +80,8 @@ const ASH: u32 = 2048u;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7
 // Columns per invocation the fused prologue holds in registers (cols ≤ 256 · KMAX).
 const KMAX: u32 = 32u;
+// The pair epilogue: each row's result, read by its pair partner.
+var<workgroup> pres: array<f32, 64>; // rows per workgroup (256 / TPR, TPR ≥ 4)
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
 var<workgroup> ash: array<u32, ASH>;
 var<workgroup> partial: array<f32, 256>;
@@ -330,6 +334,41 @@ fn norm_quant(lid: u32, tok: u32) {
     }
 }
 
+// The per-tensor scale of the part's row `row`: 0, or the pair's half (mode bit 5).
+fn pair_scale(row: u32) -> u32 {
+    return select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u);
+}
+
+// The result `res` of the part's row `row` for token `tok`, stored by the epilogue `epi` (pairs:
+// the odd row of a pair writes the pair's GLU, reading the even row's result from `pres`).
+fn epilogue(epi: u32, row: u32, tok: u32, res: f32, lrow: u32) {
+    if (((p.mode >> 5u) & 1u) == 1u && epi >= 2u) {
+        if ((row & 1u) == 1u) {
+            let gate = pres[lrow - 1u];
+            let o = tok * (p.out_stride / 2u) + (p.row0 + row) / 2u;
+            if (epi == 2u) {
+                let g = max(gate, 0.0);
+                y[o] = g * g * res;
+            } else {
+                y[o] = gate / (1.0 + exp(-gate)) * res;
+            }
+        }
+        return;
+    }
+    let o = tok * p.out_stride + p.row0 + row;
+    if (epi == 0u) {
+        y[o] = res;
+    } else if (epi == 1u) {
+        y[o] = y[o] + res;
+    } else if (epi == 2u) {
+        let g = max(y[o], 0.0);
+        y[o] = g * g * res;
+    } else {
+        let g = y[o];
+        y[o] = g / (1.0 + exp(-g)) * res;
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let rpw = WG / TPR;
@@ -408,12 +447,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     // as f32 bits; then lane 0 adds them in the reference's order: sum = 0.0, then + product_g.
     if (row < p.rows && tok_ok) {
         for (var g = lane; g < gpr; g = g + TPR) {
-            let si = select(row * gpr + g, 0u, p.group == 0u);
+            let si = select(row * gpr + g, pair_scale(row), p.group == 0u);
             let prod = f32(atomicLoad(&gsum[lrow * gpr + g])) * scale_at(si);
             atomicStore(&gsum[lrow * gpr + g], bitcast<i32>(prod));
         }
     }
     workgroupBarrier();
+    var res = 0.0;
     if (lane == 0u && row < p.rows && tok_ok) {
         var sum = 0.0;
         for (var g = 0u; g < gpr; g = g + 1u) {
@@ -425,18 +465,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         } else {
             s = xf[tok];
         }
-        let res = div_rn(sum, s);
-        let o = tok * p.out_stride + p.row0 + row;
-        if (epi == 0u) {
-            y[o] = res;
-        } else if (epi == 1u) {
-            y[o] = y[o] + res;
-        } else if (epi == 2u) {
-            let g = max(y[o], 0.0);
-            y[o] = g * g * res;
-        } else {
-            let g = y[o];
-            y[o] = g / (1.0 + exp(-g)) * res;
-        }
+        res = div_rn(sum, s);
+        pres[lrow] = res;
+    }
+    if (((p.mode >> 5u) & 1u) == 1u) {
+        workgroupBarrier();
+    }
+    if (lane == 0u && row < p.rows && tok_ok) {
+        epilogue(epi, row, tok, res, lrow);
     }
 }

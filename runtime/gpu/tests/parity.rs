@@ -35,6 +35,8 @@ mod decode;
 mod float_ops;
 #[path = "parity/fused.rs"]
 mod fused;
+#[path = "parity/gate_up.rs"]
+mod gate_up;
 #[path = "parity/gemm.rs"]
 mod gemm;
 #[path = "parity/kv.rs"]
@@ -840,6 +842,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     v.extend(gemm::cases());
     v.extend(fused::cases());
+    v.extend(gate_up::cases());
     v.extend(attn::cases());
     v.extend(kv::cases());
     v.extend(minicache::cases());

@@ -138,9 +138,9 @@ params! {
 }
 
 params! {
-    /// `elementwise.wgsl`.
+    /// `elementwise.wgsl` (`pairs`: the GLU over gate/up row pairs).
     EltParams in [(Elementwise, "Params")] {
-        n: u32, _pad0: u32, _pad1: u32, _pad2: u32,
+        n: u32, pairs: u32, _pad1: u32, _pad2: u32,
     }
 }
 

@@ -114,6 +114,16 @@ pub(crate) fn ternary_params(
     })
 }
 
+/// `p.mode` bit 5 of the ternary kernels: `w`'s rows are gate/up pairs (two per-tensor scales; the
+/// GEMV's GLU epilogues combine each pair).
+fn pair_bit(w: &TernaryWeight) -> u32 {
+    if w.pairs {
+        1 << 5
+    } else {
+        0
+    }
+}
+
 /// Activations per u32 word of `a` (4 INT8 or 8 INT4).
 fn act_per_word(a: &ActInt8) -> u64 {
     match a.act {
@@ -151,6 +161,11 @@ pub enum Epilogue {
 }
 
 impl Epilogue {
+    /// A GLU (the epilogue that takes a gate/up pair's result).
+    pub fn is_glu(self) -> bool {
+        matches!(self, Epilogue::Relu2Glu | Epilogue::SwiGlu)
+    }
+
     fn mode(self) -> u32 {
         match self {
             Epilogue::Store => 0,
@@ -177,12 +192,11 @@ pub struct NormPrologue<'a> {
     pub eps: f32,
 }
 
-/// Columns the fused norm prologue takes (256 invocations × `KMAX` registers each).
+/// Columns the fused norm prologue takes (bounded by the staged row, `GEMV_STAGED_ACT_WORDS`, too).
 pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
 
 /// Whether a ternary GEMV of `w` can fuse the norm and quantization producing `a` (the row fits
-/// the wide kernel's staging memory and the prologue's registers, its group sums the weight's
-/// scale groups).
+/// the wide kernel's staging memory, its group sums the weight's scale groups).
 pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
     a.stride <= GEMV_STAGED_ACT_WORDS
         && a.cols <= GEMV_FUSED_NORM_MAX_COLS
@@ -230,7 +244,13 @@ pub fn ternary_gemv_fused(
         ));
     }
     let nt = u64::from(a.n_tokens);
-    let yb = nt * w.rows * 4;
+    // gate/up pairs with a GLU epilogue write one value per pair
+    let out_rows = if w.pairs && epi.is_glu() {
+        w.rows / 2
+    } else {
+        w.rows
+    };
+    let yb = nt * out_rows * 4;
     check_buffer(OP, "y", y, yb)?;
     check_binding(ctx, "ternary output", yb)?;
     let (xa, xf, pro, eps) = match norm {
@@ -281,7 +301,7 @@ pub fn ternary_gemv_fused(
     };
     for part in &w.parts {
         let mut p = ternary_params(OP, w, part, a, wpr)?;
-        p.mode = pro | (epi.mode() << 2) | vec_rows;
+        p.mode = pro | (epi.mode() << 2) | vec_rows | pair_bit(w);
         p.eps = eps;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
@@ -321,13 +341,16 @@ pub fn ggml_gemv_epi(
     let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
     check_buffer(OP, "x", x, xb)?;
     check_binding(ctx, "activations", xb)?;
-    let yb = n_tokens.saturating_mul(w.rows).saturating_mul(4);
+    // gate/up pairs with a GLU epilogue (mode bit 2) write one value per pair
+    let pairs = w.pairs && epi.is_glu();
+    let out_rows = if pairs { w.rows / 2 } else { w.rows };
+    let yb = n_tokens.saturating_mul(out_rows).saturating_mul(4);
     check_buffer(OP, "y", y, yb)?;
     check_binding(ctx, "ggml output", yb)?;
     let nt = u32_of(OP, "n_tokens", n_tokens)?;
     for part in &w.parts {
         let mut p = ggml_params(OP, w, part, nt)?;
-        p.mode = epi.mode();
+        p.mode = epi.mode() | if pairs { 4 } else { 0 };
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
         ctx.dispatch(
@@ -455,7 +478,8 @@ pub fn ternary_gemm_tiled(
     };
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(tile.tokens()))?;
     for part in &w.parts {
-        let p = ternary_params(OP, w, part, a, wpr)?;
+        let mut p = ternary_params(OP, w, part, a, wpr)?;
+        p.mode = pair_bit(w);
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
         let gx = u32_of(OP, "row tiles", part.rows.div_ceil(GEMM_TILE_ROWS))?;
         ctx.dispatch(

@@ -51,7 +51,7 @@ pub use matmul::{
     GemmTile, NormPrologue, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
     GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS, GEMV_STAGED_ACT_WORDS,
 };
-pub use pointwise::{elementwise, rmsnorm, rope, rope_table, rope_with_table};
+pub use pointwise::{elementwise, glu_pairs, rmsnorm, rope, rope_table, rope_with_table};
 pub use rope_kv::{qkv_split, rope_kv_fuses, rope_kv_store, QkvShape};
 pub use sample::{
     argmax, sample_candidates, topk, SampleBufs, SampleCandidates, SAMPLE_HIST_MAX, SAMPLE_K,

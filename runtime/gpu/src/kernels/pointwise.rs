@@ -170,3 +170,37 @@ pub fn elementwise(
         groups,
     )
 }
+
+/// The GLU `op` (SwiGLU or ReLU²) over gate/up pairs: `out[i] = glu(gu[2i]) · gu[2i + 1]` for
+/// `n` outputs, `gu` = `[n][2]` f32 (a GEMM over gate/up rows interleaved at load); the same f32
+/// operations as [`elementwise`] over separate gate and up rows, so the same bits.
+pub fn glu_pairs(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    op: EltOp,
+    gu: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    n: u64,
+) -> Result<()> {
+    const OP: &str = "glu_pairs";
+    if op == EltOp::Add {
+        return Err(GpuError::invalid(OP, "pairs take a GLU, not the add"));
+    }
+    let bytes = n.saturating_mul(4);
+    check_buffer(OP, "gate/up", gu, bytes.saturating_mul(2))?;
+    check_buffer(OP, "out", out, bytes)?;
+    check_binding(ctx, "gate/up operand", bytes.saturating_mul(2))?;
+    let p = EltParams {
+        n: u32_of(OP, "n", n)?,
+        pairs: 1,
+        ..EltParams::default()
+    };
+    let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    let groups = groups_1d(ctx, n.div_ceil(256));
+    ctx.dispatch(
+        enc,
+        KernelKey::Elementwise(op),
+        &[&params, gu, gu, out],
+        groups,
+    )
+}

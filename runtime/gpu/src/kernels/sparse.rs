@@ -45,7 +45,9 @@ pub fn sparse_applies(w: &TernaryWeight, a: &ActInt8) -> bool {
     } else {
         w.cols / u64::from(w.group)
     };
-    w.layout == TernaryLayout::Bits2
+    // gate/up row pairs (two per-tensor scales) take the dense kernels
+    !w.pairs
+        && w.layout == TernaryLayout::Bits2
         && a.act == ActBits::Int8
         && u64::from(a.n_tokens) < GEMM_MIN_TOKENS
         && (w.group == 0 || w.group % 4 == 0)

@@ -4,15 +4,17 @@
 //! says: normed, quantized, fused) and [`Graph::linear`] (the matmul for the weight's storage).
 //!
 //! Buffers: `x0` holds the residual stream (embeddings first; ping-pong `x0 → x1 → x0` per
-//! block), `a` a normed row, `q/k/v/o` attention, `g/u/h` the FFN, `proj` a block's output.
+//! block), `a` a normed row, `q/k/v/o` attention, `g/h` the FFN (`g`: `[n][2 · n_ff]`, the
+//! gate/up pairs side by side), `proj` a block's output.
 //!
 //! Decode fusions (issue 15; batches below `GEMM_MIN_TOKENS`, i.e. the GEMV path): a ternary
 //! linear whose input is a fused norm + quantization computes that input in its GEMV's prologue
 //! (no separate `rmsnorm_quant` dispatch; same bits); the attention output and FFN down
 //! projections add their result into the residual stream in place (the GEMV's epilogue, no
-//! `add` dispatch: the stream then stays in `x0`, `Graph::cur`); the up projection multiplies its
-//! result into the GLU of the gate already in `h` (no GLU dispatch). Each is the same f32
-//! operation as the pass it replaces, so the results do not change.
+//! `add` dispatch: the stream then stays in `x0`, `Graph::cur`); gate and up, loaded as one weight
+//! of interleaved row pairs (`GateUp::Paired`), are one GEMV whose epilogue writes the GLU (no
+//! second GEMV, no GLU dispatch). Each is the same f32 operation as the pass it replaces, so the
+//! results do not change.
 
 use crate::device::context::GpuContext;
 use crate::device::pipeline::EltOp;
@@ -25,7 +27,7 @@ use crate::kernels::{Epilogue, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
-use crate::model::{GpuModel, KvCache, Layer, Lin, Qkv};
+use crate::model::{GateUp, GpuModel, KvCache, Layer, Lin, Qkv};
 use tern_format::FfnAct;
 
 /// The fused norm prologue (the wide ternary GEMV computing its own RMSNorm + quantization) is
@@ -529,24 +531,42 @@ impl<'a> Graph<'a> {
     }
 
     /// The stream ← itself + FFN(itself) (SwiGLU or ReLU² GLU, BitNet's sub-norm before `down`).
+    /// Gate and up as one weight of row pairs (`GateUp::Paired`): at decode one GEMV whose
+    /// epilogue writes the GLU into `h`; else one matmul into `g` (`[n][2 · n_ff]`, the pairs
+    /// side by side) and the GLU over the pairs. As stored (`GateUp::Split`): the gate into `h`
+    /// and the up GEMV folding the GLU into its store, or gate and up (into `h2`, free until the
+    /// down projection's input) and the GLU pass.
     fn ffn_block(&mut self, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
         let (ctx, s, n, hp) = (self.ctx, self.s, self.n, &self.m.hp);
         let (d, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
-        let ws = [&l.gate, &l.up];
         let gu = &plan.gate_up;
-        let input = self.input(self.cur, Some(&l.ffn_norm), d, gu, &s.a, self.act_d, &ws)?;
         let (op, epi) = match hp.ffn_act {
             FfnAct::Silu => (EltOp::SwiGlu, Epilogue::SwiGlu),
             FfnAct::Relu2 => (EltOp::Relu2Glu, Epilogue::Relu2Glu),
         };
-        if self.epilogue_fuses(&l.up, gu.sparse) {
-            // the gate into h, then the up projection's GEMV folds the GLU into its store
-            self.linear(&l.gate, input, n, &s.h)?;
-            self.linear_epi(&l.up, input, n, &s.h, epi)?;
-        } else {
-            self.linear(&l.gate, input, n, &s.g)?;
-            self.linear(&l.up, input, n, &s.u)?;
-            kernels::elementwise(ctx, &mut self.p, op, &s.g, &s.u, &s.h, n * ff)?;
+        let norm = Some(&l.ffn_norm);
+        match &l.gate_up {
+            GateUp::Paired(w) => {
+                let input = self.input(self.cur, norm, d, gu, &s.a, self.act_d, &[w])?;
+                if self.epilogue_fuses(w, gu.sparse) {
+                    self.linear_epi(w, input, n, &s.h, epi)?;
+                } else {
+                    self.linear(w, input, n, &s.g)?;
+                    kernels::glu_pairs(ctx, &mut self.p, op, &s.g, &s.h, n * ff)?;
+                }
+            }
+            GateUp::Split { gate, up } => {
+                let input = self.input(self.cur, norm, d, gu, &s.a, self.act_d, &[gate, up])?;
+                if self.epilogue_fuses(up, gu.sparse) {
+                    // the gate into h, then the up projection's GEMV folds the GLU into its store
+                    self.linear(gate, input, n, &s.h)?;
+                    self.linear_epi(up, input, n, &s.h, epi)?;
+                } else {
+                    self.linear(gate, input, n, &s.g)?;
+                    self.linear(up, input, n, &s.h2)?;
+                    kernels::elementwise(ctx, &mut self.p, op, &s.g, &s.h2, &s.h, n * ff)?;
+                }
+            }
         }
         let sub = l.ffn_sub_norm.as_ref();
         let down = [&l.down];

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use tern_format::{ternary, Encoding, FloatType, TensorView, TernFile};
+use tern_format::{ternary, Encoding, FloatType, TensorView, TernFile, TernaryLayout};
 
 use crate::device::context::GpuContext;
 use crate::device::pipeline::GgmlType;
 use crate::error::{GpuError, Result};
 use crate::model::memory::{self, Decision};
 use crate::model::{
-    ActivationPlan, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, Qkv,
+    ActivationPlan, GateUp, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, Qkv,
     TensorPlacement,
 };
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
@@ -82,6 +82,11 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 /// store): the comparison path of issue 15's measurements; the results are the same bits.
 fn qkv_stacking_enabled() -> bool {
     std::env::var("TERN_GPU_QKV").map_or(true, |v| v != "split")
+}
+
+/// `TERN_GPU_GATE_UP=split` keeps gate and up as two weights (measurements; same results).
+fn gate_up_split() -> bool {
+    std::env::var("TERN_GPU_GATE_UP").is_ok_and(|v| v == "split")
 }
 
 fn ggml_type(e: &Encoding) -> Option<GgmlType> {
@@ -179,6 +184,91 @@ pub(crate) fn concat_rows(views: &[TensorView<'_>]) -> Result<Option<Stacked>> {
     }))
 }
 
+/// Two equal-shaped row-major byte matrices of `row_bytes` per row, interleaved by rows: gate row
+/// j then up row j (the gate/up pairs of [`TernaryWeight::pairs`] / [`GgmlWeight::pairs`]).
+fn interleave_rows(gate: &[u8], up: &[u8], row_bytes: usize) -> Result<Vec<u8>> {
+    if row_bytes == 0 || gate.len() != up.len() || gate.len() % row_bytes != 0 {
+        return Err(GpuError::invalid(
+            "gate/up interleave",
+            format!(
+                "{} and {} bytes are not rows of {row_bytes}",
+                gate.len(),
+                up.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(gate.len() * 2);
+    for (g, u) in gate.chunks(row_bytes).zip(up.chunks(row_bytes)) {
+        out.extend_from_slice(g);
+        out.extend_from_slice(u);
+    }
+    Ok(out)
+}
+
+/// Gate and up projections (`rows × cols` each, `Encoding::Ternary` bytes of the same layout,
+/// group and scale type) as ONE weight of `2 · rows` rows interleaved by pairs (issue 15): row 2j
+/// is the gate's row j, row 2j + 1 the up projection's, so one decode GEMV computes both and its
+/// GLU epilogue writes `h[j]` (`ternary_gemv.wgsl`, mode bit 5); a GEMM over it gives the pairs
+/// side by side for `kernels::glu_pairs`. The same bytes as the two tensors (a per-tensor scale
+/// stays one scale each: two per part), so GPU memory does not grow.
+#[allow(clippy::too_many_arguments)]
+pub fn ternary_gate_up(
+    ctx: &GpuContext,
+    layout: TernaryLayout,
+    rows: u64,
+    cols: u64,
+    group: u32,
+    scale_type: FloatType,
+    gate: &[u8],
+    up: &[u8],
+) -> Result<TernaryWeight> {
+    let g = ternary::TernaryRef::new(layout, rows, cols, group, scale_type, gate)?;
+    let u = ternary::TernaryRef::new(layout, rows, cols, group, scale_type, up)?;
+    let row_bytes = ternary::words_per_row(layout, cols) * 4;
+    let codes = interleave_rows(g.codes(), u.codes(), row_bytes as usize)?;
+    let ss = scale_type.size();
+    let scales = if group == 0 {
+        // the gate's scale, then the up projection's
+        let (gs, us) = (g.scales().get(..ss), u.scales().get(..ss));
+        let (gs, us) = gs
+            .zip(us)
+            .ok_or_else(|| GpuError::bad_model("ternary gate/up without a scale"))?;
+        [gs, us].concat()
+    } else {
+        let gpr = (cols / u64::from(group)) as usize;
+        interleave_rows(g.scales(), u.scales(), gpr * ss)?
+    };
+    let shape = (layout, rows * 2, cols, group, scale_type);
+    TernaryWeight::upload_pairs(ctx, shape, &codes, &scales)
+}
+
+/// [`ternary_gate_up`] for ggml-block weights (`qtype` blocks, rows interleaved by pairs;
+/// `ggml_gemv.wgsl` mode bit 2).
+pub fn ggml_gate_up(
+    ctx: &GpuContext,
+    qtype: GgmlType,
+    rows: u64,
+    cols: u64,
+    gate: &[u8],
+    up: &[u8],
+) -> Result<GgmlWeight> {
+    let be = qtype.block_elems() as u64;
+    if cols == 0 || cols % be != 0 {
+        return Err(GpuError::bad_model(format!(
+            "ggml gate/up of {cols} columns (a positive multiple of {be})"
+        )));
+    }
+    let row_bytes = cols / be * qtype.block_bytes() as u64;
+    if rows.checked_mul(row_bytes) != Some(gate.len() as u64) {
+        return Err(GpuError::bad_model(format!(
+            "{} bytes for {rows} × {cols} {qtype:?}",
+            gate.len()
+        )));
+    }
+    let bytes = interleave_rows(gate, up, row_bytes as usize)?;
+    GgmlWeight::upload_pairs(ctx, qtype, rows * 2, cols, &bytes)
+}
+
 struct Loader<'a> {
     ctx: &'a GpuContext,
     file: &'a TernFile,
@@ -255,6 +345,63 @@ impl Loader<'_> {
             wk: self.matrix(&names[1], kv_dim, cols)?,
             wv: self.matrix(&names[2], kv_dim, cols)?,
         })
+    }
+
+    /// Layer `l`'s gate and up projections: one weight of interleaved row pairs where both are
+    /// ternary of the same layout, group and scale type, or ggml blocks of the same type, and
+    /// their input is not the sparse (a4.8 TopK) walk's; else the two matrices as stored.
+    fn gate_up(&mut self, l: u32, rows: u64, cols: u64, sparse: bool) -> Result<GateUp> {
+        let (gn, un) = (
+            format!("blk.{l}.ffn_gate.weight"),
+            format!("blk.{l}.ffn_up.weight"),
+        );
+        let (g, u) = (view(self.file, &gn)?, view(self.file, &un)?);
+        check_shape(&g, &[rows, cols])?;
+        check_shape(&u, &[rows, cols])?;
+        let paired = match (&g.info.encoding, &u.info.encoding) {
+            _ if sparse || gate_up_split() => None,
+            (
+                Encoding::Ternary {
+                    layout,
+                    group,
+                    scale_type,
+                },
+                e2,
+            ) if e2 == &g.info.encoding => Some(Lin::Ternary(ternary_gate_up(
+                self.ctx,
+                *layout,
+                rows,
+                cols,
+                *group,
+                *scale_type,
+                g.bytes,
+                u.bytes,
+            )?)),
+            (e1, e2) if e1 == e2 && ggml_type(e1).is_some() => {
+                let t = ggml_type(e1).ok_or_else(|| GpuError::internal("load", "ggml type"))?;
+                Some(Lin::Ggml(ggml_gate_up(
+                    self.ctx, t, rows, cols, g.bytes, u.bytes,
+                )?))
+            }
+            _ => None,
+        };
+        let Some(lin) = paired else {
+            return Ok(GateUp::Split {
+                gate: self.matrix(&gn, rows, cols)?,
+                up: self.matrix(&un, rows, cols)?,
+            });
+        };
+        for v in [&g, &u] {
+            self.plan.tensors.push(TensorPlacement {
+                name: v.info.name.clone(),
+                encoding: v.info.encoding.name(),
+                placement: "resident",
+                gpu_bytes: v.bytes.len() as u64,
+            });
+        }
+        self.file.release_tensor(&gn);
+        self.file.release_tensor(&un);
+        Ok(GateUp::Paired(lin))
     }
 
     fn matrix(&mut self, name: &str, rows: u64, cols: u64) -> Result<Lin> {
@@ -441,8 +588,13 @@ impl GpuModel {
                     None
                 },
                 ffn_norm: ld.vector(&n("ffn_norm"), n_embd)?,
-                gate: ld.matrix(&n("ffn_gate"), n_ff, n_embd)?,
-                up: ld.matrix(&n("ffn_up"), n_ff, n_embd)?,
+                gate_up: {
+                    let sparse = act_plan
+                        .layers
+                        .get(l as usize)
+                        .is_some_and(|b| b.gate_up.sparse);
+                    ld.gate_up(l, n_ff, n_embd, sparse)?
+                },
                 down: ld.matrix(&n("ffn_down"), n_embd, n_ff)?,
                 ffn_sub_norm: if hp.sub_norms {
                     Some(ld.vector(&n("ffn_sub_norm"), n_ff)?)

@@ -41,6 +41,7 @@ pub use activation::ActivationPlan;
 pub use graph::{Wanted, SHORT_ATTENTION_KEYS};
 pub use kv_cache::{KvCache, KvFormat};
 pub(crate) use load::HostEmbedding;
+pub use load::{ggml_gate_up, ternary_gate_up};
 pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
 pub use session::{GpuSession, SessionMemory};
 pub use sparsity::SparsityCount;
@@ -68,10 +69,16 @@ pub(crate) struct Layer {
     pub(crate) wo: Lin,
     pub(crate) attn_sub_norm: Option<wgpu::Buffer>,
     pub(crate) ffn_norm: wgpu::Buffer,
-    pub(crate) gate: Lin,
-    pub(crate) up: Lin,
+    pub(crate) gate_up: GateUp,
     pub(crate) down: Lin,
     pub(crate) ffn_sub_norm: Option<wgpu::Buffer>,
+}
+
+/// A layer's gate and up projections: as stored, or one weight of interleaved row pairs
+/// (`load.rs`'s `ternary_gate_up` / `ggml_gate_up`: one GEMV with the GLU in its epilogue).
+pub(crate) enum GateUp {
+    Split { gate: Lin, up: Lin },
+    Paired(Lin),
 }
 
 /// A NeuZip matrix kept compressed; decoded into the scratch before each use.

@@ -41,8 +41,8 @@ pub(crate) struct Scratch {
     pub(crate) o: wgpu::Buffer,
     pub(crate) o2: wgpu::Buffer,
     pub(crate) proj: wgpu::Buffer,
+    /// `[b][2 · n_ff]`: the gate (split weights) or the gate/up pairs side by side.
     pub(crate) g: wgpu::Buffer,
-    pub(crate) u: wgpu::Buffer,
     pub(crate) h: wgpu::Buffer,
     pub(crate) h2: wgpu::Buffer,
     pub(crate) act_embd: ActInt8,
@@ -90,8 +90,7 @@ impl Scratch {
             o: f("o", b * q_dim)?,
             o2: f("o2", b * q_dim)?,
             proj: f("proj", b * d)?,
-            g: f("g", b * ff)?,
-            u: f("u", b * ff)?,
+            g: f("g", b * 2 * ff)?,
             h: f("h", b * ff)?,
             h2: f("h2", b * ff)?,
             act_embd: ActInt8::alloc(&ctx, b, d)?,
@@ -144,7 +143,8 @@ impl Scratch {
         4 * f(b * d)
             + 3 * f(b * q_dim)
             + 2 * f(b * kv_dim)
-            + 4 * f(b * ff)
+            + f(b * 2 * ff)
+            + 2 * f(b * ff)
             + act(d)
             + act(q_dim)
             + act(ff)
@@ -172,7 +172,6 @@ impl Scratch {
             &self.o2,
             &self.proj,
             &self.g,
-            &self.u,
             &self.h,
             &self.h2,
             &self.act_embd.q,
@@ -210,7 +209,6 @@ impl Scratch {
             &self.o2,
             &self.proj,
             &self.g,
-            &self.u,
             &self.h,
             &self.h2,
             &self.act_embd.q,

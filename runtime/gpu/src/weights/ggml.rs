@@ -12,6 +12,9 @@ pub struct GgmlWeight {
     pub qtype: GgmlType,
     pub rows: u64,
     pub cols: u64,
+    /// Rows interleaved in pairs (a gate row, then its up row: `model/load.rs`'s
+    /// `interleave_gate_up`); parts hold whole pairs.
+    pub(crate) pairs: bool,
     pub(crate) parts: Vec<Part>,
 }
 
@@ -25,6 +28,29 @@ impl GgmlWeight {
         cols: u64,
         bytes: &[u8],
     ) -> Result<Self> {
+        Self::upload_rows(ctx, qtype, rows, cols, bytes, false)
+    }
+
+    /// [`GgmlWeight::upload`] of rows interleaved in pairs (`rows` even; see
+    /// [`GgmlWeight::pairs`]).
+    pub(crate) fn upload_pairs(
+        ctx: &GpuContext,
+        qtype: GgmlType,
+        rows: u64,
+        cols: u64,
+        bytes: &[u8],
+    ) -> Result<Self> {
+        Self::upload_rows(ctx, qtype, rows, cols, bytes, true)
+    }
+
+    fn upload_rows(
+        ctx: &GpuContext,
+        qtype: GgmlType,
+        rows: u64,
+        cols: u64,
+        bytes: &[u8],
+        pairs: bool,
+    ) -> Result<Self> {
         const OP: &str = "ggml upload";
         if qtype.gpu_qtype().is_none() {
             return Err(GpuError::shape(
@@ -33,10 +59,13 @@ impl GgmlWeight {
             ));
         }
         let be = qtype.block_elems() as u64;
-        if cols == 0 || cols % be != 0 || rows == 0 {
+        if cols == 0 || cols % be != 0 || rows == 0 || (pairs && rows % 2 != 0) {
             return Err(GpuError::shape(
                 OP,
-                format!("{rows} × {cols} (columns must be a positive multiple of {be})"),
+                format!(
+                    "{rows} × {cols} (columns must be a positive multiple of {be}; rows even \
+                     for row pairs)"
+                ),
             ));
         }
         u32_of(OP, "rows", rows)?;
@@ -48,8 +77,18 @@ impl GgmlWeight {
             ));
         }
         // +4: the kernel's unaligned 32-bit loads may touch the word after the last byte.
-        let ranges = split_rows("ggml weight", rows, row_bytes, ctx.binding_limit(), |_| 4)?;
-        let mut parts = Vec::with_capacity(ranges.len());
+        // pairs: split whole pairs (units of 2 rows)
+        let unit = if pairs { 2 } else { 1 };
+        let ranges = split_rows(
+            "ggml weight",
+            rows / unit,
+            row_bytes * unit,
+            ctx.binding_limit(),
+            |_| 4,
+        )?
+        .into_iter()
+        .map(|r| r.start * unit..r.end * unit);
+        let mut parts = Vec::new();
         for r in ranges {
             let b = (r.start * row_bytes) as usize..(r.end * row_bytes) as usize;
             let mut data = bytes.get(b).unwrap_or_default().to_vec();
@@ -65,6 +104,7 @@ impl GgmlWeight {
             qtype,
             rows,
             cols,
+            pairs,
             parts,
         })
     }

@@ -25,6 +25,10 @@ pub struct TernaryWeight {
     pub cols: u64,
     pub group: u32,
     pub scale_type: FloatType,
+    /// Rows interleaved in pairs (a gate row, then its up row: `model/load.rs`'s
+    /// `interleave_gate_up`); a per-tensor scale (`group` 0) is then two scales, the gate's and
+    /// the up projection's, for even and odd rows. Parts hold whole pairs.
+    pub(crate) pairs: bool,
     pub(crate) parts: Vec<Part>,
 }
 
@@ -44,6 +48,41 @@ impl TernaryWeight {
         if cols == 0 || rows == 0 {
             return Err(GpuError::shape(OP, format!("empty {rows} × {cols} tensor")));
         }
+        Self::from_codes(
+            ctx,
+            (layout, rows, cols, group, scale_type),
+            t.codes(),
+            t.scales(),
+            false,
+        )
+    }
+
+    /// Upload rows interleaved in pairs (see [`TernaryWeight::pairs`]): `codes` of `rows` (even)
+    /// rows, `scales` as the pairs say (group 0: two scales). The caller interleaved them from two
+    /// checked tensors (`model/load.rs`).
+    pub(crate) fn upload_pairs(
+        ctx: &GpuContext,
+        shape: (TernaryLayout, u64, u64, u32, FloatType),
+        codes: &[u8],
+        scales: &[u8],
+    ) -> Result<Self> {
+        Self::from_codes(ctx, shape, codes, scales, true)
+    }
+
+    fn from_codes(
+        ctx: &GpuContext,
+        (layout, rows, cols, group, scale_type): (TernaryLayout, u64, u64, u32, FloatType),
+        codes: &[u8],
+        scales: &[u8],
+        pairs: bool,
+    ) -> Result<Self> {
+        const OP: &str = "ternary upload";
+        if cols == 0 || rows == 0 || (pairs && rows % 2 != 0) {
+            return Err(GpuError::shape(
+                OP,
+                format!("{rows} × {cols} tensor (empty, or odd rows for row pairs)"),
+            ));
+        }
         u32_of(OP, "cols", cols)?;
         u32_of(OP, "rows", rows)?;
         let gpr = if group == 0 {
@@ -61,24 +100,28 @@ impl TernaryWeight {
         }
         let ss = scale_type.size() as u64;
         let row_bytes = ternary::words_per_row(layout, cols) * 4;
+        // a per-tensor scale: one (two for pairs) in every part
+        let n_tensor_scales = if pairs { 2 } else { 1 };
         let scale_bytes = |r: u64| -> u64 {
-            let n = if group == 0 { 1 } else { r * gpr };
+            let n = if group == 0 { n_tensor_scales } else { r * gpr };
             (n * ss).div_ceil(4) * 4
         };
+        // pairs: split whole pairs (units of 2 rows)
+        let unit = if pairs { 2 } else { 1 };
         let ranges = split_rows(
             "ternary weight",
-            rows,
-            row_bytes,
+            rows / unit,
+            row_bytes * unit,
             ctx.binding_limit(),
-            |r| scale_bytes(r) + 12, // + the padding to 16 bytes
-        )?;
-        let codes = t.codes();
-        let scales = t.scales();
-        let mut parts = Vec::with_capacity(ranges.len());
+            |r| scale_bytes(r * unit) + 12, // + the padding to 16 bytes
+        )?
+        .into_iter()
+        .map(|r| r.start * unit..r.end * unit);
+        let mut parts = Vec::new();
         for r in ranges {
             let cb = (r.start * row_bytes) as usize..(r.end * row_bytes) as usize;
             let sb = if group == 0 {
-                0..ss as usize
+                0..(n_tensor_scales * ss) as usize
             } else {
                 (r.start * gpr * ss) as usize..(r.end * gpr * ss) as usize
             };
@@ -102,6 +145,7 @@ impl TernaryWeight {
             cols,
             group,
             scale_type,
+            pairs,
             parts,
         })
     }
