@@ -78,8 +78,6 @@ const GSUM: u32 = 1024u;
 // fused prologue needs it staged: checked by the launcher).
 const ASH: u32 = 2048u;
 const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7
-// Columns per invocation the fused prologue holds in registers (cols ≤ 256 · KMAX).
-const KMAX: u32 = 32u;
 // The pair epilogue: each row's result, read by its pair partner.
 var<workgroup> pres: array<f32, 64>; // rows per workgroup (256 / TPR, TPR ≥ 4)
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
@@ -228,6 +226,12 @@ fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
 }
 
+// |RMSNorm(x)_c| bits of column c of the row at `base` (0 for NaN, which the absmax skips).
+fn abs_bits(base: u32, c: u32, r: f32) -> u32 {
+    let b = bitcast<u32>(bitcast<f32>(xa[base + c]) * r * xf[c]) & 0x7fffffffu;
+    return select(0u, b, b <= 0x7f800000u);
+}
+
 fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
     let prod = v * s;
     if (is_nan_bits(bitcast<u32>(prod))) {
@@ -252,27 +256,24 @@ fn tree_sum(lid: u32) {
 fn norm_quant(lid: u32, tok: u32) {
     let n = p.cols;
     let base = tok * n;
-    // The invocation's columns lid, lid + 256, … (at most KMAX: cols ≤ 8192, checked by the
-    // launcher) and their norm weights, loaded at once (a constant-bound loop: unrolled, the loads
-    // in flight together, the values in registers); the later passes re-read them from L1.
-    var xv: array<f32, KMAX>;
-    var wv: array<f32, KMAX>;
-    for (var k = 0u; k < KMAX; k = k + 1u) {
-        let c = lid + k * WG;
-        var v = 0.0;
-        var g = 0.0;
-        if (c < n) {
-            v = bitcast<f32>(xa[base + c]);
-            g = xf[c];
-        }
-        xv[k] = v;
-        wv[k] = g;
-    }
+    // The invocation's columns lid, lid + 256, … in increasing order (rmsnorm_quant.wgsl's
+    // order, so the same bits), four independent loads per trip (scalars: private arrays spill to
+    // local memory on some drivers, measured slower).
     var ss = 0.0;
-    for (var k = 0u; k < KMAX; k = k + 1u) {
-        if (lid + k * WG < n) {
-            ss = ss + xv[k] * xv[k];
-        }
+    var c = lid;
+    for (; c + 3u * WG < n; c = c + 4u * WG) {
+        let v0 = bitcast<f32>(xa[base + c]);
+        let v1 = bitcast<f32>(xa[base + c + WG]);
+        let v2 = bitcast<f32>(xa[base + c + 2u * WG]);
+        let v3 = bitcast<f32>(xa[base + c + 3u * WG]);
+        ss = ss + v0 * v0;
+        ss = ss + v1 * v1;
+        ss = ss + v2 * v2;
+        ss = ss + v3 * v3;
+    }
+    for (; c < n; c = c + WG) {
+        let v = bitcast<f32>(xa[base + c]);
+        ss = ss + v * v;
     }
     partial[lid] = ss;
     tree_sum(lid);
@@ -281,13 +282,16 @@ fn norm_quant(lid: u32, tok: u32) {
     var s = 0.0;
     if (ACT4 == 0u) {
         var m = 0u;
-        for (var k = 0u; k < KMAX; k = k + 1u) {
-            if (lid + k * WG < n) {
-                let b = bitcast<u32>(xv[k] * r * wv[k]) & 0x7fffffffu;
-                if (b <= 0x7f800000u) {
-                    m = max(m, b);
-                }
-            }
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let b0 = abs_bits(base, c, r);
+            let b1 = abs_bits(base, c + WG, r);
+            let b2 = abs_bits(base, c + 2u * WG, r);
+            let b3 = abs_bits(base, c + 3u * WG, r);
+            m = max(m, max(max(b0, b1), max(b2, b3)));
+        }
+        for (; c < n; c = c + WG) {
+            m = max(m, abs_bits(base, c, r));
         }
         atomicMax(&amax_bits, m);
         workgroupBarrier();
@@ -306,10 +310,19 @@ fn norm_quant(lid: u32, tok: u32) {
         }
     } else {
         var sa = 0.0;
-        for (var k = 0u; k < KMAX; k = k + 1u) {
-            if (lid + k * WG < n) {
-                sa = sa + abs(xv[k] * r * wv[k]);
-            }
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let a0 = abs(bitcast<f32>(xa[base + c]) * r * xf[c]);
+            let a1 = abs(bitcast<f32>(xa[base + c + WG]) * r * xf[c + WG]);
+            let a2 = abs(bitcast<f32>(xa[base + c + 2u * WG]) * r * xf[c + 2u * WG]);
+            let a3 = abs(bitcast<f32>(xa[base + c + 3u * WG]) * r * xf[c + 3u * WG]);
+            sa = sa + a0;
+            sa = sa + a1;
+            sa = sa + a2;
+            sa = sa + a3;
+        }
+        for (; c < n; c = c + WG) {
+            sa = sa + abs(bitcast<f32>(xa[base + c]) * r * xf[c]);
         }
         partial[lid] = sa;
         tree_sum(lid);
