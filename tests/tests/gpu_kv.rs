@@ -308,13 +308,43 @@ fn ppl_of(logits: &[f32], tokens: &[u32], vocab: usize) -> f64 {
 /// (docs/measurements.md, "GPU/CPU gap").
 ///
 /// What this test asserts, on GPL-3's first 64 tokens in one batch (KIVI G = 16, R = 32 so that
-/// both blocks quantize): f16 within 0.1 %; every other mode — q8, q4, q3, q2, a4, a3,
-/// MiniCache + q4 — GPU within the CPU's own noise band: |GPU − CPU| ≤ max(0.1 %, 3 × the
-/// largest |CPU(jittered) − CPU| over three jitter seeds). A store, dequantization or attention
-/// bug shifts the perplexity systematically and far beyond that band (e.g. one scale off by an
-/// f16 step everywhere, or a wrong window row); noise does not.
+/// both blocks quantize; the GPU through the fused scorer, as `tern perplexity` runs it): f16
+/// within 0.1 %; q8, q4, a4 and MiniCache + q4 (the absmax and KIVI stores and readers and the
+/// merged pairs) GPU within the CPU's own noise band: |GPU − CPU| ≤ max(0.1 %, 3 × the largest
+/// |CPU(jittered) − CPU| over three jitter seeds). A store, dequantization or attention bug
+/// shifts the perplexity systematically and beyond that band (e.g. a scale off by an f16 step
+/// everywhere, a wrong window row); noise does not. Measured on the loaded 2-core machine
+/// (lavapipe; GPU bound: ~30–50 s per mode, pipeline compiles included): f16 gap 0.034 %;
+/// q8 0.84 % (noise 1.56 %); q4 0.10 % (3.0 %); q3 0.35 % (6.8 %); q2 8.6 % (13.6 %); a4 8.3 %
+/// (21.3 %); a3 7.4 % (12.4 %); MiniCache + q4 0.28 % (1.9 %). q3, q2 and a3 are in
+/// `smollm2_gpu_cpu_gap_low_bit_modes`
+/// (ignored by default: CI time).
 #[test]
 fn smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise() {
+    gap_within_noise(&[
+        (KvQuant::F16, false),
+        (KvQuant::Q8, false),
+        (KvQuant::Kivi4, false),
+        (KvQuant::Absmax4, false),
+        (KvQuant::Kivi4, true),
+    ]);
+}
+
+/// [`smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise`] for q3, q2 and a3 (~2 min more
+/// on lavapipe: over CI's budget). `cargo test --release -p tern-tests --test gpu_kv -- --ignored
+/// smollm2_gpu_cpu_gap_low_bit_modes`.
+#[test]
+#[ignore = "three more GPU perplexity runs on lavapipe: over CI's time budget"]
+fn smollm2_gpu_cpu_gap_low_bit_modes() {
+    gap_within_noise(&[
+        (KvQuant::Kivi3, false),
+        (KvQuant::Kivi2, false),
+        (KvQuant::Absmax3, false),
+    ]);
+}
+
+/// The check of the two tests above for `(format, MiniCache on)` modes.
+fn gap_within_noise(list: &[(KvQuant, bool)]) {
     let path = smollm2();
     let ctx = match tern_gpu::GpuContext::new(tern_gpu::DevicePreference::Gpu) {
         Ok(c) => std::sync::Arc::new(c),
@@ -340,16 +370,10 @@ fn smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise() {
         minicache,
     };
     let mc = Some(tern_engine::minicache_on(hp.n_layer));
-    let modes = [
-        spec(KvQuant::F16, None),
-        spec(KvQuant::Q8, None),
-        spec(KvQuant::Kivi4, None),
-        spec(KvQuant::Kivi3, None),
-        spec(KvQuant::Kivi2, None),
-        spec(KvQuant::Absmax4, None),
-        spec(KvQuant::Absmax3, None),
-        spec(KvQuant::Kivi4, mc),
-    ];
+    let modes: Vec<KvSpec> = list
+        .iter()
+        .map(|&(q, on)| spec(q, if on { mc } else { None }))
+        .collect();
     let cpu_ppl = |kv: &KvSpec, jitter: Option<u32>| {
         let mut cache = tern_reference::KvCache::for_spec(&hp, n, kv).unwrap();
         if let Some(seed) = jitter {
@@ -366,7 +390,9 @@ fn smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise() {
         let c = cpu_ppl(kv, None);
         let tc = t0.elapsed().as_secs_f64();
         let mut s = tern_gpu::GpuSession::new(gpu.clone(), n as u64, n as u64, kv).unwrap();
-        let g = ppl_of(&s.eval_all(input).unwrap(), &tokens, vocab);
+        // the fused scorer, as `tern perplexity` runs it (no logits materialized)
+        let lp = s.score(&tokens).unwrap();
+        let g = (-lp.iter().map(|&x| f64::from(x)).sum::<f64>() / lp.len() as f64).exp();
         let tg = t0.elapsed().as_secs_f64() - tc;
         let gap = (g - c).abs() / c;
         let (noise, bound) = if kv.quant == KvQuant::F16 {

@@ -95,6 +95,16 @@
 //! between. A pass that fails or is stopped half way leaves some streams written past the length;
 //! `truncate` takes that into account.
 //!
+//! # GPU and CPU
+//!
+//! The GPU kernels store and read every format exactly as this cache does: fed the same rows
+//! they produce the same words, bit for bit (the GPU parity harness, including SmolLM2's real
+//! keys and values). End to end the backends compute K and V ~1e-6 apart (summation order), and a
+//! quantized format turns a value near a rounding boundary into codes one step apart, after which
+//! the passes diverge: in q8…a3 SmolLM2's perplexity moves by percents under such rounding-level
+//! differences — the CPU against itself does too ([`KvCache::set_input_jitter`]). f16 agrees to
+//! ~0.03 %. docs/measurements.md, "The quantized-KV GPU/CPU gap: cause".
+//!
 //! # Context full
 //!
 //! A pass that does not fit is refused before anything is written
