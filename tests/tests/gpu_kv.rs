@@ -280,3 +280,140 @@ fn smollm2_8192_context_with_a_compressed_cache() {
     );
     assert!(per * 3 <= f16, "{per} bytes per token");
 }
+
+/// Perplexity of `tokens[1..]` from `[n−1][vocab]` logits of `tokens[..n−1]`.
+fn ppl_of(logits: &[f32], tokens: &[u32], vocab: usize) -> f64 {
+    let n = tokens.len() - 1;
+    let mut nll = 0.0f64;
+    for (i, l) in logits.chunks_exact(vocab).take(n).enumerate() {
+        let m = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let lse = l.iter().map(|&x| f64::from(x - m).exp()).sum::<f64>().ln() + f64::from(m);
+        nll += lse - f64::from(l[tokens[i + 1] as usize]);
+    }
+    (nll / n as f64).exp()
+}
+
+/// SmolLM2 end to end, GPU against CPU, in every compressed mode (issue 14: at `-c 2048` the
+/// backends' perplexities differed by −0.4 … +1.8 % in the quantized modes, 0.003 % in f16).
+///
+/// The cause is not a cache bug (`parity_kv_real_smollm2` in the GPU parity harness stores
+/// SmolLM2's real rows bit-exactly in every format): the two backends compute K and V in another
+/// summation order, ~1e-6 apart, and a quantizer turns a value that sits near a rounding
+/// boundary into codes one step apart; after that the forward passes diverge (activation
+/// quantization, later layers, later positions) and a quantized mode's perplexity moves by
+/// percents. The CPU alone shows the same spread: its own keys and values perturbed by
+/// ±5e-7 relative (`KvCache::set_input_jitter`, a few f32 ulps) move its perplexity as much as
+/// the GPU does. So a bound of 0.1 % on the backends' perplexities cannot hold in these modes
+/// for any two implementations that are not bit-identical in every kernel up to K and V
+/// (docs/measurements.md, "GPU/CPU gap").
+///
+/// What this test asserts, on GPL-3's first 64 tokens in one batch (KIVI G = 16, R = 32 so that
+/// both blocks quantize; the GPU through the fused scorer, as `tern perplexity` runs it): f16
+/// within 0.1 %; q8, q4, a4 and MiniCache + q4 (the absmax and KIVI stores and readers and the
+/// merged pairs) GPU within the CPU's own noise band: |GPU − CPU| ≤ max(0.1 %, 3 × the largest
+/// |CPU(jittered) − CPU| over three jitter seeds). A store, dequantization or attention bug
+/// shifts the perplexity systematically and beyond that band (e.g. a scale off by an f16 step
+/// everywhere, a wrong window row); noise does not. Measured on the loaded 2-core machine
+/// (lavapipe; GPU bound: ~30–50 s per mode, pipeline compiles included): f16 gap 0.034 %;
+/// q8 0.84 % (noise 1.56 %); q4 0.10 % (3.0 %); q3 0.35 % (6.8 %); q2 8.6 % (13.6 %); a4 8.3 %
+/// (21.3 %); a3 7.4 % (12.4 %); MiniCache + q4 0.28 % (1.9 %). q3, q2 and a3 are in
+/// `smollm2_gpu_cpu_gap_low_bit_modes`
+/// (ignored by default: CI time).
+#[test]
+fn smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise() {
+    gap_within_noise(&[
+        (KvQuant::F16, false),
+        (KvQuant::Q8, false),
+        (KvQuant::Kivi4, false),
+        (KvQuant::Absmax4, false),
+        (KvQuant::Kivi4, true),
+    ]);
+}
+
+/// [`smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise`] for q3, q2 and a3 (~2 min more
+/// on lavapipe: over CI's budget). `cargo test --release -p tern-tests --test gpu_kv -- --ignored
+/// smollm2_gpu_cpu_gap_low_bit_modes`.
+#[test]
+#[ignore = "three more GPU perplexity runs on lavapipe: over CI's time budget"]
+fn smollm2_gpu_cpu_gap_low_bit_modes() {
+    gap_within_noise(&[
+        (KvQuant::Kivi3, false),
+        (KvQuant::Kivi2, false),
+        (KvQuant::Absmax3, false),
+    ]);
+}
+
+/// The check of the two tests above for `(format, MiniCache on)` modes.
+fn gap_within_noise(list: &[(KvQuant, bool)]) {
+    let path = smollm2();
+    let ctx = match tern_gpu::GpuContext::new(tern_gpu::DevicePreference::Gpu) {
+        Ok(c) => std::sync::Arc::new(c),
+        Err(e) if !tern_tests::gpu_required("gpu_kv") => return eprintln!("skipping: {e}"),
+        Err(e) => panic!("{e}"),
+    };
+    let tokens = text_tokens(&Model::open(&path).unwrap(), 64);
+    let file = tern_format::TernFile::open(&path).unwrap();
+    let hp = file.meta().hparams.clone();
+    let vocab = hp.n_vocab as usize;
+    let cpu = tern_reference::Model::load(&file).unwrap();
+    let gpu =
+        std::sync::Arc::new(tern_gpu::GpuModel::load(ctx, &file, Default::default()).unwrap());
+    let n = tokens.len();
+    let input = &tokens[..n - 1];
+    let kivi = Kivi {
+        group: 16,
+        residual: 32,
+    };
+    let spec = |quant, minicache| KvSpec {
+        quant,
+        kivi,
+        minicache,
+    };
+    let mc = Some(tern_engine::minicache_on(hp.n_layer));
+    let modes: Vec<KvSpec> = list
+        .iter()
+        .map(|&(q, on)| spec(q, if on { mc } else { None }))
+        .collect();
+    let cpu_ppl = |kv: &KvSpec, jitter: Option<u32>| {
+        let mut cache = tern_reference::KvCache::for_spec(&hp, n, kv).unwrap();
+        if let Some(seed) = jitter {
+            cache.set_input_jitter(1e-6, seed);
+        }
+        let l = cpu
+            .forward(input, &mut cache, tern_reference::LogitsWanted::All)
+            .unwrap();
+        ppl_of(&l, &tokens, vocab)
+    };
+    let mut failures = Vec::new();
+    for kv in &modes {
+        let t0 = std::time::Instant::now();
+        let c = cpu_ppl(kv, None);
+        let tc = t0.elapsed().as_secs_f64();
+        let mut s = tern_gpu::GpuSession::new(gpu.clone(), n as u64, n as u64, kv).unwrap();
+        // the fused scorer, as `tern perplexity` runs it (no logits materialized)
+        let lp = s.score(&tokens).unwrap();
+        let g = (-lp.iter().map(|&x| f64::from(x)).sum::<f64>() / lp.len() as f64).exp();
+        let tg = t0.elapsed().as_secs_f64() - tc;
+        let gap = (g - c).abs() / c;
+        let (noise, bound) = if kv.quant == KvQuant::F16 {
+            (0.0, 1e-3)
+        } else {
+            let noise = (1..=3)
+                .map(|seed| (cpu_ppl(kv, Some(seed)) - c).abs() / c)
+                .fold(0.0f64, f64::max);
+            (noise, (3.0 * noise).max(1e-3))
+        };
+        eprintln!(
+            "{:>10}: CPU {c:.4} GPU {g:.4} gap {:.3}% CPU noise {:.3}% bound {:.3}% \
+             ({tc:.1} s CPU, {tg:.1} s GPU)",
+            name(kv),
+            100.0 * gap,
+            100.0 * noise,
+            100.0 * bound
+        );
+        if gap > bound {
+            failures.push(format!("{}: gap {gap:.2e} > {bound:.2e}", name(kv)));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}

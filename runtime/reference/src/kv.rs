@@ -95,6 +95,16 @@
 //! between. A pass that fails or is stopped half way leaves some streams written past the length;
 //! `truncate` takes that into account.
 //!
+//! # GPU and CPU
+//!
+//! The GPU kernels store and read every format exactly as this cache does: fed the same rows
+//! they produce the same words, bit for bit (the GPU parity harness, including SmolLM2's real
+//! keys and values). End to end the backends compute K and V ~1e-6 apart (summation order), and a
+//! quantized format turns a value near a rounding boundary into codes one step apart, after which
+//! the passes diverge: in q8…a3 SmolLM2's perplexity moves by percents under such rounding-level
+//! differences — the CPU against itself does too ([`KvCache::set_input_jitter`]). f16 agrees to
+//! ~0.03 %. docs/measurements.md, "The quantized-KV GPU/CPU gap: cause".
+//!
 //! # Context full
 //!
 //! A pass that does not fit is refused before anything is written
@@ -179,6 +189,8 @@ pub struct KvCache {
     pub(crate) n_ctx: usize,
     pub(crate) len: usize,
     retention: Retention,
+    /// [`KvCache::set_input_jitter`]: (relative amplitude, seed); amplitude 0 = off.
+    jitter: (f32, u32),
 }
 
 impl KvCache {
@@ -261,6 +273,7 @@ impl KvCache {
             n_ctx,
             len: 0,
             retention: Retention::default(),
+            jitter: (0.0, 0),
         })
     }
 
@@ -273,6 +286,46 @@ impl KvCache {
     #[doc(hidden)]
     pub fn set_retention(&mut self, r: Retention) {
         self.retention = r;
+    }
+
+    /// Multiply every key and value written from now on by `1 + rel·(u − ½)`, `u` uniform in
+    /// [0, 1) from a hash of (`seed`, layer, position, channel) — so the perturbation does not
+    /// depend on the batching; `rel = 0` turns it off. A measurement knob, never used by the
+    /// engine: with `rel` of a few f32 ulps (1e-6) it shows how far a format's perplexity moves
+    /// under rounding-level differences of its inputs, such as the GPU's (which computes K and V
+    /// in another summation order) — docs/measurements.md, "GPU/CPU gap".
+    #[doc(hidden)]
+    pub fn set_input_jitter(&mut self, rel: f32, seed: u32) {
+        self.jitter = (rel, seed);
+    }
+
+    /// `x` (rows of `layer` from position `p0`) perturbed by [`KvCache::set_input_jitter`], or
+    /// `None` when it is off.
+    fn jittered(&self, layer: usize, p0: usize, x: &[f32]) -> Option<Vec<f32>> {
+        let (rel, seed) = self.jitter;
+        if rel == 0.0 {
+            return None;
+        }
+        let row = self.row.max(1);
+        let mix = |mut h: u32| {
+            h ^= h >> 16;
+            h = h.wrapping_mul(0x7feb_352d);
+            h ^= h >> 15;
+            h = h.wrapping_mul(0x846c_a68b);
+            h ^ (h >> 16)
+        };
+        Some(
+            x.iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let (p, c) = ((p0 + i / row) as u32, (i % row) as u32);
+                    let h =
+                        mix(seed ^ mix((layer as u32) ^ mix(p ^ mix(c.wrapping_add(0x9e37_79b9)))));
+                    let u = (h >> 8) as f32 / (1u32 << 24) as f32;
+                    v * (1.0 + rel * (u - 0.5))
+                })
+                .collect(),
+        )
     }
 
     /// Number of positions filled.
@@ -468,6 +521,11 @@ impl KvCache {
         k: &[f32],
         v: &[f32],
     ) -> Result<()> {
+        let (jk, jv) = (
+            self.jittered(2 * layer, p0, k),
+            self.jittered(2 * layer + 1, p0, v),
+        );
+        let (k, v) = (jk.as_deref().unwrap_or(k), jv.as_deref().unwrap_or(v));
         match self.role(layer)? {
             Role::Own(s) => match self.streams.get_mut(s) {
                 Some(st) => st.write(p0, k, v),
@@ -499,6 +557,15 @@ impl KvCache {
             return Err(ReferenceError::shape("MiniCache write", "rows differ"));
         }
         let n = ka.len() / row;
+        let lj = 2 * self.n_layer + 4 * pair;
+        let jit = [
+            self.jittered(lj, p0, ka),
+            self.jittered(lj + 1, p0, va),
+            self.jittered(lj + 2, p0, kb),
+            self.jittered(lj + 3, p0, vb),
+        ];
+        let [ka, va, kb, vb] = [(0, ka), (1, va), (2, kb), (3, vb)]
+            .map(|(i, x)| jit.get(i).and_then(|j| j.as_deref()).unwrap_or(x));
         if p0 + n > self.n_ctx {
             return Err(ReferenceError::ContextOverflow {
                 needed: p0 + n,

@@ -423,3 +423,55 @@ fn append_rows_stores_as_the_forward_pass_does() {
     );
     assert_eq!(a.len(), n);
 }
+
+/// `set_input_jitter`: off by default and at 0; on, every stored value moves by at most the
+/// amplitude (relative), some move, and the perturbation does not depend on the batching.
+#[test]
+fn input_jitter_is_bounded_deterministic_and_batch_independent() {
+    let h = hp(2);
+    let row = 12;
+    let n = 20;
+    let data = (rows(n, row, 3), rows(n, row, 4));
+    let s = spec(KvQuant::F16, Kivi::default());
+    let read_all = |c: &KvCache| {
+        let mut out = Vec::new();
+        for l in 0..2 {
+            for p in 0..n {
+                let (mut k, mut v) = (vec![0.0; row], vec![0.0; row]);
+                c.read_row(l, p, &mut k, &mut v).unwrap();
+                out.extend(k);
+                out.extend(v);
+            }
+        }
+        out
+    };
+    let mut plain = KvCache::for_spec(&h, n, &s).unwrap();
+    fill(&mut plain, &data, &[n]);
+    let mut off = KvCache::for_spec(&h, n, &s).unwrap();
+    off.set_input_jitter(0.0, 7);
+    fill(&mut off, &data, &[n]);
+    assert_eq!(read_all(&plain), read_all(&off));
+    // 1e-2: far above f16's rounding, so the perturbation shows through the f16 store
+    let mut a = KvCache::for_spec(&h, n, &s).unwrap();
+    a.set_input_jitter(1e-2, 7);
+    fill(&mut a, &data, &[n]);
+    let mut b = KvCache::for_spec(&h, n, &s).unwrap();
+    b.set_input_jitter(1e-2, 7);
+    fill(&mut b, &data, &[3, 1, 16]);
+    let (ra, rp) = (read_all(&a), read_all(&plain));
+    assert_eq!(
+        ra,
+        read_all(&b),
+        "the same seed gives the same cache in any batching"
+    );
+    let moved = ra.iter().zip(&rp).filter(|(x, y)| x != y).count();
+    assert!(moved > ra.len() / 2, "{moved} of {} values moved", ra.len());
+    for (x, y) in ra.iter().zip(&rp) {
+        // ±0.5e-2 relative, plus the f16 rounding of both
+        assert!((x - y).abs() <= 0.006 * y.abs() + 2e-3, "{x} vs {y}");
+    }
+    let mut c = KvCache::for_spec(&h, n, &s).unwrap();
+    c.set_input_jitter(1e-2, 8);
+    fill(&mut c, &data, &[n]);
+    assert_ne!(read_all(&c), ra, "another seed, another perturbation");
+}
