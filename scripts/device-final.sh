@@ -76,6 +76,8 @@ if [ "$PHASE" = a ]; then
     TERN_GPU_FUSE_NORM=1 tb a8-fused "$P" 60 -p 512 -n 128 -r 2 --activations a8
     TERN_GPU_FUSE_NORM=1 tb a48-fused "$P" 60 -p 512 -n 128 -r 2 --activations a4.8
     tb a8-profile "$P" 60 -p 512 -n 16 -r 1 --profile
+    tb a48-profile "$P" 60 -p 0 -n 16 -r 1 --profile --activations a4.8
+    TERN_GPU_FUSE_NORM=1 tb a8-fused-profile "$P" 60 -p 0 -n 16 -r 1 --profile --activations a8
   fi
   # issue 15: the head kept NeuZip-compressed (lossless, lossy-3) under the smallest budget
   E=$M/bitnet-tq2_0-f16emb.gguf
