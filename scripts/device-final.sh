@@ -12,24 +12,26 @@
 #   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
 #                                      perplexity in 10 KV modes and the KV decode depths
 #                                      (scripts/device-kv.sh), the NeuZip kernel bench
-# Why two calls: a call carries at most 64 MiB and SmolLM2 is 98 MB.
+# Why two calls: a call carries at most 64 MiB and SmolLM2 is 98 MB (90 MB xz'd).
 # Everything a call writes is packed into $OUT/all-<phase>.tar.gz + $OUT/summary-<phase>.txt
 # (the device returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PHASE=${1:-}
 SMOL=${SMOL:-$HOME/.cache/tern/SmolLM2-135M-Instruct.tern}
-SPLIT=43000000
+SPLIT=40000000
 if [ "$PHASE" = kit ]; then
   set -e
   cargo build --release --bin tern -p tern-cli
   cargo build --release -p tern-gpu --example gpu_bench
   rm -rf .devkit-fin .devkit-fin2; mkdir -p .devkit-fin .devkit-fin2
   strip -o /tmp/tern-fin target/release/tern; strip -o /tmp/gpu_bench-fin target/release/examples/gpu_bench
-  xz -9 -c /tmp/tern-fin > .devkit-fin/tern.xz; xz -9 -c /tmp/gpu_bench-fin > .devkit-fin/gpu_bench.xz
+  xz -9 -c /tmp/tern-fin > .devkit-fin/tern.xz; xz -9 -c /tmp/gpu_bench-fin > .devkit-fin2/gpu_bench.xz
   cp .devkit/llama-vulkan.tar.xz /usr/share/common-licenses/GPL-3 .devkit-fin/
-  head -c $SPLIT "$SMOL" > .devkit-fin/smol.part1
-  tail -c +$((SPLIT + 1)) "$SMOL" > .devkit-fin2/smol.part2
+  # SmolLM2 xz'd (98 → 90 MB) and split across the two calls
+  xz -6 -T2 -c "$SMOL" > /tmp/smol-fin.xz
+  head -c $SPLIT /tmp/smol-fin.xz > .devkit-fin/smol.part1
+  tail -c +$((SPLIT + 1)) /tmp/smol-fin.xz > .devkit-fin2/smol.part2
   md5sum < "$SMOL" | cut -c1-32 > .devkit-fin2/smol.md5
   du -cb .devkit-fin .devkit-fin2 .gl; exit 0
 fi
@@ -56,8 +58,8 @@ PY
 
 if [ "$PHASE" = a ]; then
   log "unpack"
-  xz -dc .devkit-fin/tern.xz > "$F/kit/tern"; xz -dc .devkit-fin/gpu_bench.xz > "$F/gpu_bench"
-  chmod +x "$F/kit/tern" "$F/gpu_bench"
+  xz -dc .devkit-fin/tern.xz > "$F/kit/tern"
+  chmod +x "$F/kit/tern"
   cp .devkit-fin/llama-vulkan.tar.xz "$F/kit/"; cp .devkit-fin/GPL-3 .devkit-fin/smol.part1 "$F/"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$O/gpu.txt" 2>&1
   log "GPU: $(cat "$O/gpu.txt")"
@@ -99,7 +101,8 @@ for e in json.load(open(sys.argv[1])): print('llama tq2_0 f16 emb', e['n_gen'], 
 fi
 
 if [ "$PHASE" = b ]; then
-  cat "$F/smol.part1" .devkit-fin2/smol.part2 > "$F/SmolLM2-135M-Instruct.tern"
+  cat "$F/smol.part1" .devkit-fin2/smol.part2 | xz -dc > "$F/SmolLM2-135M-Instruct.tern"
+  xz -dc .devkit-fin2/gpu_bench.xz > "$F/gpu_bench"; chmod +x "$F/gpu_bench"
   got=$(md5sum < "$F/SmolLM2-135M-Instruct.tern" | cut -c1-32)
   log "SmolLM2 reassembled: md5 $got (want $(cat .devkit-fin2/smol.md5))"
   log "gpu_bench --only neuzip"
