@@ -70,6 +70,8 @@ const GSUM: u32 = 2048u;
 // The pair epilogue: each row's result, read by its pair partner.
 var<workgroup> pres: array<f32, 64>; // rows per workgroup (256 / TPR, TPR ≥ 4)
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
+// base-3 (LAYOUT 1): byte → its 5 trits as 2-bit codes (trit + 1) at bits 2m (issue 15).
+var<workgroup> lut: array<u32, 256>;
 
 fn act(base: u32, c: u32) -> i32 {
     if (ACT4 == 1u) {
@@ -165,16 +167,27 @@ fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
             acc = acc + dot4(codes, a) - dot4(0x01010101u, a);
         }
     } else {
-        // 4 bytes of 5 trits pair with 5 activation words (c0 is a multiple of 20).
-        for (var k = 0u; k < 4u; k = k + 1u) {
-            let byte = (cw >> (8u * k)) & 0xffu;
-            var pw = 1u;
-            for (var m = 0u; m < 5u; m = m + 1u) {
-                let j = k * 5u + m;
-                let t = i32((((byte * pw) & 0xffu) * 3u) >> 8u) - 1;
-                pw = pw * 3u;
-                acc = acc + select(0, t * act(abase, c0 + j), j < n);
-            }
+        // 20 trits as 20 2-bit codes (trit + 1) through the byte table: codes 0..15 in lo, 16..19
+        // in hi; they pair with the 5 activation words of columns c0 .. c0 + 20 (c0 is a multiple
+        // of 20, so c0 / 4 is whole). trit = code − 1: Σ trit·x = Σ code·x − Σ x, two packed dots
+        // per activation word. Columns past `cols` inside the row's last activation word are
+        // zero (the quantizers pad with zeros); activation words past the row (an odd `cols`)
+        // count as zero.
+        let l0 = lut[cw & 0xffu];
+        let l1 = lut[(cw >> 8u) & 0xffu];
+        let l2 = lut[(cw >> 16u) & 0xffu];
+        let l3 = lut[cw >> 24u];
+        let lo = l0 | (l1 << 10u) | (l2 << 20u) | (l3 << 30u);
+        let hi = l3 >> 2u;
+        let aw0 = c0 >> 2u;
+        let awords = select(p.act_stride, 2u * p.act_stride, ACT4 == 1u);
+        for (var k = 0u; k < 5u; k = k + 1u) {
+            let b = select((lo >> (8u * k)) & 0xffu, hi, k == 4u);
+            let aw = aw0 + k;
+            let a = select(0u, act_word(abase, min(aw, awords - 1u)), aw < awords);
+            let codes = (b & 3u) | (((b >> 2u) & 3u) << 8u) | (((b >> 4u) & 3u) << 16u)
+                | (((b >> 6u) & 3u) << 24u);
+            acc = acc + dot4(codes, a) - dot4(0x01010101u, a);
         }
     }
     return acc;
@@ -225,6 +238,16 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let gpr = p.groups_per_row;
     for (var i = lid; i < rpw * gpr; i = i + WG) {
         atomicStore(&gsum[i], 0);
+    }
+    if (LAYOUT == 1u) {
+        // digit m of byte lid: ((lid · 3^m) mod 256 · 3) >> 8, as the code at bits 2m
+        var pw = 1u;
+        var l = 0u;
+        for (var m = 0u; m < 5u; m = m + 1u) {
+            l = l | (((((lid * pw) & 0xffu) * 3u) >> 8u) << (2u * m));
+            pw = pw * 3u;
+        }
+        lut[lid] = l;
     }
     workgroupBarrier();
     let epw = select(20u, 16u, LAYOUT == 0u);
