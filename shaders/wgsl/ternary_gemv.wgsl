@@ -131,6 +131,33 @@ fn trit(cw: u32, j: u32) -> i32 {
     return i32((((byte * pw) & 0xffu) * 3u) >> 8u) - 1;
 }
 
+// Base-3 (LAYOUT 1): Σ trit · act of each of the 5 activation words (4 columns each) that code
+// word cw's 20 trits pair with. The trits as 20 2-bit codes (trit + 1) through the byte table:
+// codes 0..15 in lo, 16..19 in hi; c0 is a multiple of 20, so c0 / 4 is whole. trit = code − 1:
+// Σ trit·x = Σ code·x − Σ x, two packed dots per activation word. Columns past `cols` inside the
+// row's last activation word are zero (the quantizers pad with zeros); activation words past the
+// row (an odd `cols`) count as zero.
+fn b3_dots(cw: u32, abase: u32, c0: u32) -> array<i32, 5> {
+    let l0 = lut[cw & 0xffu];
+    let l1 = lut[(cw >> 8u) & 0xffu];
+    let l2 = lut[(cw >> 16u) & 0xffu];
+    let l3 = lut[cw >> 24u];
+    let lo = l0 | (l1 << 10u) | (l2 << 20u) | (l3 << 30u);
+    let hi = l3 >> 2u;
+    let aw0 = c0 >> 2u;
+    let awords = select(p.act_stride, 2u * p.act_stride, ACT4 == 1u);
+    var d: array<i32, 5>;
+    for (var k = 0u; k < 5u; k = k + 1u) {
+        let b = select((lo >> (8u * k)) & 0xffu, hi, k == 4u);
+        let aw = aw0 + k;
+        let a = select(0u, act_word(abase, min(aw, awords - 1u)), aw < awords);
+        let codes = (b & 3u) | (((b >> 2u) & 3u) << 8u) | (((b >> 4u) & 3u) << 16u)
+            | (((b >> 6u) & 3u) << 24u);
+        d[k] = dot4(codes, a) - dot4(0x01010101u, a);
+    }
+    return d;
+}
+
 // Σ trit · act over the first n elements of code word cw (columns c0 .. c0 + n).
 fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
     var acc = 0i;
@@ -167,28 +194,8 @@ fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
             acc = acc + dot4(codes, a) - dot4(0x01010101u, a);
         }
     } else {
-        // 20 trits as 20 2-bit codes (trit + 1) through the byte table: codes 0..15 in lo, 16..19
-        // in hi; they pair with the 5 activation words of columns c0 .. c0 + 20 (c0 is a multiple
-        // of 20, so c0 / 4 is whole). trit = code − 1: Σ trit·x = Σ code·x − Σ x, two packed dots
-        // per activation word. Columns past `cols` inside the row's last activation word are
-        // zero (the quantizers pad with zeros); activation words past the row (an odd `cols`)
-        // count as zero.
-        let l0 = lut[cw & 0xffu];
-        let l1 = lut[(cw >> 8u) & 0xffu];
-        let l2 = lut[(cw >> 16u) & 0xffu];
-        let l3 = lut[cw >> 24u];
-        let lo = l0 | (l1 << 10u) | (l2 << 20u) | (l3 << 30u);
-        let hi = l3 >> 2u;
-        let aw0 = c0 >> 2u;
-        let awords = select(p.act_stride, 2u * p.act_stride, ACT4 == 1u);
-        for (var k = 0u; k < 5u; k = k + 1u) {
-            let b = select((lo >> (8u * k)) & 0xffu, hi, k == 4u);
-            let aw = aw0 + k;
-            let a = select(0u, act_word(abase, min(aw, awords - 1u)), aw < awords);
-            let codes = (b & 3u) | (((b >> 2u) & 3u) << 8u) | (((b >> 4u) & 3u) << 16u)
-                | (((b >> 6u) & 3u) << 24u);
-            acc = acc + dot4(codes, a) - dot4(0x01010101u, a);
-        }
+        let d = b3_dots(cw, abase, c0);
+        acc = d[0] + d[1] + d[2] + d[3] + d[4];
     }
     return acc;
 }
@@ -273,6 +280,28 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                     cur = g0;
                 }
                 acc = acc + word_dot(cw, abase, c0, n);
+            } else if (LAYOUT == 1u && p.group >= 20u && (p.group & 3u) == 0u) {
+                // base-3 word across one group boundary on an activation-word boundary (TQ1_0's
+                // 256-column blocks): the words before it go to g0, the rest to g1
+                let d = b3_dots(cw, abase, c0);
+                let kb = (g1 * p.group - c0) >> 2u;
+                var s0 = 0i;
+                var s1 = 0i;
+                for (var k = 0u; k < 5u; k = k + 1u) {
+                    if (k < kb) {
+                        s0 = s0 + d[k];
+                    } else {
+                        s1 = s1 + d[k];
+                    }
+                }
+                if (g0 != cur) {
+                    atomicAdd(&gsum[lrow * gpr + cur], acc);
+                    acc = 0;
+                    cur = g0;
+                }
+                atomicAdd(&gsum[lrow * gpr + cur], acc + s0);
+                acc = s1;
+                cur = g1;
             } else {
                 for (var j = 0u; j < n; j = j + 1u) {
                     let g = (c0 + j) / p.group;

@@ -124,7 +124,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let mut v: Vec<(String, bool, CaseFn)> = Vec::new();
     use Epilogue::*;
     use TernaryLayout::{Base3, Bits2};
-    let shapes: [(TernaryLayout, usize, usize, u32, usize, Epilogue); 10] = [
+    let shapes: [(TernaryLayout, usize, usize, u32, usize, Epilogue); 12] = [
         (Bits2, 1, 1, 0, 1, Store),
         (Bits2, 33, 257, 0, 1, Add),
         (Bits2, 17, 2560, 0, 1, Relu2Glu),
@@ -134,6 +134,9 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Base3, 9, 2560, 256, 1, Add),
         (Base3, 17, 1000, 0, 2, Relu2Glu),
         (Base3, 5, 80, 1, 1, SwiGlu),
+        // base-3 words across a group boundary on an activation word (the split fast path)
+        (Base3, 3, 312, 24, 1, Store),
+        (Base3, 7, 640, 128, 2, Add),
         (Bits2, 8, 6912, 0, 1, Add),
     ];
     for (layout, rows, cols, group, tokens, epi) in shapes {
