@@ -27,18 +27,25 @@ use tern_engine::{
 use tern_import::pack::PackOptions;
 use tern_tests::scratch;
 
+/// SmolLM2 packed once per process: the tests of this file run in parallel threads, and two
+/// imports into the same path race (one's temporary file vanishes under the other).
 fn smollm2() -> PathBuf {
-    let path = scratch("gpu_kv_smollm2").join("smollm2.tern");
-    if !path.exists() {
-        tern_import::gguf_import::import_gguf(
-            &tern_tests::smollm2_gguf(),
-            &path,
-            &PackOptions::default(),
-            &mut |_, _, _| {},
-        )
-        .unwrap();
-    }
-    path
+    static PACKED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PACKED
+        .get_or_init(|| {
+            let path = scratch("gpu_kv_smollm2").join("smollm2.tern");
+            if !path.exists() {
+                tern_import::gguf_import::import_gguf(
+                    &tern_tests::smollm2_gguf(),
+                    &path,
+                    &PackOptions::default(),
+                    &mut |_, _, _| {},
+                )
+                .unwrap();
+            }
+            path
+        })
+        .clone()
 }
 
 fn open_gpu(path: &std::path::Path) -> Option<Model> {
