@@ -26,6 +26,7 @@ pub mod kv_cache;
 mod load;
 pub mod memory;
 mod profile;
+mod relayout;
 mod scratch;
 mod session;
 pub mod sparsity;
@@ -41,8 +42,8 @@ pub use activation::ActivationPlan;
 pub use graph::{Wanted, SHORT_ATTENTION_KEYS};
 pub use kv_cache::{KvCache, KvFormat};
 pub(crate) use load::HostEmbedding;
-pub use load::{ggml_gate_up, ternary_gate_up};
 pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
+pub use relayout::{ggml_gate_up, ternary_gate_up};
 pub use session::{GpuSession, SessionMemory};
 pub use sparsity::SparsityCount;
 
@@ -56,7 +57,7 @@ pub(crate) enum Lin {
 }
 
 /// A layer's q/k/v projections: one matrix over the concatenated rows `[Wq; Wk; Wv]` (one
-/// GEMV/GEMM writing `[n][q_dim + 2·kv_dim]`; `load.rs`'s `concat_rows`) where the three have the
+/// GEMV/GEMM writing `[n][q_dim + 2·kv_dim]`; `relayout.rs`'s `concat_rows`) where the three have the
 /// same storage, else the three as stored.
 pub(crate) enum Qkv {
     Fused(Lin),
@@ -75,7 +76,7 @@ pub(crate) struct Layer {
 }
 
 /// A layer's gate and up projections: as stored, or one weight of interleaved row pairs
-/// (`load.rs`'s `ternary_gate_up` / `ggml_gate_up`: one GEMV with the GLU in its epilogue).
+/// (`relayout.rs`'s `ternary_gate_up` / `ggml_gate_up`: one GEMV with the GLU in its epilogue).
 pub(crate) enum GateUp {
     Split { gate: Lin, up: Lin },
     Paired(Lin),
