@@ -82,6 +82,8 @@ pub enum Shader {
 }
 
 const COMMON: &str = include_str!("../wgsl/common.wgsl");
+/// The ternary GEMVs' shared epilogue (`pair_scale`, `epilogue`), appended to both.
+const TERNARY_EPILOGUE: &str = include_str!("../wgsl/ternary_epilogue.wgsl");
 
 /// Values of the `override` constants of one pipeline (name, value), in declaration order.
 pub type Constants = &'static [(&'static str, f64)];
@@ -476,6 +478,10 @@ impl Shader {
         s.push_str(COMMON);
         s.push('\n');
         s.push_str(k);
+        if matches!(self, Shader::TernaryGemv | Shader::TernaryGemvWide) {
+            s.push('\n');
+            s.push_str(TERNARY_EPILOGUE);
+        }
         s
     }
 
