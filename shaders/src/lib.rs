@@ -73,6 +73,9 @@ pub enum Shader {
     TernaryGemvWide,
     /// Zero-code counters of quantized activations (sparsity measurement).
     ActStats,
+    /// The decode ternary GEMV (2-bit, vec4-aligned rows, 64-column scale groups): 64 codes per
+    /// load, packed dots on trit bytes (bit-exact with `TernaryGemv`).
+    TernaryGemvDec,
     /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
     Cce,
     /// Fused Cut-Cross-Entropy pass B: merge the partials per position → log p(target).
@@ -129,6 +132,21 @@ const TERNARY_VARIANTS: &[Variant] = variants![Shader::TernaryGemv;
     "ternary_gemv_base3_f32_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
     "ternary_gemv_base3_f16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
     "ternary_gemv_base3_bf16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+];
+
+const TERNARY_DEC_VARIANTS: &[Variant] = variants![Shader::TernaryGemvDec;
+    "ternary_gemv_dec_2bit_f32" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_dec_2bit_f32_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_dec_2bit_f32_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_dec_2bit_f32_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_dec_2bit_f16" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_dec_2bit_f16_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_dec_2bit_f16_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_dec_2bit_f16_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_dec_2bit_bf16" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_dec_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_dec_2bit_bf16_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_dec_2bit_bf16_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
 ];
 
 const TERNARY_WIDE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvWide;
@@ -366,7 +384,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 30] = [
+    pub const ALL: [Shader; 31] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -397,6 +415,7 @@ impl Shader {
         Shader::TernaryGemvSparse,
         Shader::TernaryGemvWide,
         Shader::ActStats,
+        Shader::TernaryGemvDec,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -432,6 +451,7 @@ impl Shader {
             Shader::TernaryGemvSparse => "ternary_gemv_sparse.wgsl",
             Shader::TernaryGemvWide => "ternary_gemv_wide.wgsl",
             Shader::ActStats => "act_stats.wgsl",
+            Shader::TernaryGemvDec => "ternary_gemv_dec.wgsl",
         }
     }
 
@@ -468,6 +488,7 @@ impl Shader {
             Shader::TernaryGemvSparse => include_str!("../wgsl/ternary_gemv_sparse.wgsl"),
             Shader::TernaryGemvWide => include_str!("../wgsl/ternary_gemv_wide.wgsl"),
             Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
+            Shader::TernaryGemvDec => include_str!("../wgsl/ternary_gemv_dec.wgsl"),
         }
     }
 
@@ -478,7 +499,10 @@ impl Shader {
         s.push_str(COMMON);
         s.push('\n');
         s.push_str(k);
-        if matches!(self, Shader::TernaryGemv | Shader::TernaryGemvWide) {
+        if matches!(
+            self,
+            Shader::TernaryGemv | Shader::TernaryGemvWide | Shader::TernaryGemvDec
+        ) {
             s.push('\n');
             s.push_str(TERNARY_EPILOGUE);
         }
@@ -523,6 +547,7 @@ impl Shader {
             Shader::TernaryGemvSparse => TERNARY_GEMV_SPARSE_VARIANTS,
             Shader::TernaryGemvWide => TERNARY_WIDE_VARIANTS,
             Shader::ActStats => ACT_STATS_VARIANTS,
+            Shader::TernaryGemvDec => TERNARY_DEC_VARIANTS,
         }
     }
 

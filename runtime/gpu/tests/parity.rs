@@ -628,6 +628,14 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
                 (9, 1000, 40, 2),
                 (17, 96, 32, 1),
                 (5, 80, 1, 1),
+                // the decode kernel's shapes (2-bit: words per row a multiple of 4, groups of
+                // whole 64-column chunks): one chunk, a group per chunk, an odd chunk count (its
+                // two-per-trip loop's tail), groups across the lanes' stride, several tokens
+                (13, 64, 0, 1),
+                (9, 192, 64, 2),
+                (5, 1088, 0, 3),
+                (21, 4096, 256, 1),
+                (3, 128, 128, 1),
             ] {
                 add(
                     format!(

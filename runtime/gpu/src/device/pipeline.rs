@@ -102,6 +102,12 @@ pub enum KernelKey {
         act: ActBits,
         dot: DotKind,
     },
+    /// The decode ternary GEMV (`ternary_gemv_dec.wgsl`: 2-bit, vec4-aligned rows).
+    TernaryGemvDec {
+        scale_type: FloatType,
+        act: ActBits,
+        dot: DotKind,
+    },
     /// Ternary GEMV (2-bit, INT8 activations) that skips zero activation words.
     TernaryGemvSparse {
         scale_type: FloatType,
@@ -198,6 +204,14 @@ impl fmt::Display for KernelKey {
             } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
                 write!(f, "ternary_gemv_wide_{l}_{s}_tpr32{}", suffix(*act, *dot))
+            }
+            KernelKey::TernaryGemvDec {
+                scale_type,
+                act,
+                dot,
+            } => {
+                let (l, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
+                write!(f, "ternary_gemv_dec_{l}_{s}{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
             KernelKey::TernaryGemm {
@@ -314,6 +328,7 @@ impl KernelKey {
             KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
             KernelKey::TernaryGemvWide { .. } => Shader::TernaryGemvWide,
+            KernelKey::TernaryGemvDec { .. } => Shader::TernaryGemvDec,
             KernelKey::ActStats => Shader::ActStats,
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
@@ -523,6 +538,13 @@ mod tests {
                             act,
                             dot,
                         });
+                        if layout == TernaryLayout::Bits2 {
+                            keys.push(KernelKey::TernaryGemvDec {
+                                scale_type: s,
+                                act,
+                                dot,
+                            });
+                        }
                     }
                 }
             }

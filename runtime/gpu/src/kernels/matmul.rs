@@ -203,6 +203,23 @@ pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
         && w.groups_per_row() <= TERNARY_WIDE_MAX_GROUPS_PER_ROW
 }
 
+/// Whether the decode kernel (`ternary_gemv_dec.wgsl`: 2-bit codes, 64 per vec4 load) takes a
+/// ternary GEMV of `w` (`wpr` code words per row): rows start 16-byte aligned, scale groups are
+/// whole 64-column chunks and the group sums fit its workgroup memory. `TERN_GPU_GEMV=plain`
+/// keeps every GEMV on `ternary_gemv.wgsl` (A/B measurements).
+pub fn dec_gemv_fits(w: &TernaryWeight, wpr: u64) -> bool {
+    if std::env::var("TERN_GPU_GEMV").is_ok_and(|v| v == "plain") {
+        return false;
+    }
+    w.layout == tern_format::TernaryLayout::Bits2
+        && wpr % 4 == 0
+        && (w.group == 0 || w.group % 64 == 0)
+        && w.groups_per_row() <= TERNARY_DEC_MAX_GROUPS_PER_ROW
+}
+
+/// Scale groups per row the decode kernel's workgroup memory holds (1024 sums, 8 rows).
+pub const TERNARY_DEC_MAX_GROUPS_PER_ROW: u64 = 1024 / GEMV_ROWS_PER_WG;
+
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
 /// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32. `a` holds INT8 or INT4
 /// activations (BitNet a4.8); the integer dot product is the context's ([`GpuContext::dot_kind`]).
@@ -283,10 +300,16 @@ pub fn ternary_gemv_fused(
     let vec_rows = if wpr % 4 == 0 { 1 << 4 } else { 0 };
     let (layout, scale_type, act, dot) = (w.layout, w.scale_type, a.act, ctx.dot_kind());
     // The wide kernel only for the fused prologue: the plain one is what the H100 measured
-    // faster end to end (docs/measurements.md, issue 15).
+    // faster end to end (docs/measurements.md, issue 15); the decode kernel where the shape fits.
     let key = if pro == 1 {
         KernelKey::TernaryGemvWide {
             layout,
+            scale_type,
+            act,
+            dot,
+        }
+    } else if dec_gemv_fits(w, wpr) {
+        KernelKey::TernaryGemvDec {
             scale_type,
             act,
             dot,
