@@ -8,7 +8,7 @@
 //
 // Why a second kernel: a decode GEMV is one pass over the weight, and on a big GPU its speed is
 // the bytes in flight. ternary_gemv.wgsl gives a lane one u32 (16 codes) per trip and reads the
-// activation words one at a time; here a lane takes 64 codes per 16-byte load, two loads in
+// activation words one at a time; here a lane takes 64 codes per 16-byte load, four loads in
 // flight per trip, with the 64 activations as vec4 loads (cache hits: every row of the
 // workgroup reads the same row), and turns a code byte into 4 trit bytes with 5 integer ops
 // (code + 0x7f has no carry; ^ 0x80 maps 0, 1, 2 to −1, 0, 1) for one packed dot each.
@@ -165,17 +165,32 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let abase = tok * (p.act_stride >> 2u);
         var acc = 0i;
         var cur = 0u; // group that acc belongs to
-        var u = lane;
-        for (; u + TPR < nv; u = u + 2u * TPR) {
+        // Four chunks per trip, loaded before any is used (indices clamped into the row so the
+        // loads are unconditional; a chunk past the row adds nothing): four 16-byte loads in
+        // flight per lane, most rows take one or two trips.
+        for (var u = lane; u < nv; u = u + 4u * TPR) {
+            let u1 = u + TPR;
+            let u2 = u + 2u * TPR;
+            let u3 = u + 3u * TPR;
+            let last = nv - 1u;
             let v0 = w[vbase + u];
-            let v1 = w[vbase + u + TPR];
+            let v1 = w[vbase + min(u1, last)];
+            let v2 = w[vbase + min(u2, last)];
+            let v3 = w[vbase + min(u3, last)];
             let d0 = chunk_dot(v0, abase, u);
-            let d1 = chunk_dot(v1, abase, u + TPR);
+            let d1 = chunk_dot(v1, abase, min(u1, last));
+            let d2 = chunk_dot(v2, abase, min(u2, last));
+            let d3 = chunk_dot(v3, abase, min(u3, last));
             take(d0, u, lrow, &acc, &cur);
-            take(d1, u + TPR, lrow, &acc, &cur);
-        }
-        if (u < nv) {
-            take(chunk_dot(w[vbase + u], abase, u), u, lrow, &acc, &cur);
+            if (u1 < nv) {
+                take(d1, u1, lrow, &acc, &cur);
+            }
+            if (u2 < nv) {
+                take(d2, u2, lrow, &acc, &cur);
+            }
+            if (u3 < nv) {
+                take(d3, u3, lrow, &acc, &cur);
+            }
         }
         atomicAdd(&gsum[lrow * gpr + cur], acc);
     }
