@@ -203,16 +203,19 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         })?;
     }
     // Decode steps as `generate` runs them (`Session::eval_next`, a greedy sampler: on the GPU
-    // the argmax comes back, not the logits); the tokens fed are fixed. The readback counters of
-    // the last repetition give the host round trips and bytes read back per decoded token.
+    // the argmax comes back, not the logits), each step fed the token the last one picked (the
+    // first: a fixed token), so the GPU runs each greedy step ahead as in generation (README,
+    // "Greedy steps run ahead"). The readback counters of the last repetition give the host
+    // round trips and bytes read back per decoded token.
     let mut transfers = None;
     if a.n_gen > 0 {
-        let g = tokens(a.n_gen, vocab, 2);
+        let first = tokens(1, vocab, 2).first().copied().unwrap_or(0);
         let mut sampler = tern_engine::Sampler::new(tern_engine::SamplingParams::greedy())?;
         run_test(format!("tg{}", a.n_gen), a.n_gen, &mut |s| {
             s.reset_host_transfers();
-            for &t in &g {
-                s.eval_next(t, &mut sampler)?;
+            let mut t = first;
+            for _ in 0..a.n_gen {
+                t = s.eval_next(t, &mut sampler)?;
             }
             transfers = s.host_transfers();
             Ok(())

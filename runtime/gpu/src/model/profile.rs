@@ -40,6 +40,7 @@ impl GpuSession {
                 detail: "no TIMESTAMP_QUERY feature: per-kernel timings are unavailable".into(),
             });
         }
+        self.settle_ahead()?;
         let n = tokens.len() as u64;
         if n == 0 || n > self.max_batch {
             return Err(GpuError::invalid(
@@ -109,12 +110,13 @@ impl GpuSession {
         Ok(v)
     }
 
-    /// Encode `iters` decode steps of one token each without reading anything back (for
-    /// benchmarks: the token and position inputs are those of the current state; the KV cache
-    /// length advances by `iters`). Waits for the GPU at the end.
+    /// Run `iters` greedy decode steps of one token each, feeding each argmax back (as greedy
+    /// generation does; the first input is token 0), for benchmarks; the KV cache length
+    /// advances by `iters`.
     pub fn bench_decode(&mut self, iters: u64) -> Result<()> {
+        let mut t = 0;
         for _ in 0..iters {
-            self.step_argmax(0)?;
+            t = self.step_argmax(t)?;
         }
         Ok(())
     }

@@ -15,6 +15,8 @@ use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache};
 use tern_format::KvSpec;
 
+mod lookahead;
+
 /// GPU memory of a session.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SessionMemory {
@@ -51,6 +53,12 @@ pub struct GpuSession {
     /// in submission segments.
     pub(crate) plans: HashMap<PlanKey, Vec<Plan>>,
     mem: SessionMemory,
+    /// Greedy steps run ahead ([`lookahead`]): on, the step in flight, its readback buffers, and
+    /// whether such a step replaced the last step's logits.
+    lookahead: bool,
+    ahead: Option<lookahead::Ahead>,
+    ahead_staging: Vec<wgpu::Buffer>,
+    logits_stale: bool,
 }
 
 impl std::fmt::Debug for GpuSession {
@@ -92,6 +100,10 @@ impl GpuSession {
             kv,
             s,
             plans: HashMap::new(),
+            lookahead: lookahead::lookahead_default(),
+            ahead: None,
+            ahead_staging: Vec::new(),
+            logits_stale: false,
         })
     }
 
@@ -151,6 +163,12 @@ impl GpuSession {
     /// block's start `R·⌊n/R⌋` (`tern_format::kv`, "Truncation"); the caller re-runs the tokens
     /// between the two.
     pub fn truncate(&mut self, n: u64) -> u64 {
+        // A step run ahead wrote position `len()` only: kept by a truncate that keeps `len()`
+        // (the engine's bookkeeping calls it after every step), dropped by any other (a failed
+        // wait shows at the next step).
+        if n < self.len {
+            let _ = self.settle_ahead();
+        }
         let m = n.min(self.len);
         let q = self.kv.layout().quantized(m);
         let block_quantized = self.kv.layout().quantized(self.written) > q;
@@ -166,7 +184,12 @@ impl GpuSession {
 
     /// The key of the recorded plan for `n` tokens at the current position (built on first use).
     pub(crate) fn plan_for(&mut self, n: u64, wanted: Wanted) -> Result<PlanKey> {
-        let short = self.len.saturating_add(n) <= graph::short_attention_keys();
+        self.plan_at(self.len, n, wanted)
+    }
+
+    /// [`GpuSession::plan_for`] for a batch starting at position `pos`.
+    fn plan_at(&mut self, pos: u64, n: u64, wanted: Wanted) -> Result<PlanKey> {
+        let short = pos.saturating_add(n) <= graph::short_attention_keys();
         let key = (n, wanted, short);
         if self.plans.contains_key(&key) {
             return Ok(key);
@@ -187,12 +210,24 @@ impl GpuSession {
     /// Write a step's inputs: embeddings of `tokens` into `x0`, the RoPE table of positions
     /// `len()..`, and the step parameters.
     pub(crate) fn write_inputs(&mut self, tokens: &[u32]) -> Result<()> {
+        self.write_inputs_at(self.len, Some(tokens), tokens.len() as u64)
+    }
+
+    /// [`GpuSession::write_inputs`] for `n` tokens at position `pos`; `tokens` `None`: the ids
+    /// the previous step left in the id buffer (GPU embedding only).
+    fn write_inputs_at(&mut self, pos: u64, tokens: Option<&[u32]>, n: u64) -> Result<()> {
         let m = Arc::clone(&self.model);
         let ctx = &*m.ctx;
         let hp = &m.hp;
-        let n = tokens.len() as u64;
-        match &m.embed {
-            Some(e) => {
+        match (&m.embed, tokens) {
+            (Some(_), None) => {
+                return Err(GpuError::internal(
+                    "embedding",
+                    "a host-side embedding needs the token ids",
+                ))
+            }
+            (None, None) => {}
+            (Some(e), Some(tokens)) => {
                 let mut emb = Vec::with_capacity(tokens.len() * hp.n_embd as usize);
                 for &t in tokens {
                     e.row(u64::from(t), &mut emb)?;
@@ -200,7 +235,7 @@ impl GpuSession {
                 ctx.queue
                     .write_buffer(&self.s.x0, 0, bytemuck::cast_slice(&emb));
             }
-            None => {
+            (None, Some(tokens)) => {
                 if let Some(&bad) = tokens.iter().find(|&&t| t >= hp.n_vocab) {
                     return Err(GpuError::invalid(
                         "embedding",
@@ -211,14 +246,14 @@ impl GpuSession {
                     .write_buffer(&self.s.ids, 0, bytemuck::cast_slice(tokens));
             }
         }
-        let positions: Vec<u64> = (self.len..self.len + n).collect();
+        let positions: Vec<u64> = (pos..pos + n).collect();
         let table = rope_table(&positions, u64::from(hp.rope_dim), hp.rope_theta);
         if !table.is_empty() {
             ctx.queue.write_buffer(&self.s.rope, 0, &table);
         }
         let sp = StepParams {
-            p0: self.len as u32, // ok: len < n_ctx, which fits a binding
-            n_tokens: n as u32,  // ok: n ≤ max_batch, checked by the caller
+            p0: pos as u32,     // ok: pos < n_ctx, which fits a binding
+            n_tokens: n as u32, // ok: n ≤ max_batch, checked by the caller
             ..StepParams::default()
         };
         ctx.queue
@@ -230,6 +265,7 @@ impl GpuSession {
     /// one-element vector holding the token id as f32 bits — use [`GpuSession::step_argmax`]).
     /// `Ok(None)` when `stop` said so between two submissions; `len()` advances only on success.
     fn run(&mut self, tokens: &[u32], wanted: Wanted, stop: Stop<'_>) -> Result<Option<Vec<f32>>> {
+        self.settle_ahead()?;
         let n = tokens.len() as u64;
         if n == 0 {
             return Err(GpuError::invalid("eval", "no tokens"));
@@ -311,6 +347,7 @@ impl GpuSession {
         ctx.submit_wait(enc)?;
         let out = read_mapped(ctx, staging, bytes)?;
         self.len += n;
+        self.logits_stale = false;
         Ok(Some(out))
     }
 
@@ -450,6 +487,13 @@ impl GpuSession {
     /// The logits of the last token of the last step (after [`GpuSession::step_sample`]: with
     /// the penalized tokens' logits NaN — they are in its [`SampleCandidates::hist`]).
     pub fn last_logits(&self) -> Result<Vec<f32>> {
+        if self.logits_stale {
+            return Err(GpuError::invalid(
+                "logits",
+                "a greedy step run ahead replaced the last step's logits (eval or step_sample \
+                 keeps them; see GpuSession::set_lookahead)",
+            ));
+        }
         let ctx = &*self.model.ctx;
         let bytes = u64::from(self.model.hp.n_vocab) * 4;
         let mut enc = ctx.encoder();
@@ -459,8 +503,12 @@ impl GpuSession {
     }
 
     /// Run one token and return the greedy next token, argmax taken on the GPU (4 bytes read
-    /// back instead of the logits).
+    /// back instead of the logits). Runs the step after it ahead where it can ([`lookahead`]):
+    /// feed the result back and the next call finds its work done or under way.
     pub fn step_argmax(&mut self, token: u32) -> Result<u32> {
+        if self.use_ahead() {
+            return self.step_argmax_ahead(token);
+        }
         let v = never_stopped(self.run(&[token], Wanted::Argmax, &|| false))?;
         Ok(v.first().map(|x| x.to_bits()).unwrap_or(0))
     }
@@ -471,11 +519,34 @@ fn never_stopped<T>(r: Result<Option<T>>) -> Result<T> {
     r?.ok_or_else(|| GpuError::internal("eval", "stopped without a stop request"))
 }
 
+/// Map `staging` and read its first `bytes` as f32 once submission `idx`, the last one writing
+/// it, is done (later submissions may still run).
+pub(crate) fn read_mapped_after(
+    ctx: &GpuContext,
+    staging: &wgpu::Buffer,
+    bytes: u64,
+    idx: wgpu::SubmissionIndex,
+) -> Result<Vec<f32>> {
+    ctx.wait(idx)?;
+    read_mapped_with(ctx, staging, bytes, false)
+}
+
 /// Map `staging` and read its first `bytes` as f32 (after a completed submission).
 pub(crate) fn read_mapped(
     ctx: &GpuContext,
     staging: &wgpu::Buffer,
     bytes: u64,
+) -> Result<Vec<f32>> {
+    read_mapped_with(ctx, staging, bytes, true)
+}
+
+/// `all`: wait for every submission (else the buffer's writer is done: poll until the map
+/// lands, without waiting for later work).
+fn read_mapped_with(
+    ctx: &GpuContext,
+    staging: &wgpu::Buffer,
+    bytes: u64,
+    all: bool,
 ) -> Result<Vec<f32>> {
     let slice = staging.slice(..bytes);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -488,12 +559,35 @@ pub(crate) fn read_mapped(
             detail: e,
         })
     };
-    ctx.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| err(e.to_string()))?;
-    rx.recv()
-        .map_err(|e| err(e.to_string()))?
-        .map_err(|e| err(e.to_string()))?;
+    let mapped = if all {
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| err(e.to_string()))?;
+        rx.recv().map_err(|e| err(e.to_string()))?
+    } else {
+        // The writer is done: the map completes at the next polls (bounded, then wait for all).
+        let mut got = None;
+        for _ in 0..1000 {
+            ctx.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| err(e.to_string()))?;
+            if let Ok(r) = rx.try_recv() {
+                got = Some(r);
+                break;
+            }
+            std::thread::yield_now();
+        }
+        match got {
+            Some(r) => r,
+            None => {
+                ctx.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| err(e.to_string()))?;
+                rx.recv().map_err(|e| err(e.to_string()))?
+            }
+        }
+    };
+    mapped.map_err(|e| err(e.to_string()))?;
     let out = {
         let view = slice.get_mapped_range().map_err(|e| err(e.to_string()))?;
         bytemuck::pod_collect_to_vec::<u8, f32>(&view)

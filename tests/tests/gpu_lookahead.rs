@@ -1,0 +1,117 @@
+//! Greedy decode steps run ahead on the GPU (issue 15; `runtime/gpu/src/model/session/
+//! lookahead.rs`): `GpuSession::step_argmax` submits the next step, fed by this step's argmax on
+//! the GPU, before it reads this one back. Checked here on a random BitNet model (lavapipe in CI)
+//! against the same session type with the lookahead off (the step-by-step path, itself checked
+//! against the CPU reference in gpu_engine.rs): the same tokens when the argmax is fed back (the
+//! step ahead is used), when another token is fed (the step ahead is dropped), across a
+//! truncate and a batch eval, and the same logits after all of it; the logits a dropped step
+//! replaced are refused, not returned.
+
+use std::sync::Arc;
+
+use tern_import::hf::import_hf_dir;
+use tern_import::pack::PackOptions;
+use tern_tests::{golden, scratch};
+
+fn model() -> Option<(Arc<tern_gpu::GpuModel>, u32)> {
+    let path = scratch("gpu_lookahead_tiny_a").join("model.tern");
+    import_hf_dir(
+        &golden("bitnet_hf/tiny_a"),
+        &path,
+        &PackOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .expect("import");
+    let file = tern_format::TernFile::open(&path).unwrap();
+    let ctx = match tern_gpu::GpuContext::new(tern_gpu::DevicePreference::Gpu) {
+        Ok(c) => c,
+        Err(e) if !tern_tests::gpu_required("gpu_lookahead") => {
+            eprintln!("skipping: {e}");
+            return None;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let vocab = file.meta().hparams.n_vocab;
+    let m = tern_gpu::GpuModel::load(Arc::new(ctx), &file, Default::default()).unwrap();
+    Some((Arc::new(m), vocab))
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// What one session does, with the lookahead `on` or off: (tokens, final logits, len).
+fn script(model: &Arc<tern_gpu::GpuModel>, vocab: u32, on: bool) -> (Vec<u32>, Vec<f32>, u64) {
+    let mut s = tern_gpu::GpuSession::new(model.clone(), 48, 16, &Default::default()).unwrap();
+    s.set_lookahead(on).unwrap();
+    let prompt: Vec<u32> = (0..5u32).map(|i| (i * 37 + 1) % vocab).collect();
+    let mut out = Vec::new();
+    let mut t = argmax(&s.eval(&prompt).unwrap());
+    // greedy: every step after the first finds its work run ahead
+    for _ in 0..12 {
+        t = s.step_argmax(t).unwrap();
+        out.push(t);
+    }
+    // the logits of the last step: replaced by the step run ahead, so refused (on), or returned
+    assert_eq!(
+        s.last_logits().is_err(),
+        on,
+        "last_logits after a step run ahead"
+    );
+    // another token than the argmax: the step ahead is dropped, this one runs
+    for k in 0..4 {
+        t = s.step_argmax((t + 1 + k) % vocab).unwrap();
+        out.push(t);
+    }
+    for _ in 0..4 {
+        t = s.step_argmax(t).unwrap();
+        out.push(t);
+    }
+    // back two positions, then greedy again
+    let kept = s.truncate(s.len() - 2);
+    out.push(kept as u32);
+    for _ in 0..5 {
+        t = s.step_argmax(t).unwrap();
+        out.push(t);
+    }
+    // a batch after a step run ahead: it waits for it and runs at len()
+    let logits = s.eval(&[3 % vocab, 4 % vocab, t]).unwrap();
+    assert!(
+        s.last_logits().is_ok(),
+        "an eval leaves its logits readable"
+    );
+    t = argmax(&logits);
+    for _ in 0..3 {
+        t = s.step_argmax(t).unwrap();
+        out.push(t);
+    }
+    let last = s.eval(&[t]).unwrap();
+    (out, last, s.len())
+}
+
+#[test]
+fn greedy_steps_run_ahead_match_step_by_step() {
+    let Some((model, vocab)) = model() else {
+        return;
+    };
+    let (t_on, l_on, n_on) = script(&model, vocab, true);
+    let (t_off, l_off, n_off) = script(&model, vocab, false);
+    assert_eq!(t_on, t_off, "tokens with and without the lookahead");
+    assert_eq!(n_on, n_off, "positions held");
+    assert_eq!(l_on, l_off, "the final logits, bit for bit");
+    // the session ran at positions up to its context: the step ahead never ran past it
+    let mut s = tern_gpu::GpuSession::new(model.clone(), 8, 8, &Default::default()).unwrap();
+    let mut t = argmax(&s.eval(&[1, 2]).unwrap());
+    for _ in 0..6 {
+        t = s.step_argmax(t).unwrap();
+    }
+    assert_eq!(s.len(), 8);
+    assert!(s.step_argmax(t).is_err(), "a full cache is an error");
+    assert_eq!(s.len(), 8);
+}
