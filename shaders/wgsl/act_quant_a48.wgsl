@@ -45,6 +45,22 @@ var<workgroup> red: array<f32, 256>;
 var<workgroup> red32: array<f32, 32>;
 var<workgroup> ybuf: array<f32, 3072>;
 
+// A runtime zero the compiler cannot see through (n < 2^25: the launcher binds x ≤ 128 MiB).
+var<private> zb: u32;
+
+// v as computed. SPIR-V lets a driver reassociate and regroup float arithmetic that carries no
+// NoContraction decoration (naga emits none), and straight-line sums invite it; passing every
+// partial result through an OR with an unknown zero pins the order written here (the
+// reference's), at one integer op each. (The loops of the long-row path carry their order.)
+fn opq(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) | zb);
+}
+
+// a + b, rounded as written (opq).
+fn ad(a: f32, b: f32) -> f32 {
+    return opq(a + b);
+}
+
 fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
 }
@@ -75,7 +91,7 @@ fn ldw(c: u32, n: u32) -> f32 {
 // y of one column from its loaded x and weight.
 fn yof(xv: f32, r: f32, wv: f32) -> f32 {
     if (NORM == 1u) {
-        return xv * r * wv;
+        return opq(xv * r) * wv;
     }
     return xv;
 }
@@ -90,8 +106,10 @@ fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
 
 // Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
 fn f4(l: u32) -> f32 {
-    return ((red32[l] + red32[l + 16u]) + (red32[l + 8u] + red32[l + 24u]))
-        + ((red32[l + 4u] + red32[l + 20u]) + (red32[l + 12u] + red32[l + 28u]));
+    return ad(
+        ad(ad(red32[l], red32[l + 16u]), ad(red32[l + 8u], red32[l + 24u])),
+        ad(ad(red32[l + 4u], red32[l + 20u]), ad(red32[l + 12u], red32[l + 28u])),
+    );
 }
 
 // Σ over the invocations' v in the order of the halves 128 … 1 (lane i += lane i + h), returned
@@ -103,15 +121,15 @@ fn tree_sum(lid: u32, v: f32) -> f32 {
     workgroupBarrier();
     if (lid < 32u) {
         // lane lid after the halves 128, 64, 32
-        let a0 = red[lid] + red[lid + 128u];
-        let a1 = red[lid + 64u] + red[lid + 192u];
-        let a2 = red[lid + 32u] + red[lid + 160u];
-        let a3 = red[lid + 96u] + red[lid + 224u];
-        red32[lid] = (a0 + a1) + (a2 + a3);
+        let a0 = ad(red[lid], red[lid + 128u]);
+        let a1 = ad(red[lid + 64u], red[lid + 192u]);
+        let a2 = ad(red[lid + 32u], red[lid + 160u]);
+        let a3 = ad(red[lid + 96u], red[lid + 224u]);
+        red32[lid] = ad(ad(a0, a1), ad(a2, a3));
     }
     workgroupBarrier();
     // the halves 16, 8, 4 (f4), 2, 1
-    return (f4(0u) + f4(2u)) + (f4(1u) + f4(3u));
+    return ad(ad(f4(0u), f4(2u)), ad(f4(1u), f4(3u)));
 }
 
 // Rows of n ≤ YC values (see the header). `n` is 0 for a row past n_rows (nothing is written).
@@ -145,18 +163,18 @@ fn fast_row(lid: u32, row: u32, n: u32, in_range: bool) {
     if (NORM == 1u) {
         // rmsnorm.wgsl's sum of squares (past the row: + 0 · 0)
         var ss = 0.0;
-        ss = ss + x0 * x0;
-        ss = ss + x1 * x1;
-        ss = ss + x2 * x2;
-        ss = ss + x3 * x3;
-        ss = ss + x4 * x4;
-        ss = ss + x5 * x5;
-        ss = ss + x6 * x6;
-        ss = ss + x7 * x7;
-        ss = ss + x8 * x8;
-        ss = ss + x9 * x9;
-        ss = ss + x10 * x10;
-        ss = ss + x11 * x11;
+        ss = ad(ss, x0 * x0);
+        ss = ad(ss, x1 * x1);
+        ss = ad(ss, x2 * x2);
+        ss = ad(ss, x3 * x3);
+        ss = ad(ss, x4 * x4);
+        ss = ad(ss, x5 * x5);
+        ss = ad(ss, x6 * x6);
+        ss = ad(ss, x7 * x7);
+        ss = ad(ss, x8 * x8);
+        ss = ad(ss, x9 * x9);
+        ss = ad(ss, x10 * x10);
+        ss = ad(ss, x11 * x11);
         r = 1.0 / sqrt(tree_sum(lid, ss) / f32(p.n) + p.eps);
     }
     let y0 = yof(x0, r, w0);
@@ -174,51 +192,51 @@ fn fast_row(lid: u32, row: u32, n: u32, in_range: bool) {
     var sa = 0.0;
     if (lid + 0u * WG < n) {
         ybuf[lid + 0u * WG] = y0;
-        sa = sa + abs(y0);
+        sa = ad(sa, abs(y0));
     }
     if (lid + 1u * WG < n) {
         ybuf[lid + 1u * WG] = y1;
-        sa = sa + abs(y1);
+        sa = ad(sa, abs(y1));
     }
     if (lid + 2u * WG < n) {
         ybuf[lid + 2u * WG] = y2;
-        sa = sa + abs(y2);
+        sa = ad(sa, abs(y2));
     }
     if (lid + 3u * WG < n) {
         ybuf[lid + 3u * WG] = y3;
-        sa = sa + abs(y3);
+        sa = ad(sa, abs(y3));
     }
     if (lid + 4u * WG < n) {
         ybuf[lid + 4u * WG] = y4;
-        sa = sa + abs(y4);
+        sa = ad(sa, abs(y4));
     }
     if (lid + 5u * WG < n) {
         ybuf[lid + 5u * WG] = y5;
-        sa = sa + abs(y5);
+        sa = ad(sa, abs(y5));
     }
     if (lid + 6u * WG < n) {
         ybuf[lid + 6u * WG] = y6;
-        sa = sa + abs(y6);
+        sa = ad(sa, abs(y6));
     }
     if (lid + 7u * WG < n) {
         ybuf[lid + 7u * WG] = y7;
-        sa = sa + abs(y7);
+        sa = ad(sa, abs(y7));
     }
     if (lid + 8u * WG < n) {
         ybuf[lid + 8u * WG] = y8;
-        sa = sa + abs(y8);
+        sa = ad(sa, abs(y8));
     }
     if (lid + 9u * WG < n) {
         ybuf[lid + 9u * WG] = y9;
-        sa = sa + abs(y9);
+        sa = ad(sa, abs(y9));
     }
     if (lid + 10u * WG < n) {
         ybuf[lid + 10u * WG] = y10;
-        sa = sa + abs(y10);
+        sa = ad(sa, abs(y10));
     }
     if (lid + 11u * WG < n) {
         ybuf[lid + 11u * WG] = y11;
-        sa = sa + abs(y11);
+        sa = ad(sa, abs(y11));
     }
     let beta = div_rn(tree_sum(lid, sa), f32(max(p.n, 1u)));
     let s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
@@ -245,6 +263,7 @@ fn fast_row(lid: u32, row: u32, n: u32, in_range: bool) {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    zb = p.n >> 31u;
     let row = wg.x;
     let in_range = row < p.n_rows;
     let n = select(0u, p.n, in_range);

@@ -67,6 +67,22 @@ var<workgroup> qw: array<atomic<u32>, 768>;
 // keep by rank, 2 = keep every key ≥ lo.
 var<workgroup> st: vec4<u32>;
 
+// A runtime zero the compiler cannot see through (n < 2^25: the launcher binds x ≤ 128 MiB).
+var<private> zb: u32;
+
+// v as computed. SPIR-V lets a driver reassociate and regroup float arithmetic that carries no
+// NoContraction decoration (naga emits none), and straight-line sums invite it; passing every
+// partial result through an OR with an unknown zero pins the order written here (the
+// reference's), at one integer op each. (The loops of the long-row path carry their order.)
+fn opq(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) | zb);
+}
+
+// a + b, rounded as written (opq).
+fn ad(a: f32, b: f32) -> f32 {
+    return opq(a + b);
+}
+
 fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
 }
@@ -97,7 +113,7 @@ fn ldw(c: u32, n: u32) -> f32 {
 // y of one column from its loaded x and weight.
 fn yof(xv: f32, r: f32, wv: f32) -> f32 {
     if (NORM == 1u) {
-        return xv * r * wv;
+        return opq(xv * r) * wv;
     }
     return xv;
 }
@@ -130,8 +146,10 @@ fn rf(i: u32) -> f32 {
 
 // Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
 fn f4(l: u32) -> f32 {
-    return ((rf(l) + rf(l + 16u)) + (rf(l + 8u) + rf(l + 24u)))
-        + ((rf(l + 4u) + rf(l + 20u)) + (rf(l + 12u) + rf(l + 28u)));
+    return ad(
+        ad(ad(rf(l), rf(l + 16u)), ad(rf(l + 8u), rf(l + 24u))),
+        ad(ad(rf(l + 4u), rf(l + 20u)), ad(rf(l + 12u), rf(l + 28u))),
+    );
 }
 
 fn rr(i: u32) -> f32 {
@@ -146,15 +164,15 @@ fn tree_sum(lid: u32, v: f32) -> f32 {
     workgroupBarrier();
     if (lid < 32u) {
         // lane lid after the halves 128, 64, 32
-        let a0 = rr(lid) + rr(lid + 128u);
-        let a1 = rr(lid + 64u) + rr(lid + 192u);
-        let a2 = rr(lid + 32u) + rr(lid + 160u);
-        let a3 = rr(lid + 96u) + rr(lid + 224u);
-        red32[lid] = bitcast<u32>((a0 + a1) + (a2 + a3));
+        let a0 = ad(rr(lid), rr(lid + 128u));
+        let a1 = ad(rr(lid + 64u), rr(lid + 192u));
+        let a2 = ad(rr(lid + 32u), rr(lid + 160u));
+        let a3 = ad(rr(lid + 96u), rr(lid + 224u));
+        red32[lid] = bitcast<u32>(ad(ad(a0, a1), ad(a2, a3)));
     }
     workgroupBarrier();
     // the halves 16, 8, 4 (f4), 2, 1
-    return (f4(0u) + f4(2u)) + (f4(1u) + f4(3u));
+    return ad(ad(f4(0u), f4(2u)), ad(f4(1u), f4(3u)));
 }
 
 // max over the invocations' v (exact in any order), returned to every invocation; two barriers.
@@ -303,6 +321,7 @@ fn select_step(lid: u32, lo: u32, hi: u32, want: u32, shift: u32) {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    zb = p.n >> 31u;
     let row = wg.x;
     let in_range = row < p.n_rows;
     let n = select(0u, p.n, in_range);
@@ -346,18 +365,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         // rmsnorm.wgsl's sum of squares (columns lid, lid + 256, … from 0.0)
         var ss = 0.0;
         if (fast) {
-            ss = ss + x0 * x0;
-            ss = ss + x1 * x1;
-            ss = ss + x2 * x2;
-            ss = ss + x3 * x3;
-            ss = ss + x4 * x4;
-            ss = ss + x5 * x5;
-            ss = ss + x6 * x6;
-            ss = ss + x7 * x7;
-            ss = ss + x8 * x8;
-            ss = ss + x9 * x9;
-            ss = ss + x10 * x10;
-            ss = ss + x11 * x11;
+            ss = ad(ss, x0 * x0);
+            ss = ad(ss, x1 * x1);
+            ss = ad(ss, x2 * x2);
+            ss = ad(ss, x3 * x3);
+            ss = ad(ss, x4 * x4);
+            ss = ad(ss, x5 * x5);
+            ss = ad(ss, x6 * x6);
+            ss = ad(ss, x7 * x7);
+            ss = ad(ss, x8 * x8);
+            ss = ad(ss, x9 * x9);
+            ss = ad(ss, x10 * x10);
+            ss = ad(ss, x11 * x11);
         } else {
             for (var c = lid; c < n; c = c + WG) {
                 let v = x[base + c];
