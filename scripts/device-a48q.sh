@@ -8,11 +8,21 @@
 # with `--activations a8`: `tern bench --device gpu --profile --json -p 512 -n 128 -r 2`, binaries
 # alternating (before, after, after, before). Writes $OUT/summary.txt, $OUT/run.log and
 # $OUT/raw.tar.gz (every JSON and stderr). GEN_ARGS=--tiny: a dry run with the tiny shape.
+#   bash scripts/device-a48q.sh kit2 PARITY_BIN AFTER2   HERE: add the stripped parity test binary
+#                                                  (cargo test --release -p tern-gpu --test parity
+#                                                  --no-run) and a third `tern` (after2) to $KIT
+#   CHECK=1 bash .devkit-h-a48q/device-a48q.sh     on the device: `parity_a48` on the GPU first,
+#                                                  then the benches with after2 in place of after
 set -uo pipefail
 if [ "${1:-}" = kit ]; then
   KIT=${KIT:-/work/main/.devkit-h-a48q}; mkdir -p "$KIT"
   xz -6 -T2 -c "$2" > "$KIT/tern-before.xz"; xz -6 -T2 -c "$3" > "$KIT/tern-after.xz"
   cp "$0" "$KIT/device-a48q.sh"; ls -la "$KIT"; exit 0
+fi
+if [ "${1:-}" = kit2 ]; then
+  KIT=${KIT:-/work/main/.devkit-h-a48q}; mkdir -p "$KIT"
+  strip -o /tmp/parity-a48q "$2"; xz -6 -T2 -c /tmp/parity-a48q > "$KIT/parity.xz"
+  xz -6 -T2 -c "$3" > "$KIT/tern-after2.xz"; cp "$0" "$KIT/device-a48q.sh"; ls -la "$KIT"; exit 0
 fi
 REPO=$PWD; KIT=$REPO/.devkit-h-a48q; O=${OUT:-/tmp/a48q-out}; M=/tmp/m48q; B=/tmp/a48q-bin
 mkdir -p "$O/raw" "$M" "$B"
@@ -22,6 +32,14 @@ log() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
 log "GPU: $GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 for b in before after; do xz -dc "$KIT/tern-$b.xz" > "$B/$b" && chmod +x "$B/$b"; done
+if [ "${CHECK:-0}" = 1 ]; then
+  xz -dc "$KIT/tern-after2.xz" > "$B/after" && chmod +x "$B/after"
+  xz -dc "$KIT/parity.xz" > "$B/parity" && chmod +x "$B/parity"
+  log "parity_a48 on the GPU"
+  (cd "$REPO" && TERN_REQUIRE_GPU=1 timeout 120 "$B/parity" parity_a48 --nocapture > "$O/parity_a48.log" 2>&1)
+  log "parity_a48 rc $?: $(grep -c '^ok ' "$O/parity_a48.log") ok, $(grep -c '^FAIL' "$O/parity_a48.log") FAIL"
+  grep '^FAIL' "$O/parity_a48.log" | head -20
+fi
 F16=$M/bitnet-f16.gguf; T=$M/bitnet-2bit-a4.8.tern
 log "generate"; python3 "$REPO/scripts/gen_synth_gguf.py" "$F16" --shape bitnet ${GEN_ARGS:-} > "$O/raw/gen.log" 2>&1 || log "gen failed"
 log "pack"; "$B/after" pack "$F16" -o "$T" --ternary 2bit --floats raw --activations a4.8 > "$O/raw/pack.log" 2>&1 || { log "pack failed"; tail -5 "$O/raw/pack.log"; }
