@@ -21,10 +21,18 @@
 //   needed: each invocation then owns a contiguous run of columns and an exclusive scan of their
 //   tie counts gives each run its rank (the entries re-read from x).
 //
-// Rows of n ≤ R·256 = 3072 values are read (and normed) once and held in registers (invocation
-// l holds columns l, l + 256, …: the reference's lane order for the sums); the packed words are
-// assembled in workgroup memory (atomicOr of each column's bits) and written once. Longer rows
-// re-read x (and the norm weight) in every pass.
+// Latency (decode: one row, one workgroup; branch h-a48q). Rows of n ≤ 3072 values: every
+// invocation issues its (up to) 12 loads of x and of the norm weight at once, into scalars (the
+// NVIDIA driver keeps private arrays in memory: h-cat's measurement), so the row costs one memory
+// round trip; y stays in those registers (invocation l: columns l, l + 256, …, the reference's
+// lane order for the sums; out-of-range strips add +0.0, which changes no sum). The tree sum
+// (norm) and tree max (amax) take two barriers each instead of eight (32 invocations reduce
+// 8-leaf subtrees — the halves 128, 64, 32 — then every invocation the 32 partials: the same
+// additions in the same order). A select pass takes four barriers instead of twelve: the bins'
+// suffix counts by a two-level scan (16 groups of 16 invocations, every load independent) instead
+// of an 8-step ping-pong, and the histogram for the next pass is cleared inside the pass. The
+// kept codes are assembled in workgroup memory (atomicOr of each column's byte) and each word
+// written once. Longer rows re-read x (and the norm weight) in every pass.
 //
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
@@ -50,15 +58,30 @@ const NB: u32 = 1024u; // radix bins per pass (4 per invocation)
 const QW: u32 = 768u; // packed words staged in workgroup memory (3072 INT8 columns)
 const WIN: u32 = 0x4000000u; // pass 0's window: 2^26 keys below the largest
 const PASSES: u32 = 6u; // ≥ 1 (window) + 4 (31-bit range, ≥ 10 bits a pass) + 1
-// Reductions (f32 as bits, halves 128 … 1) and the ping-pong suffix scan (two halves of 256).
-var<workgroup> red: array<u32, 512>;
+// Reductions and scans: 256 lane values (f32 as bits or counts), then 32 (or 16) partials.
+var<workgroup> red: array<u32, 256>;
+var<workgroup> red32: array<u32, 32>;
 var<workgroup> hist: array<atomic<u32>, 1024>;
 var<workgroup> qw: array<atomic<u32>, 768>;
-var<workgroup> amax_bits: atomic<u32>;
 // The select's state: (lo, hi, want, done); done 0 = go on, 1 = T = lo with `want` ties of T to
 // keep by rank, 2 = keep every key ≥ lo.
 var<workgroup> st: vec4<u32>;
-var<private> yr: array<f32, 12>;
+
+// A runtime zero the compiler cannot see through (n < 2^25: the launcher binds x ≤ 128 MiB).
+var<private> zb: u32;
+
+// v as computed. SPIR-V lets a driver reassociate and regroup float arithmetic that carries no
+// NoContraction decoration (naga emits none), and straight-line sums invite it; passing every
+// partial result through an OR with an unknown zero pins the order written here (the
+// reference's), at one integer op each. (The loops of the long-row path carry their order.)
+fn opq(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) | zb);
+}
+
+// a + b, rounded as written (opq).
+fn ad(a: f32, b: f32) -> f32 {
+    return opq(a + b);
+}
 
 fn is_nan_bits(b: u32) -> bool {
     return (b & 0x7fffffffu) > 0x7f800000u;
@@ -71,12 +94,42 @@ fn val(base: u32, c: u32, r: f32) -> f32 {
     return x[base + c];
 }
 
+// x[base + c], or 0 past the row.
+fn ldx(base: u32, c: u32, n: u32) -> f32 {
+    if (c < n) {
+        return x[base + c];
+    }
+    return 0.0;
+}
+
+// weight[c] (NORM = 1), or 0 past the row.
+fn ldw(c: u32, n: u32) -> f32 {
+    if (NORM == 1u && c < n) {
+        return weight[c];
+    }
+    return 0.0;
+}
+
+// y of one column from its loaded x and weight.
+fn yof(xv: f32, r: f32, wv: f32) -> f32 {
+    if (NORM == 1u) {
+        return opq(xv * r) * wv;
+    }
+    return xv;
+}
+
 fn key(v: f32) -> u32 {
     let b = bitcast<u32>(v) & 0x7fffffffu;
     if (b > 0x7f800000u) {
         return 0u;
     }
     return b + 1u;
+}
+
+// |v| as bits for the absmax (NaN: 0, which the max skips).
+fn abs_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v) & 0x7fffffffu;
+    return select(0u, b, b <= 0x7f800000u);
 }
 
 fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
@@ -87,38 +140,130 @@ fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
     return i32(clamp(round(prod), lo, hi));
 }
 
-// Σ over the invocations' v (the reference's pairwise halves 128 … 1), returned to all; every
-// invocation must call it.
+fn rf(i: u32) -> f32 {
+    return bitcast<f32>(red32[i]);
+}
+
+// Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
+fn f4(l: u32) -> f32 {
+    return ad(
+        ad(ad(rf(l), rf(l + 16u)), ad(rf(l + 8u), rf(l + 24u))),
+        ad(ad(rf(l + 4u), rf(l + 20u)), ad(rf(l + 12u), rf(l + 28u))),
+    );
+}
+
+fn rr(i: u32) -> f32 {
+    return bitcast<f32>(red[i]);
+}
+
+// Σ over the invocations' v in the order of the halves 128 … 1 (lane i += lane i + h), returned
+// to every invocation; two barriers. Every invocation must call it. `red` / `red32` may be
+// rewritten right after (each later first write follows a barrier that every read here precedes).
 fn tree_sum(lid: u32, v: f32) -> f32 {
     red[lid] = bitcast<u32>(v);
     workgroupBarrier();
-    for (var h = WG / 2u; h > 0u; h = h >> 1u) {
-        if (lid < h) {
-            red[lid] = bitcast<u32>(bitcast<f32>(red[lid]) + bitcast<f32>(red[lid + h]));
-        }
-        workgroupBarrier();
+    if (lid < 32u) {
+        // lane lid after the halves 128, 64, 32
+        let a0 = ad(rr(lid), rr(lid + 128u));
+        let a1 = ad(rr(lid + 64u), rr(lid + 192u));
+        let a2 = ad(rr(lid + 32u), rr(lid + 160u));
+        let a3 = ad(rr(lid + 96u), rr(lid + 224u));
+        red32[lid] = bitcast<u32>(ad(ad(a0, a1), ad(a2, a3)));
     }
-    let total = bitcast<f32>(red[0]);
     workgroupBarrier();
-    return total;
+    // the halves 16, 8, 4 (f4), 2, 1
+    return ad(ad(f4(0u), f4(2u)), ad(f4(1u), f4(3u)));
 }
 
-// Inclusive suffix sum over the invocations (Σ_{j ≥ lid} v_j), ping-pong between the halves of
-// `red` (one barrier a step); every invocation must call it.
-fn suffix_sum(lid: u32, v0: u32) -> u32 {
-    var v = v0;
+// max over the invocations' v (exact in any order), returned to every invocation; two barriers.
+fn tree_max(lid: u32, v: u32) -> u32 {
     red[lid] = v;
     workgroupBarrier();
-    for (var k = 0u; k < 8u; k = k + 1u) {
-        let off = 1u << k;
-        let src = (k & 1u) * WG;
-        if (lid + off < WG) {
-            v = v + red[src + lid + off];
-        }
-        red[WG - src + lid] = v;
-        workgroupBarrier();
+    if (lid < 32u) {
+        let a0 = max(red[lid], red[lid + 32u]);
+        let a1 = max(red[lid + 64u], red[lid + 96u]);
+        let a2 = max(red[lid + 128u], red[lid + 160u]);
+        let a3 = max(red[lid + 192u], red[lid + 224u]);
+        red32[lid] = max(max(a0, a1), max(a2, a3));
     }
-    return v;
+    workgroupBarrier();
+    var m = 0u;
+    m = max(m, max(max(red32[0u], red32[1u]), max(red32[2u], red32[3u])));
+    m = max(m, max(max(red32[4u], red32[5u]), max(red32[6u], red32[7u])));
+    m = max(m, max(max(red32[8u], red32[9u]), max(red32[10u], red32[11u])));
+    m = max(m, max(max(red32[12u], red32[13u]), max(red32[14u], red32[15u])));
+    m = max(m, max(max(red32[16u], red32[17u]), max(red32[18u], red32[19u])));
+    m = max(m, max(max(red32[20u], red32[21u]), max(red32[22u], red32[23u])));
+    m = max(m, max(max(red32[24u], red32[25u]), max(red32[26u], red32[27u])));
+    m = max(m, max(max(red32[28u], red32[29u]), max(red32[30u], red32[31u])));
+    return m;
+}
+
+// (Σ_{j > lid} v_j, Σ_j v_j) over the invocations' counts; two barriers (16 groups of 16: the
+// group totals, then each invocation adds the groups above its own and its group's lanes above
+// it, all loads independent). Every invocation must call it; `red` / `red32` as tree_sum.
+fn suffix(lid: u32, v: u32) -> vec2<u32> {
+    red[lid] = v;
+    workgroupBarrier();
+    if (lid < 16u) {
+        let g = 16u * lid;
+        red32[lid] = red[g + 0u] + red[g + 1u] + red[g + 2u] + red[g + 3u] + red[g + 4u] + red[g + 5u] + red[g + 6u] + red[g + 7u] + red[g + 8u] + red[g + 9u] + red[g + 10u] + red[g + 11u] + red[g + 12u] + red[g + 13u] + red[g + 14u] + red[g + 15u];
+    }
+    workgroupBarrier();
+    let grp = lid / 16u;
+    let g0 = 16u * grp;
+    var above = 0u;
+    var total = 0u;
+    above = above + select(0u, red[g0 + 0u], g0 + 0u > lid);
+    above = above + select(0u, red[g0 + 1u], g0 + 1u > lid);
+    above = above + select(0u, red[g0 + 2u], g0 + 2u > lid);
+    above = above + select(0u, red[g0 + 3u], g0 + 3u > lid);
+    above = above + select(0u, red[g0 + 4u], g0 + 4u > lid);
+    above = above + select(0u, red[g0 + 5u], g0 + 5u > lid);
+    above = above + select(0u, red[g0 + 6u], g0 + 6u > lid);
+    above = above + select(0u, red[g0 + 7u], g0 + 7u > lid);
+    above = above + select(0u, red[g0 + 8u], g0 + 8u > lid);
+    above = above + select(0u, red[g0 + 9u], g0 + 9u > lid);
+    above = above + select(0u, red[g0 + 10u], g0 + 10u > lid);
+    above = above + select(0u, red[g0 + 11u], g0 + 11u > lid);
+    above = above + select(0u, red[g0 + 12u], g0 + 12u > lid);
+    above = above + select(0u, red[g0 + 13u], g0 + 13u > lid);
+    above = above + select(0u, red[g0 + 14u], g0 + 14u > lid);
+    above = above + select(0u, red[g0 + 15u], g0 + 15u > lid);
+    let t0 = red32[0u];
+    above = above + select(0u, t0, 0u > grp);
+    let t1 = red32[1u];
+    above = above + select(0u, t1, 1u > grp);
+    let t2 = red32[2u];
+    above = above + select(0u, t2, 2u > grp);
+    let t3 = red32[3u];
+    above = above + select(0u, t3, 3u > grp);
+    let t4 = red32[4u];
+    above = above + select(0u, t4, 4u > grp);
+    let t5 = red32[5u];
+    above = above + select(0u, t5, 5u > grp);
+    let t6 = red32[6u];
+    above = above + select(0u, t6, 6u > grp);
+    let t7 = red32[7u];
+    above = above + select(0u, t7, 7u > grp);
+    let t8 = red32[8u];
+    above = above + select(0u, t8, 8u > grp);
+    let t9 = red32[9u];
+    above = above + select(0u, t9, 9u > grp);
+    let t10 = red32[10u];
+    above = above + select(0u, t10, 10u > grp);
+    let t11 = red32[11u];
+    above = above + select(0u, t11, 11u > grp);
+    let t12 = red32[12u];
+    above = above + select(0u, t12, 12u > grp);
+    let t13 = red32[13u];
+    above = above + select(0u, t13, 13u > grp);
+    let t14 = red32[14u];
+    above = above + select(0u, t14, 14u > grp);
+    let t15 = red32[15u];
+    above = above + select(0u, t15, 15u > grp);
+    total = t0 + t1 + t2 + t3 + t4 + t5 + t6 + t7 + t8 + t9 + t10 + t11 + t12 + t13 + t14 + t15;
+    return vec2<u32>(above, total);
 }
 
 // Add key kc to the histogram of range [lo, hi) (bins of 2^shift keys).
@@ -129,17 +274,22 @@ fn bin_add(kc: u32, lo: u32, hi: u32, shift: u32) {
 }
 
 // One select step after the histogram is complete: find the bin holding the want-th largest key of
-// [lo, hi) and write the next state (one invocation writes it).
+// [lo, hi) and write the next state (one invocation writes it); the bins are cleared for the next
+// pass. Every invocation must call it.
 fn select_step(lid: u32, lo: u32, hi: u32, want: u32, shift: u32) {
-    var h: array<u32, 4>;
-    var tot = 0u;
+    let h0 = atomicLoad(&hist[4u * lid]);
+    let h1 = atomicLoad(&hist[4u * lid + 1u]);
+    let h2 = atomicLoad(&hist[4u * lid + 2u]);
+    let h3 = atomicLoad(&hist[4u * lid + 3u]);
+    let tot = (h0 + h1) + (h2 + h3);
+    let sc = suffix(lid, tot); // its first barrier orders the reads above before the clears
     for (var e = 0u; e < 4u; e = e + 1u) {
-        h[e] = atomicLoad(&hist[4u * lid + e]);
-        tot = tot + h[e];
+        atomicStore(&hist[4u * lid + e], 0u);
     }
-    let incl = suffix_sum(lid, tot);
-    var above = incl - tot; // keys of [lo, hi) in bins above this invocation's four
+    var above = sc.x; // keys of [lo, hi) in bins above this invocation's four
+    let incl = above + tot;
     if (above < want && incl >= want) {
+        let h = vec4<u32>(h0, h1, h2, h3);
         for (var e = 3i; e >= 0; e = e - 1) {
             let hb = h[e];
             if (above + hb >= want) {
@@ -171,89 +321,111 @@ fn select_step(lid: u32, lo: u32, hi: u32, want: u32, shift: u32) {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    zb = p.n >> 31u;
     let row = wg.x;
     let in_range = row < p.n_rows;
     let n = select(0u, p.n, in_range);
     let base = row * p.n;
-    let fast = n <= R * WG;
-    if (lid == 0u) {
-        atomicStore(&amax_bits, 0u);
+    let fast = p.n <= R * WG;
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        atomicStore(&hist[4u * lid + e], 0u);
     }
     for (var j = 0u; j < QW / WG; j = j + 1u) {
         atomicStore(&qw[lid + WG * j], 0u);
     }
-    // Load the row (and the norm weight) into registers, every load issued before any is used;
-    // the norm's sum of squares in rmsnorm.wgsl's order.
-    var ss = 0.0;
+    // Rows of n ≤ 3072: every load of the row (and the norm weight) issued before any is used.
+    // Past the row (or with a long row) the values are 0 and unused.
+    let ld = fast && in_range;
+    let x0 = ldx(base, lid + 0u * WG, select(0u, n, ld));
+    let x1 = ldx(base, lid + 1u * WG, select(0u, n, ld));
+    let x2 = ldx(base, lid + 2u * WG, select(0u, n, ld));
+    let x3 = ldx(base, lid + 3u * WG, select(0u, n, ld));
+    let x4 = ldx(base, lid + 4u * WG, select(0u, n, ld));
+    let x5 = ldx(base, lid + 5u * WG, select(0u, n, ld));
+    let x6 = ldx(base, lid + 6u * WG, select(0u, n, ld));
+    let x7 = ldx(base, lid + 7u * WG, select(0u, n, ld));
+    let x8 = ldx(base, lid + 8u * WG, select(0u, n, ld));
+    let x9 = ldx(base, lid + 9u * WG, select(0u, n, ld));
+    let x10 = ldx(base, lid + 10u * WG, select(0u, n, ld));
+    let x11 = ldx(base, lid + 11u * WG, select(0u, n, ld));
+    let w0 = ldw(lid + 0u * WG, select(0u, n, ld));
+    let w1 = ldw(lid + 1u * WG, select(0u, n, ld));
+    let w2 = ldw(lid + 2u * WG, select(0u, n, ld));
+    let w3 = ldw(lid + 3u * WG, select(0u, n, ld));
+    let w4 = ldw(lid + 4u * WG, select(0u, n, ld));
+    let w5 = ldw(lid + 5u * WG, select(0u, n, ld));
+    let w6 = ldw(lid + 6u * WG, select(0u, n, ld));
+    let w7 = ldw(lid + 7u * WG, select(0u, n, ld));
+    let w8 = ldw(lid + 8u * WG, select(0u, n, ld));
+    let w9 = ldw(lid + 9u * WG, select(0u, n, ld));
+    let w10 = ldw(lid + 10u * WG, select(0u, n, ld));
+    let w11 = ldw(lid + 11u * WG, select(0u, n, ld));
     var r = 1.0;
-    if (fast) {
-        var xr: array<f32, 12>;
-        var wr: array<f32, 12>;
-        for (var i = 0u; i < R; i = i + 1u) {
-            let c = lid + WG * i;
-            xr[i] = 0.0;
-            wr[i] = 0.0;
-            if (c < n) {
-                xr[i] = x[base + c];
-                if (NORM == 1u) {
-                    wr[i] = weight[c];
-                }
+    if (NORM == 1u) {
+        // rmsnorm.wgsl's sum of squares (columns lid, lid + 256, … from 0.0)
+        var ss = 0.0;
+        if (fast) {
+            ss = ad(ss, x0 * x0);
+            ss = ad(ss, x1 * x1);
+            ss = ad(ss, x2 * x2);
+            ss = ad(ss, x3 * x3);
+            ss = ad(ss, x4 * x4);
+            ss = ad(ss, x5 * x5);
+            ss = ad(ss, x6 * x6);
+            ss = ad(ss, x7 * x7);
+            ss = ad(ss, x8 * x8);
+            ss = ad(ss, x9 * x9);
+            ss = ad(ss, x10 * x10);
+            ss = ad(ss, x11 * x11);
+        } else {
+            for (var c = lid; c < n; c = c + WG) {
+                let v = x[base + c];
+                ss = ss + v * v;
             }
-        }
-        if (NORM == 1u) {
-            for (var i = 0u; i < R; i = i + 1u) {
-                if (lid + WG * i < n) {
-                    ss = ss + xr[i] * xr[i];
-                }
-            }
-        }
-        if (NORM == 1u) {
-            r = 1.0 / sqrt(tree_sum(lid, ss) / f32(p.n) + p.eps);
-        }
-        for (var i = 0u; i < R; i = i + 1u) {
-            if (NORM == 1u) {
-                yr[i] = xr[i] * r * wr[i];
-            } else {
-                yr[i] = xr[i];
-            }
-        }
-    }
-    if (!fast && NORM == 1u) {
-        for (var c = lid; c < n; c = c + WG) {
-            let v = x[base + c];
-            ss = ss + v * v;
         }
         r = 1.0 / sqrt(tree_sum(lid, ss) / f32(p.n) + p.eps);
     }
+    let y0 = yof(x0, r, w0);
+    let y1 = yof(x1, r, w1);
+    let y2 = yof(x2, r, w2);
+    let y3 = yof(x3, r, w3);
+    let y4 = yof(x4, r, w4);
+    let y5 = yof(x5, r, w5);
+    let y6 = yof(x6, r, w6);
+    let y7 = yof(x7, r, w7);
+    let y8 = yof(x8, r, w8);
+    let y9 = yof(x9, r, w9);
+    let y10 = yof(x10, r, w10);
+    let y11 = yof(x11, r, w11);
     let qbase = row * p.q_stride;
 
     // TopK 50% + INT8: amax, then the select.
     let k = n / 2u;
     var m = 0u;
     if (fast) {
-        for (var i = 0u; i < R; i = i + 1u) {
-            if (lid + WG * i < n) {
-                let b = bitcast<u32>(yr[i]) & 0x7fffffffu;
-                if (b <= 0x7f800000u) {
-                    m = max(m, b);
-                }
-            }
-        }
+        m = max(m, select(0u, abs_bits(y0), lid + 0u * WG < n));
+        m = max(m, select(0u, abs_bits(y1), lid + 1u * WG < n));
+        m = max(m, select(0u, abs_bits(y2), lid + 2u * WG < n));
+        m = max(m, select(0u, abs_bits(y3), lid + 3u * WG < n));
+        m = max(m, select(0u, abs_bits(y4), lid + 4u * WG < n));
+        m = max(m, select(0u, abs_bits(y5), lid + 5u * WG < n));
+        m = max(m, select(0u, abs_bits(y6), lid + 6u * WG < n));
+        m = max(m, select(0u, abs_bits(y7), lid + 7u * WG < n));
+        m = max(m, select(0u, abs_bits(y8), lid + 8u * WG < n));
+        m = max(m, select(0u, abs_bits(y9), lid + 9u * WG < n));
+        m = max(m, select(0u, abs_bits(y10), lid + 10u * WG < n));
+        m = max(m, select(0u, abs_bits(y11), lid + 11u * WG < n));
     } else {
         for (var c = lid; c < n; c = c + WG) {
-            let b = bitcast<u32>(val(base, c, r)) & 0x7fffffffu;
-            if (b <= 0x7f800000u) {
-                m = max(m, b);
-            }
+            m = max(m, abs_bits(val(base, c, r)));
         }
     }
-    atomicMax(&amax_bits, m);
-    workgroupBarrier();
+    let amax_bits = tree_max(lid, m);
     if (lid == 0u) {
         if (k == 0u) {
             st = vec4<u32>(0xffffffffu, 0u, 0u, 2u); // nothing is kept
         } else {
-            let hi0 = atomicLoad(&amax_bits) + 2u; // one past the largest key (bits + 1)
+            let hi0 = amax_bits + 2u; // one past the largest key (bits + 1)
             st = vec4<u32>(hi0 - min(hi0, WIN), hi0, k, 0u);
         }
     }
@@ -266,16 +438,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let hi = s4.y;
         let bits = 32u - countLeadingZeros(hi - lo - 1u);
         let shift = select(0u, bits - 10u, bits > 10u);
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            atomicStore(&hist[4u * lid + e], 0u);
-        }
-        workgroupBarrier();
+        // (the bins were cleared at the start or by the previous pass's select_step)
         if (fast) {
-            for (var i = 0u; i < R; i = i + 1u) {
-                if (lid + WG * i < n) {
-                    bin_add(key(yr[i]), lo, hi, shift);
-                }
-            }
+            if (lid + 0u * WG < n) { bin_add(key(y0), lo, hi, shift); }
+            if (lid + 1u * WG < n) { bin_add(key(y1), lo, hi, shift); }
+            if (lid + 2u * WG < n) { bin_add(key(y2), lo, hi, shift); }
+            if (lid + 3u * WG < n) { bin_add(key(y3), lo, hi, shift); }
+            if (lid + 4u * WG < n) { bin_add(key(y4), lo, hi, shift); }
+            if (lid + 5u * WG < n) { bin_add(key(y5), lo, hi, shift); }
+            if (lid + 6u * WG < n) { bin_add(key(y6), lo, hi, shift); }
+            if (lid + 7u * WG < n) { bin_add(key(y7), lo, hi, shift); }
+            if (lid + 8u * WG < n) { bin_add(key(y8), lo, hi, shift); }
+            if (lid + 9u * WG < n) { bin_add(key(y9), lo, hi, shift); }
+            if (lid + 10u * WG < n) { bin_add(key(y10), lo, hi, shift); }
+            if (lid + 11u * WG < n) { bin_add(key(y11), lo, hi, shift); }
         } else {
             for (var c = lid; c < n; c = c + WG) {
                 bin_add(key(val(base, c, r)), lo, hi, shift);
@@ -288,18 +464,93 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let t = fin.x;
     let rk = fin.z;
     let all_t = fin.w != 1u;
-    let amax = select(0.0, bitcast<f32>(atomicLoad(&amax_bits)), k > 0u);
+    let amax = select(0.0, bitcast<f32>(amax_bits), k > 0u);
     let s = div_rn(127.0, max(amax, 1e-5));
 
     if (fast && all_t) {
         // Keep every key ≥ T: no ranks. Columns' bytes into the staged words, then one write each.
-        for (var i = 0u; i < R; i = i + 1u) {
-            let c = lid + WG * i;
-            if (c < n && key(yr[i]) >= t) {
-                let v = quant(yr[i], s, -128.0, 127.0);
-                if (v != 0) {
-                    atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
-                }
+        if (lid + 0u * WG < n && key(y0) >= t) {
+            let v = quant(y0, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 0u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 1u * WG < n && key(y1) >= t) {
+            let v = quant(y1, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 1u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 2u * WG < n && key(y2) >= t) {
+            let v = quant(y2, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 2u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 3u * WG < n && key(y3) >= t) {
+            let v = quant(y3, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 3u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 4u * WG < n && key(y4) >= t) {
+            let v = quant(y4, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 4u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 5u * WG < n && key(y5) >= t) {
+            let v = quant(y5, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 5u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 6u * WG < n && key(y6) >= t) {
+            let v = quant(y6, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 6u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 7u * WG < n && key(y7) >= t) {
+            let v = quant(y7, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 7u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 8u * WG < n && key(y8) >= t) {
+            let v = quant(y8, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 8u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 9u * WG < n && key(y9) >= t) {
+            let v = quant(y9, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 9u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 10u * WG < n && key(y10) >= t) {
+            let v = quant(y10, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 10u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
+            }
+        }
+        if (lid + 11u * WG < n && key(y11) >= t) {
+            let v = quant(y11, s, -128.0, 127.0);
+            if (v != 0) {
+                let c = lid + 11u * WG;
+                atomicOr(&qw[c >> 2u], (bitcast<u32>(v) & 0xffu) << (8u * (c & 3u)));
             }
         }
         workgroupBarrier();
@@ -318,29 +569,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         return;
     }
 
-    // Ranks of the ties (or a long row): invocation lid owns words [w0, w1) (columns 4·w0 ..
-    // 4·w1); count its ties, then an exclusive scan gives the number of ties before its run.
+    // Ranks of the ties (or a long row): invocation lid owns words [wa, wb) (columns 4·wa ..
+    // 4·wb); count its ties, then a scan gives the number of ties before its run.
     let per = (p.q_stride + WG - 1u) / WG;
-    let w0 = min(lid * per, p.q_stride);
-    let w1 = min(w0 + per, p.q_stride);
+    let wa = min(lid * per, p.q_stride);
+    let wb = min(wa + per, p.q_stride);
     var before = 0u;
     if (!all_t) {
         var ties = 0u;
-        for (var c = 4u * w0; c < min(4u * w1, n); c = c + 1u) {
+        for (var c = 4u * wa; c < min(4u * wb, n); c = c + 1u) {
             if (key(val(base, c, r)) == t) {
                 ties = ties + 1u;
             }
         }
-        // Exclusive prefix = total − inclusive suffix of this invocation (after its eight steps
-        // the scan's result is in the first half of `red`: red[0] is the total).
-        let incl = suffix_sum(lid, ties);
-        before = red[0] - incl;
+        let sc = suffix(lid, ties);
+        before = sc.y - sc.x - ties;
     }
     if (in_range) {
         if (lid == 0u) {
             s_out[row] = s;
         }
-        for (var w = w0; w < w1; w = w + 1u) {
+        for (var w = wa; w < wb; w = w + 1u) {
             var packed = 0u;
             for (var j = 0u; j < 4u; j = j + 1u) {
                 let c = 4u * w + j;

@@ -287,6 +287,11 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         // The register-held rows end at 3072 values; 3073 takes the re-reading path.
         (2, 3072),
         (2, 3073),
+        // The 12 register strips of the one-round-trip loads (branch h-a48q): a partial second
+        // strip, 11 whole strips, a partial last strip.
+        (2, 511),
+        (1, 2816),
+        (2, 2817),
     ];
     for kind in [A48Quant::Int4Absmean, A48Quant::TopK50Int8] {
         for fused in [false, true] {
