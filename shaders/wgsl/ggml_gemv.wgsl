@@ -4,17 +4,20 @@
 // nibble = element j, high nibble = element j + 16); Q6_K (256-element super-blocks of 210 bytes:
 // ql[128], qh[64], scales[16] i8, d f16) x = (d·sc)·q.
 //
-// Load pattern (the float GEMV's): 8 rows per workgroup, 32 invocations per row striding over
-// the row's units (a 32-element block; for Q6_K one 16-element scale group), whole units read as
-// 4-word vectors (`load4`: blocks are byte-packed with no padding — 34, 18, 20, 210 bytes — so a
-// unit may start at any byte; two shifted aligned words make each word), activations as vec4,
-// dequantization in registers, two units in flight per step, then a shared-memory reduction (no
-// subgroups: downlevel). f32 accumulation in a different order than the reference's `dot_f32`
-// (the block's scale is applied to the block's sum): NMSE against it ~1e-14, the parity bound is
-// 1e-6.
+// Load pattern: 8 rows per workgroup, 32 invocations per row striding over the row's 32-column
+// units (a Q8_0/Q4_0/Q4_1 block; for Q6_K an eighth of a super-block: 8 consecutive bytes of each
+// of its two ql runs and of its qh run, so consecutive lanes read consecutive 8-byte pieces).
+// Block bytes are read as aligned words (blocks are byte-packed with no padding — 34, 18, 20, 210
+// bytes — so a field may start 2 bytes past a word: two aligned words make each word there; an
+// f16 field is one load), two units in flight per step, dequantization in registers. The token's
+// activation row is staged once per workgroup in workgroup memory (rows up to XS_FLOATS columns;
+// longer rows are read from the storage buffer), then a shared-memory reduction (no subgroups:
+// downlevel). f32 accumulation in a different order than the reference's `dot_f32` (the block's —
+// Q6_K: the scale group's — scale is applied to its sum): NMSE against it ~1e-14, the parity bound
+// is 1e-6.
 //
 // Each format's dequantize-and-dot is its own function (`dot_q8_0`, `dot_q4`, `dot_q6_k`);
-// `unit_dot` picks one, `main` strides and reduces.
+// `unit_dot` picks one, `main` stages, strides and reduces.
 //
 // Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
 // (divides 256).
@@ -42,33 +45,52 @@ override TPR: u32 = 32u;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
+// Columns of the activation row a workgroup stages in workgroup memory (12 KiB; with `partial`
+// 13 KiB of the downlevel 16,352 bytes).
+const XS_FLOATS: u32 = 3072u;
 var<workgroup> partial: array<f32, 256>;
+var<workgroup> xs: array<vec4<f32>, 768>;
 
-// The 4 bytes at byte offset `off` as a little-endian u32.
-fn load32(off: u32) -> u32 {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let lo = w[i];
-    if (sh == 0u) {
-        return lo;
+// Where this invocation's token row of x is: staged in `xs`, or in `x` from vec4 `xrow` on.
+var<private> staged: bool;
+var<private> xrow: u32;
+
+// vec4 `i` of the token's activation row.
+fn xv(i: u32) -> vec4<f32> {
+    if (staged) {
+        return xs[i];
     }
-    return (lo >> sh) | (w[i + 1u] << (32u - sh));
+    return x[xrow + i];
 }
 
-// The 16 bytes at byte offset `off` as 4 little-endian words (5 aligned loads when unaligned).
+// Every block field starts at an even byte (block sizes 34, 18, 20, 210; fields at even offsets):
+// a word there is one aligned load, or the halves of two.
+
+// The 8 bytes at even byte offset `off` as 2 little-endian words (3 aligned loads at 2 mod 4).
+fn load2(off: u32) -> vec2<u32> {
+    let i = off >> 2u;
+    let a = vec2<u32>(w[i], w[i + 1u]);
+    if ((off & 2u) == 0u) {
+        return a;
+    }
+    let b = vec2<u32>(a.y, w[i + 2u]);
+    return (a >> vec2<u32>(16u)) | (b << vec2<u32>(16u));
+}
+
+// The 16 bytes at even byte offset `off` as 4 little-endian words (5 aligned loads at 2 mod 4).
 fn load4(off: u32) -> vec4<u32> {
     let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
     let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
-    if (sh == 0u) {
+    if ((off & 2u) == 0u) {
         return a;
     }
     let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
-    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
+    return (a >> vec4<u32>(16u)) | (b << vec4<u32>(16u));
 }
 
+// The f16 at even byte offset `off` (one load).
 fn f16_at(off: u32) -> f32 {
-    return f16_bits_to_f32(load32(off) & 0xffffu);
+    return f16_bits_to_f32((w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu);
 }
 
 const BYTE_SHIFT: vec4<u32> = vec4<u32>(0u, 8u, 16u, 24u);
@@ -78,9 +100,22 @@ fn i8x4(q: u32) -> vec4<f32> {
     return vec4<f32>((vec4<i32>(vec4<u32>(q) << (vec4<u32>(24u) - BYTE_SHIFT))) >> vec4<u32>(24u));
 }
 
+// Signed byte `k` (0..3) of `v` as a float.
+fn i8_at(v: u32, k: u32) -> f32 {
+    return f32(extractBits(bitcast<i32>(v), k * 8u, 8u));
+}
+
 // The low (hi = 0) or high (hi = 4) nibbles of the 4 bytes of `q` as floats.
 fn nib4(q: u32, hi: u32) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(q) >> (BYTE_SHIFT + vec4<u32>(hi))) & vec4<u32>(0xfu));
+}
+
+// Q6_K quants of 4 elements: the nibbles at shift `ns` of the 4 bytes of `ql` below the 2 bits at
+// shift `hs` of the 4 bytes of `qh`, minus 32, as floats.
+fn q6x4(ql: u32, qh: u32, ns: u32, hs: u32) -> vec4<f32> {
+    let lo = (vec4<u32>(ql) >> (BYTE_SHIFT + vec4<u32>(ns))) & vec4<u32>(0xfu);
+    let hi = (vec4<u32>(qh) >> (BYTE_SHIFT + vec4<u32>(hs))) & vec4<u32>(3u);
+    return vec4<f32>(vec4<i32>(lo | (hi << vec4<u32>(4u)))) - vec4<f32>(32.0);
 }
 
 fn block_bytes() -> u32 {
@@ -101,42 +136,34 @@ fn row_bytes() -> u32 {
     return p.blocks_per_row * block_bytes();
 }
 
-// Units per row: 32-element blocks, 16-element scale groups for Q6_K.
-fn units_per_row() -> u32 {
-    if (QTYPE == 3u) {
-        return p.blocks_per_row * 2u;
-    }
-    return p.blocks_per_row;
-}
-
-// Q8_0: the block at byte `off` dotted with x[xv .. xv + 8] (vec4s).
-fn dot_q8_0(off: u32, xv: u32) -> f32 {
+// Q8_0: the block at byte `off` dotted with xv(xi .. xi + 8).
+fn dot_q8_0(off: u32, xi: u32) -> f32 {
     let d = f16_at(off);
     let q0 = load4(off + 2u);
     let q1 = load4(off + 18u);
-    var s = dot(i8x4(q0.x), x[xv]) + dot(i8x4(q0.y), x[xv + 1u]);
-    s = s + dot(i8x4(q0.z), x[xv + 2u]) + dot(i8x4(q0.w), x[xv + 3u]);
-    s = s + dot(i8x4(q1.x), x[xv + 4u]) + dot(i8x4(q1.y), x[xv + 5u]);
-    s = s + dot(i8x4(q1.z), x[xv + 6u]) + dot(i8x4(q1.w), x[xv + 7u]);
+    var s = dot(i8x4(q0.x), xv(xi)) + dot(i8x4(q0.y), xv(xi + 1u));
+    s = s + dot(i8x4(q0.z), xv(xi + 2u)) + dot(i8x4(q0.w), xv(xi + 3u));
+    s = s + dot(i8x4(q1.x), xv(xi + 4u)) + dot(i8x4(q1.y), xv(xi + 5u));
+    s = s + dot(i8x4(q1.z), xv(xi + 6u)) + dot(i8x4(q1.w), xv(xi + 7u));
     return s * d;
 }
 
-// Q4_0 / Q4_1: the block at byte `off` dotted with x[xv .. xv + 8]: d·Σ(q − 8)·x or d·Σq·x + m·Σx.
-fn dot_q4(off: u32, xv: u32) -> f32 {
-    let d = f16_at(off);
+// Q4_0 / Q4_1: the block at byte `off` dotted with xv(xi .. xi + 8): d·Σ(q − 8)·x or d·Σq·x + m·Σx.
+fn dot_q4(off: u32, xi: u32) -> f32 {
     var qoff = off + 2u;
     if (QTYPE == 2u) {
         qoff = off + 4u;
     }
     let q = load4(qoff);
-    let x0 = x[xv];
-    let x1 = x[xv + 1u];
-    let x2 = x[xv + 2u];
-    let x3 = x[xv + 3u];
-    let x4 = x[xv + 4u];
-    let x5 = x[xv + 5u];
-    let x6 = x[xv + 6u];
-    let x7 = x[xv + 7u];
+    let d = f16_at(off);
+    let x0 = xv(xi);
+    let x1 = xv(xi + 1u);
+    let x2 = xv(xi + 2u);
+    let x3 = xv(xi + 3u);
+    let x4 = xv(xi + 4u);
+    let x5 = xv(xi + 5u);
+    let x6 = xv(xi + 6u);
+    let x7 = xv(xi + 7u);
     var s = dot(nib4(q.x, 0u), x0) + dot(nib4(q.y, 0u), x1) + dot(nib4(q.z, 0u), x2);
     s = s + dot(nib4(q.w, 0u), x3) + dot(nib4(q.x, 4u), x4) + dot(nib4(q.y, 4u), x5);
     s = s + dot(nib4(q.z, 4u), x6) + dot(nib4(q.w, 4u), x7);
@@ -147,40 +174,40 @@ fn dot_q4(off: u32, xv: u32) -> f32 {
     return (s - 8.0 * sx) * d;
 }
 
-// Q6_K: scale group g (0..16) of the super-block at byte `off` dotted with x[xv .. xv + 4]
-// (dequantize_row_q6_K: group g = 8·half + 2·quarter + s covers elements 128·half + 32·quarter +
-// 16·s + i, i < 16: ql byte 64·half + 32·(quarter % 2) + 16·s + i, low nibble for quarters 0, 1,
-// high for 2, 3; bits 2·quarter of qh byte 32·half + 16·s + i; scale byte 8·half + s + 2·quarter).
-fn dot_q6_k(off: u32, g: u32, xv: u32) -> f32 {
-    let hf = g / 8u;
-    let qd = (g / 2u) % 4u;
-    let s = g % 2u;
+// Q6_K: unit j (0..8) of the super-block at byte `off` dotted with the super-block's activations
+// from xv(xi) on (dequantize_row_q6_K: half h = j / 4 holds elements 128·h + 32·quarter + l,
+// l < 32; this unit takes l = 8·(j % 4) + i, i < 8: byte l of ql run 64·h (low nibble: quarter 0,
+// high: quarter 2) and of ql run 64·h + 32 (quarters 1, 3), bits 2·quarter of qh byte 32·h + l;
+// quarter q's scale is byte 8·h + l / 16 + 2·q). Each quarter's 8-element sum takes its scale,
+// the unit's sum d.
+fn dot_q6_k(off: u32, j: u32, xi: u32) -> f32 {
+    let h = j / 4u;
+    let k = j % 4u;
+    let b = off + h * 64u + k * 8u;
+    let la = load2(b);
+    let lb = load2(b + 32u);
+    let qh = load2(off + 128u + h * 32u + k * 8u);
+    let sc = load2(off + 192u + h * 8u);
     let d = f16_at(off + 208u);
-    let sc = f32(extractBits(bitcast<i32>(load32(off + 192u + hf * 8u + s + 2u * qd)), 0u, 8u));
-    let ql = load4(off + hf * 64u + (qd & 1u) * 32u + s * 16u);
-    let qh = load4(off + 128u + hf * 32u + s * 16u);
-    let nsh = BYTE_SHIFT + vec4<u32>(4u * (qd / 2u));
-    let hsh = BYTE_SHIFT + vec4<u32>(2u * qd);
-    var acc = 0.0;
-    for (var k = 0u; k < 4u; k = k + 1u) {
-        let lo = (vec4<u32>(ql[k]) >> nsh) & vec4<u32>(0xfu);
-        let hi = (vec4<u32>(qh[k]) >> hsh) & vec4<u32>(3u);
-        let q = vec4<f32>(vec4<i32>(lo | (hi << vec4<u32>(4u)))) - vec4<f32>(32.0);
-        acc = acc + dot(q, x[xv + k]);
-    }
-    return acc * (d * sc);
+    let s0 = k / 2u;
+    let x0 = xi + h * 32u + k * 2u;
+    let d0 = dot(q6x4(la.x, qh.x, 0u, 0u), xv(x0)) + dot(q6x4(la.y, qh.y, 0u, 0u), xv(x0 + 1u));
+    let d1 = dot(q6x4(lb.x, qh.x, 0u, 2u), xv(x0 + 8u)) + dot(q6x4(lb.y, qh.y, 0u, 2u), xv(x0 + 9u));
+    let d2 = dot(q6x4(la.x, qh.x, 4u, 4u), xv(x0 + 16u)) + dot(q6x4(la.y, qh.y, 4u, 4u), xv(x0 + 17u));
+    let d3 = dot(q6x4(lb.x, qh.x, 4u, 6u), xv(x0 + 24u)) + dot(q6x4(lb.y, qh.y, 4u, 6u), xv(x0 + 25u));
+    let s = (d0 * i8_at(sc.x, s0) + d1 * i8_at(sc.x, s0 + 2u)) + (d2 * i8_at(sc.y, s0) + d3 * i8_at(sc.y, s0 + 2u));
+    return s * d;
 }
 
-// Unit `u` of the row at byte `rbase` dotted with token `tok`'s activations.
-fn unit_dot(rbase: u32, u: u32, tok: u32) -> f32 {
-    let xrow = tok * (p.cols / 4u);
+// Unit `u` (32 columns) of the row at byte `rbase` dotted with the token's activations.
+fn unit_dot(rbase: u32, u: u32) -> f32 {
     if (QTYPE == 3u) {
-        return dot_q6_k(rbase + (u / 16u) * 210u, u % 16u, xrow + u * 4u);
+        return dot_q6_k(rbase + (u / 8u) * 210u, u % 8u, (u / 8u) * 64u);
     }
     if (QTYPE == 0u) {
-        return dot_q8_0(rbase + u * 34u, xrow + u * 8u);
+        return dot_q8_0(rbase + u * 34u, u * 8u);
     }
-    return dot_q4(rbase + u * block_bytes(), xrow + u * 8u);
+    return dot_q4(rbase + u * block_bytes(), u * 8u);
 }
 
 @compute @workgroup_size(256)
@@ -190,18 +217,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let lane = lid % TPR;
     let row = wg.x * rpw + lrow;
     let tok = wg.y;
+    let n4 = p.cols / 4u;
+    xrow = tok * n4;
+    staged = p.cols <= XS_FLOATS;
+    if (staged && tok < p.n_tokens) {
+        for (var i = lid; i < n4; i = i + WG) {
+            xs[i] = x[xrow + i];
+        }
+    }
+    workgroupBarrier();
     var acc = 0.0;
     if (row < p.rows && tok < p.n_tokens) {
         let rbase = row * row_bytes();
-        let n = units_per_row();
+        let n = p.blocks_per_row;
         var u = lane;
         for (; u + TPR < n; u = u + 2u * TPR) {
-            let a = unit_dot(rbase, u, tok);
-            let b = unit_dot(rbase, u + TPR, tok);
+            let a = unit_dot(rbase, u);
+            let b = unit_dot(rbase, u + TPR);
             acc = acc + (a + b);
         }
         if (u < n) {
-            acc = acc + unit_dot(rbase, u, tok);
+            acc = acc + unit_dot(rbase, u);
         }
     }
     partial[lid] = acc;
