@@ -9,15 +9,16 @@
 // of its two ql runs and of its qh run, so consecutive lanes read consecutive 8-byte pieces).
 // Block bytes are read as aligned words (blocks are byte-packed with no padding — 34, 18, 20, 210
 // bytes — so a field may start 2 bytes past a word: two aligned words make each word there; an
-// f16 field is one load), two units in flight per step, dequantization in registers. The token's
-// activation row is staged once per workgroup in workgroup memory (rows up to XS_FLOATS columns;
-// longer rows are read from the storage buffer), then a shared-memory reduction (no subgroups:
-// downlevel). f32 accumulation in a different order than the reference's `dot_f32` (the block's —
-// Q6_K: the scale group's — scale is applied to its sum): NMSE against it ~1e-14, the parity bound
-// is 1e-6.
+// f16 field is one load), dequantization in registers. Each invocation issues its first two
+// units' loads, then the workgroup stages the token's activation row once in workgroup memory
+// (rows up to XS_FLOATS columns; longer rows are read from the storage buffer); each step loads
+// the next two units before it sums the current two. Then a shared-memory reduction (no
+// subgroups: downlevel). f32 accumulation in a different order than the reference's `dot_f32`
+// (the block's — Q6_K: the scale group's — scale is applied to its sum): NMSE against it
+// ~1e-14, the parity bound is 1e-6.
 //
-// Each format's dequantize-and-dot is its own function (`dot_q8_0`, `dot_q4`, `dot_q6_k`);
-// `unit_dot` picks one, `main` stages, strides and reduces.
+// `load_unit` reads a unit's words, each format's dequantize-and-dot is its own function
+// (`dot_q8_0`, `dot_q4`, `dot_q6_k`), `unit_dot` picks one, `main` stages, strides and reduces.
 //
 // Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
 // (divides 256).
@@ -88,11 +89,6 @@ fn load4(off: u32) -> vec4<u32> {
     return (a >> vec4<u32>(16u)) | (b << vec4<u32>(16u));
 }
 
-// The f16 at even byte offset `off` (one load).
-fn f16_at(off: u32) -> f32 {
-    return f16_bits_to_f32((w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu);
-}
-
 const BYTE_SHIFT: vec4<u32> = vec4<u32>(0u, 8u, 16u, 24u);
 
 // The 4 signed bytes of `q` as floats.
@@ -136,11 +132,57 @@ fn row_bytes() -> u32 {
     return p.blocks_per_row * block_bytes();
 }
 
-// Q8_0: the block at byte `off` dotted with xv(xi .. xi + 8).
-fn dot_q8_0(off: u32, xi: u32) -> f32 {
-    let d = f16_at(off);
-    let q0 = load4(off + 2u);
-    let q1 = load4(off + 18u);
+// One 32-column unit's raw words, loaded before they are used (the first ones before the
+// activations are staged, the next ones while the current ones are summed): Q8_0 a, b = the 32
+// quants, c.x = d's bits; Q4_0/Q4_1 a = the 16 quant bytes, c.x = d's bits, c.y = m's bits;
+// Q6_K a.xy, a.zw = the two ql pieces, b.xy = the qh piece, b.zw = the half's 8 scales, c.x = d's
+// bits, c.y = the unit's index in its super-block.
+struct Unit {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    c: vec2<u32>,
+}
+
+// The bits of the f16 at even byte offset `off` (one load).
+fn f16_bits(off: u32) -> u32 {
+    return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+}
+
+// Unit `u` of the row at byte `rbase`: its words (Q6_K: unit j = u % 8 of super-block u / 8 holds
+// half h = j / 4, l = 8·(j % 4) + i, i < 8 of dequantize_row_q6_K's elements 128·h + 32·quarter +
+// l: byte l of ql run 64·h (low nibble: quarter 0, high: quarter 2) and of ql run 64·h + 32
+// (quarters 1, 3), bits 2·quarter of qh byte 32·h + l; quarter q's scale is byte 8·h + l / 16 + 2·q).
+fn load_unit(rbase: u32, u: u32) -> Unit {
+    var r: Unit;
+    if (QTYPE == 3u) {
+        let off = rbase + (u / 8u) * 210u;
+        let j = u % 8u;
+        let h = j / 4u;
+        let b = off + h * 64u + (j % 4u) * 8u;
+        r.a = vec4<u32>(load2(b), load2(b + 32u));
+        r.b = vec4<u32>(load2(off + 128u + h * 32u + (j % 4u) * 8u), load2(off + 192u + h * 8u));
+        r.c = vec2<u32>(f16_bits(off + 208u), j);
+    } else if (QTYPE == 0u) {
+        let off = rbase + u * 34u;
+        r.a = load4(off + 2u);
+        r.b = load4(off + 18u);
+        r.c = vec2<u32>(f16_bits(off), 0u);
+    } else {
+        let off = rbase + u * block_bytes();
+        if (QTYPE == 2u) {
+            let dm = w[off >> 2u]; // 20-byte blocks: d and m are one aligned word
+            r.a = load4(off + 4u);
+            r.c = vec2<u32>(dm & 0xffffu, dm >> 16u);
+        } else {
+            r.a = load4(off + 2u);
+            r.c = vec2<u32>(f16_bits(off), 0u);
+        }
+    }
+    return r;
+}
+
+// Q8_0: the block's quants `q0`, `q1` (scale d) dotted with xv(xi .. xi + 8).
+fn dot_q8_0(q0: vec4<u32>, q1: vec4<u32>, d: f32, xi: u32) -> f32 {
     var s = dot(i8x4(q0.x), xv(xi)) + dot(i8x4(q0.y), xv(xi + 1u));
     s = s + dot(i8x4(q0.z), xv(xi + 2u)) + dot(i8x4(q0.w), xv(xi + 3u));
     s = s + dot(i8x4(q1.x), xv(xi + 4u)) + dot(i8x4(q1.y), xv(xi + 5u));
@@ -148,14 +190,9 @@ fn dot_q8_0(off: u32, xi: u32) -> f32 {
     return s * d;
 }
 
-// Q4_0 / Q4_1: the block at byte `off` dotted with xv(xi .. xi + 8): d·Σ(q − 8)·x or d·Σq·x + m·Σx.
-fn dot_q4(off: u32, xi: u32) -> f32 {
-    var qoff = off + 2u;
-    if (QTYPE == 2u) {
-        qoff = off + 4u;
-    }
-    let q = load4(qoff);
-    let d = f16_at(off);
+// Q4_0 / Q4_1: the block's quant bytes `q` (scale d, Q4_1 minimum m) dotted with xv(xi .. xi + 8):
+// d·Σ(q − 8)·x or d·Σq·x + m·Σx.
+fn dot_q4(q: vec4<u32>, d: f32, m: f32, xi: u32) -> f32 {
     let x0 = xv(xi);
     let x1 = xv(xi + 1u);
     let x2 = xv(xi + 2u);
@@ -169,45 +206,40 @@ fn dot_q4(off: u32, xi: u32) -> f32 {
     s = s + dot(nib4(q.z, 4u), x6) + dot(nib4(q.w, 4u), x7);
     let sx = dot((x0 + x1) + (x2 + x3) + (x4 + x5) + (x6 + x7), vec4<f32>(1.0));
     if (QTYPE == 2u) {
-        return s * d + sx * f16_at(off + 2u);
+        return s * d + sx * m;
     }
     return (s - 8.0 * sx) * d;
 }
 
-// Q6_K: unit j (0..8) of the super-block at byte `off` dotted with the super-block's activations
-// from xv(xi) on (dequantize_row_q6_K: half h = j / 4 holds elements 128·h + 32·quarter + l,
-// l < 32; this unit takes l = 8·(j % 4) + i, i < 8: byte l of ql run 64·h (low nibble: quarter 0,
-// high: quarter 2) and of ql run 64·h + 32 (quarters 1, 3), bits 2·quarter of qh byte 32·h + l;
-// quarter q's scale is byte 8·h + l / 16 + 2·q). Each quarter's 8-element sum takes its scale,
-// the unit's sum d.
-fn dot_q6_k(off: u32, j: u32, xi: u32) -> f32 {
-    let h = j / 4u;
+// Q6_K: unit `r` (ql pieces la, lb, qh piece, scales sc; `load_unit`) dotted with its activations,
+// xi the super-block's first vec4. Each quarter's 8-element sum takes its scale, the unit's sum d.
+fn dot_q6_k(r: Unit, xi: u32) -> f32 {
+    let j = r.c.y;
     let k = j % 4u;
-    let b = off + h * 64u + k * 8u;
-    let la = load2(b);
-    let lb = load2(b + 32u);
-    let qh = load2(off + 128u + h * 32u + k * 8u);
-    let sc = load2(off + 192u + h * 8u);
-    let d = f16_at(off + 208u);
+    let la = r.a.xy;
+    let lb = r.a.zw;
+    let qh = r.b.xy;
+    let sc = r.b.zw;
     let s0 = k / 2u;
-    let x0 = xi + h * 32u + k * 2u;
+    let x0 = xi + (j / 4u) * 32u + k * 2u;
     let d0 = dot(q6x4(la.x, qh.x, 0u, 0u), xv(x0)) + dot(q6x4(la.y, qh.y, 0u, 0u), xv(x0 + 1u));
     let d1 = dot(q6x4(lb.x, qh.x, 0u, 2u), xv(x0 + 8u)) + dot(q6x4(lb.y, qh.y, 0u, 2u), xv(x0 + 9u));
     let d2 = dot(q6x4(la.x, qh.x, 4u, 4u), xv(x0 + 16u)) + dot(q6x4(la.y, qh.y, 4u, 4u), xv(x0 + 17u));
     let d3 = dot(q6x4(lb.x, qh.x, 4u, 6u), xv(x0 + 24u)) + dot(q6x4(lb.y, qh.y, 4u, 6u), xv(x0 + 25u));
     let s = (d0 * i8_at(sc.x, s0) + d1 * i8_at(sc.x, s0 + 2u)) + (d2 * i8_at(sc.y, s0) + d3 * i8_at(sc.y, s0 + 2u));
-    return s * d;
+    return s * f16_bits_to_f32(r.c.x);
 }
 
-// Unit `u` (32 columns) of the row at byte `rbase` dotted with the token's activations.
-fn unit_dot(rbase: u32, u: u32) -> f32 {
+// Unit `u` (loaded as `r`) dotted with the token's activations.
+fn unit_dot(r: Unit, u: u32) -> f32 {
     if (QTYPE == 3u) {
-        return dot_q6_k(rbase + (u / 8u) * 210u, u % 8u, (u / 8u) * 64u);
+        return dot_q6_k(r, (u / 8u) * 64u);
     }
+    let d = f16_bits_to_f32(r.c.x);
     if (QTYPE == 0u) {
-        return dot_q8_0(rbase + u * 34u, u * 8u);
+        return dot_q8_0(r.a, r.b, d, u * 8u);
     }
-    return dot_q4(rbase + u * block_bytes(), u * 8u);
+    return dot_q4(r.a, d, f16_bits_to_f32(r.c.y), u * 8u);
 }
 
 @compute @workgroup_size(256)
@@ -217,6 +249,19 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let lane = lid % TPR;
     let row = wg.x * rpw + lrow;
     let tok = wg.y;
+    let live = row < p.rows && tok < p.n_tokens;
+    let n = select(0u, p.blocks_per_row, live);
+    let rbase = row * row_bytes();
+    // the first two units' loads go out before the activations are staged
+    var u = lane;
+    var r0: Unit;
+    var r1: Unit;
+    if (u < n) {
+        r0 = load_unit(rbase, u);
+    }
+    if (u + TPR < n) {
+        r1 = load_unit(rbase, u + TPR);
+    }
     let n4 = p.cols / 4u;
     xrow = tok * n4;
     staged = p.cols <= XS_FLOATS;
@@ -226,19 +271,22 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
     }
     workgroupBarrier();
+    // two units per step; the next two are loaded before these are summed
     var acc = 0.0;
-    if (row < p.rows && tok < p.n_tokens) {
-        let rbase = row * row_bytes();
-        let n = p.blocks_per_row;
-        var u = lane;
-        for (; u + TPR < n; u = u + 2u * TPR) {
-            let a = unit_dot(rbase, u);
-            let b = unit_dot(rbase, u + TPR);
-            acc = acc + (a + b);
+    for (; u < n; u = u + 2u * TPR) {
+        let c0 = r0;
+        let c1 = r1;
+        if (u + 2u * TPR < n) {
+            r0 = load_unit(rbase, u + 2u * TPR);
         }
-        if (u < n) {
-            acc = acc + unit_dot(rbase, u);
+        if (u + 3u * TPR < n) {
+            r1 = load_unit(rbase, u + 3u * TPR);
         }
+        var s = unit_dot(c0, u);
+        if (u + TPR < n) {
+            s = s + unit_dot(c1, u + TPR);
+        }
+        acc = acc + s;
     }
     partial[lid] = acc;
     workgroupBarrier();
@@ -248,7 +296,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         workgroupBarrier();
     }
-    if (lane == 0u && row < p.rows && tok < p.n_tokens) {
+    if (lane == 0u && live) {
         if ((p.mode & 4u) != 0u && (p.mode & 3u) >= 2u) {
             // gate/up row pairs: the odd row stores the pair's GLU (the gate's sum is its
             // partner's partial, already reduced)
