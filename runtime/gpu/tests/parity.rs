@@ -656,7 +656,13 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
         for (rows, cols, tokens) in [(1, 32), (33, 64), (257, 1024), (31, 576)]
             .map(|(r, c)| (r, c, 1))
             .into_iter()
-            .chain([(7, 96, 3), (13, 1184, 1), (9, 2080, 3), (11, 3072, 2), (5, 3104, 3)])
+            .chain([
+                (7, 96, 3),
+                (13, 1184, 1),
+                (9, 2080, 3),
+                (11, 3072, 2),
+                (5, 3104, 3),
+            ])
         {
             add(
                 format!("ggml {q:?} {rows}×{cols} tokens {tokens}"),
