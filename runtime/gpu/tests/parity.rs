@@ -651,8 +651,7 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
     }
     for q in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
         // Odd sizes: 37 and 65 blocks per row (the GEMV's two-units-per-step loop and its
-        // tail), odd row counts, 3 tokens; the activation row staged in workgroup memory up to
-        // 3072 columns (the limit itself) and read from the buffer past it (97 blocks).
+        // tail), odd row counts, 3 tokens; 96 and 97 blocks (rows of 3072 and 3104 columns).
         for (rows, cols, tokens) in [(1, 32), (33, 64), (257, 1024), (31, 576)]
             .map(|(r, c)| (r, c, 1))
             .into_iter()

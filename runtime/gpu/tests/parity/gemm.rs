@@ -297,8 +297,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     }
     // Odd sizes: 3, 5, 9 and 17 super-blocks per row (24, 40, 72, 136 units of 32 columns: the
     // GEMV's two-units-per-step loop and its tail; odd super-blocks start 2 bytes past a word),
-    // odd row counts; the activation row staged up to 3072 columns (12 super-blocks, the limit)
-    // and read from the buffer past it (4352).
+    // odd row counts; 12 super-blocks (3 rows × 3072, 2 tokens) and 2 (fewer units than lanes).
     for (rows, cols, tokens) in [
         (1, 256, 1),
         (3, 3072, 2),
