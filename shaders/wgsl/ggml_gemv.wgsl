@@ -5,16 +5,22 @@
 // ql[128], qh[64], scales[16] i8, d f16) x = (d·sc)·q.
 //
 // Load pattern (the float GEMV's): 8 rows per workgroup, 32 invocations per row striding over
-// the row's units (a 32-element block; for Q6_K one 16-element scale group), whole units read as
-// 4-word vectors (`load4`: blocks are byte-packed with no padding — 34, 18, 20, 210 bytes — so a
-// unit may start at any byte; two shifted aligned words make each word), activations as vec4,
-// dequantization in registers, two units in flight per step, then a shared-memory reduction (no
-// subgroups: downlevel). f32 accumulation in a different order than the reference's `dot_f32`
-// (the block's scale is applied to the block's sum): NMSE against it ~1e-14, the parity bound is
-// 1e-6.
+// the row's units, then a shared-memory reduction (no subgroups: downlevel). Blocks are
+// byte-packed with no padding (34, 18, 20, 210 bytes), so a field may start at any byte: two
+// shifted aligned words make each word there. Activations are read as vec4 from the storage
+// buffer (staging the row in workgroup memory measured slower on the H100: docs/measurements.md,
+// h-ggml).
+// * Q8_0 / Q4_0 / Q4_1: a unit is a 32-element block read as 4-word vectors (`load4`), two units
+//   in flight per step.
+// * Q6_K: a unit is an eighth of a super-block (32 columns): 8 consecutive bytes of each of its
+//   two ql runs and of its qh run, its half's 8 scales, d (`load_q6`; 9 aligned loads, 13 where
+//   the super-block starts 2 bytes past a word), so consecutive lanes read consecutive 8-byte
+//   pieces. Each step loads the next two units before it sums the current two.
+// f32 accumulation in a different order than the reference's `dot_f32` (the block's — Q6_K: the
+// scale group's — scale is applied to its sum): NMSE against it ~1e-14, the parity bound is 1e-6.
 //
 // Each format's dequantize-and-dot is its own function (`dot_q8_0`, `dot_q4`, `dot_q6_k`);
-// `unit_dot` picks one, `main` strides and reduces.
+// `unit_dot` picks one for the 32-element blocks, `main` strides and reduces.
 //
 // Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
 // (divides 256).
@@ -101,14 +107,6 @@ fn row_bytes() -> u32 {
     return p.blocks_per_row * block_bytes();
 }
 
-// Units per row: 32-element blocks, 16-element scale groups for Q6_K.
-fn units_per_row() -> u32 {
-    if (QTYPE == 3u) {
-        return p.blocks_per_row * 2u;
-    }
-    return p.blocks_per_row;
-}
-
 // Q8_0: the block at byte `off` dotted with x[xv .. xv + 8] (vec4s).
 fn dot_q8_0(off: u32, xv: u32) -> f32 {
     let d = f16_at(off);
@@ -147,36 +145,78 @@ fn dot_q4(off: u32, xv: u32) -> f32 {
     return (s - 8.0 * sx) * d;
 }
 
-// Q6_K: scale group g (0..16) of the super-block at byte `off` dotted with x[xv .. xv + 4]
-// (dequantize_row_q6_K: group g = 8·half + 2·quarter + s covers elements 128·half + 32·quarter +
-// 16·s + i, i < 16: ql byte 64·half + 32·(quarter % 2) + 16·s + i, low nibble for quarters 0, 1,
-// high for 2, 3; bits 2·quarter of qh byte 32·half + 16·s + i; scale byte 8·half + s + 2·quarter).
-fn dot_q6_k(off: u32, g: u32, xv: u32) -> f32 {
-    let hf = g / 8u;
-    let qd = (g / 2u) % 4u;
-    let s = g % 2u;
-    let d = f16_at(off + 208u);
-    let sc = f32(extractBits(bitcast<i32>(load32(off + 192u + hf * 8u + s + 2u * qd)), 0u, 8u));
-    let ql = load4(off + hf * 64u + (qd & 1u) * 32u + s * 16u);
-    let qh = load4(off + 128u + hf * 32u + s * 16u);
-    let nsh = BYTE_SHIFT + vec4<u32>(4u * (qd / 2u));
-    let hsh = BYTE_SHIFT + vec4<u32>(2u * qd);
-    var acc = 0.0;
-    for (var k = 0u; k < 4u; k = k + 1u) {
-        let lo = (vec4<u32>(ql[k]) >> nsh) & vec4<u32>(0xfu);
-        let hi = (vec4<u32>(qh[k]) >> hsh) & vec4<u32>(3u);
-        let q = vec4<f32>(vec4<i32>(lo | (hi << vec4<u32>(4u)))) - vec4<f32>(32.0);
-        acc = acc + dot(q, x[xv + k]);
+// The 8 bytes at even byte offset `off` as 2 little-endian words (3 aligned loads at 2 mod 4).
+fn load2(off: u32) -> vec2<u32> {
+    let i = off >> 2u;
+    let a = vec2<u32>(w[i], w[i + 1u]);
+    if ((off & 2u) == 0u) {
+        return a;
     }
-    return acc * (d * sc);
+    let b = vec2<u32>(a.y, w[i + 2u]);
+    return (a >> vec2<u32>(16u)) | (b << vec2<u32>(16u));
 }
 
-// Unit `u` of the row at byte `rbase` dotted with token `tok`'s activations.
+// Signed byte `k` (0..3) of `v` as a float.
+fn i8_at(v: u32, k: u32) -> f32 {
+    return f32(extractBits(bitcast<i32>(v), k * 8u, 8u));
+}
+
+// Q6_K quants of 4 elements: the nibbles at shift `ns` of the 4 bytes of `ql` below the 2 bits at
+// shift `hs` of the 4 bytes of `qh`, minus 32, as floats.
+fn q6x4(ql: u32, qh: u32, ns: u32, hs: u32) -> vec4<f32> {
+    let lo = (vec4<u32>(ql) >> (BYTE_SHIFT + vec4<u32>(ns))) & vec4<u32>(0xfu);
+    let hi = (vec4<u32>(qh) >> (BYTE_SHIFT + vec4<u32>(hs))) & vec4<u32>(3u);
+    return vec4<f32>(vec4<i32>(lo | (hi << vec4<u32>(4u)))) - vec4<f32>(32.0);
+}
+
+// One Q6_K unit's words, loaded before they are summed: a.xy, a.zw = the two ql pieces, b.xy =
+// the qh piece, b.zw = the half's 8 scales, c.x = d's bits, c.y = the unit's index in its
+// super-block.
+struct Q6Unit {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    c: vec2<u32>,
+}
+
+// Q6_K unit `u` of the row at byte `rbase` (dequantize_row_q6_K: unit j = u % 8 of super-block
+// u / 8 holds half h = j / 4, l = 8·(j % 4) + i, i < 8 of the elements 128·h + 32·quarter + l:
+// byte l of ql run 64·h (low nibble: quarter 0, high: quarter 2) and of ql run 64·h + 32
+// (quarters 1, 3), bits 2·quarter of qh byte 32·h + l; quarter q's scale is byte
+// 8·h + l / 16 + 2·q). Every field starts at an even byte.
+fn load_q6(rbase: u32, u: u32) -> Q6Unit {
+    let off = rbase + (u / 8u) * 210u;
+    let j = u % 8u;
+    let h = j / 4u;
+    let b = off + h * 64u + (j % 4u) * 8u;
+    var r: Q6Unit;
+    r.a = vec4<u32>(load2(b), load2(b + 32u));
+    r.b = vec4<u32>(load2(off + 128u + h * 32u + (j % 4u) * 8u), load2(off + 192u + h * 8u));
+    r.c = vec2<u32>((w[(off + 208u) >> 2u] >> (((off + 208u) & 2u) * 8u)) & 0xffffu, j);
+    return r;
+}
+
+// Q6_K: unit `r` dotted with token `tok`'s activations, `u` its index in the row. Each quarter's
+// 8-element sum takes its scale, the unit's sum d.
+fn dot_q6_k(r: Q6Unit, u: u32, tok: u32) -> f32 {
+    let j = r.c.y;
+    let k = j % 4u;
+    let la = r.a.xy;
+    let lb = r.a.zw;
+    let qh = r.b.xy;
+    let sc = r.b.zw;
+    let s0 = k / 2u;
+    let x0 = tok * (p.cols / 4u) + (u / 8u) * 64u + (j / 4u) * 32u + k * 2u;
+    let d0 = dot(q6x4(la.x, qh.x, 0u, 0u), x[x0]) + dot(q6x4(la.y, qh.y, 0u, 0u), x[x0 + 1u]);
+    let d1 = dot(q6x4(lb.x, qh.x, 0u, 2u), x[x0 + 8u]) + dot(q6x4(lb.y, qh.y, 0u, 2u), x[x0 + 9u]);
+    let d2 = dot(q6x4(la.x, qh.x, 4u, 4u), x[x0 + 16u]) + dot(q6x4(la.y, qh.y, 4u, 4u), x[x0 + 17u]);
+    let d3 = dot(q6x4(lb.x, qh.x, 4u, 6u), x[x0 + 24u]) + dot(q6x4(lb.y, qh.y, 4u, 6u), x[x0 + 25u]);
+    let s = (d0 * i8_at(sc.x, s0) + d1 * i8_at(sc.x, s0 + 2u)) + (d2 * i8_at(sc.y, s0) + d3 * i8_at(sc.y, s0 + 2u));
+    return s * f16_bits_to_f32(r.c.x);
+}
+
+// Block `u` (Q8_0 / Q4_0 / Q4_1) of the row at byte `rbase` dotted with token `tok`'s activations.
 fn unit_dot(rbase: u32, u: u32, tok: u32) -> f32 {
     let xrow = tok * (p.cols / 4u);
-    if (QTYPE == 3u) {
-        return dot_q6_k(rbase + (u / 16u) * 210u, u % 16u, xrow + u * 4u);
-    }
     if (QTYPE == 0u) {
         return dot_q8_0(rbase + u * 34u, xrow + u * 8u);
     }
@@ -190,18 +230,46 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let lane = lid % TPR;
     let row = wg.x * rpw + lrow;
     let tok = wg.y;
+    let live = row < p.rows && tok < p.n_tokens;
     var acc = 0.0;
-    if (row < p.rows && tok < p.n_tokens) {
+    if (live) {
         let rbase = row * row_bytes();
-        let n = units_per_row();
+        let n = p.blocks_per_row;
         var u = lane;
-        for (; u + TPR < n; u = u + 2u * TPR) {
-            let a = unit_dot(rbase, u, tok);
-            let b = unit_dot(rbase, u + TPR, tok);
-            acc = acc + (a + b);
-        }
-        if (u < n) {
-            acc = acc + unit_dot(rbase, u, tok);
+        if (QTYPE == 3u) {
+            // two units per step; the next two are loaded before these are summed
+            var r0: Q6Unit;
+            var r1: Q6Unit;
+            if (u < n) {
+                r0 = load_q6(rbase, u);
+            }
+            if (u + TPR < n) {
+                r1 = load_q6(rbase, u + TPR);
+            }
+            for (; u < n; u = u + 2u * TPR) {
+                let c0 = r0;
+                let c1 = r1;
+                if (u + 2u * TPR < n) {
+                    r0 = load_q6(rbase, u + 2u * TPR);
+                }
+                if (u + 3u * TPR < n) {
+                    r1 = load_q6(rbase, u + 3u * TPR);
+                }
+                var s = dot_q6_k(c0, u, tok);
+                if (u + TPR < n) {
+                    s = s + dot_q6_k(c1, u + TPR, tok);
+                }
+                acc = acc + s;
+            }
+        } else {
+            for (; u + TPR < n; u = u + 2u * TPR) {
+                let a = unit_dot(rbase, u, tok);
+                let b = unit_dot(rbase, u + TPR, tok);
+                acc = acc + (a + b);
+            }
+            if (u < n) {
+                acc = acc + unit_dot(rbase, u, tok);
+            }
         }
     }
     partial[lid] = acc;
@@ -212,7 +280,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         workgroupBarrier();
     }
-    if (lane == 0u && row < p.rows && tok < p.n_tokens) {
+    if (lane == 0u && live) {
         if ((p.mode & 4u) != 0u && (p.mode & 3u) >= 2u) {
             // gate/up row pairs: the odd row stores the pair's GLU (the gate's sum is its
             // partner's partial, already reduced)

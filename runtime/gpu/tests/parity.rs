@@ -659,11 +659,17 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
     }
     for q in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
         // Odd sizes: 37 and 65 blocks per row (the GEMV's two-units-per-step loop and its
-        // tail), odd row counts, 3 tokens.
+        // tail), odd row counts, 3 tokens; 96 and 97 blocks (rows of 3072 and 3104 columns).
         for (rows, cols, tokens) in [(1, 32), (33, 64), (257, 1024), (31, 576)]
             .map(|(r, c)| (r, c, 1))
             .into_iter()
-            .chain([(7, 96, 3), (13, 1184, 1), (9, 2080, 3)])
+            .chain([
+                (7, 96, 3),
+                (13, 1184, 1),
+                (9, 2080, 3),
+                (11, 3072, 2),
+                (5, 3104, 3),
+            ])
         {
             add(
                 format!("ggml {q:?} {rows}×{cols} tokens {tokens}"),

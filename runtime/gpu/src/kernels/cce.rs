@@ -29,7 +29,7 @@ use crate::device::params::{CceCombineParams, CceParams, LogSoftmaxParams};
 use crate::device::pipeline::KernelKey;
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
-use crate::kernels::matmul;
+use crate::kernels::{ggml, matmul};
 use crate::weights::{FloatWeight, GgmlWeight};
 
 /// Positions per pass-A workgroup (`BP` in `cce.wgsl`) with 64-row tiles.
@@ -262,7 +262,7 @@ pub fn score(
     Ok(())
 }
 
-/// The materialized path with [`score`]'s contract: the GEMV/GEMM ([`matmul::ggml_matmul`],
+/// The materialized path with [`score`]'s contract: the GEMV/GEMM ([`ggml::ggml_matmul`],
 /// [`matmul::float_matmul`]) writes `[chunk][n_vocab]` logits for as many positions as fit one
 /// binding, then one workgroup per position computes `logits[t] − logsumexp(logits)`.
 pub fn materialized_logprobs(
@@ -305,7 +305,7 @@ pub fn materialized_logprobs(
             None => hidden,
         };
         match head {
-            Head::Ggml(w) => matmul::ggml_matmul(ctx, enc, w, x, nc, &logits)?,
+            Head::Ggml(w) => ggml::ggml_matmul(ctx, enc, w, x, nc, &logits)?,
             Head::Float(w) => matmul::float_matmul(ctx, enc, w, x, nc, &logits)?,
         }
         let q = LogSoftmaxParams {

@@ -1,29 +1,29 @@
 //! Every matmul of the engine and the choice between them.
 //!
-//! * GEMV kernels (`ternary_gemv.wgsl`, `ggml_gemv.wgsl`, `float_gemv.wgsl`) put tokens on grid
+//! * GEMV kernels (`ternary_gemv.wgsl`, `float_gemv.wgsl`; `ggml_gemv.wgsl` in `ggml.rs`) put tokens on grid
 //!   y, so every workgroup re-reads its weight rows once per token: decode.
-//! * Tiled GEMM kernels (`ternary_gemm.wgsl`, `ggml_gemm.wgsl`) compute a tile of
+//! * Tiled GEMM kernels (`ternary_gemm.wgsl`, `ggml_gemm.wgsl` launched from `ggml.rs`) compute a tile of
 //!   [`GEMM_TILE_ROWS`] rows × [`GEMM_TILE_TOKENS`] tokens per workgroup, staging decoded
 //!   weights and activations in workgroup memory, so each weight word is read once per 32
 //!   tokens: prefill. Same operands, same output (`y = [n_tokens][rows]` f32) and the same
 //!   split-by-rows weights as the GEMVs. [`ternary_gemm`] is bit-exact with [`ternary_gemv`] and
 //!   `tern_reference` (i32 sums per scale group, then the same f32 operations in the same
-//!   order), so the choice never changes a result; [`ggml_gemm`] sums in another f32 order than
+//!   order), so the choice never changes a result; the ggml GEMM sums in another f32 order than
 //!   the GEMV (NMSE ~1e-14 against the reference).
-//! * [`ternary_matmul`] / [`ggml_matmul`] / [`float_matmul`] are what the graph calls: GEMV
+//! * [`ternary_matmul`] / [`float_matmul`] (and `ggml.rs`'s `ggml_matmul`) are what the graph calls: GEMV
 //!   below [`GEMM_MIN_TOKENS`] tokens, GEMM from there on (floats: GEMV always).
 
 use tern_format::ternary;
 
 use crate::device::check::{check_binding, check_buffer, u32_of};
 use crate::device::context::GpuContext;
-use crate::device::params::{FloatParams, GgmlParams, TernaryParams};
+use crate::device::params::{FloatParams, TernaryParams};
 use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
 use crate::weights::ternary::{GEMV_ROWS_PER_WG, TERNARY_WIDE_MAX_GROUPS_PER_ROW};
-use crate::weights::{FloatWeight, GgmlWeight, Part, TernaryWeight};
+use crate::weights::{FloatWeight, Part, TernaryWeight};
 
 /// Weight rows per GEMM workgroup (`TR` in the shaders).
 pub const GEMM_TILE_ROWS: u64 = 64;
@@ -73,7 +73,7 @@ impl GemmTile {
         }
     }
 }
-/// From this many tokens on, [`ternary_matmul`] / [`ggml_matmul`] use the GEMM. Below it the
+/// From this many tokens on, [`ternary_matmul`] / `ggml.rs`'s `ggml_matmul` use the GEMM. Below it the
 /// GEMV's per-token weight re-reads cost less than a mostly empty 32-token tile. Measured on an
 /// H100 (`gpu_bench --only prefill`, 2bit 6912 × 2560): GEMV 62 µs at 1 token, ~+27 µs per
 /// token; GEMM ~75 µs flat up to 32 tokens (one row tile per SM, latency-bound). On 640-row
@@ -132,21 +132,6 @@ fn act_per_word(a: &ActInt8) -> u64 {
     }
 }
 
-/// The parameters of one row part of a ggml-block weight (GEMV and GEMM share the struct;
-/// `blocks_per_row` counts 32-column units).
-fn ggml_params(op: &'static str, w: &GgmlWeight, part: &Part, n_tokens: u32) -> Result<GgmlParams> {
-    Ok(GgmlParams {
-        mode: 0,
-        rows: u32_of(op, "rows", part.rows)?,
-        cols: u32_of(op, "cols", w.cols)?,
-        blocks_per_row: u32_of(op, "blocks", w.cols / 32)?,
-        out_stride: u32_of(op, "rows", w.rows)?,
-        row0: u32_of(op, "row0", part.row0)?,
-        n_tokens,
-        _pad1: 0,
-    })
-}
-
 /// What a decode GEMV does with its result (issue 15's fusions, `p.mode` bits 2..3 of
 /// `ternary_gemv.wgsl`, `mode` of `ggml_gemv.wgsl`): store it, add it to `y` in place (the
 /// residual add), or multiply it into the GLU of the gate already in `y` (the same f32 operations
@@ -166,7 +151,7 @@ impl Epilogue {
         matches!(self, Epilogue::Relu2Glu | Epilogue::SwiGlu)
     }
 
-    fn mode(self) -> u32 {
+    pub(crate) fn mode(self) -> u32 {
         match self {
             Epilogue::Store => 0,
             Epilogue::Add => 1,
@@ -339,54 +324,6 @@ pub fn ternary_gemv_fused(
 }
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`.
-pub fn ggml_gemv(
-    ctx: &GpuContext,
-    enc: &mut impl Recorder,
-    w: &GgmlWeight,
-    x: &wgpu::Buffer,
-    n_tokens: u64,
-    y: &wgpu::Buffer,
-) -> Result<()> {
-    ggml_gemv_epi(ctx, enc, w, x, n_tokens, Epilogue::Store, y)
-}
-
-/// [`ggml_gemv`] with an [`Epilogue`] (the residual add or the GLU fused into the store).
-pub fn ggml_gemv_epi(
-    ctx: &GpuContext,
-    enc: &mut impl Recorder,
-    w: &GgmlWeight,
-    x: &wgpu::Buffer,
-    n_tokens: u64,
-    epi: Epilogue,
-    y: &wgpu::Buffer,
-) -> Result<()> {
-    const OP: &str = "ggml_gemv";
-    let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
-    check_buffer(OP, "x", x, xb)?;
-    check_binding(ctx, "activations", xb)?;
-    // gate/up pairs with a GLU epilogue (mode bit 2) write one value per pair
-    let pairs = w.pairs && epi.is_glu();
-    let out_rows = if pairs { w.rows / 2 } else { w.rows };
-    let yb = n_tokens.saturating_mul(out_rows).saturating_mul(4);
-    check_buffer(OP, "y", y, yb)?;
-    check_binding(ctx, "ggml output", yb)?;
-    let nt = u32_of(OP, "n_tokens", n_tokens)?;
-    for part in &w.parts {
-        let mut p = ggml_params(OP, w, part, nt)?;
-        p.mode = epi.mode() | if pairs { 4 } else { 0 };
-        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
-        ctx.dispatch(
-            enc,
-            KernelKey::GgmlGemv(w.qtype),
-            &[&params, &part.buffer, x, y],
-            (gx, nt, 1),
-        )?;
-    }
-    Ok(())
-}
-
-/// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`.
 pub fn float_gemv(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -515,39 +452,6 @@ pub fn ternary_gemm_tiled(
     Ok(())
 }
 
-/// `y[t][r] = Σ_c W[r][c] · x[t][c]` with f32 activations `x` = `[n_tokens][cols]`, by 64 × 32
-/// tiles; the [`ggml_gemv`] contract (NMSE ~1e-14 against the reference).
-pub fn ggml_gemm(
-    ctx: &GpuContext,
-    enc: &mut impl Recorder,
-    w: &GgmlWeight,
-    x: &wgpu::Buffer,
-    n_tokens: u64,
-    y: &wgpu::Buffer,
-) -> Result<()> {
-    const OP: &str = "ggml_gemm";
-    let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
-    check_buffer(OP, "x", x, xb)?;
-    check_binding(ctx, "activations", xb)?;
-    let yb = n_tokens.saturating_mul(w.rows).saturating_mul(4);
-    check_buffer(OP, "y", y, yb)?;
-    check_binding(ctx, "ggml output", yb)?;
-    let nt = u32_of(OP, "n_tokens", n_tokens)?;
-    let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(GEMM_TILE_TOKENS))?;
-    for part in &w.parts {
-        let p = ggml_params(OP, w, part, nt)?;
-        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-        let gx = u32_of(OP, "row tiles", part.rows.div_ceil(GEMM_TILE_ROWS))?;
-        ctx.dispatch(
-            enc,
-            KernelKey::GgmlGemm(w.qtype),
-            &[&params, &part.buffer, x, y],
-            (gx, gy, 1),
-        )?;
-    }
-    Ok(())
-}
-
 /// [`ternary_gemv`] below [`GEMM_MIN_TOKENS`] tokens, [`ternary_gemm`] from there on (the
 /// two are bit-identical, so the choice never shows in the result).
 pub fn ternary_matmul(
@@ -561,22 +465,6 @@ pub fn ternary_matmul(
         ternary_gemv(ctx, enc, w, a, y)
     } else {
         ternary_gemm(ctx, enc, w, a, y)
-    }
-}
-
-/// [`ggml_gemv`] below [`GEMM_MIN_TOKENS`] tokens, [`ggml_gemm`] from there on.
-pub fn ggml_matmul(
-    ctx: &GpuContext,
-    enc: &mut impl Recorder,
-    w: &GgmlWeight,
-    x: &wgpu::Buffer,
-    n_tokens: u64,
-    y: &wgpu::Buffer,
-) -> Result<()> {
-    if n_tokens < GEMM_MIN_TOKENS {
-        ggml_gemv(ctx, enc, w, x, n_tokens, y)
-    } else {
-        ggml_gemm(ctx, enc, w, x, n_tokens, y)
     }
 }
 

@@ -2,8 +2,9 @@
 //! errors), then builds the pipeline key, binds and records a dispatch into a [`Recorder`]
 //! (a command encoder or a [`crate::Plan`]); nothing here waits on the GPU.
 //!
-//! * `matmul.rs` — every matmul (ternary, ggml-block, float; GEMV and tiled GEMM) and the
-//!   GEMV/GEMM choice;
+//! * `matmul.rs` — the ternary and float matmuls (GEMV and tiled GEMM), the GEMV/GEMM choice
+//!   and the decode GEMVs' epilogues;
+//! * `ggml.rs` — the ggml-block (Q8_0, Q4_0, Q4_1, Q6_K) GEMV and GEMM;
 //! * `act_quant.rs` — INT8 activation quantization and BitNet a4.8's INT4 absmean and TopK-50% +
 //!   INT8, alone or fused into RMSNorm;
 //! * `sparse.rs` — the ternary GEMV that skips zero activations (a4.8's sparse inputs);
@@ -27,6 +28,7 @@ pub mod act_quant;
 pub mod attention;
 pub mod cce;
 pub mod embed;
+pub mod ggml;
 pub mod kv;
 pub mod matmul;
 pub mod minicache;
@@ -44,12 +46,13 @@ pub use attention::{
     attention, attention_role, attention_splits, attention_with_split, KvRead, StepParams,
 };
 pub use embed::{embed_rows, EmbedTable};
+pub use ggml::{ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_matmul, GGML_GEMV_ROWS_PER_WG};
 pub use kv::{kv_store, KvLayout};
 pub use matmul::{
-    float_gemv, float_matmul, fused_norm_fits, ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_matmul,
-    ternary_gemm, ternary_gemm_tiled, ternary_gemv, ternary_gemv_fused, ternary_matmul, Epilogue,
-    GemmTile, NormPrologue, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
-    GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS, GEMV_STAGED_ACT_WORDS,
+    float_gemv, float_matmul, fused_norm_fits, ternary_gemm, ternary_gemm_tiled, ternary_gemv,
+    ternary_gemv_fused, ternary_matmul, Epilogue, GemmTile, NormPrologue, GEMM_MIN_TOKENS,
+    GEMM_TILE_ROWS, GEMM_TILE_TOKENS, GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS,
+    GEMV_STAGED_ACT_WORDS,
 };
 pub use pointwise::{elementwise, glu_pairs, rmsnorm, rope, rope_table, rope_with_table};
 pub use rope_kv::{qkv_split, rope_kv_fuses, rope_kv_store, QkvShape};

@@ -295,10 +295,13 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             );
         }
     }
-    // Odd sizes: 3, 5 and 17 super-blocks per row (48, 80, 272 scale groups: the GEMV's
-    // two-units-per-step loop and its tail), odd row counts.
+    // Odd sizes: 3, 5, 9 and 17 super-blocks per row (24, 40, 72, 136 units of 32 columns: the
+    // GEMV's two-units-per-step loop and its tail; odd super-blocks start 2 bytes past a word),
+    // odd row counts; 12 super-blocks (3 rows × 3072, 2 tokens) and 2 (fewer units than lanes).
     for (rows, cols, tokens) in [
         (1, 256, 1),
+        (3, 3072, 2),
+        (1, 512, 1),
         (31, 576 / 64 * 256, 1),
         (257, 1536, 2),
         (13, 768, 1),
