@@ -22,7 +22,7 @@ use tern_gpu::Plan;
 use tern_reference::kv_codec as cc;
 
 /// Expected words of one buffer: (value, mask); mask 0 = not compared.
-type Want = Vec<(u32, u32)>;
+pub(super) type Want = Vec<(u32, u32)>;
 
 fn put(w: &mut Want, i: usize, v: u32, mask: u32) {
     if let Some(x) = w.get_mut(i) {
@@ -38,14 +38,14 @@ fn put_half(w: &mut Want, e: usize, bits: u16) {
 
 /// The oracle: the dequantized keys and values the cache holds after `n` positions of `k`, `v`
 /// (`[n][row]`), and the words its buffers must hold.
-struct Oracle {
+pub(super) struct Oracle {
     k_hat: Vec<f32>,
     v_hat: Vec<f32>,
-    k_want: Want,
-    v_want: Want,
+    pub(super) k_want: Want,
+    pub(super) v_want: Want,
 }
 
-fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String> {
+pub(super) fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String> {
     let row = l.row() as usize;
     let (hd, heads) = (l.head_dim as usize, l.heads as usize);
     let q = l.quant;
@@ -156,7 +156,7 @@ fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String
 }
 
 /// Compare a buffer's words with the oracle's (masked), naming the first difference.
-fn compare(what: &str, got: &[u32], want: &Want) -> Result<usize, String> {
+pub(super) fn compare(what: &str, got: &[u32], want: &Want) -> Result<usize, String> {
     let mut checked = 0;
     for (i, (&g, &(v, m))) in got.iter().zip(want).enumerate() {
         if m == 0 {
@@ -180,7 +180,7 @@ fn compare(what: &str, got: &[u32], want: &Want) -> Result<usize, String> {
     Ok(checked)
 }
 
-fn bits_of(ctx: &GpuContext, b: &wgpu::Buffer) -> Result<Vec<u32>, String> {
+pub(super) fn bits_of(ctx: &GpuContext, b: &wgpu::Buffer) -> Result<Vec<u32>, String> {
     let n = (b.size() / 4) as usize;
     let f = ctx.read_f32(b, n).map_err(|e| e.to_string())?;
     Ok(f.into_iter().map(f32::to_bits).collect())
