@@ -10,7 +10,8 @@
 //! attends with its `n` queries. Shapes: SmolLM2's heads (3×64), 2B4T's (5×128), odd ones
 //! (4×18: 3-bit words straddle heads; 2×72), n = 1, a batch that fills a KIVI block in its
 //! middle, decode on a block edge (p0 = R − 1, R, R + 1), KIVI groups that straddle code words
-//! (G = 16 with 10 codes per word), a context exactly full, forced split counts, and one
+//! (G = 16 with 10 codes per word), a context exactly full, forced split counts (2B4T's heads
+//! at decode: the per-channel path's quantized keys), and one
 //! recorded plan replayed across block boundaries.
 
 use super::attn::{reference, step_buffer, write_step};
@@ -388,6 +389,12 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             list.push(Case {
                 kivi: small,
                 ..base(q, (4, 4, 18), 47, 50, 1, 47)
+            });
+            // 2B4T's heads split as decode splits them (the per-channel path's quantized keys:
+            // `attention.wgsl`'s kivi_key_dot), a chunk not aligned to G
+            list.push(Case {
+                split: Some(5),
+                ..base(q, (20, 5, 128), 300, 1, 0, 128)
             });
         }
     }
