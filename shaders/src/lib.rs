@@ -41,8 +41,8 @@ pub enum Shader {
     /// Write a batch's keys or values into the KV cache at the step's position, quantizing
     /// (every `tern_format::KvQuant`; KIVI in stages: key blocks, values leaving, the window).
     KvStore,
-    /// RoPE of queries and keys fused with the KV store of keys and values (f32, f16 caches),
-    /// reading the concatenated q/k/v projection (issue 15).
+    /// RoPE of queries and keys fused with the KV store of keys and values (every format of a
+    /// layer of its own), reading the concatenated q/k/v projection (issues 15, 14).
     RopeKv,
     /// The concatenated q/k/v projection's rows split into planar q, k, v.
     QkvSplit,
@@ -87,6 +87,9 @@ pub enum Shader {
 const COMMON: &str = include_str!("../wgsl/common.wgsl");
 /// The ternary GEMVs' shared epilogue (`pair_scale`, `epilogue`), appended to both.
 const TERNARY_EPILOGUE: &str = include_str!("../wgsl/ternary_epilogue.wgsl");
+/// The KV cache's quantizing store (every format's stages), appended to `kv_store.wgsl` and to
+/// `rope_kv.wgsl` (the fused RoPE + store runs the same code: the same bits).
+const KV_QUANT: &str = include_str!("../wgsl/kv_quant.wgsl");
 
 /// Values of the `override` constants of one pipeline (name, value), in declaration order.
 pub type Constants = &'static [(&'static str, f64)];
@@ -261,12 +264,24 @@ const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
     "relu2_glu" => ["OP" = 1],
     "add" => ["OP" = 2],
 ];
-// FMT: kv_store.wgsl's (0 f32, 1 f16).
+// FMT: kv_store.wgsl's (0 f32, 1 f16, 2 q8, 3 q4, 4 q3, 5 q2, 6 a4, 7 a3).
 const ROPE_KV_VARIANTS: &[Variant] = variants![Shader::RopeKv;
     "rope_kv_f32_normal" => ["NEOX" = 0, "FMT" = 0],
     "rope_kv_f32_neox" => ["NEOX" = 1, "FMT" = 0],
     "rope_kv_f16_normal" => ["NEOX" = 0, "FMT" = 1],
     "rope_kv_f16_neox" => ["NEOX" = 1, "FMT" = 1],
+    "rope_kv_q8_normal" => ["NEOX" = 0, "FMT" = 2],
+    "rope_kv_q8_neox" => ["NEOX" = 1, "FMT" = 2],
+    "rope_kv_q4_normal" => ["NEOX" = 0, "FMT" = 3],
+    "rope_kv_q4_neox" => ["NEOX" = 1, "FMT" = 3],
+    "rope_kv_q3_normal" => ["NEOX" = 0, "FMT" = 4],
+    "rope_kv_q3_neox" => ["NEOX" = 1, "FMT" = 4],
+    "rope_kv_q2_normal" => ["NEOX" = 0, "FMT" = 5],
+    "rope_kv_q2_neox" => ["NEOX" = 1, "FMT" = 5],
+    "rope_kv_a4_normal" => ["NEOX" = 0, "FMT" = 6],
+    "rope_kv_a4_neox" => ["NEOX" = 1, "FMT" = 6],
+    "rope_kv_a3_normal" => ["NEOX" = 0, "FMT" = 7],
+    "rope_kv_a3_neox" => ["NEOX" = 1, "FMT" = 7],
 ];
 const QKV_SPLIT_VARIANTS: &[Variant] = variants![Shader::QkvSplit; "qkv_split" => []];
 const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
@@ -505,6 +520,10 @@ impl Shader {
         ) {
             s.push('\n');
             s.push_str(TERNARY_EPILOGUE);
+        }
+        if matches!(self, Shader::KvStore | Shader::RopeKv) {
+            s.push('\n');
+            s.push_str(KV_QUANT);
         }
         s
     }

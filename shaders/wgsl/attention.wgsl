@@ -314,6 +314,55 @@ fn vfactor(j: u32, h: u32) -> f32 {
 }
 
 
+// KIVI per-channel path, a quantized key (j < qend) of a layer of its own, head_dim a multiple
+// of 64: the partial dot of score lane `lane` over 8-channel blocks lane, lane + LANES, ... of
+// the head at channel koff. A block's two code words (8 channels span at most 2 words for 2, 3
+// and 4 bits) and its 8 (scale, min) words are loaded together, then dequantized in registers
+// (kdir's exact formula); within a block the channels go in an order rotated by the lane, so
+// the 8 lanes of a key read 8 different banks of `qs`. 10 loads per 8 channels instead of 16.
+fn kq(wa: u32, wb: u32, wia: u32, c: u32, bits: u32, sm: u32) -> f32 {
+    let w = select(wa, wb, word_index(c, bits) != wia);
+    return f32(code_of(w, c, bits)) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
+}
+
+fn kivi_key_dot(kj: u32, koff: u32, lane: u32, hd: u32) -> vec4<f32> {
+    let bits = fmt_bits();
+    let pb = g.par + div_group(kj) * g.row;
+    let rb = kj * g.wpr;
+    var dot = vec4<f32>(0.0);
+    for (var b = lane; b < hd / 8u; b = b + LANES) {
+        let c = koff + b * 8u;
+        let wia = word_index(c, bits);
+        let wa = kc[rb + wia];
+        let wb = kc[rb + word_index(c + 7u, bits)];
+        let c0 = c + (lane & 7u);
+        let c1 = c + ((lane + 1u) & 7u);
+        let c2 = c + ((lane + 2u) & 7u);
+        let c3 = c + ((lane + 3u) & 7u);
+        let c4 = c + ((lane + 4u) & 7u);
+        let c5 = c + ((lane + 5u) & 7u);
+        let c6 = c + ((lane + 6u) & 7u);
+        let c7 = c + ((lane + 7u) & 7u);
+        let s0 = kc[pb + c0];
+        let s1 = kc[pb + c1];
+        let s2 = kc[pb + c2];
+        let s3 = kc[pb + c3];
+        let s4 = kc[pb + c4];
+        let s5 = kc[pb + c5];
+        let s6 = kc[pb + c6];
+        let s7 = kc[pb + c7];
+        dot = dot + qs[c0 - koff] * kq(wa, wb, wia, c0, bits, s0)
+            + qs[c1 - koff] * kq(wa, wb, wia, c1, bits, s1)
+            + qs[c2 - koff] * kq(wa, wb, wia, c2, bits, s2)
+            + qs[c3 - koff] * kq(wa, wb, wia, c3, bits, s3)
+            + qs[c4 - koff] * kq(wa, wb, wia, c4, bits, s4)
+            + qs[c5 - koff] * kq(wa, wb, wia, c5, bits, s5)
+            + qs[c6 - koff] * kq(wa, wb, wia, c6, bits, s6)
+            + qs[c7 - koff] * kq(wa, wb, wia, c7, bits, s7);
+    }
+    return dot;
+}
+
 // f32 → u32 with the same order (for atomicMax), and back.
 fn ord(f: f32) -> u32 {
     let b = bitcast<u32>(f);
@@ -417,6 +466,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var cur = 0xffffffffu;
     let bits = fmt_bits();
     let cmask = (1u << bits) - 1u;
+    // KIVI per-channel path: quantized keys of a layer of its own through kivi_key_dot
+    let kblocks = is_kivi() && MC == 0u && hd % 64u == 0u;
     for (var k0 = k_begin; k0 < k_end; k0 = k0 + tile) {
         let cnt = min(tile, k_end - k0);
         if (word_path()) {
@@ -473,7 +524,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             for (var ps = 0u; ps < cnt; ps = ps + KPP) {
                 let j = ps + kk;
                 var dot = vec4<f32>(0.0);
-                if (j < cnt) {
+                if (j < cnt && kblocks && k0 + j < qend) {
+                    dot = kivi_key_dot(k0 + j, koff, lane, hd);
+                } else if (j < cnt) {
                     let kj = k0 + j;
                     var d = lane;
                     // 8 loads in flight (one 256-dim row, two 128-dim ones), then the rest

@@ -1,21 +1,25 @@
-// RoPE of the queries and keys fused with the KV store of the keys and values (issue 15): one
-// dispatch per layer instead of rope(q), rope(k), kv_store(K), kv_store(V), for the whole-row
-// float formats (f32, f16). The batch's projections are one buffer `qkv`, row t (`stride` words)
-// = [q: n_head·head_dim | k: n_head_kv·head_dim | v: n_head_kv·head_dim] (the output of the
-// concatenated q/k/v GEMV; one token: the planar [q | k | v]).
+// RoPE of the queries and keys fused with the KV store of the keys and values (issues 15, 14):
+// one dispatch per layer instead of rope(q), rope(k), kv_store(K), kv_store(V), for every cache
+// format of a layer of its own (f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3). The batch's
+// projections are one buffer `qkv`, row t (`stride` words) = [q: n_head·head_dim |
+// k: n_head_kv·head_dim | v: n_head_kv·head_dim] (the output of the concatenated q/k/v GEMV; one
+// token: the planar [q | k | v]).
 //
 // Invocations (256 per workgroup, 2-D grid as kv_store.wgsl):
 //   [0, n·n_head·half)         q pair (t, h, j): rotated in place, rope.wgsl's exact operations;
-//   [.., + n·wpr)              key word (t, w) of position p0 + t: its values rotated here
-//                              (rope.wgsl's operations on the unrotated k, which nothing writes)
-//                              and stored as kv_store.wgsl's stage 0 stores them;
-//   [.., + n·wpr)              value word (t, w), stored likewise.
-// So the cache words and the rotated queries are the bits of the separate kernels (same f32
-// operations in the same order). Positions past n_ctx are skipped (the host checks first).
+//   [.., + store_count(keys))  the keys' store: kv_store.wgsl's stages (kv_quant.wgsl, appended
+//                              to this file), reading each key value rotated here (rope.wgsl's
+//                              operations on the unrotated k, which nothing writes);
+//   [.., + store_count(vals))  the values' store likewise.
+// Whole-row formats run stage 0 (any batch); KIVI runs the one-token step (the blocks that fill,
+// from the ring and this token, then the window row: the launcher takes one token only). So the
+// cache words and the rotated queries are the bits of the separate kernels (the same code, the
+// same f32 operations in the same order). Positions past n_ctx are skipped (the host checks
+// first). The key and the value stores touch different buffers, the q rotation only q's words.
 //
-// Overrides: NEOX (0: pairs (2i, 2i+1), 1: pairs (i, i + rope_dim/2)); FMT (0 f32, 1 f16: the
-// FMT of kv_store.wgsl). Bindings (4 storage): qkv (queries rotated in place), cs [n][rope_dim/2]
-// (cos, sin), the layer's key cache, its value cache.
+// Overrides: NEOX (0: pairs (2i, 2i+1), 1: pairs (i, i + rope_dim/2)); FMT (kv_store.wgsl's).
+// Bindings (4 storage): qkv (queries rotated in place), cs [n][rope_dim/2] (cos, sin), the
+// layer's key cache, its value cache; uniforms: the RoPE shape, the step, the cache's Geom.
 
 struct Params {
     n_head: u32,
@@ -36,34 +40,34 @@ struct Step {
 }
 
 override NEOX: u32 = 0u;
+// 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
 override FMT: u32 = 0u;
 
-@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(0) var<uniform> rp: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read_write> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read> cs: array<vec2<f32>>;
 @group(0) @binding(4) var<storage, read_write> kc: array<u32>;
 @group(0) @binding(5) var<storage, read_write> vc: array<u32>;
+@group(0) @binding(6) var<uniform> g: Geom;
 
-// kv_store.wgsl's f16 of a stored value: f16 bits saturated to ±65504
-fn f16_sat(x: f32) -> u32 {
-    return f32_to_f16_bits(clamp(x, -65504.0, 65504.0));
-}
+// which cache this invocation stores (set once in main)
+var<private> storing_keys: bool;
 
 // Indices of pair j of the head at qkv[base] (rope.wgsl's pairing).
 fn pair_of(base: u32, j: u32) -> vec2<u32> {
     if (NEOX == 1u) {
-        return vec2<u32>(base + j, base + j + p.rope_dim / 2u);
+        return vec2<u32>(base + j, base + j + rp.rope_dim / 2u);
     }
     return vec2<u32>(base + 2u * j, base + 2u * j + 1u);
 }
 
 // Value i of the key head at qkv[base] after RoPE at token t (rope.wgsl's operations).
 fn key_at(base: u32, i: u32, t: u32) -> f32 {
-    if (i >= p.rope_dim) {
+    if (i >= rp.rope_dim) {
         return qkv[base + i];
     }
-    let half = p.rope_dim / 2u;
+    let half = rp.rope_dim / 2u;
     var j = i / 2u;
     var second = (i & 1u) == 1u;
     if (NEOX == 1u) {
@@ -80,35 +84,45 @@ fn key_at(base: u32, i: u32, t: u32) -> f32 {
     return a * c.x - b * c.y;
 }
 
-// Value c of the row (key or value) of token t, keys rotated.
-fn row_at(t: u32, c: u32, key: bool) -> f32 {
-    let kv = p.n_head_kv * p.head_dim;
-    let q_dim = p.n_head * p.head_dim;
-    if (key) {
-        let h = c / p.head_dim;
-        return key_at(t * p.stride + q_dim + h * p.head_dim, c % p.head_dim, t);
+// The accessors of kv_quant.wgsl: value c of the row (key or value) of token t, keys rotated.
+fn src_at(t: u32, c: u32) -> f32 {
+    let kv = rp.n_head_kv * rp.head_dim;
+    let q_dim = rp.n_head * rp.head_dim;
+    if (storing_keys) {
+        let h = c / rp.head_dim;
+        return key_at(t * rp.stride + q_dim + h * rp.head_dim, c % rp.head_dim, t);
     }
-    return qkv[t * p.stride + q_dim + kv + c];
+    return qkv[t * rp.stride + q_dim + kv + c];
 }
 
-fn word_of(t: u32, w: u32, key: bool) -> u32 {
-    if (FMT == 0u) {
-        return bitcast<u32>(row_at(t, w, key));
+fn cache_ld(i: u32) -> u32 {
+    if (storing_keys) {
+        return kc[i];
     }
-    let lo = f16_sat(row_at(t, 2u * w, key));
-    let hi = f16_sat(row_at(t, 2u * w + 1u, key));
-    return lo | (hi << 16u);
+    return vc[i];
+}
+
+fn cache_st(i: u32, w: u32) {
+    if (storing_keys) {
+        kc[i] = w;
+    } else {
+        vc[i] = w;
+    }
+}
+
+fn is_key() -> bool {
+    return storing_keys;
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     var idx = gid.x + gid.y * nwg.x * 256u;
-    let half = p.rope_dim / 2u;
-    let nq = p.n_tokens * p.n_head * half;
+    let half = rp.rope_dim / 2u;
+    let nq = rp.n_tokens * rp.n_head * half;
     if (idx < nq) {
-        let t = idx / (p.n_head * half);
-        let r = idx % (p.n_head * half);
-        let ix = pair_of(t * p.stride + (r / half) * p.head_dim, r % half);
+        let t = idx / (rp.n_head * half);
+        let r = idx % (rp.n_head * half);
+        let ix = pair_of(t * rp.stride + (r / half) * rp.head_dim, r % half);
         let c = cs[t * half + r % half];
         let a = qkv[ix.x];
         let b = qkv[ix.y];
@@ -117,22 +131,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     idx = idx - nq;
-    let nw = p.n_tokens * p.wpr;
-    if (idx >= 2u * nw) {
+    let nk = store_count(true);
+    storing_keys = idx < nk;
+    if (storing_keys) {
+        store_at(idx, true);
         return;
     }
-    let key = idx < nw;
-    let i = select(idx - nw, idx, key);
-    let t = i / p.wpr;
-    let w = i % p.wpr;
-    let pos = step.p0 + t;
-    if (pos >= p.n_ctx) {
-        return;
-    }
-    let word = word_of(t, w, key);
-    if (key) {
-        kc[pos * p.wpr + w] = word;
-    } else {
-        vc[pos * p.wpr + w] = word;
+    idx = idx - nk;
+    if (idx < store_count(false)) {
+        store_at(idx, false);
     }
 }

@@ -125,9 +125,9 @@ pub enum KernelKey {
     },
     Elementwise(EltOp),
     Argmax,
-    /// RoPE of q and k fused with the store of keys and values (f32 or `f16` cache).
+    /// RoPE of q and k fused with the store of keys and values (a layer's cache in `quant`).
     RopeKv {
-        f16: bool,
+        quant: KvFormat,
         neox: bool,
     },
     /// The concatenated q/k/v projection split into planar q, k, v.
@@ -254,10 +254,10 @@ impl fmt::Display for KernelKey {
                 EltOp::Add => "add",
             }),
             KernelKey::Argmax => f.write_str("argmax"),
-            KernelKey::RopeKv { f16, neox } => write!(
+            KernelKey::RopeKv { quant, neox } => write!(
                 f,
                 "rope_kv_{}_{}",
-                if *f16 { "f16" } else { "f32" },
+                quant.name(),
                 if *neox { "neox" } else { "normal" }
             ),
             KernelKey::QkvSplit => f.write_str("qkv_split"),
@@ -473,22 +473,6 @@ mod tests {
             KernelKey::Rope { neox: true },
             KernelKey::Argmax,
             KernelKey::QkvSplit,
-            KernelKey::RopeKv {
-                f16: false,
-                neox: false,
-            },
-            KernelKey::RopeKv {
-                f16: false,
-                neox: true,
-            },
-            KernelKey::RopeKv {
-                f16: true,
-                neox: false,
-            },
-            KernelKey::RopeKv {
-                f16: true,
-                neox: true,
-            },
             KernelKey::AttentionCombine,
             KernelKey::EmbedFloat(FloatType::F32),
             KernelKey::EmbedFloat(FloatType::F16),
@@ -572,6 +556,11 @@ mod tests {
             keys.push(KernelKey::CceGgml(t, 16));
         }
         for kv in KvFormat::ALL {
+            for neox in [false, true] {
+                let k = KernelKey::RopeKv { quant: kv, neox };
+                keys.push(k);
+                assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+            }
             if kv.is_kivi() {
                 for (k, st) in [(true, false), (false, false), (true, true), (false, true)] {
                     keys.push(KernelKey::KvKivi {

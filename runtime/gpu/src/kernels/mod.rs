@@ -55,7 +55,7 @@ pub use matmul::{
     GEMV_STAGED_ACT_WORDS,
 };
 pub use pointwise::{elementwise, glu_pairs, rmsnorm, rope, rope_table, rope_with_table};
-pub use rope_kv::{qkv_split, rope_kv_fuses, rope_kv_store, QkvShape};
+pub use rope_kv::{qkv_split, rope_kv_fuses, rope_kv_fuses_batch, rope_kv_store, QkvShape};
 pub use sample::{
     argmax, sample_candidates, topk, SampleBufs, SampleCandidates, SAMPLE_HIST_MAX, SAMPLE_K,
     TOPK_MAX_K,

@@ -1,6 +1,7 @@
-//! The attention block's decode fusions over the concatenated q/k/v projection (issue 15):
+//! The attention block's decode fusions over the concatenated q/k/v projection (issues 15, 14):
 //! [`rope_kv_store`] rotates the queries in place and writes the rotated keys and the values into
-//! the cache (one dispatch for rope(q), rope(k), kv_store(K), kv_store(V)), and [`qkv_split`]
+//! the cache in its format (one dispatch for rope(q), rope(k), kv_store(K), kv_store(V); the
+//! quantizing stores are `kv_store.wgsl`'s own code, `kv_quant.wgsl`), and [`qkv_split`]
 //! splits the projection's rows into planar q, k, v for the paths it does not take.
 //!
 //! The projection is one buffer, row t (`stride` = q_dim + 2·kv_dim words) =
@@ -18,11 +19,18 @@ use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::kv::KvLayout;
 
-/// Whether [`rope_kv_store`] writes caches of this layout: the whole-row float formats (f32,
-/// f16) of a layer of its own (not a MiniCache pair). The quantized formats keep the separate
-/// kernels (their per-head scales need the whole rotated head before any code word).
+/// Whether [`rope_kv_store`] writes caches of this layout: every format of a layer of its own
+/// (not a MiniCache pair, whose store follows the merge). KIVI formats fuse one token at a time
+/// ([`rope_kv_fuses_batch`]).
 pub fn rope_kv_fuses(layout: &KvLayout) -> bool {
-    matches!(layout.quant, KvQuant::F32 | KvQuant::F16) && !layout.pair
+    !layout.pair
+}
+
+/// Whether [`rope_kv_store`] takes a batch of `n_tokens` for this layout: the whole-row formats
+/// any batch; KIVI one token (the one-token step of `kv_store.wgsl`: the blocks that fill, then
+/// the window row, in one dispatch).
+pub fn rope_kv_fuses_batch(layout: &KvLayout, n_tokens: u64) -> bool {
+    rope_kv_fuses(layout) && (n_tokens == 1 || !layout.quant.is_kivi())
 }
 
 /// The shapes of the concatenated projection: query heads, RoPE dimensions, pairing.
@@ -50,10 +58,18 @@ pub fn rope_kv_store(
     n_tokens: u64,
 ) -> Result<()> {
     const OP: &str = "rope_kv_store";
-    if !rope_kv_fuses(layout) {
+    if !rope_kv_fuses_batch(layout, n_tokens) {
         return Err(GpuError::internal(
             OP,
-            format!("{} cache: use rope + kv_store", layout.quant.name()),
+            format!(
+                "{} cache{}, {n_tokens} tokens: use rope + kv_store",
+                layout.quant.name(),
+                if layout.pair {
+                    " of a MiniCache pair"
+                } else {
+                    ""
+                }
+            ),
         ));
     }
     let (hd, rd) = (layout.head_dim, shape.rope_dim);
@@ -92,21 +108,45 @@ pub fn rope_kv_store(
         wpr: u32_of(OP, "wpr", layout.wpr())?,
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
+    // the geometry of the store (`kv_store.wgsl`'s; `is_key` is the kernel's own per range)
+    let geom = ctx.uniform(bytemuck::bytes_of(&layout.geom(n_tokens, true)?))?;
     let invocations = n_tokens
         .saturating_mul(shape.n_head * half)
-        .saturating_add(2 * n_tokens.saturating_mul(layout.wpr()));
+        .saturating_add(store_invocations(layout, n_tokens, true))
+        .saturating_add(store_invocations(layout, n_tokens, false));
     u32_of(OP, "invocations", invocations)?;
     let key = KernelKey::RopeKv {
-        f16: layout.quant == KvQuant::F16,
+        quant: layout.quant,
         neox: shape.neox,
     };
     let groups = groups_1d(ctx, invocations.div_ceil(256).max(1));
     ctx.dispatch(
         enc,
         key,
-        &[&params, step, qkv, table, k_cache, v_cache],
+        &[&params, step, qkv, table, k_cache, v_cache, &geom],
         groups,
     )
+}
+
+/// Invocations of the keys' (`key`) or values' store of `n_tokens` rows (`kv_quant.wgsl`'s
+/// `store_count`: stage 0's code and scale words; KIVI's one-token step: the rows of the blocks
+/// that can fill, then the window row's words).
+fn store_invocations(layout: &KvLayout, n_tokens: u64, key: bool) -> u64 {
+    let q = layout.quant;
+    if q.is_kivi() {
+        let positions = n_tokens + u64::from(layout.kivi.residual.max(1));
+        let rows = if key {
+            positions.div_ceil(u64::from(layout.kivi.group.max(1)))
+        } else {
+            positions
+        };
+        return rows * layout.wpr() + layout.row() / 2;
+    }
+    let codes = n_tokens.saturating_mul(layout.wpr().max(layout.wpr0()));
+    match q {
+        KvQuant::F32 | KvQuant::F16 => codes,
+        _ => codes + n_tokens.saturating_mul(layout.heads).div_ceil(2) + 1,
+    }
 }
 
 /// `q`, `k`, `v` (planar, `[n][q_dim]`, `[n][kv_dim]`, `[n][kv_dim]`) ← the `n_tokens` rows of

@@ -10,7 +10,8 @@
 //! attends with its `n` queries. Shapes: SmolLM2's heads (3×64), 2B4T's (5×128), odd ones
 //! (4×18: 3-bit words straddle heads; 2×72), n = 1, a batch that fills a KIVI block in its
 //! middle, decode on a block edge (p0 = R − 1, R, R + 1), KIVI groups that straddle code words
-//! (G = 16 with 10 codes per word), a context exactly full, forced split counts, and one
+//! (G = 16 with 10 codes per word), a context exactly full, forced split counts (2B4T's heads
+//! at decode: the per-channel path's quantized keys), and one
 //! recorded plan replayed across block boundaries.
 
 use super::attn::{reference, step_buffer, write_step};
@@ -22,7 +23,7 @@ use tern_gpu::Plan;
 use tern_reference::kv_codec as cc;
 
 /// Expected words of one buffer: (value, mask); mask 0 = not compared.
-type Want = Vec<(u32, u32)>;
+pub(super) type Want = Vec<(u32, u32)>;
 
 fn put(w: &mut Want, i: usize, v: u32, mask: u32) {
     if let Some(x) = w.get_mut(i) {
@@ -38,14 +39,14 @@ fn put_half(w: &mut Want, e: usize, bits: u16) {
 
 /// The oracle: the dequantized keys and values the cache holds after `n` positions of `k`, `v`
 /// (`[n][row]`), and the words its buffers must hold.
-struct Oracle {
+pub(super) struct Oracle {
     k_hat: Vec<f32>,
     v_hat: Vec<f32>,
-    k_want: Want,
-    v_want: Want,
+    pub(super) k_want: Want,
+    pub(super) v_want: Want,
 }
 
-fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String> {
+pub(super) fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String> {
     let row = l.row() as usize;
     let (hd, heads) = (l.head_dim as usize, l.heads as usize);
     let q = l.quant;
@@ -156,7 +157,7 @@ fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Oracle, String
 }
 
 /// Compare a buffer's words with the oracle's (masked), naming the first difference.
-fn compare(what: &str, got: &[u32], want: &Want) -> Result<usize, String> {
+pub(super) fn compare(what: &str, got: &[u32], want: &Want) -> Result<usize, String> {
     let mut checked = 0;
     for (i, (&g, &(v, m))) in got.iter().zip(want).enumerate() {
         if m == 0 {
@@ -180,7 +181,7 @@ fn compare(what: &str, got: &[u32], want: &Want) -> Result<usize, String> {
     Ok(checked)
 }
 
-fn bits_of(ctx: &GpuContext, b: &wgpu::Buffer) -> Result<Vec<u32>, String> {
+pub(super) fn bits_of(ctx: &GpuContext, b: &wgpu::Buffer) -> Result<Vec<u32>, String> {
     let n = (b.size() / 4) as usize;
     let f = ctx.read_f32(b, n).map_err(|e| e.to_string())?;
     Ok(f.into_iter().map(f32::to_bits).collect())
@@ -388,6 +389,12 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             list.push(Case {
                 kivi: small,
                 ..base(q, (4, 4, 18), 47, 50, 1, 47)
+            });
+            // 2B4T's heads split as decode splits them (the per-channel path's quantized keys:
+            // `attention.wgsl`'s kivi_key_dot), a chunk not aligned to G
+            list.push(Case {
+                split: Some(5),
+                ..base(q, (20, 5, 128), 300, 1, 0, 128)
             });
         }
     }
