@@ -2,12 +2,16 @@
 //! lookahead.rs`): `GpuSession::step_argmax` submits the next step, fed by this step's argmax on
 //! the GPU, before it reads this one back. Checked here on a random BitNet model (lavapipe in CI)
 //! against the same session type with the lookahead off (the step-by-step path, itself checked
-//! against the CPU reference in gpu_engine.rs): the same tokens when the argmax is fed back (the
-//! step ahead is used), when another token is fed (the step ahead is dropped), across a
-//! truncate and a batch eval, and the same logits after all of it; the logits a dropped step
-//! replaced are refused, not returned.
+//! against the CPU reference in gpu_engine.rs and gpu_kv.rs): the same tokens when the argmax is
+//! fed back (the step ahead is used), when another token is fed (the step ahead is dropped),
+//! across a truncate and a batch eval, and the same logits after all of it; the logits a dropped
+//! step replaced are refused, not returned. In the f32 cache, q8, absmax a4, KIVI q4 with a
+//! window of 8 (the script crosses several window blocks, whose filling step is not run ahead,
+//! and drops steps next to them) and MiniCache over q4.
 
 use std::sync::Arc;
+
+use tern_format::{Kivi, KvQuant, KvSpec, MiniCache};
 
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
@@ -47,8 +51,13 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// What one session does, with the lookahead `on` or off: (tokens, final logits, len).
-fn script(model: &Arc<tern_gpu::GpuModel>, vocab: u32, on: bool) -> (Vec<u32>, Vec<f32>, u64) {
-    let mut s = tern_gpu::GpuSession::new(model.clone(), 48, 16, &Default::default()).unwrap();
+fn script(
+    model: &Arc<tern_gpu::GpuModel>,
+    vocab: u32,
+    kv: &KvSpec,
+    on: bool,
+) -> (Vec<u32>, Vec<f32>, u64) {
+    let mut s = tern_gpu::GpuSession::new(model.clone(), 48, 16, kv).unwrap();
     s.set_lookahead(on).unwrap();
     let prompt: Vec<u32> = (0..5u32).map(|i| (i * 37 + 1) % vocab).collect();
     let mut out = Vec::new();
@@ -64,8 +73,9 @@ fn script(model: &Arc<tern_gpu::GpuModel>, vocab: u32, on: bool) -> (Vec<u32>, V
         on,
         "last_logits after a step run ahead"
     );
-    // another token than the argmax: the step ahead is dropped, this one runs
-    for k in 0..4 {
+    // another token than the argmax: the step ahead is dropped, this one runs (9 in a row:
+    // across a KIVI window block)
+    for k in 0..9 {
         t = s.step_argmax((t + 1 + k) % vocab).unwrap();
         out.push(t);
     }
@@ -100,11 +110,33 @@ fn greedy_steps_run_ahead_match_step_by_step() {
     let Some((model, vocab)) = model() else {
         return;
     };
-    let (t_on, l_on, n_on) = script(&model, vocab, true);
-    let (t_off, l_off, n_off) = script(&model, vocab, false);
-    assert_eq!(t_on, t_off, "tokens with and without the lookahead");
-    assert_eq!(n_on, n_off, "positions held");
-    assert_eq!(l_on, l_off, "the final logits, bit for bit");
+    let kivi = Kivi {
+        group: 4,
+        residual: 8,
+    };
+    let mc = MiniCache {
+        start_layer: 0,
+        t: 0.5,
+        gamma: 0.25,
+    };
+    let spec = |quant, minicache| KvSpec {
+        quant,
+        kivi,
+        minicache,
+    };
+    for kv in [
+        KvSpec::default(),
+        spec(KvQuant::Q8, None),
+        spec(KvQuant::Absmax4, None),
+        spec(KvQuant::Kivi4, None),
+        spec(KvQuant::Kivi4, Some(mc)),
+    ] {
+        let (t_on, l_on, n_on) = script(&model, vocab, &kv, true);
+        let (t_off, l_off, n_off) = script(&model, vocab, &kv, false);
+        assert_eq!(t_on, t_off, "{kv:?}: tokens with and without the lookahead");
+        assert_eq!(n_on, n_off, "{kv:?}: positions held");
+        assert_eq!(l_on, l_off, "{kv:?}: the final logits, bit for bit");
+    }
     // the session ran at positions up to its context: the step ahead never ran past it
     let mut s = tern_gpu::GpuSession::new(model.clone(), 8, 8, &Default::default()).unwrap();
     let mut t = argmax(&s.eval(&[1, 2]).unwrap());

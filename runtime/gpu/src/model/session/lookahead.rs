@@ -14,10 +14,13 @@
 //! [`GpuSession::last_logits`] refuses to answer until a step runs again.
 //!
 //! Only where dropping a step is free: the embedding looked up on the GPU (token ids in a
-//! buffer; not the host-side embedding), and a KV cache whose rows are each written by their own
-//! position only — not KIVI (a step can quantize a block of older positions, which `truncate`
-//! cannot undo) and not MiniCache. `TERN_GPU_LOOKAHEAD=0` turns it off (A/B measurements);
-//! [`GpuSession::set_lookahead`] per session.
+//! buffer; not the host-side embedding), and a step that writes the rows of its own position
+//! only — what [`GpuSession::truncate`] undoes exactly. Every KV format qualifies (MiniCache
+//! included: its merged directions, magnitudes and retained rows are kept per position) except
+//! the one KIVI step in `R` that fills a block of the full-precision window and quantizes it
+//! (its f16 rows are gone afterwards, which `truncate` cannot undo): that step is not run ahead.
+//! `TERN_GPU_LOOKAHEAD=0` turns it off (A/B measurements); [`GpuSession::set_lookahead`] per
+//! session.
 
 use super::{read_mapped_after, GpuSession};
 use crate::error::{GpuError, Result};
@@ -51,10 +54,10 @@ impl GpuSession {
 
     /// Whether a step at position `pos` may be run ahead.
     fn ahead_allowed(&self, pos: u64) -> bool {
+        let l = self.kv.layout();
         self.lookahead
             && self.model.embed.is_none()
-            && !self.kv.layout().quant.is_kivi()
-            && self.kv.spec().minicache.is_none()
+            && (!l.quant.is_kivi() || l.quantized(pos + 1) == l.quantized(pos))
             && pos < self.n_ctx
     }
 
