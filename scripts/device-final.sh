@@ -7,7 +7,7 @@
 #   bash scripts/device-final.sh a     device call 1 (carry .gl .devkit-fin): issue 15's table
 #                                      (scripts/device-bench.sh: 2B4T TQ2_0 / TQ1_0, SmolLM2-shaped
 #                                      Q4_1, llama-bench in the same call), a4.8 vs A8 (issue 13),
-#                                      the fused-norm GEMV (TERN_GPU_FUSE_NORM=1), the head kept
+#                                      greedy lookahead and the decode GEMV on/off, the head kept
 #                                      NeuZip-compressed (lossless, lossy-3: memory + tg128)
 #   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
 #                                      perplexity in 10 KV modes and the KV decode depths
@@ -72,14 +72,16 @@ if [ "$PHASE" = a ]; then
   cp "$O/bench/results.md" "$O/summary-$PHASE.txt" 2>/dev/null
   P=$(ls "$M"/tern-*/bitnet-tq2_0--2bit-raw.tern 2>/dev/null | head -1)
   if [ -n "$P" ]; then
-    # issue 13: a4.8 vs A8 over the same weights; the fused norm GEMV (opt-in) in both
+    # issue 13: a4.8 vs A8 over the same weights
     tb a8 "$P" 60 -p 512 -n 128 -r 2 --activations a8
     tb a48 "$P" 60 -p 512 -n 128 -r 2 --activations a4.8
-    TERN_GPU_FUSE_NORM=1 tb a8-fused "$P" 60 -p 512 -n 128 -r 2 --activations a8
-    TERN_GPU_FUSE_NORM=1 tb a48-fused "$P" 60 -p 512 -n 128 -r 2 --activations a4.8
+    # issue 15: greedy steps run ahead (default) against step by step, same binary and weights
+    TERN_GPU_LOOKAHEAD=0 tb a8-nolookahead "$P" 60 -p 0 -n 128 -r 2 --activations a8
+    TERN_GPU_GEMV=plain tb a8-plaingemv "$P" 60 -p 0 -n 128 -r 2 --activations a8
+    S=$(ls "$M"/tern-*/smollm-q4_1--2bit-raw.tern 2>/dev/null | head -1)
+    [ -n "$S" ] && TERN_GPU_LOOKAHEAD=0 tb smol-nolookahead "$S" 60 -p 0 -n 128 -r 2
     tb a8-profile "$P" 60 -p 512 -n 16 -r 1 --profile
     tb a48-profile "$P" 60 -p 0 -n 16 -r 1 --profile --activations a4.8
-    TERN_GPU_FUSE_NORM=1 tb a8-fused-profile "$P" 60 -p 0 -n 16 -r 1 --profile --activations a8
   fi
   # issue 15: the head kept NeuZip-compressed (lossless, lossy-3) under the smallest budget
   E=$M/bitnet-tq2_0-f16emb.gguf
