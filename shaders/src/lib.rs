@@ -28,6 +28,8 @@ pub enum Shader {
     NeuzipDecode,
     /// Fused NeuZip decode + GEMV for a matrix kept compressed (never writes the decoded matrix).
     NeuzipGemv,
+    /// Token-embedding rows looked up in a NeuZip matrix kept compressed (bit-exact decode).
+    NeuzipEmbed,
     /// RMSNorm over rows.
     RmsNorm,
     /// RMSNorm fused with INT8 absmax quantization of its output (BitNet linear inputs).
@@ -90,6 +92,9 @@ const TERNARY_EPILOGUE: &str = include_str!("../wgsl/ternary_epilogue.wgsl");
 /// The KV cache's quantizing store (every format's stages), appended to `kv_store.wgsl` and to
 /// `rope_kv.wgsl` (the fused RoPE + store runs the same code: the same bits).
 const KV_QUANT: &str = include_str!("../wgsl/kv_quant.wgsl");
+/// NeuZip row decoding (Params, decode table, stream readers), appended to `neuzip_gemv.wgsl`
+/// and `neuzip_embed.wgsl`.
+const NEUZIP_ROWS: &str = include_str!("../wgsl/neuzip_rows.wgsl");
 
 /// Values of the `override` constants of one pipeline (name, value), in declaration order.
 pub type Constants = &'static [(&'static str, f64)];
@@ -252,6 +257,7 @@ const TERNARY_GEMV_SPARSE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvSp
 const ACT_STATS_VARIANTS: &[Variant] = variants![Shader::ActStats; "act_stats" => []];
 const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
 const NEUZIP_GEMV_VARIANTS: &[Variant] = variants![Shader::NeuzipGemv; "neuzip_gemv" => []];
+const NEUZIP_EMBED_VARIANTS: &[Variant] = variants![Shader::NeuzipEmbed; "neuzip_embed" => []];
 const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
 const RMSNORM_QUANT_VARIANTS: &[Variant] =
     variants![Shader::RmsNormQuant; "rmsnorm_quant_int8" => []];
@@ -399,7 +405,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 31] = [
+    pub const ALL: [Shader; 32] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -431,6 +437,7 @@ impl Shader {
         Shader::TernaryGemvWide,
         Shader::ActStats,
         Shader::TernaryGemvDec,
+        Shader::NeuzipEmbed,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -467,6 +474,7 @@ impl Shader {
             Shader::TernaryGemvWide => "ternary_gemv_wide.wgsl",
             Shader::ActStats => "act_stats.wgsl",
             Shader::TernaryGemvDec => "ternary_gemv_dec.wgsl",
+            Shader::NeuzipEmbed => "neuzip_embed.wgsl",
         }
     }
 
@@ -504,6 +512,7 @@ impl Shader {
             Shader::TernaryGemvWide => include_str!("../wgsl/ternary_gemv_wide.wgsl"),
             Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
             Shader::TernaryGemvDec => include_str!("../wgsl/ternary_gemv_dec.wgsl"),
+            Shader::NeuzipEmbed => include_str!("../wgsl/neuzip_embed.wgsl"),
         }
     }
 
@@ -520,6 +529,10 @@ impl Shader {
         ) {
             s.push('\n');
             s.push_str(TERNARY_EPILOGUE);
+        }
+        if matches!(self, Shader::NeuzipGemv | Shader::NeuzipEmbed) {
+            s.push('\n');
+            s.push_str(NEUZIP_ROWS);
         }
         if matches!(self, Shader::KvStore | Shader::RopeKv) {
             s.push('\n');
@@ -567,6 +580,7 @@ impl Shader {
             Shader::TernaryGemvWide => TERNARY_WIDE_VARIANTS,
             Shader::ActStats => ACT_STATS_VARIANTS,
             Shader::TernaryGemvDec => TERNARY_DEC_VARIANTS,
+            Shader::NeuzipEmbed => NEUZIP_EMBED_VARIANTS,
         }
     }
 

@@ -17,15 +17,15 @@ use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
 use tern_tests::{golden, scratch};
 
-fn model() -> Option<(Arc<tern_gpu::GpuModel>, u32)> {
-    let path = scratch("gpu_lookahead_tiny_a").join("model.tern");
-    import_hf_dir(
-        &golden("bitnet_hf/tiny_a"),
-        &path,
-        &PackOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .expect("import");
+/// The random BitNet model (tied embeddings) packed with `opts`, loaded with `budget` (`Some(0)`:
+/// the smallest budget it loads with, which keeps every NeuZip matrix compressed).
+fn model_with(
+    tag: &str,
+    opts: &PackOptions,
+    budget: Option<u64>,
+) -> Option<(Arc<tern_gpu::GpuModel>, u32)> {
+    let path = scratch(&format!("gpu_lookahead_{tag}")).join("model.tern");
+    import_hf_dir(&golden("bitnet_hf/tiny_a"), &path, opts, &mut |_, _, _| {}).expect("import");
     let file = tern_format::TernFile::open(&path).unwrap();
     let ctx = match tern_gpu::GpuContext::new(tern_gpu::DevicePreference::Gpu) {
         Ok(c) => c,
@@ -36,8 +36,27 @@ fn model() -> Option<(Arc<tern_gpu::GpuModel>, u32)> {
         Err(e) => panic!("{e}"),
     };
     let vocab = file.meta().hparams.n_vocab;
-    let m = tern_gpu::GpuModel::load(Arc::new(ctx), &file, Default::default()).unwrap();
+    let ctx = Arc::new(ctx);
+    let max_memory = match budget {
+        Some(0) => match tern_gpu::GpuModel::load(ctx.clone(), &file, opts_with(Some(0))) {
+            Err(tern_gpu::GpuError::OverBudget { minimum, .. }) => Some(minimum),
+            r => panic!("a budget of 0: {:?}", r.map(|_| ())),
+        },
+        b => b,
+    };
+    let m = tern_gpu::GpuModel::load(ctx, &file, opts_with(max_memory)).unwrap();
     Some((Arc::new(m), vocab))
+}
+
+fn opts_with(max_memory: Option<u64>) -> tern_gpu::GpuModelOptions {
+    tern_gpu::GpuModelOptions {
+        max_memory,
+        ..Default::default()
+    }
+}
+
+fn model() -> Option<(Arc<tern_gpu::GpuModel>, u32)> {
+    model_with("tiny_a", &PackOptions::default(), None)
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -146,4 +165,39 @@ fn greedy_steps_run_ahead_match_step_by_step() {
     assert_eq!(s.len(), 8);
     assert!(s.step_argmax(t).is_err(), "a full cache is an error");
     assert_eq!(s.len(), 8);
+}
+
+/// The tied head kept NeuZip-compressed (lossless and lossy-3, the smallest budget): token rows
+/// are decoded on the GPU (`neuzip_embed.wgsl`), so greedy steps run ahead here too (the script
+/// checks that the step ahead was used: `last_logits` is refused) with the same tokens and
+/// logits as step by step; the head is reported kept compressed (`jit`).
+#[test]
+fn kept_neuzip_head_steps_run_ahead() {
+    for (tag, floats) in [
+        ("nz", tern_import::pack::FloatMode::NeuZip),
+        ("nz3", tern_import::pack::FloatMode::NeuZipLossy(3)),
+    ] {
+        let opts = PackOptions {
+            floats,
+            ..PackOptions::default()
+        };
+        let Some((model, vocab)) = model_with(tag, &opts, Some(0)) else {
+            return;
+        };
+        assert!(
+            model
+                .memory_plan()
+                .tensors
+                .iter()
+                .any(|t| t.name == "token_embd.weight" && t.placement == "jit"),
+            "{tag}: the tied head is kept compressed: {:?}",
+            model.memory_plan().tensors
+        );
+        let kv = KvSpec::default();
+        let (t_on, l_on, n_on) = script(&model, vocab, &kv, true);
+        let (t_off, l_off, n_off) = script(&model, vocab, &kv, false);
+        assert_eq!(t_on, t_off, "{tag}: tokens with and without the lookahead");
+        assert_eq!(n_on, n_off, "{tag}: positions held");
+        assert_eq!(l_on, l_off, "{tag}: the final logits, bit for bit");
+    }
 }

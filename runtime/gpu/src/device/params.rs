@@ -75,7 +75,7 @@ params! {
 
 params! {
     /// `neuzip_decode.wgsl`: one chunk of blocks.
-    NeuzipParams in [(NeuzipDecode, "Params"), (NeuzipGemv, "Params")] {
+    NeuzipParams in [(NeuzipDecode, "Params"), (NeuzipGemv, "Params"), (NeuzipEmbed, "Params")] {
         lanes: u32, block_len: u32, blocks_per_row: u32, row_len: u32, n_elements: u32, b0: u32,
         n_syms: u32, table_word: u32, block_words_word: u32, states_word: u32,
         lane_starts_word: u32, words_base: u32, raw_word_offset: u32, raw_bit_base: u32,
@@ -88,6 +88,14 @@ params! {
     /// `neuzip_gemv.wgsl`: the GEMV side of the fused decode + GEMV (up to 4 tokens).
     NeuzipGemvParams in [(NeuzipGemv, "Gemv")] {
         rows_per_block: u32, n_tokens: u32, tok0: u32, x_stride: u32, out_stride: u32,
+        _pad0: u32, _pad1: u32, _pad2: u32,
+    }
+}
+
+params! {
+    /// `neuzip_embed.wgsl`: token rows looked up in a NeuZip matrix kept compressed.
+    NeuzipEmbedParams in [(NeuzipEmbed, "Embed")] {
+        rows_per_block: u32, n_tokens: u32, total_rows: u32, out_stride: u32, first_part: u32,
         _pad0: u32, _pad1: u32, _pad2: u32,
     }
 }
@@ -250,6 +258,7 @@ pub const ALL: &[Layout] = &[
     FloatParams::LAYOUT,
     NeuzipParams::LAYOUT,
     NeuzipGemvParams::LAYOUT,
+    NeuzipEmbedParams::LAYOUT,
     RmsNormParams::LAYOUT,
     RmsNormQuantParams::LAYOUT,
     ActStatsParams::LAYOUT,

@@ -118,6 +118,7 @@ pub enum KernelKey {
     GgmlGemm(GgmlType),
     NeuzipDecode,
     NeuzipGemv,
+    NeuzipEmbed,
     RmsNorm,
     RmsNormQuant,
     Rope {
@@ -243,6 +244,7 @@ impl fmt::Display for KernelKey {
             KernelKey::GgmlGemm(t) => write!(f, "ggml_gemm_{}_64x32", t.name()),
             KernelKey::NeuzipDecode => f.write_str("neuzip_decode"),
             KernelKey::NeuzipGemv => f.write_str("neuzip_gemv"),
+            KernelKey::NeuzipEmbed => f.write_str("neuzip_embed"),
             KernelKey::RmsNorm => f.write_str("rmsnorm"),
             KernelKey::RmsNormQuant => f.write_str("rmsnorm_quant_int8"),
             KernelKey::Rope { neox } => {
@@ -333,6 +335,7 @@ impl KernelKey {
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
             KernelKey::NeuzipGemv => Shader::NeuzipGemv,
+            KernelKey::NeuzipEmbed => Shader::NeuzipEmbed,
             KernelKey::RmsNorm => Shader::RmsNorm,
             KernelKey::RmsNormQuant => Shader::RmsNormQuant,
             KernelKey::Rope { .. } => Shader::Rope,
@@ -467,6 +470,7 @@ mod tests {
             KernelKey::ActQuantInt8,
             KernelKey::NeuzipDecode,
             KernelKey::NeuzipGemv,
+            KernelKey::NeuzipEmbed,
             KernelKey::RmsNorm,
             KernelKey::RmsNormQuant,
             KernelKey::Rope { neox: false },

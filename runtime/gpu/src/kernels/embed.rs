@@ -7,13 +7,15 @@ use crate::device::params::EmbedParams;
 use crate::device::pipeline::KernelKey;
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
-use crate::weights::{FloatWeight, GgmlWeight};
+use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor};
 
-/// A token-embedding table on the GPU: a float matrix, or ggml blocks kept as stored.
+/// A token-embedding table on the GPU: a float matrix, ggml blocks kept as stored, or a NeuZip
+/// matrix kept compressed (rows decoded on lookup, [`NeuzipTensor::embed_rows`]).
 #[derive(Debug, Clone, Copy)]
 pub enum EmbedTable<'a> {
     Float(&'a FloatWeight),
     Ggml(&'a GgmlWeight),
+    NeuZip(&'a NeuzipTensor),
 }
 
 impl EmbedTable<'_> {
@@ -21,12 +23,14 @@ impl EmbedTable<'_> {
         match self {
             EmbedTable::Float(w) => w.rows,
             EmbedTable::Ggml(w) => w.rows,
+            EmbedTable::NeuZip(t) => t.plan.rows(),
         }
     }
     pub fn cols(&self) -> u64 {
         match self {
             EmbedTable::Float(w) => w.cols,
             EmbedTable::Ggml(w) => w.cols,
+            EmbedTable::NeuZip(t) => t.plan.row_len,
         }
     }
 }
@@ -60,6 +64,9 @@ pub fn embed_rows(
             what: "embedding output".into(),
             detail: format!("{ob} bytes, the binding limit is {}", ctx.binding_limit()),
         });
+    }
+    if let EmbedTable::NeuZip(t) = table {
+        return t.embed_rows(ctx, enc, ids, n, out);
     }
     let gx = u32_of(OP, "column blocks", cols.div_ceil(256))?;
     let gy = u32_of(OP, "ids", n)?;
@@ -98,6 +105,7 @@ pub fn embed_rows(
                 launch(KernelKey::EmbedGgml(w.qtype), &params, buffer)?;
             }
         }
+        EmbedTable::NeuZip(_) => {}
     }
     Ok(())
 }

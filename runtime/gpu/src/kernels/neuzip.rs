@@ -178,3 +178,62 @@ impl NeuzipTensor {
         Ok(())
     }
 }
+
+impl NeuzipTensor {
+    /// Whether [`NeuzipTensor::embed_rows`] can look rows up in this tensor as a `rows × cols`
+    /// matrix: [`NeuzipTensor::fusable`] and blocks of exactly `rows_per_block` rows.
+    pub fn embeddable(&self, cols: u64) -> bool {
+        self.fusable(cols)
+            && u64::from(self.plan.block_len)
+                == u64::from(self.plan.rows_per_block).saturating_mul(cols)
+    }
+
+    /// Record `out[i] = row ids[i]` of the decoded `rows × cols` matrix as f32 (`out`: `[n][cols]`),
+    /// bit-exact with `tern_format::neuzip::decode`, without decoding the matrix: one workgroup
+    /// per token decodes the block holding its row up to the row's end (`neuzip_embed.wgsl`), one
+    /// dispatch per chunk. An id ≥ the matrix's rows yields a row of zeros (the host validates ids
+    /// first; this only keeps a bad id in bounds). A stream that runs past its words sets the
+    /// (sticky) status, as the fused GEMV does.
+    pub fn embed_rows(
+        &self,
+        ctx: &GpuContext,
+        enc: &mut impl Recorder,
+        ids: &wgpu::Buffer,
+        n: u64,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        use crate::device::check::u32_of;
+        use crate::device::params::NeuzipEmbedParams;
+        const OP: &str = "neuzip embedding";
+        let cols = self.plan.row_len;
+        if !self.embeddable(cols) {
+            return Err(GpuError::shape(OP, "blocks do not hold whole rows"));
+        }
+        check_buffer(OP, "ids", ids, n.saturating_mul(4))?;
+        check_buffer(OP, "out", out, n.saturating_mul(cols).saturating_mul(4))?;
+        let n_tokens = u32_of(OP, "tokens", n)?;
+        let g = NeuzipEmbedParams {
+            rows_per_block: self.plan.rows_per_block,
+            n_tokens,
+            total_rows: u32_of(OP, "rows", self.plan.rows())?,
+            out_stride: u32_of(OP, "cols", cols)?,
+            first_part: 1,
+            ..NeuzipEmbedParams::default()
+        };
+        for (i, c) in self.chunks.iter().enumerate() {
+            let q = NeuzipEmbedParams {
+                first_part: u32::from(i == 0),
+                ..g
+            };
+            let qb = ctx.uniform(bytemuck::bytes_of(&q))?;
+            let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+            ctx.dispatch(
+                enc,
+                KernelKey::NeuzipEmbed,
+                &[&params, &qb, &self.meta, &c.data, ids, out],
+                (n_tokens, 1, 1),
+            )?;
+        }
+        Ok(())
+    }
+}

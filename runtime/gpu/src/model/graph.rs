@@ -22,7 +22,7 @@ use crate::device::plan::{Plan, Recorder};
 use crate::error::{GpuError, Result};
 use crate::kernels::attention::KvRead;
 use crate::kernels::sparse::SPARSE_MAX_DENSITY;
-use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, EmbedTable, KvLayout};
+use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, KvLayout};
 use crate::kernels::{Epilogue, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
 use crate::model::activation::{BlockInputs, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
@@ -188,16 +188,9 @@ impl<'a> Graph<'a> {
         if self.m.embed.is_some() {
             return Ok(());
         }
-        let table = match &self.m.head {
-            Lin::Float(fw) => EmbedTable::Float(fw),
-            Lin::Ggml(gw) => EmbedTable::Ggml(gw),
-            _ => {
-                return Err(GpuError::internal(
-                    "plan",
-                    "GPU embedding needs a float or ggml head",
-                ))
-            }
-        };
+        let table = crate::model::embed_table(&self.m.head, &self.m.jit).ok_or_else(|| {
+            GpuError::internal("plan", "GPU embedding needs a float, ggml or NeuZip head")
+        })?;
         kernels::embed_rows(
             self.ctx,
             &mut self.p,

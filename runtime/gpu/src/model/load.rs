@@ -432,8 +432,9 @@ impl GpuModel {
         let head = ld.matrix(head_name, n_vocab, n_embd)?;
         let ev = view(file, "token_embd.weight")?;
         check_shape(&ev, &[n_vocab, n_embd])?;
-        // Tied embeddings already on the GPU as a float or ggml matrix: rows are looked up there.
-        let gpu_embed = hp.tied_embeddings && matches!(head, Lin::Float(_) | Lin::Ggml(_));
+        // Tied embeddings already on the GPU as a float or ggml matrix, or kept NeuZip-compressed
+        // in blocks of whole rows: rows are looked up (decoded) there.
+        let gpu_embed = hp.tied_embeddings && super::embed_table(&head, &ld.jit).is_some();
         let embed = if gpu_embed {
             None
         } else {

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use tern_format::{FloatType, HParams};
 
 use crate::device::context::GpuContext;
+use crate::kernels::EmbedTable;
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
 pub use activation::ActivationPlan;
@@ -89,6 +90,21 @@ pub(crate) struct JitTensor {
     pub(crate) rows: u64,
     pub(crate) cols: u64,
     pub(crate) dtype: FloatType,
+}
+
+/// The tied head as a token-embedding table looked up on the GPU: a float or ggml matrix, or a
+/// NeuZip matrix kept compressed whose blocks hold whole rows (rows decoded on lookup). `None`:
+/// the embedding is looked up on the host.
+pub(crate) fn embed_table<'a>(head: &'a Lin, jit: &'a [JitTensor]) -> Option<EmbedTable<'a>> {
+    match head {
+        Lin::Float(fw) => Some(EmbedTable::Float(fw)),
+        Lin::Ggml(gw) => Some(EmbedTable::Ggml(gw)),
+        Lin::Jit(i) => jit
+            .get(*i)
+            .filter(|j| j.nz.embeddable(j.cols))
+            .map(|j| EmbedTable::NeuZip(&j.nz)),
+        Lin::Ternary(_) => None,
+    }
 }
 
 /// A model loaded onto the GPU.

@@ -57,9 +57,10 @@ fn run_fused(
                 .sum();
         }
     }
+    let emb = check_embed_rows(ctx, rng, &t, &decoded, dtype, rows, cols)?;
     score("neuzip_gemv", Check::Nmse(1e-10), &got, &want).map(|s| {
         format!(
-            "{s}, layout {}, {} blocks × {} lanes, {} rows/block, {} chunk(s)",
+            "{s}; {emb}; layout {}, {} blocks × {} lanes, {} rows/block, {} chunk(s)",
             t.plan.version,
             t.plan.n_blocks,
             t.plan.lanes,
@@ -67,6 +68,57 @@ fn run_fused(
             t.chunks()
         )
     })
+}
+
+/// Rows looked up in the compressed matrix (`neuzip_embed.wgsl`: first, last, middle, random,
+/// repeated, past the end → zeros) equal the CPU decode bit for bit; the output is poisoned
+/// first so that a skipped write shows. Tensors whose blocks are not whole rows are refused.
+fn check_embed_rows(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    t: &NeuzipTensor,
+    decoded: &[u8],
+    dtype: FloatType,
+    rows: usize,
+    cols: usize,
+) -> Result<String, String> {
+    if !t.embeddable(cols as u64) {
+        return Ok("embed: blocks not of whole rows".into());
+    }
+    let mut ids: Vec<u32> = vec![0, (rows - 1) as u32, (rows / 2) as u32, 0];
+    for _ in 0..4 {
+        ids.push((rng.next() % rows as u64) as u32);
+    }
+    ids.extend([rows as u32, u32::MAX]);
+    let all = Encoding::from(dtype)
+        .decode_f32(&[rows as u64, cols as u64], decoded)
+        .map_err(|e| e.to_string())?;
+    let mut want = vec![0.0f32; ids.len() * cols];
+    for (i, &id) in ids.iter().enumerate() {
+        if (id as usize) < rows {
+            let r = id as usize;
+            want[i * cols..(i + 1) * cols].copy_from_slice(&all[r * cols..(r + 1) * cols]);
+        }
+    }
+    let e = |e: GpuError| e.to_string();
+    let idb = ctx
+        .upload(
+            "ids",
+            &ids.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<_>>(),
+        )
+        .map_err(e)?;
+    let ob = ctx
+        .zeroed("out", (ids.len() * cols * 4) as u64)
+        .map_err(e)?;
+    ctx.write(&ob, &f32_bytes(&vec![f32::NAN; ids.len() * cols]));
+    let mut enc = ctx.encoder();
+    t.clear_status(&mut enc);
+    let table = tern_gpu::kernels::EmbedTable::NeuZip(t);
+    tern_gpu::kernels::embed_rows(ctx, &mut enc, &table, &idb, ids.len() as u64, &ob).map_err(e)?;
+    ctx.submit_wait(enc).map_err(e)?;
+    t.check_status(ctx).map_err(e)?;
+    let got = ctx.read_f32(&ob, ids.len() * cols).map_err(e)?;
+    score("neuzip embed_rows", Check::Exact, &got, &want)
 }
 
 /// A corrupt word stream (structurally valid) makes the fused kernel set the status.
