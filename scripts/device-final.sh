@@ -110,8 +110,9 @@ if [ "$PHASE" = b ]; then
   log "gpu_bench --only neuzip"
   timeout 90 "$F/gpu_bench" --only neuzip > "$O/gpu_bench_neuzip.json" 2> "$O/gpu_bench_neuzip.err"
   log "gpu_bench rc $?"
-  OUT=$O/kv KIT=$F/kit MODEL_DIR=$M LLAMA_KIT=$F/kit/llama-vulkan.tar.xz R=2 HARD_S=440 \
-    STEPS="ppl tern llama" DEPTHS="0 4096" LATE_DEPTHS="16384" \
+  OUT=$O/kv KIT=$F/kit MODEL_DIR=$M LLAMA_KIT=$F/kit/llama-vulkan.tar.xz HARD_S=440 \
+    STEPS="ppl tern llama" DEPTHS="0 4096" LATE_DEPTHS="16384" R=2 \
+    PPL_MODES="f16 q8 q4 q3 q2 a4 a3 f16mc q4mc q3mc q4w256" \
     PPL_MODEL=$F/SmolLM2-135M-Instruct.tern PPL_TEXT=$F/GPL-3 \
     bash scripts/device-kv.sh > "$O/device-kv.out" 2>&1
   { cat "$O/kv/kv-results.md" 2>/dev/null; grep -h "ppl\|perplexity" "$O/kv/device-kv.log" 2>/dev/null | tail -30; } >> "$O/summary-$PHASE.txt"

@@ -86,6 +86,7 @@ fi
 # ---------------------------------------------------------------- tern bench
 kv_args() {  # mode → tern flags
   case $1 in
+    *w256) echo "--kv ${1%w256} --kv-window 256" ;;
     mc) echo "--kv f16 --minicache on" ;;
     *mc) echo "--kv ${1%mc} --minicache on" ;;
     *) echo "--kv $1" ;;
