@@ -5,17 +5,22 @@
 // Workgroup of 256 invocations = `bpw` blocks × `lanes` invocations (bpw = ⌊256 / lanes⌋); the
 // invocation for lane l of a block decodes that lane's symbols: symbol j of the block belongs to
 // lane (j / group) mod lanes (group 1 in layout 1, 4 in layout 2), in increasing order. The
-// 2048-entry decode table `lut[s] = (s − cdf) << 20 | pdf << 8 | sym` (`Plan::lut`) is built in
-// workgroup memory (8 KiB) from the blob's frequency table. A lane that would read past its words,
-// or does not end in state 2^15 having read exactly its words, sets `status`.
+// 2048-entry decode table `lut[s] = (s − cdf) << 20 | pdf << 8 | sym` (`Plan::lut`) is built once
+// on the CPU at upload and stored in `meta` just before the status word; every workgroup copies
+// it into workgroup memory (8 KiB, 8 coalesced loads per invocation). A lane reads its 16-bit
+// words as u32 pairs, the next pair loaded as soon as the current one is entered (its latency
+// hidden behind the symbols in between). A lane that would read past its words, or does not end
+// in state 2^15 having read exactly its words, sets `status`.
 //
-// Output of 16-bit elements: with `whole_words` (layout 2, every block starting on an even
-// element), a group of 4 is written as two plain u32 stores (no other lane touches those words,
-// no clear needed); otherwise every element is OR-ed into its word (the output must be zeroed).
+// Output: f32 elements and 16-bit elements with `whole_words` (layout 2, every block starting on
+// an even element; a group of 4 is two u32 words no other lane touches) are stored whole;
+// otherwise (layout 1, odd block starts) every 16-bit element is OR-ed into its word (the output
+// must be zeroed).
 //
 // Bindings:
 //   meta   : the blob from byte 0 up to the word section (header, table, block word bases, states,
-//            lane starts), then one status word of the fused GEMV (index status_word)
+//            lane starts), the 2048-word decode table, then one status word of the fused GEMV
+//            (index status_word; the table at status_word − 2048)
 //   data   : one chunk: words [words_base .. ) as u16 pairs from word 0, then (at u32 index
 //            raw_word_offset) the raw plane from bit raw_bit_base on
 //   out    : decoded elements from element out_base on: one per u32 (f32) or two per u32
@@ -55,7 +60,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;
 
 var<workgroup> lut: array<u32, 2048>;
-var<workgroup> cdf: array<u32, 257>;
 
 fn lane_start(b: u32, l: u32) -> u32 {
     let i = b * p.lanes + l;
@@ -80,40 +84,35 @@ fn raw_field(i: u32) -> u32 {
     return f & ((1u << wbits) - 1u);
 }
 
-// Exponent symbol + raw field of element j → element bits (neuzip float::merge).
-fn merge(sym: u32, j: u32) -> u32 {
-    let f = raw_field(j);
+// Exponent symbol + raw field f (k + 1 bits) → element bits (neuzip float::merge).
+fn merge_f(sym: u32, f: u32) -> u32 {
     let sign = (f >> p.k) & 1u;
     let kept = f & ((1u << p.k) - 1u);
     return (sign << (p.man + p.exp_bits)) | (sym << p.man) | (kept << (p.man - p.k));
 }
 
+// Word i (0..3) of a group's raw window.
+fn pick(r0: u32, r1: u32, r2: u32, r3: u32, i: u32) -> u32 {
+    return select(select(select(r3, r2, i == 2u), r1, i == 1u), r0, i == 0u);
+}
+
+// The (k + 1)-bit field at bit s (< 96, s + k + 1 ≤ 128) of the window r0..r3.
+fn field(r0: u32, r1: u32, r2: u32, r3: u32, s: u32) -> u32 {
+    let wbits = p.k + 1u;
+    let i = s >> 5u;
+    let o = s & 31u;
+    var f = pick(r0, r1, r2, r3, i) >> o;
+    if (o + wbits > 32u) {
+        f = f | (pick(r0, r1, r2, r3, i + 1u) << (32u - o));
+    }
+    return f & ((1u << wbits) - 1u);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    // Decode table from the blob's frequency table: the running cdf (invocation 0, at most 256
-    // entries), then every invocation fills 8 slots, finding each slot's symbol by binary search.
-    if (lid == 0u) {
-        var c = 0u;
-        for (var i = 0u; i < p.n_syms; i = i + 1u) {
-            cdf[i] = c;
-            c = c + ((meta_[p.table_word + i] >> 16u) & 0xfffu);
-        }
-        cdf[p.n_syms] = c;
-    }
-    workgroupBarrier();
+    let lut_word = p.status_word - 2048u;
     for (var sl = lid; sl < 2048u; sl = sl + 256u) {
-        var lo = 0u;
-        var hi = p.n_syms;
-        while (hi - lo > 1u) {
-            let mid = (lo + hi) / 2u;
-            if (cdf[mid] <= sl) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        let e = meta_[p.table_word + lo];
-        lut[sl] = ((sl - cdf[lo]) << 20u) | (((e >> 16u) & 0xfffu) << 8u) | (e & 0xffu);
+        lut[sl] = meta_[lut_word + sl];
     }
     workgroupBarrier();
 
@@ -140,12 +139,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         kend = base + lane_start(b, l + 1u);
     }
     var x = meta_[p.states_word + b * p.lanes + l];
-    var k = base + lane_start(b, l);
+    let k0 = base + lane_start(b, l);
+    var k = k0;
+    // Word k is half (k − words_base) & 1 of data[wi]; nxt = data[wi + 1], loaded ahead.
+    var wi = (k - p.words_base) >> 1u;
+    var cur = data[wi];
+    var nxt = data[wi + 1u];
     var bad = false;
     let g = p.group;
     let span = p.lanes * g;
+    let wbits = p.k + 1u;
+    let plain = p.width == 32u || p.whole_words == 1u;
     for (var j0 = start + l * g; j0 < end; j0 = j0 + span) {
         let jn = min(j0 + g, end);
+        // The group's raw fields: a window of 4 words from the one holding element j0's field
+        // (at most 4 fields of ≤ 24 bits from bit offset < 32: < 128 bits).
+        let bit0 = j0 * wbits - p.raw_bit_base;
+        let ri = p.raw_word_offset + (bit0 >> 5u);
+        let r0 = data[ri];
+        let r1 = data[ri + 1u];
+        let r2 = data[ri + 2u];
+        let r3 = data[ri + 3u];
         var lo = 0u;
         var hi = 0u;
         for (var j = j0; j < jn; j = j + 1u) {
@@ -158,16 +172,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                     bad = true;
                     break;
                 }
-                x = (x << 16u) | word(k);
+                let h = (k - p.words_base) & 1u;
+                if (h == 0u && k != k0) {
+                    // Entering the next pair: it was loaded ahead; load the one after it.
+                    cur = nxt;
+                    wi = wi + 1u;
+                    nxt = data[wi + 1u];
+                }
+                x = (x << 16u) | ((cur >> (16u * h)) & 0xffffu);
                 k = k + 1u;
             }
-            let bits = merge(sym, j);
+            let q = j - j0;
+            let bits = merge_f(sym, field(r0, r1, r2, r3, (bit0 & 31u) + q * wbits));
             let o = j - p.out_base;
             if (p.width == 32u) {
                 atomicStore(&out[o], bits);
-            } else if (p.whole_words == 1u) {
+            } else if (plain) {
                 // Group of 4 from an even element: words o/2 (elements 0,1) and o/2+1 (2,3).
-                let q = j - j0;
                 let v = bits << (16u * (q & 1u));
                 if (q < 2u) {
                     lo = lo | v;
@@ -181,7 +202,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         if (bad) {
             break;
         }
-        if (p.width == 16u && p.whole_words == 1u) {
+        if (p.width == 16u && plain) {
             let w0 = (j0 - p.out_base) >> 1u;
             atomicStore(&out[w0], lo);
             if (jn > j0 + 2u) {
