@@ -12,10 +12,13 @@
 // hidden behind the symbols in between). A lane that would read past its words, or does not end
 // in state 2^15 having read exactly its words, sets `status`.
 //
-// Output: f32 elements and 16-bit elements with `whole_words` (layout 2, every block starting on
-// an even element; a group of 4 is two u32 words no other lane touches) are stored whole;
-// otherwise (layout 1, odd block starts) every 16-bit element is OR-ed into its word (the output
-// must be zeroed).
+// Output (plain stores, no atomics: every word has one writer per dispatch): f32 elements one per
+// word; 16-bit elements with `whole_words` = 1 (layout 2, every block starting on an even element)
+// as two u32 words per group of 4 (no other lane touches them). Otherwise (layout 1, odd block
+// starts) the launcher zeroes the output and dispatches twice: `whole_words` = 2 ORs the elements
+// of even index (counted from out_base) into their words, 3 those of odd index; with one symbol
+// per group and an even lane count a lane's elements all have one parity, and it sits out the
+// other pass (which then does not check it: the pass that decodes it does).
 //
 // Bindings:
 //   meta   : the blob from byte 0 up to the word section (header, table, block word bases, states,
@@ -56,7 +59,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> meta_: array<u32>;
 @group(0) @binding(2) var<storage, read> data: array<u32>;
-@group(0) @binding(3) var<storage, read_write> out: array<atomic<u32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<u32>;
 @group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;
 
 var<workgroup> lut: array<u32, 2048>;
@@ -149,7 +152,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let g = p.group;
     let span = p.lanes * g;
     let wbits = p.k + 1u;
-    let plain = p.width == 32u || p.whole_words == 1u;
+    let mode = p.whole_words;
+    let plain = p.width == 32u || mode == 1u;
+    if (!plain && g == 1u && (p.lanes & 1u) == 0u && ((start + l - p.out_base) & 1u) != (mode & 1u)) {
+        return;
+    }
     for (var j0 = start + l * g; j0 < end; j0 = j0 + span) {
         let jn = min(j0 + g, end);
         // The group's raw fields: a window of 4 words from the one holding element j0's field
@@ -186,7 +193,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let bits = merge_f(sym, field(r0, r1, r2, r3, (bit0 & 31u) + q * wbits));
             let o = j - p.out_base;
             if (p.width == 32u) {
-                atomicStore(&out[o], bits);
+                out[o] = bits;
             } else if (plain) {
                 // Group of 4 from an even element: words o/2 (elements 0,1) and o/2+1 (2,3).
                 let v = bits << (16u * (q & 1u));
@@ -195,8 +202,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 } else {
                     hi = hi | v;
                 }
-            } else {
-                atomicOr(&out[o >> 1u], bits << (16u * (o & 1u)));
+            } else if ((o & 1u) == (mode & 1u)) {
+                out[o >> 1u] = out[o >> 1u] | (bits << (16u * (o & 1u)));
             }
         }
         if (bad) {
@@ -204,9 +211,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         if (p.width == 16u && plain) {
             let w0 = (j0 - p.out_base) >> 1u;
-            atomicStore(&out[w0], lo);
+            out[w0] = lo;
             if (jn > j0 + 2u) {
-                atomicStore(&out[w0 + 1u], hi);
+                out[w0 + 1u] = hi;
             }
         }
     }
