@@ -24,13 +24,12 @@ use std::time::Instant;
 #[path = "gpu_bench/neuzip.rs"]
 mod neuzip_bench;
 
-use tern_format::encoding::full_mantissa_bits;
-use tern_format::{neuzip, ternary, FloatType, TernaryLayout};
+use tern_format::{ternary, FloatType, TernaryLayout};
 use tern_gpu::kernels;
 use tern_gpu::kernels::cce::{self, Head};
 use tern_gpu::FloatWeight;
 use tern_gpu::{DevicePreference, GgmlType, GpuContext};
-use tern_gpu::{GgmlWeight, NeuzipTensor, TernaryWeight};
+use tern_gpu::{GgmlWeight, TernaryWeight};
 
 struct Rng(u64);
 impl Rng {

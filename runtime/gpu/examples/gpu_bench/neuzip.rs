@@ -186,7 +186,14 @@ const CASES: &[Case] = &[
 pub fn bench(ctx: &GpuContext, rng: &mut Rng, quick: bool) -> anyhow::Result<Vec<String>> {
     let mut fields = Vec::new();
     let n_cases = if quick { CASES.len() - 2 } else { CASES.len() };
+    // TERN_BENCH_NEUZIP=a,b runs only the cases whose name contains one of the parts.
+    let only = std::env::var("TERN_BENCH_NEUZIP").unwrap_or_default();
+    let picked = |name: &str| only.is_empty() || only.split(',').any(|p| name.contains(p));
     for &(name, dtype, k, rows, cols, layout, block) in CASES.iter().take(n_cases) {
+        if !picked(name) {
+            continue;
+        }
+        let t_case = Instant::now();
         let rows = if quick { rows / 8 } else { rows };
         let vals: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.02).collect();
         let data: Vec<u8> = match dtype {
@@ -292,6 +299,12 @@ pub fn bench(ctx: &GpuContext, rng: &mut Rng, quick: bool) -> anyhow::Result<Vec
             t.plan.block_len,
             t.chunks()
         ));
+        // Progress on stderr (what a run cut short by a timeout still leaves).
+        eprintln!(
+            "{} ({:.1} s)",
+            fields.last().map_or("", String::as_str),
+            t_case.elapsed().as_secs_f64()
+        );
     }
     Ok(fields)
 }
