@@ -111,6 +111,48 @@ fn field(r0: u32, r1: u32, r2: u32, r3: u32, s: u32) -> u32 {
     return f & ((1u << wbits) - 1u);
 }
 
+// Lane state: rANS state x, next word k (first k0, end kend), the u32 pair holding word k (w0)
+// and the three pairs after it (w1..w3, loaded ahead: a pair lasts ~12 symbols).
+var<private> x: u32;
+var<private> k: u32;
+var<private> k0: u32;
+var<private> kend: u32;
+var<private> wi: u32;
+var<private> w0: u32;
+var<private> w1: u32;
+var<private> w2: u32;
+var<private> w3: u32;
+var<private> bad: bool;
+
+// One `rans::decode_lane` step: returns the symbol; sets `bad` when the lane has no word left to
+// read (the lane's later steps then read nothing).
+fn step() -> u32 {
+    let e = lut[x & 0x7ffu];
+    x = ((e >> 8u) & 0xfffu) * (x >> 11u) + (e >> 20u);
+    if (x < 0x8000u) {
+        if (k >= kend) {
+            bad = true;
+        } else {
+            let h = (k - p.words_base) & 1u;
+            if (h == 0u && k != k0) {
+                // Entering the next pair: it was loaded ahead; load the third one after it.
+                w0 = w1;
+                w1 = w2;
+                w2 = w3;
+                wi = wi + 1u;
+                w3 = data[wi + 3u];
+            }
+            x = (x << 16u) | ((w0 >> (16u * h)) & 0xffffu);
+            k = k + 1u;
+        }
+    }
+    return e & 0xffu;
+}
+
+// Groups of 4 symbols per lane decoded per round in the fast path: the round's raw words are
+// loaded first, its symbols decoded while they arrive, then merged and stored.
+const ROUND: u32 = 4u;
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let lut_word = p.status_word - 2048u;
@@ -136,19 +178,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         limit = (row + 1u) * p.row_len;
     }
     let end = start + min(limit - start, p.block_len);
-    let base = meta_[p.block_words_word + b];
-    var kend = meta_[p.block_words_word + b + 1u];
-    if (l + 1u < p.lanes) {
-        kend = base + lane_start(b, l + 1u);
-    }
-    var x = meta_[p.states_word + b * p.lanes + l];
-    let k0 = base + lane_start(b, l);
-    var k = k0;
-    // Word k is half (k − words_base) & 1 of data[wi]; nxt = data[wi + 1], loaded ahead.
-    var wi = (k - p.words_base) >> 1u;
-    var cur = data[wi];
-    var nxt = data[wi + 1u];
-    var bad = false;
     let g = p.group;
     let span = p.lanes * g;
     let wbits = p.k + 1u;
@@ -157,63 +186,141 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     if (!plain && g == 1u && (p.lanes & 1u) == 0u && ((start + l - p.out_base) & 1u) != (mode & 1u)) {
         return;
     }
-    for (var j0 = start + l * g; j0 < end; j0 = j0 + span) {
-        let jn = min(j0 + g, end);
-        // The group's raw fields: a window of 4 words from the one holding element j0's field
-        // (at most 4 fields of ≤ 24 bits from bit offset < 32: < 128 bits).
-        let bit0 = j0 * wbits - p.raw_bit_base;
-        let ri = p.raw_word_offset + (bit0 >> 5u);
-        let r0 = data[ri];
-        let r1 = data[ri + 1u];
-        let r2 = data[ri + 2u];
-        let r3 = data[ri + 3u];
-        var lo = 0u;
-        var hi = 0u;
-        for (var j = j0; j < jn; j = j + 1u) {
-            // rans::decode_lane, one step.
-            let e = lut[x & 0x7ffu];
-            let sym = e & 0xffu;
-            x = ((e >> 8u) & 0xfffu) * (x >> 11u) + (e >> 20u);
-            if (x < 0x8000u) {
-                if (k >= kend) {
-                    bad = true;
+    let base = meta_[p.block_words_word + b];
+    kend = meta_[p.block_words_word + b + 1u];
+    if (l + 1u < p.lanes) {
+        kend = base + lane_start(b, l + 1u);
+    }
+    x = meta_[p.states_word + b * p.lanes + l];
+    k0 = base + lane_start(b, l);
+    k = k0;
+    wi = (k0 - p.words_base) >> 1u;
+    w0 = data[wi];
+    w1 = data[wi + 1u];
+    w2 = data[wi + 2u];
+    w3 = data[wi + 3u];
+    bad = false;
+
+    if (g == 4u && plain) {
+        // Fast path (layout 2, whole-word or f32 output): rounds of ROUND groups.
+        var j0 = start + l * 4u;
+        while (j0 < end) {
+            var rw: array<u32, 4u * ROUND>;
+            for (var i = 0u; i < ROUND; i = i + 1u) {
+                let jg = j0 + i * span;
+                if (jg < end) {
+                    let ri = p.raw_word_offset + ((jg * wbits - p.raw_bit_base) >> 5u);
+                    rw[4u * i] = data[ri];
+                    rw[4u * i + 1u] = data[ri + 1u];
+                    rw[4u * i + 2u] = data[ri + 2u];
+                    if (p.width == 32u) {
+                        rw[4u * i + 3u] = data[ri + 3u];
+                    }
+                }
+            }
+            var sy: array<u32, ROUND>;
+            for (var i = 0u; i < ROUND; i = i + 1u) {
+                let jg = j0 + i * span;
+                var s = 0u;
+                if (jg < end) {
+                    let n = min(4u, end - jg);
+                    for (var q = 0u; q < n; q = q + 1u) {
+                        s = s | (step() << (8u * q));
+                    }
+                }
+                sy[i] = s;
+            }
+            if (bad) {
+                break;
+            }
+            for (var i = 0u; i < ROUND; i = i + 1u) {
+                let jg = j0 + i * span;
+                if (jg < end) {
+                    let n = min(4u, end - jg);
+                    let sh = (jg * wbits - p.raw_bit_base) & 31u;
+                    let o = jg - p.out_base;
+                    var lo = 0u;
+                    var hi = 0u;
+                    for (var q = 0u; q < n; q = q + 1u) {
+                        let f = field(rw[4u * i], rw[4u * i + 1u], rw[4u * i + 2u], rw[4u * i + 3u], sh + q * wbits);
+                        let bits = merge_f((sy[i] >> (8u * q)) & 0xffu, f);
+                        if (p.width == 32u) {
+                            out[o + q] = bits;
+                        } else {
+                            // Words o/2 (elements 0, 1) and o/2 + 1 (2, 3); o is even.
+                            let v = bits << (16u * (q & 1u));
+                            if (q < 2u) {
+                                lo = lo | v;
+                            } else {
+                                hi = hi | v;
+                            }
+                        }
+                    }
+                    if (p.width == 16u) {
+                        out[o >> 1u] = lo;
+                        if (n > 2u) {
+                            out[(o >> 1u) + 1u] = hi;
+                        }
+                    }
+                }
+            }
+            j0 = j0 + ROUND * span;
+        }
+    } else {
+        // Any layout and output: one group at a time.
+        for (var j0 = start + l * g; j0 < end; j0 = j0 + span) {
+            let jn = min(j0 + g, end);
+            // The group's raw fields: the words from the one holding element j0's field (at most
+            // 4 fields of ≤ 24 bits from a bit offset < 32: < 128 bits, 4 words).
+            let bit0 = j0 * wbits - p.raw_bit_base;
+            let ri = p.raw_word_offset + (bit0 >> 5u);
+            let need = ((bit0 & 31u) + (jn - j0) * wbits + 31u) >> 5u;
+            let r0 = data[ri];
+            var r1 = 0u;
+            var r2 = 0u;
+            var r3 = 0u;
+            if (need > 1u) {
+                r1 = data[ri + 1u];
+            }
+            if (need > 2u) {
+                r2 = data[ri + 2u];
+            }
+            if (need > 3u) {
+                r3 = data[ri + 3u];
+            }
+            var lo = 0u;
+            var hi = 0u;
+            for (var j = j0; j < jn; j = j + 1u) {
+                let sym = step();
+                if (bad) {
                     break;
                 }
-                let h = (k - p.words_base) & 1u;
-                if (h == 0u && k != k0) {
-                    // Entering the next pair: it was loaded ahead; load the one after it.
-                    cur = nxt;
-                    wi = wi + 1u;
-                    nxt = data[wi + 1u];
+                let q = j - j0;
+                let bits = merge_f(sym, field(r0, r1, r2, r3, (bit0 & 31u) + q * wbits));
+                let o = j - p.out_base;
+                if (p.width == 32u) {
+                    out[o] = bits;
+                } else if (plain) {
+                    // Group from an even element: words o/2 (elements 0, 1) and o/2 + 1 (2, 3).
+                    let v = bits << (16u * (q & 1u));
+                    if (q < 2u) {
+                        lo = lo | v;
+                    } else {
+                        hi = hi | v;
+                    }
+                } else if ((o & 1u) == (mode & 1u)) {
+                    out[o >> 1u] = out[o >> 1u] | (bits << (16u * (o & 1u)));
                 }
-                x = (x << 16u) | ((cur >> (16u * h)) & 0xffffu);
-                k = k + 1u;
             }
-            let q = j - j0;
-            let bits = merge_f(sym, field(r0, r1, r2, r3, (bit0 & 31u) + q * wbits));
-            let o = j - p.out_base;
-            if (p.width == 32u) {
-                out[o] = bits;
-            } else if (plain) {
-                // Group of 4 from an even element: words o/2 (elements 0,1) and o/2+1 (2,3).
-                let v = bits << (16u * (q & 1u));
-                if (q < 2u) {
-                    lo = lo | v;
-                } else {
-                    hi = hi | v;
+            if (bad) {
+                break;
+            }
+            if (p.width == 16u && plain) {
+                let w = (j0 - p.out_base) >> 1u;
+                out[w] = lo;
+                if (jn > j0 + 2u) {
+                    out[w + 1u] = hi;
                 }
-            } else if ((o & 1u) == (mode & 1u)) {
-                out[o >> 1u] = out[o >> 1u] | (bits << (16u * (o & 1u)));
-            }
-        }
-        if (bad) {
-            break;
-        }
-        if (p.width == 16u && plain) {
-            let w0 = (j0 - p.out_base) >> 1u;
-            out[w0] = lo;
-            if (jn > j0 + 2u) {
-                out[w0 + 1u] = hi;
             }
         }
     }
