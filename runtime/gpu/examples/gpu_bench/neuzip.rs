@@ -164,6 +164,15 @@ const CASES: &[Case] = &[
         0,
     ),
     (
+        "neuzip_v2_bf16_13824x2560",
+        FloatType::Bf16,
+        7,
+        13824,
+        2560,
+        2,
+        0,
+    ),
+    (
         "neuzip_v2_bf16_128256x2560",
         FloatType::Bf16,
         7,
