@@ -1,9 +1,10 @@
 //! The NeuZip section of `gpu_bench`: GPU decode of layout-1 and layout-2 blobs at several tensor
 //! sizes and block sizes, checked bit for bit against the CPU decoder first.
 //!
-//! Timing: `iters` decodes (enough for ≥ 2 GB of decoded output, 3 to 400) are recorded into one
+//! Timing: `iters` decodes (enough for ≥ 4 GB of decoded output, 3 to 400) are recorded into one
 //! command encoder between two GPU timestamps (an empty compute pass writing one before the first
-//! decode, another after the last), then submitted and waited for; three such runs. GB/s count
+//! decode, another after the last), then submitted and waited for; three such runs after at least
+//! 0.3 s of the same work as a warm-up (clocks ramped up from idle). GB/s count
 //! decoded bytes per second of GPU time (timestamps; wall time of submit + wait where the adapter
 //! has no `TIMESTAMP_QUERY`), median of the three runs, with the min and max run beside it.
 
@@ -81,14 +82,19 @@ pub fn gpu_time(
     Ok((gpu, wall))
 }
 
-/// Three runs of [`gpu_time`] (after one warm-up call): (median, min, max) seconds per iteration
+/// Three runs of [`gpu_time`] (after ≥ 0.3 s of warm-up): (median, min, max) seconds per iteration
 /// (GPU time where available, else wall), and whether GPU timestamps were used.
 fn runs(
     ctx: &GpuContext,
     iters: usize,
     f: &mut dyn FnMut(&mut wgpu::CommandEncoder) -> tern_gpu::Result<()>,
 ) -> anyhow::Result<([f64; 3], bool)> {
-    gpu_time(ctx, 1, f)?;
+    // Warm-up: the same work for at least 0.3 s, so that the GPU's clocks have ramped up from idle
+    // (the case's data were just encoded on the CPU).
+    let t = Instant::now();
+    while t.elapsed().as_secs_f64() < 0.3 {
+        gpu_time(ctx, iters, f)?;
+    }
     let mut v = Vec::new();
     let mut stamped = true;
     for _ in 0..3 {
@@ -253,7 +259,7 @@ pub fn bench(ctx: &GpuContext, rng: &mut Rng, quick: bool) -> anyhow::Result<Vec
         let iters = if quick {
             2
         } else {
-            ((2e9 / bytes).ceil() as usize).clamp(3, 400)
+            ((4e9 / bytes).ceil() as usize).clamp(3, 400)
         };
         let ([med, lo, hi], stamped) = runs(ctx, iters, &mut |enc| t.decode(ctx, enc))?;
         t.check_status(ctx)?;
