@@ -70,7 +70,9 @@ pub fn gpu_time(
             let b = ctx.read_bytes(&r, 0, 16)?;
             let tick = |i: usize| {
                 let mut w = [0u8; 8];
-                w.copy_from_slice(&b[8 * i..8 * i + 8]);
+                if let Some(s) = b.get(8 * i..8 * i + 8) {
+                    w.copy_from_slice(s);
+                }
                 u64::from_le_bytes(w)
             };
             let ns = tick(1).saturating_sub(tick(0)) as f64

@@ -4,17 +4,15 @@
 
 use crate::device::check::check_buffer;
 use crate::device::context::GpuContext;
-use crate::device::params::{NeuzipGemvParams, NeuzipParams};
+use crate::device::params::NeuzipGemvParams;
 use crate::device::pipeline::KernelKey;
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::weights::neuzip::NzChunk;
 use crate::weights::NeuzipTensor;
 
-/// One chunk's dispatch: `⌈blocks / bpw⌉` workgroups. Whole-word 16-bit and f32 writes need no
-/// zeroed output; 16-bit elements that share a word with another lane's (layout 1, or odd block
-/// starts) go in two dispatches over a zeroed output, elements of even then odd index
-/// (`whole_words` 2 and 3: each word has one writer per dispatch, no atomics).
+/// One chunk's dispatch: `⌈blocks / bpw⌉` workgroups. 16-bit elements OR-ed into their words
+/// (layout 1, or odd block starts) need a zeroed output; whole-word and f32 writes do not.
 fn record_chunk(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -23,27 +21,16 @@ fn record_chunk(
     out: &wgpu::Buffer,
     status: &wgpu::Buffer,
 ) -> Result<()> {
-    let groups = (c.n_blocks.div_ceil(c.params.bpw.max(1)), 1, 1);
-    let modes: &[u32] = if c.params.width == 16 && c.params.whole_words == 0 {
+    if c.params.width == 16 && c.params.whole_words == 0 {
         enc.record_clear(out);
-        &[2, 3]
-    } else {
-        &[c.params.whole_words]
-    };
-    for &whole_words in modes {
-        let p = NeuzipParams {
-            whole_words,
-            ..c.params
-        };
-        let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-        ctx.dispatch(
-            enc,
-            KernelKey::NeuzipDecode,
-            &[&params, meta, &c.data, out, status],
-            groups,
-        )?;
     }
-    Ok(())
+    let params = ctx.uniform(bytemuck::bytes_of(&c.params))?;
+    ctx.dispatch(
+        enc,
+        KernelKey::NeuzipDecode,
+        &[&params, meta, &c.data, out, status],
+        (c.n_blocks.div_ceil(c.params.bpw.max(1)), 1, 1),
+    )
 }
 
 impl NeuzipTensor {

@@ -10,9 +10,6 @@ use crate::device::params::NeuzipParams;
 use crate::error::{GpuError, Result};
 use crate::weights::FloatPart;
 
-/// Words of the decode table stored after the index (`neuzip_decode.wgsl`'s `lut`).
-const LUT_WORDS: u32 = neuzip::LUT_SIZE as u32; // ok: 2048
-
 #[derive(Debug)]
 pub(crate) struct NzChunk {
     pub(crate) params: NeuzipParams,
@@ -87,19 +84,15 @@ impl NeuzipTensor {
         }
         let limit = ctx.binding_limit();
         let meta_bytes = blob.get(..plan.words.offset as usize).unwrap_or_default();
-        // The decode table (`Plan::lut`, 2048 words) follows the index, then the fused GEMV's
-        // status word (`neuzip_gemv.wgsl`); the decode kernel finds the table before it.
-        let lut = plan.lut(blob)?;
-        let status_word = meta_bytes.len() as u32 / 4 + LUT_WORDS; // ok: the words start 4-aligned
-        let mut meta_st = Vec::with_capacity(meta_bytes.len() + 4 * LUT_WORDS as usize + 4);
-        meta_st.extend_from_slice(meta_bytes);
-        meta_st.extend(lut.iter().flat_map(|e| e.to_le_bytes()));
-        meta_st.extend_from_slice(&[0; 4]);
         check_binding(
             ctx,
-            "neuzip index (header, table, states, lane starts, decode table)",
-            meta_st.len() as u64,
+            "neuzip index (header, table, states, lane starts)",
+            meta_bytes.len() as u64,
         )?;
+        // The fused GEMV's status word (`neuzip_gemv.wgsl`) follows the index.
+        let status_word = meta_bytes.len() as u32 / 4; // ok: the word section starts 4-aligned
+        let mut meta_st = meta_bytes.to_vec();
+        meta_st.extend_from_slice(&[0; 4]);
         let meta = ctx.upload("neuzip index", &meta_st)?;
         let bpw = (256 / plan.lanes).max(1);
         // Layout 2 writes whole u32 words when every block starts on an even element.
