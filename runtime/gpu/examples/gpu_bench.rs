@@ -15,18 +15,21 @@
 //!
 //! Timing: every iteration is recorded into one command encoder first; the timed region is
 //! `queue.submit` + `device.poll(wait)` of that encoder, so it covers the GPU work and the wait for
-//! it, not the host-side encoding. (Per-pass timestamp queries are not used yet.) NeuZip GB/s count
-//! decoded output bytes; GEMV GB/s count the packed weight bytes read per token.
+//! it, not the host-side encoding. NeuZip (gpu_bench/neuzip.rs) is timed with GPU timestamps around
+//! many decodes and counts decoded output bytes; GEMV GB/s count the packed weight bytes read per
+//! token.
 
 use std::time::Instant;
 
-use tern_format::encoding::full_mantissa_bits;
-use tern_format::{neuzip, ternary, FloatType, TernaryLayout};
+#[path = "gpu_bench/neuzip.rs"]
+mod neuzip_bench;
+
+use tern_format::{ternary, FloatType, TernaryLayout};
 use tern_gpu::kernels;
 use tern_gpu::kernels::cce::{self, Head};
 use tern_gpu::FloatWeight;
 use tern_gpu::{DevicePreference, GgmlType, GpuContext};
-use tern_gpu::{GgmlWeight, NeuzipTensor, TernaryWeight};
+use tern_gpu::{GgmlWeight, TernaryWeight};
 
 struct Rng(u64);
 impl Rng {
@@ -145,169 +148,9 @@ fn main() -> anyhow::Result<()> {
         "\"timing\":\"submit+wait of pre-recorded iterations\"".to_string(),
     ];
 
-    // NeuZip decode: a bf16 6912 × 2560 weight (lossless), and an f32 2560 × 2560 one, in
-    // layout 1 (the original names) and layout 2 (`neuzip_v2_*`; `b4096`: 4096-symbol blocks),
-    // a lossy-3 bf16 one, and a 2B4T head-sized bf16 one (128256 × 2560, full runs only).
-    // (name, dtype, k, rows, cols, layout, block symbols; 0 = the layout's default)
-    let neuzip_all: &[(&str, FloatType, u8, usize, usize, u8, u32)] = &[
-        (
-            "neuzip_bf16_6912x2560",
-            FloatType::Bf16,
-            7,
-            6912,
-            2560,
-            1,
-            0,
-        ),
-        ("neuzip_f32_2560x2560", FloatType::F32, 23, 2560, 2560, 1, 0),
-        (
-            "neuzip_v2_bf16_6912x2560",
-            FloatType::Bf16,
-            7,
-            6912,
-            2560,
-            2,
-            0,
-        ),
-        (
-            "neuzip_v2_f32_2560x2560",
-            FloatType::F32,
-            23,
-            2560,
-            2560,
-            2,
-            0,
-        ),
-        (
-            "neuzip_v2b4096_bf16_6912x2560",
-            FloatType::Bf16,
-            7,
-            6912,
-            2560,
-            2,
-            4096,
-        ),
-        (
-            "neuzip_v2_bf16_k3_6912x2560",
-            FloatType::Bf16,
-            3,
-            6912,
-            2560,
-            2,
-            0,
-        ),
-        (
-            "neuzip_v2_bf16_128256x2560",
-            FloatType::Bf16,
-            7,
-            128256,
-            2560,
-            2,
-            0,
-        ),
-    ];
-    let neuzip_cases = if !want("neuzip") {
-        0
-    } else if quick {
-        neuzip_all.len() - 1
-    } else {
-        neuzip_all.len()
-    };
-    for &(name, dtype, k, rows, cols, layout, block) in neuzip_all.iter().take(neuzip_cases) {
-        let (rows, iters) = if quick {
-            (rows / 8, 2)
-        } else if rows > 100_000 {
-            (rows, 5)
-        } else {
-            (rows, 20)
-        };
-        let vals: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.02).collect();
-        let data: Vec<u8> = match dtype {
-            FloatType::Bf16 => vals
-                .iter()
-                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-                .collect(),
-            _ => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        };
-        drop(vals);
-        let blob = match (layout, block) {
-            (2, 0) => neuzip::encode_v2(dtype, k, &data, cols)?,
-            (2, b) => neuzip::encode_v2_with(
-                dtype,
-                k,
-                &data,
-                cols,
-                neuzip::Params {
-                    lanes: 32,
-                    block_symbols: b,
-                },
-            )?,
-            _ => neuzip::encode(dtype, k, &data, cols)?,
-        };
-        let want_out = if k == full_mantissa_bits(dtype) {
-            data.clone()
-        } else {
-            neuzip::decode(&blob)?
-        };
-        let t = NeuzipTensor::upload(&ctx, &blob)?;
-        let check = t.decode_to_host(&ctx)?;
-        anyhow::ensure!(
-            check == want_out,
-            "{name}: GPU decode differs from the CPU's"
-        );
-        drop((check, want_out));
-        let mut enc = ctx.encoder();
-        for _ in 0..iters {
-            t.decode(&ctx, &mut enc)?;
-        }
-        let s = timed(&ctx, enc)? / iters as f64;
-        let gbs = data.len() as f64 / s / 1e9;
-        // A matrix kept compressed, one token: the fused decode + GEMV against the just-in-time
-        // way (decode, then the float GEMV over the decoded chunks) and the float GEMV alone
-        // (decoded at load).
-        let mut fused = String::new();
-        if layout == 2 && dtype == FloatType::Bf16 {
-            let x: Vec<u8> = (0..cols).flat_map(|_| rng.normal().to_le_bytes()).collect();
-            let xb = ctx.upload("x", &x)?;
-            let yb = ctx.zeroed("y", rows as u64 * 4)?;
-            let tc = NeuzipTensor::upload_compressed(&ctx, &blob, u64::MAX)?;
-            let fw = FloatWeight::from_parts(
-                dtype,
-                rows as u64,
-                cols as u64,
-                t.float_parts(cols as u64)?,
-            )?;
-            let time = |what: u8| -> anyhow::Result<f64> {
-                let mut enc = ctx.encoder();
-                for _ in 0..iters {
-                    match what {
-                        0 => tc.fused_gemv(&ctx, &mut enc, &xb, 1, &yb, rows as u64)?,
-                        1 => {
-                            t.decode(&ctx, &mut enc)?;
-                            kernels::float_matmul(&ctx, &mut enc, &fw, &xb, 1, &yb)?;
-                        }
-                        _ => kernels::float_matmul(&ctx, &mut enc, &fw, &xb, 1, &yb)?,
-                    }
-                }
-                Ok(timed(&ctx, enc)? / iters as f64 * 1e3)
-            };
-            let (f_ms, j_ms, r_ms) = (time(0)?, time(1)?, time(2)?);
-            tc.check_status(&ctx)?;
-            fused = format!(
-                ",\"fused_gemv_ms\":{f_ms:.3},\"jit_decode_gemv_ms\":{j_ms:.3},\"decoded_gemv_ms\":{r_ms:.3},\"fused_compressed_gb_per_s\":{:.1}",
-                blob.len() as f64 / f_ms / 1e6
-            );
-        }
-        fields.push(format!(
-            "\"{name}\":{{\"ms\":{:.3},\"decoded_gb_per_s\":{gbs:.2},\"ratio\":{:.4},\"blocks\":{},\"lanes\":{},\"layout\":{},\"block_len\":{},\"chunks\":{}{fused}}}",
-            s * 1e3,
-            blob.len() as f64 / data.len() as f64,
-            t.plan.n_blocks,
-            t.plan.lanes,
-            t.plan.version,
-            t.plan.block_len,
-            t.chunks()
-        ));
+    // NeuZip decode (gpu_bench/neuzip.rs).
+    if want("neuzip") {
+        fields.extend(neuzip_bench::bench(&ctx, &mut rng, quick)?);
     }
 
     // Ternary GEMV (1 token) and GEMM (8 tokens) with INT8 activations at 2B4T's shapes.

@@ -434,6 +434,50 @@ fn run_neuzip(
     run_neuzip_blob(ctx, &blob)
 }
 
+/// A damaged layout-2 word stream (structure intact) in one block of several: the decode
+/// kernel's lanes flag it (whole-word 16-bit output, f32 output), and the intact blob decodes.
+fn run_neuzip_v2_corrupt(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    dtype: FloatType,
+) -> Result<String, String> {
+    let (rows, cols) = (24, 640);
+    let v: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
+    let p = neuzip::Params {
+        lanes: 32,
+        block_symbols: 1280,
+    };
+    let k = if dtype == FloatType::F32 { 23 } else { 7 };
+    let good = neuzip::encode_v2_with(dtype, k, &to_dtype(dtype, &v), cols, p)
+        .map_err(|e| format!("encode: {e}"))?;
+    let plan = neuzip::Plan::parse(&good).map_err(|e| e.to_string())?;
+    if plan.n_blocks < 3 {
+        return Err(format!("{} blocks", plan.n_blocks));
+    }
+    run_neuzip_blob(ctx, &good)?;
+    let mut blob = good;
+    let b = plan.n_blocks / 2;
+    let at = plan.words.offset as usize
+        + 2 * plan.block_word_base(&blob, b).map_err(|e| e.to_string())? as usize
+        + 6;
+    let byte = blob.get_mut(at).ok_or("word offset past the blob")?;
+    *byte ^= 0x5A;
+    if neuzip::decode(&blob).is_ok() {
+        return Err("the CPU accepts the damaged stream".into());
+    }
+    let t = NeuzipTensor::upload(ctx, &blob).map_err(|e| e.to_string())?;
+    match t.decode_to_host(ctx) {
+        Err(GpuError::Corrupt { .. }) => Ok(format!(
+            "corrupt stream flagged (block {b} of {})",
+            plan.n_blocks
+        )),
+        r => Err(format!(
+            "decode of a damaged stream: {:?}",
+            r.map(|o| o.len())
+        )),
+    }
+}
+
 /// Layout 2 (`neuzip::encode_v2*`): groups of 4 symbols per lane, whole-word 16-bit output when
 /// every block starts on an even element, OR-ed halves otherwise.
 #[allow(clippy::too_many_arguments)]
@@ -794,6 +838,13 @@ fn cases() -> Vec<(String, bool, CaseFn)> {
             format!("neuzip v2 {name}"),
             false,
             Box::new(move |x, r| run_neuzip_v2(x, r, dtype, k, rows, cols, params)),
+        );
+    }
+    for dtype in [FloatType::Bf16, FloatType::F32] {
+        add(
+            format!("neuzip v2 {dtype:?} corrupt stream"),
+            false,
+            Box::new(move |x, r| run_neuzip_v2_corrupt(x, r, dtype)),
         );
     }
     add(
