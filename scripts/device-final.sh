@@ -108,7 +108,7 @@ if [ "$PHASE" = b ]; then
   got=$(md5sum < "$F/SmolLM2-135M-Instruct.tern" | cut -c1-32)
   log "SmolLM2 reassembled: md5 $got (want $(cat .devkit-fin2/smol.md5))"
   log "gpu_bench --only neuzip"
-  timeout 90 "$F/gpu_bench" --only neuzip > "$O/gpu_bench_neuzip.json" 2> "$O/gpu_bench_neuzip.err"
+  timeout 150 "$F/gpu_bench" --only neuzip > "$O/gpu_bench_neuzip.json" 2> "$O/gpu_bench_neuzip.err"
   log "gpu_bench rc $?"
   OUT=$O/kv KIT=$F/kit MODEL_DIR=$M LLAMA_KIT=$F/kit/llama-vulkan.tar.xz HARD_S=440 \
     STEPS="ppl tern llama" DEPTHS="0 4096" LATE_DEPTHS="16384" R=2 \
