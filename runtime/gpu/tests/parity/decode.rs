@@ -202,8 +202,8 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     // unfused passes and the CPU
     let dec_shapes: [(usize, usize, u32, usize, Epilogue); 6] = [
         (65, 3000, 0, 3, Add),
-        (40, 3072, 64, 1, Store),
-        (34, 3136, 192, 2, Store),
+        (40, 3072, 128, 1, Store),
+        (34, 3136, 448, 2, Store),
         (3, 64, 0, 1, Store),
         (33, 2560, 0, 1, Add),
         (32, 6912, 0, 2, SwiGlu),
