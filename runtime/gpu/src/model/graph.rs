@@ -33,15 +33,16 @@ use tern_format::FfnAct;
 /// Which linears' ternary GEMVs compute their input's RMSNorm + quantization themselves (the
 /// decode GEMV's fused prologue, `ternary_gemv_dec_norm.wgsl`; same bits) and whether the wide
 /// kernel may stand in where the decode kernel does not take the shape: `TERN_GPU_FUSE_NORM` =
-/// `0` none, `qkv` (the default: measured on an H100, docs/measurements.md, issue 15), `attn`
-/// (+ the attention output), `all` (every linear), `1` (every linear, the wide kernel too).
-fn fuse_norm_for(l: Linear) -> (bool, bool) {
+/// `0` none, `qkv`, `attn` (+ the attention output), `all`, `1` (all, the wide kernel too); by
+/// default every INT8 input, no INT4 one (H100: A8 tg128 +10 %, a4.8 −2 %; docs/measurements.md).
+fn fuse_norm_for(l: Linear, int4: bool) -> (bool, bool) {
     match std::env::var("TERN_GPU_FUSE_NORM").as_deref() {
         Ok("0") => (false, false),
         Ok("1") => (true, true),
         Ok("all") => (true, false),
         Ok("attn") => (matches!(l, Linear::Qkv | Linear::AttnOut), false),
-        _ => (l == Linear::Qkv, false),
+        Ok("qkv") => (l == Linear::Qkv, false),
+        _ => (!int4, false),
     }
 }
 
@@ -322,7 +323,7 @@ impl<'a> Graph<'a> {
     /// INT8/INT4 producer, the dense GEMV (not the sparse walk), no sparsity measurement (it
     /// reads the quantized buffers), a row that fits the GEMV's staging memory.
     fn prologue_fuses(&self, li: &LinearInput, ws: &[&Lin], act: &ActInt8) -> bool {
-        let (on, wide) = fuse_norm_for(li.linear);
+        let (on, wide) = fuse_norm_for(li.linear, li.producer.is_int4());
         self.n < GEMM_MIN_TOKENS
             && on
             && matches!(
