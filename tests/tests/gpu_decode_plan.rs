@@ -13,10 +13,10 @@
 //! layers (embedding lookup, output norm, the head's GEMV, at most one more binding part of the
 //! head). Before issue 15 a BitNet layer took 20 dispatches and a SmolLM2 layer 18 (607 and 543
 //! per token with 30 layers); the issue asks for half (≤ 300 / ≤ 270). BitNet A8: 8 per layer since
-//! h-pro (every ternary GEMV with an INT8 input computes its input's RMSNorm + quantization in its
+//! h-pro (every ternary GEMV of an A8 model computes its input's RMSNorm + quantization in its
 //! prologue by default, `ternary_gemv_dec_norm.wgsl`: the random model measures 17 = 2 · 8 + 1 on
 //! lavapipe, its 160-column down projection is not the decode kernel's shape; the 2B4T shape 187
-//! on an H100). a4.8 stays at 10 (its INT4 inputs do not fuse by default: slower on the H100).
+//! on an H100). a4.8 stays at 10 (its norms do not fuse by default: slower on the H100).
 //! `TERN_GPU_FUSE_NORM` (process-wide) picks which norms fuse; the tests here that set it hold
 //! `ENV`, and the others take it too, so each sees the mode it expects.
 
@@ -162,7 +162,7 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
 
 /// The fused norm prologue end to end, in every `TERN_GPU_FUSE_NORM` mode (`0` none, `qkv`,
 /// `attn`, `all`: the decode kernel's fused variant where it takes the shape; `1`: the wide kernel
-/// elsewhere too; unset: every INT8 input, no INT4 one): token-by-token logits of the random BitNet models (A8 and a4.8,
+/// elsewhere too; unset: `all` for A8 models, `0` for a4.8): token-by-token logits of the random BitNet models (A8 and a4.8,
 /// 2-bit and base-3) against the CPU reference, with gpu_engine's bounds (A8 1e-11, a4.8 1e-6),
 /// and on 2-bit fewer dispatches with every mode that fuses more (base-3 and the down projection's
 /// 160 columns are not the decode kernel's shapes: only `1` fuses them).
@@ -224,7 +224,7 @@ fn bitnet_fused_norm_decode_matches_cpu() {
                 counts[..5].windows(2).all(|w| w[1] <= w[0]),
                 "{tag} {lt}: {counts:?}"
             );
-            // the default: `all` for INT8 inputs, nothing for INT4 ones
+            // the default: `all` for A8, nothing for a4.8
             let default = if acts.is_none() { counts[3] } else { counts[0] };
             assert_eq!(counts[5], default, "{tag} {lt}: default {counts:?}");
             assert!(
