@@ -118,7 +118,7 @@ fn run_fused_ternary(
         m.matmul(&normed, aq, &MatmulOptions::default(), &mut cpu)
             .map_err(|e| e.to_string())?;
         if epi == Epilogue::Add {
-            cpu.iter_mut().zip(&y0).for_each(|(c, y)| *c = y + *c);
+            cpu.iter_mut().zip(&y0).for_each(|(c, y)| *c += y);
         }
         score("fused ternary vs CPU", Check::Exact, &got, &cpu)?;
     }
