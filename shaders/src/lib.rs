@@ -78,6 +78,9 @@ pub enum Shader {
     /// The decode ternary GEMV (2-bit, vec4-aligned rows, 64-column scale groups): 64 codes per
     /// load, packed dots on trit bytes (bit-exact with `TernaryGemv`).
     TernaryGemvDec,
+    /// The decode ternary GEMV with the RMSNorm + INT8/INT4 quantization of its input fused into
+    /// its prologue (32 rows per workgroup; bit-exact with the unfused passes).
+    TernaryGemvDecNorm,
     /// Fused Cut-Cross-Entropy pass A: logit tiles folded into per-block (max, Σ exp) partials.
     Cce,
     /// Fused Cut-Cross-Entropy pass B: merge the partials per position → log p(target).
@@ -155,6 +158,21 @@ const TERNARY_DEC_VARIANTS: &[Variant] = variants![Shader::TernaryGemvDec;
     "ternary_gemv_dec_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
     "ternary_gemv_dec_2bit_bf16_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
     "ternary_gemv_dec_2bit_bf16_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
+];
+
+const TERNARY_DEC_NORM_VARIANTS: &[Variant] = variants![Shader::TernaryGemvDecNorm;
+    "ternary_gemv_dec_norm_2bit_f32" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_f32_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_f32_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_f32_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_f16" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_f16_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_f16_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_f16_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_bf16" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_bf16_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_bf16_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
 ];
 
 const TERNARY_WIDE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvWide;
@@ -405,7 +423,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 32] = [
+    pub const ALL: [Shader; 33] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -438,6 +456,7 @@ impl Shader {
         Shader::ActStats,
         Shader::TernaryGemvDec,
         Shader::NeuzipEmbed,
+        Shader::TernaryGemvDecNorm,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -475,6 +494,7 @@ impl Shader {
             Shader::ActStats => "act_stats.wgsl",
             Shader::TernaryGemvDec => "ternary_gemv_dec.wgsl",
             Shader::NeuzipEmbed => "neuzip_embed.wgsl",
+            Shader::TernaryGemvDecNorm => "ternary_gemv_dec_norm.wgsl",
         }
     }
 
@@ -513,6 +533,7 @@ impl Shader {
             Shader::ActStats => include_str!("../wgsl/act_stats.wgsl"),
             Shader::TernaryGemvDec => include_str!("../wgsl/ternary_gemv_dec.wgsl"),
             Shader::NeuzipEmbed => include_str!("../wgsl/neuzip_embed.wgsl"),
+            Shader::TernaryGemvDecNorm => include_str!("../wgsl/ternary_gemv_dec_norm.wgsl"),
         }
     }
 
@@ -525,7 +546,10 @@ impl Shader {
         s.push_str(k);
         if matches!(
             self,
-            Shader::TernaryGemv | Shader::TernaryGemvWide | Shader::TernaryGemvDec
+            Shader::TernaryGemv
+                | Shader::TernaryGemvWide
+                | Shader::TernaryGemvDec
+                | Shader::TernaryGemvDecNorm
         ) {
             s.push('\n');
             s.push_str(TERNARY_EPILOGUE);
@@ -581,6 +605,7 @@ impl Shader {
             Shader::ActStats => ACT_STATS_VARIANTS,
             Shader::TernaryGemvDec => TERNARY_DEC_VARIANTS,
             Shader::NeuzipEmbed => NEUZIP_EMBED_VARIANTS,
+            Shader::TernaryGemvDecNorm => TERNARY_DEC_NORM_VARIANTS,
         }
     }
 

@@ -1,4 +1,5 @@
-// The wide ternary GEMV (issue 15; opt-in: `TERN_GPU_FUSE_NORM=1`, see kernels/matmul.rs):
+// The wide ternary GEMV (issue 15; `TERN_GPU_FUSE_NORM=1` only, where the decode kernel's fused
+// variant ternary_gemv_dec_norm.wgsl does not take the shape; see kernels/matmul.rs):
 // ternary_gemv.wgsl's contract and bits, plus the fused norm prologue.
 // Ternary GEMV with INT8 (or INT4) activations (BitNet b1.58 / a4.8), reading tern's packed codes
 // directly (runtime/format/src/ternary.rs): y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} ·

@@ -12,16 +12,13 @@
 //! Budget: `PER_LAYER · n_layer + HEAD`, where HEAD (= 4) covers what runs once per step outside the
 //! layers (embedding lookup, output norm, the head's GEMV, at most one more binding part of the
 //! head). Before issue 15 a BitNet layer took 20 dispatches and a SmolLM2 layer 18 (607 and 543
-//! per token with 30 layers); the issue asks for half (≤ 300 / ≤ 270), which this branch does NOT
-//! reach yet. Measured (lavapipe, a 1024-position session): the residual adds and the GLU run in
-//! the GEMVs' epilogues — SmolLM2 453 per token (15 per layer), the 2-layer random BitNet 37
-//! (A8 and a4.8); with the opt-in fused norm prologue (`TERN_GPU_FUSE_NORM=1`, off by default
-//! until measured faster on a GPU) BitNet 29 (A8) and 31 (a4.8). What remains above 10 per
-//! layer: RoPE as two passes of its own (fused into the KV store and attention on the KV branch),
-//! q/k/v and gate/up as separate GEMVs, the norms (fused only with the opt-in), and (SmolLM2)
-//! the float RMSNorms. The bounds are the measured counts without the opt-in (the variable is
-//! process-wide and another test here sets it, so they must hold either way): any regression
-//! fails; tighten them as the rest lands.
+//! per token with 30 layers); the issue asks for half (≤ 300 / ≤ 270). BitNet A8: 8 per layer since
+//! h-pro (every ternary GEMV of an A8 model computes its input's RMSNorm + quantization in its
+//! prologue by default, `ternary_gemv_dec_norm.wgsl`: the random model measures 17 = 2 · 8 + 1 on
+//! lavapipe, its 160-column down projection is not the decode kernel's shape; the 2B4T shape 187
+//! on an H100). a4.8 stays at 10 (its norms do not fuse by default: slower on the H100).
+//! `TERN_GPU_FUSE_NORM` (process-wide) picks which norms fuse; the tests here that set it hold
+//! `ENV`, and the others take it too, so each sees the mode it expects.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +29,21 @@ use tern_tests::{golden, scratch};
 
 /// Dispatches outside the layers (see the module doc).
 const HEAD: usize = 4;
+
+/// Serializes the tests of this file around `TERN_GPU_FUSE_NORM` (process-wide).
+static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `f` with `TERN_GPU_FUSE_NORM` set to `mode` (unset: the default), then unsets it.
+fn with_fuse_mode<T>(mode: Option<&str>, f: impl FnOnce() -> T) -> T {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    match mode {
+        Some(m) => std::env::set_var("TERN_GPU_FUSE_NORM", m),
+        None => std::env::remove_var("TERN_GPU_FUSE_NORM"),
+    }
+    let r = f();
+    std::env::remove_var("TERN_GPU_FUSE_NORM");
+    r
+}
 
 fn open_gpu(path: &Path) -> Option<Model> {
     let opts = LoadOptions {
@@ -60,7 +72,7 @@ fn dispatches(path: &Path) -> Option<(usize, usize)> {
 }
 
 fn check(name: &str, path: &Path, per_layer: usize) {
-    let Some((d, layers)) = dispatches(path) else {
+    let Some((d, layers)) = with_fuse_mode(None, || dispatches(path)) else {
         return;
     };
     let bound = per_layer * layers + HEAD;
@@ -79,8 +91,9 @@ fn bitnet(tag: &str, opts: &PackOptions) -> PathBuf {
 
 #[test]
 fn bitnet_decode_dispatches() {
-    // q/k/v stacked + RoPE fused with the store (h-rope), gate/up pairs (h-cat)
-    check("bitnet 2bit a8", &bitnet("a8", &PackOptions::default()), 10);
+    // q/k/v stacked + RoPE fused with the store (h-rope), gate/up pairs (h-cat), the q/k/v norm in
+    // the GEMV's prologue (h-pro)
+    check("bitnet 2bit a8", &bitnet("a8", &PackOptions::default()), 8);
     let a48 = PackOptions {
         activations: Some(tern_format::ActivationScheme::A4_8),
         ..PackOptions::default()
@@ -108,6 +121,7 @@ fn smollm2_decode_dispatches() {
 /// equal the CPU reference's (A8 bound of gpu_engine).
 #[test]
 fn bitnet_long_context_plan_splits_attention() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let path = bitnet("long", &PackOptions::default());
     let cpu = Model::open(&path).unwrap();
     let Some(gpu) = open_gpu(&path) else {
@@ -146,14 +160,14 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
     num / den.max(f64::MIN_POSITIVE)
 }
 
-/// The opt-in fused norm prologue (`TERN_GPU_FUSE_NORM=1`: the wide ternary GEMV computes its own
-/// RMSNorm + INT8 / INT4 quantization) end to end: token-by-token logits of the random BitNet
-/// models (A8 and a4.8, 2-bit and base-3) against the CPU reference, with gpu_engine's bounds
-/// (A8 1e-11, a4.8 1e-6), and fewer dispatches than without it. (The variable is process-wide:
-/// the dispatch bounds above hold with and without it.)
+/// The fused norm prologue end to end, in every `TERN_GPU_FUSE_NORM` mode (`0` none, `qkv`,
+/// `attn`, `all`: the decode kernel's fused variant where it takes the shape; `1`: the wide kernel
+/// elsewhere too; unset: `all` for A8 models, `0` for a4.8): token-by-token logits of the random BitNet models (A8 and a4.8,
+/// 2-bit and base-3) against the CPU reference, with gpu_engine's bounds (A8 1e-11, a4.8 1e-6),
+/// and on 2-bit fewer dispatches with every mode that fuses more (base-3 and the down projection's
+/// 160 columns are not the decode kernel's shapes: only `1` fuses them).
 #[test]
 fn bitnet_fused_norm_decode_matches_cpu() {
-    std::env::set_var("TERN_GPU_FUSE_NORM", "1");
     let tokens: Vec<u32> = vec![1, 17, 42, 5, 99, 3, 250, 7];
     for (tag, acts, bound) in [
         ("a8", None, 1e-11),
@@ -170,24 +184,58 @@ fn bitnet_fused_norm_decode_matches_cpu() {
             };
             let path = bitnet(&format!("fused_{tag}_{lt}"), &opts);
             let cpu = Model::open(&path).unwrap();
-            let Some(gpu) = open_gpu(&path) else {
-                return;
-            };
             let vocab = cpu.n_vocab() as u32;
             let toks: Vec<u32> = tokens.iter().map(|t| t % vocab).collect();
-            let (mut sc, mut sg) = (
-                Session::new(&cpu, 16).unwrap(),
-                Session::new(&gpu, 16).unwrap(),
-            );
-            let (mut want, mut got) = (Vec::new(), Vec::new());
+            let mut sc = Session::new(&cpu, 16).unwrap();
+            let mut want = Vec::new();
             for &t in &toks {
                 want.extend(sc.eval(&[t]).unwrap());
-                got.extend(sg.eval(&[t]).unwrap());
             }
-            let e = nmse(&got, &want);
-            let fused = sg.report().unwrap().dispatches_per_token.unwrap();
-            eprintln!("fused norm {tag} {lt}: decode NMSE {e:.2e}, {fused} dispatches per token");
-            assert!(e <= bound, "{tag} {lt}: NMSE {e}");
+            let mut counts = Vec::new();
+            for mode in [
+                Some("0"),
+                Some("qkv"),
+                Some("attn"),
+                Some("all"),
+                Some("1"),
+                None,
+            ] {
+                let run = || -> Option<(f64, usize)> {
+                    let gpu = open_gpu(&path)?;
+                    let mut sg = Session::new(&gpu, 16).unwrap();
+                    let mut got = Vec::new();
+                    for &t in &toks {
+                        got.extend(sg.eval(&[t]).unwrap());
+                    }
+                    let d = sg.report().unwrap().dispatches_per_token.unwrap();
+                    Some((nmse(&got, &want), d))
+                };
+                let Some((e, d)) = with_fuse_mode(mode, run) else {
+                    return;
+                };
+                let mode = mode.unwrap_or("default");
+                eprintln!(
+                    "fused norm {mode} {tag} {lt}: decode NMSE {e:.2e}, {d} dispatches per token"
+                );
+                assert!(e <= bound, "{mode} {tag} {lt}: NMSE {e}");
+                counts.push(d);
+            }
+            assert!(
+                counts[..5].windows(2).all(|w| w[1] <= w[0]),
+                "{tag} {lt}: {counts:?}"
+            );
+            // the default: `all` for A8, nothing for a4.8
+            let default = if acts.is_none() { counts[3] } else { counts[0] };
+            assert_eq!(counts[5], default, "{tag} {lt}: default {counts:?}");
+            assert!(
+                counts[4] < counts[0],
+                "{tag} {lt}: `1` fuses nothing: {counts:?}"
+            );
+            if lt == "2bit" {
+                // each mode fuses more: q/k/v, then the attention output (A8), gate/up
+                assert!(counts[1] < counts[0], "{tag} {lt}: {counts:?}");
+                assert!(counts[3] < counts[2], "{tag} {lt}: {counts:?}");
+            }
         }
     }
 }

@@ -108,6 +108,13 @@ pub enum KernelKey {
         act: ActBits,
         dot: DotKind,
     },
+    /// The decode ternary GEMV with the fused norm + quantization prologue
+    /// (`ternary_gemv_dec_norm.wgsl`: 2-bit, vec4-aligned rows, 32 rows per workgroup).
+    TernaryGemvDecNorm {
+        scale_type: FloatType,
+        act: ActBits,
+        dot: DotKind,
+    },
     /// Ternary GEMV (2-bit, INT8 activations) that skips zero activation words.
     TernaryGemvSparse {
         scale_type: FloatType,
@@ -213,6 +220,14 @@ impl fmt::Display for KernelKey {
             } => {
                 let (l, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
                 write!(f, "ternary_gemv_dec_{l}_{s}{}", suffix(*act, *dot))
+            }
+            KernelKey::TernaryGemvDecNorm {
+                scale_type,
+                act,
+                dot,
+            } => {
+                let (l, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
+                write!(f, "ternary_gemv_dec_norm_{l}_{s}{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
             KernelKey::TernaryGemm {
@@ -331,6 +346,7 @@ impl KernelKey {
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
             KernelKey::TernaryGemvWide { .. } => Shader::TernaryGemvWide,
             KernelKey::TernaryGemvDec { .. } => Shader::TernaryGemvDec,
+            KernelKey::TernaryGemvDecNorm { .. } => Shader::TernaryGemvDecNorm,
             KernelKey::ActStats => Shader::ActStats,
             KernelKey::GgmlGemm(_) => Shader::GgmlGemm,
             KernelKey::NeuzipDecode => Shader::NeuzipDecode,
@@ -528,6 +544,11 @@ mod tests {
                         });
                         if layout == TernaryLayout::Bits2 {
                             keys.push(KernelKey::TernaryGemvDec {
+                                scale_type: s,
+                                act,
+                                dot,
+                            });
+                            keys.push(KernelKey::TernaryGemvDecNorm {
                                 scale_type: s,
                                 act,
                                 dot,

@@ -180,6 +180,12 @@ pub struct NormPrologue<'a> {
 /// Columns the fused norm prologue takes (bounded by the staged row, `GEMV_STAGED_ACT_WORDS`, too).
 pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
 
+/// Whether a ternary GEMV of `w` fuses the norm producing `a` in the decode kernel
+/// ([`dec_norm_fits`]) or, with `wide`, in either kernel ([`fused_norm_fits`]).
+pub fn norm_fits(w: &TernaryWeight, a: &ActInt8, wide: bool) -> bool {
+    fused_norm_fits(w, a) && (wide || dec_norm_fits(w, a))
+}
+
 /// Whether a ternary GEMV of `w` can fuse the norm and quantization producing `a` (the row fits
 /// the wide kernel's staging memory, its group sums the weight's scale groups).
 pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
@@ -204,6 +210,21 @@ pub fn dec_gemv_fits(w: &TernaryWeight, wpr: u64) -> bool {
 
 /// Scale groups per row the decode kernel's workgroup memory holds (1024 sums, 8 rows).
 pub const TERNARY_DEC_MAX_GROUPS_PER_ROW: u64 = 1024 / GEMV_ROWS_PER_WG;
+
+/// Rows per workgroup of the decode GEMV with the fused norm prologue
+/// (`ternary_gemv_dec_norm.wgsl`: 256 invocations, 8 per row).
+pub const GEMV_DEC_NORM_ROWS_PER_WG: u64 = 32;
+
+/// Whether the decode kernel with the fused norm prologue (`ternary_gemv_dec_norm.wgsl`) takes a
+/// norm-fused GEMV of `w` with activations `a`: the decode kernel takes the weight, the
+/// quantized row fits its workgroup memory and the group sums of its 32 rows do too. Else the
+/// fused norm goes to the wide kernel.
+pub fn dec_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
+    let wpr = ternary::words_per_row(w.layout, w.cols);
+    dec_gemv_fits(w, wpr)
+        && fused_norm_fits(w, a)
+        && w.groups_per_row() * GEMV_DEC_NORM_ROWS_PER_WG <= 1024
+}
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
 /// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32. `a` holds INT8 or INT4
@@ -284,9 +305,17 @@ pub fn ternary_gemv_fused(
     };
     let vec_rows = if wpr % 4 == 0 { 1 << 4 } else { 0 };
     let (layout, scale_type, act, dot) = (w.layout, w.scale_type, a.act, ctx.dot_kind());
-    // The wide kernel only for the fused prologue: the plain one is what the H100 measured
-    // faster end to end (docs/measurements.md, issue 15); the decode kernel where the shape fits.
-    let key = if pro == 1 {
+    // A fused norm: the decode kernel's fused variant where the shape fits, else the wide kernel.
+    // Without: the decode kernel where the shape fits, else the plain one (the wide kernel
+    // measured slower end to end on the H100: docs/measurements.md, issue 15).
+    let dec_norm = pro == 1 && dec_norm_fits(w, a);
+    let key = if dec_norm {
+        KernelKey::TernaryGemvDecNorm {
+            scale_type,
+            act,
+            dot,
+        }
+    } else if pro == 1 {
         KernelKey::TernaryGemvWide {
             layout,
             scale_type,
@@ -312,7 +341,12 @@ pub fn ternary_gemv_fused(
         p.mode = pro | (epi.mode() << 2) | vec_rows | pair_bit(w);
         p.eps = eps;
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GEMV_ROWS_PER_WG))?;
+        let rpw = if dec_norm {
+            GEMV_DEC_NORM_ROWS_PER_WG
+        } else {
+            GEMV_ROWS_PER_WG
+        };
+        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(rpw))?;
         ctx.dispatch(
             enc,
             key,

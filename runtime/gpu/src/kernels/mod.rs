@@ -49,10 +49,10 @@ pub use embed::{embed_rows, EmbedTable};
 pub use ggml::{ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_matmul, GGML_GEMV_ROWS_PER_WG};
 pub use kv::{kv_store, KvLayout};
 pub use matmul::{
-    float_gemv, float_matmul, fused_norm_fits, ternary_gemm, ternary_gemm_tiled, ternary_gemv,
-    ternary_gemv_fused, ternary_matmul, Epilogue, GemmTile, NormPrologue, GEMM_MIN_TOKENS,
-    GEMM_TILE_ROWS, GEMM_TILE_TOKENS, GEMM_WIDE_MIN_WORKGROUPS, GEMM_WIDE_TILE_TOKENS,
-    GEMV_STAGED_ACT_WORDS,
+    dec_norm_fits, float_gemv, float_matmul, fused_norm_fits, norm_fits, ternary_gemm,
+    ternary_gemm_tiled, ternary_gemv, ternary_gemv_fused, ternary_matmul, Epilogue, GemmTile,
+    NormPrologue, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS, GEMM_WIDE_MIN_WORKGROUPS,
+    GEMM_WIDE_TILE_TOKENS, GEMV_STAGED_ACT_WORDS,
 };
 pub use pointwise::{elementwise, glu_pairs, rmsnorm, rope, rope_table, rope_with_table};
 pub use rope_kv::{qkv_split, rope_kv_fuses, rope_kv_fuses_batch, rope_kv_store, QkvShape};

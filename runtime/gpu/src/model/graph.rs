@@ -24,18 +24,27 @@ use crate::kernels::attention::KvRead;
 use crate::kernels::sparse::SPARSE_MAX_DENSITY;
 use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, KvLayout};
 use crate::kernels::{Epilogue, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
-use crate::model::activation::{BlockInputs, LinearInput, Producer};
+use crate::model::activation::{BlockInputs, Linear, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GateUp, GpuModel, KvCache, Layer, Lin, Qkv};
-use tern_format::FfnAct;
+use tern_format::{ActivationScheme, FfnAct};
 
-/// The fused norm prologue (the wide ternary GEMV computing its own RMSNorm + quantization) is
-/// opt-in, `TERN_GPU_FUSE_NORM=1`: its first version measured slower end to end on an H100 than
-/// the separate `rmsnorm_quant` pass it replaces (docs/measurements.md, issue 15); the results
-/// are the same bits either way.
-fn fuse_norm_enabled() -> bool {
-    std::env::var("TERN_GPU_FUSE_NORM").is_ok_and(|v| v == "1")
+/// Which linears' ternary GEMVs compute their input's RMSNorm + quantization themselves (the
+/// decode GEMV's fused prologue, `ternary_gemv_dec_norm.wgsl`; same bits) and whether the wide
+/// kernel may stand in where the decode kernel does not take the shape: `TERN_GPU_FUSE_NORM` =
+/// `0` none, `qkv`, `attn` (+ the attention output), `all`, `1` (all, the wide kernel too); by
+/// default every input of an A8 model, none of a4.8 (H100 tg128: A8 +9 %, a4.8 −1…−2 % in every
+/// mode; docs/measurements.md).
+fn fuse_norm_for(l: Linear, a48: bool) -> (bool, bool) {
+    match std::env::var("TERN_GPU_FUSE_NORM").as_deref() {
+        Ok("0") => (false, false),
+        Ok("1") => (true, true),
+        Ok("all") => (true, false),
+        Ok("attn") => (matches!(l, Linear::Qkv | Linear::AttnOut), false),
+        Ok("qkv") => (l == Linear::Qkv, false),
+        _ => (!a48, false),
+    }
 }
 
 /// Positions up to which a session runs plans recorded with unsplit attention (no combine
@@ -303,12 +312,14 @@ impl<'a> Graph<'a> {
         Ok(input)
     }
 
-    /// Whether the GEMVs of `ws` compute the input `li` themselves (the norm and its quantization
-    /// in the ternary GEMV's prologue): a decode batch, ternary weights only, a fused norm +
-    /// INT8/INT4 producer, the dense GEMV (not the sparse walk), no sparsity measurement (it
-    /// reads the quantized buffers), a row that fits the GEMV's staging memory.
+    /// Whether the ternary GEMVs of `ws` compute the input `li` (norm + quantization) themselves:
+    /// a decode batch, [`fuse_norm_for`], ternary weights the kernel takes, a fused norm + INT8 /
+    /// INT4 producer, the dense GEMV, no sparsity measurement (it reads the quantized buffers).
     fn prologue_fuses(&self, li: &LinearInput, ws: &[&Lin], act: &ActInt8) -> bool {
+        let a48 = self.m.activation_plan().scheme == ActivationScheme::A4_8;
+        let (on, wide) = fuse_norm_for(li.linear, a48);
         self.n < GEMM_MIN_TOKENS
+            && on
             && matches!(
                 li.producer,
                 Producer::NormQuantInt8 | Producer::NormQuantInt4
@@ -316,10 +327,9 @@ impl<'a> Graph<'a> {
             && !ws.is_empty()
             && ws
                 .iter()
-                .all(|w| matches!(w, Lin::Ternary(tw) if kernels::fused_norm_fits(tw, act)))
+                .all(|w| matches!(w, Lin::Ternary(tw) if kernels::norm_fits(tw, act, wide)))
             && !(li.sparse && SPARSE_MAX_DENSITY > 0.0)
             && self.s.act_stats.is_none()
-            && fuse_norm_enabled()
     }
 
     /// Whether `w`'s matmul for this batch is a GEMV that can apply an [`Epilogue`].

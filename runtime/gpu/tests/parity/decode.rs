@@ -21,6 +21,9 @@ fn elt(epi: Epilogue) -> Option<EltOp> {
 }
 
 /// `fuse_norm`: the GEMV computes its input from the f32 rows (else from the quantized buffers).
+/// `dec`: the shape must go to the decode kernel's fused variant (`ternary_gemv_dec_norm.wgsl`);
+/// then the fused result is also checked against the CPU (the GPU norm's tree order, bit-exact
+/// with its CPU emulation in parity/fused.rs, then the reference's quantizer and ternary matmul).
 #[allow(clippy::too_many_arguments)]
 fn run_fused_ternary(
     ctx: &GpuContext,
@@ -33,6 +36,7 @@ fn run_fused_ternary(
     act4: bool,
     fuse_norm: bool,
     epi: Epilogue,
+    dec: bool,
 ) -> Result<String, String> {
     let e = |e: GpuError| e.to_string();
     let trits: Vec<i8> = (0..rows * cols)
@@ -59,6 +63,9 @@ fn run_fused_ternary(
     let got_b = ctx.upload("got", &f32_bytes(&y0)).map_err(e)?;
     let a8 = ActInt8::alloc(ctx, tokens as u64, cols as u64).map_err(e)?;
     let a = if act4 { a8.as_int4().map_err(e)? } else { a8 };
+    if dec && !kernels::dec_norm_fits(&w, &a) {
+        return Err("the decode kernel's fused variant does not take this shape".into());
+    }
     // the unfused passes
     let mut enc = ctx.encoder();
     if act4 {
@@ -85,8 +92,37 @@ fn run_fused_ternary(
     ctx.submit_wait(enc).map_err(e)?;
     let got = ctx.read_f32(&got_b, tokens * rows).map_err(e)?;
     let want = ctx.read_f32(&want_b, tokens * rows).map_err(e)?;
-    score("fused ternary", Check::Exact, &got, &want)
-        .map(|s| format!("{s}, {} binding(s)", w.parts()))
+    let s = score("fused ternary", Check::Exact, &got, &want)?;
+    let kernel = if fuse_norm && kernels::dec_norm_fits(&w, &a) {
+        "decode kernel"
+    } else {
+        "other kernel"
+    };
+    if dec && matches!(epi, Epilogue::Store | Epilogue::Add) {
+        let normed_b = ctx
+            .zeroed("normed", (tokens * cols * 4) as u64)
+            .map_err(e)?;
+        let (c, t) = (cols as u64, tokens as u64);
+        let mut enc = ctx.encoder();
+        kernels::rmsnorm(ctx, &mut enc, &xb, &nb, &normed_b, c, t, EPS).map_err(e)?;
+        ctx.submit_wait(enc).map_err(e)?;
+        let normed = ctx.read_f32(&normed_b, tokens * cols).map_err(e)?;
+        let enc_t = Encoding::Ternary {
+            layout,
+            group,
+            scale_type: st,
+        };
+        let m = Matrix::from_encoded("w", rows, cols, &enc_t, &bytes).map_err(|e| e.to_string())?;
+        let aq = if act4 { ActQuant::Int4 } else { ActQuant::Int8 };
+        let mut cpu = vec![0f32; tokens * rows];
+        m.matmul(&normed, aq, &MatmulOptions::default(), &mut cpu)
+            .map_err(|e| e.to_string())?;
+        if epi == Epilogue::Add {
+            cpu.iter_mut().zip(&y0).for_each(|(c, y)| *c += y);
+        }
+        score("fused ternary vs CPU", Check::Exact, &got, &cpu)?;
+    }
+    Ok(format!("{s}, {kernel}, {} binding(s)", w.parts()))
 }
 
 fn run_ggml_epi(
@@ -152,11 +188,41 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
                     false,
                     Box::new(move |c, r| {
                         run_fused_ternary(
-                            c, r, layout, rows, cols, group, tokens, act4, fuse_norm, epi,
+                            c, r, layout, rows, cols, group, tokens, act4, fuse_norm, epi, false,
                         )
                     }),
                 ));
             }
+        }
+    }
+    // shapes the decode kernel's fused variant takes (2-bit, rows of whole vec4 words, scale
+    // groups of whole 64-column chunks): odd row counts (a last workgroup of 1 live row of 32),
+    // rows past the last whole 64 columns, the register path's limit (12 · 256 columns) and the
+    // loop path past it, several tokens, one chunk per row (lanes without a chunk); against the
+    // unfused passes and the CPU
+    let dec_shapes: [(usize, usize, u32, usize, Epilogue); 6] = [
+        (65, 3000, 0, 3, Add),
+        (40, 3072, 128, 1, Store),
+        (34, 3136, 448, 2, Store),
+        (3, 64, 0, 1, Store),
+        (33, 2560, 0, 1, Add),
+        (32, 6912, 0, 2, SwiGlu),
+    ];
+    for (rows, cols, group, tokens, epi) in dec_shapes {
+        for act4 in [false, true] {
+            let name = format!(
+                "fused decode norm ternary {rows}×{cols} group {group} tokens {tokens} {} {epi:?}",
+                if act4 { "int4" } else { "int8" }
+            );
+            v.push((
+                name,
+                false,
+                Box::new(move |c, r| {
+                    run_fused_ternary(
+                        c, r, Bits2, rows, cols, group, tokens, act4, true, epi, true,
+                    )
+                }),
+            ));
         }
     }
     for (q, rows, cols, epi) in [

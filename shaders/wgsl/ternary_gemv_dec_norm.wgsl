@@ -1,0 +1,496 @@
+// The decode ternary GEMV with its input's RMSNorm + quantization fused in (issue 15):
+// ternary_gemv_dec.wgsl's inner loop and bits (8 lanes per row, 64 codes per 16-byte load, four
+// loads in flight per lane) behind a prologue that computes the token's activations itself from
+// the f32 rows, with exactly rmsnorm_quant.wgsl's arithmetic and reduction order (INT8 absmax,
+// ACT4 0) or act_quant_a48.wgsl's fused-norm INT4 absmean (ACT4 1), so the codes and the
+// multiplier are those kernels' bits and the result is the separate passes' bits: one dispatch
+// fewer per fused norm.
+//
+// Why it is not the wide kernel's prologue (ternary_gemv_wide.wgsl, measured slower end to end
+// on an H100): that one runs every workgroup's norm before the workgroup issues a weight load,
+// so the norm's latency chain (two tree reductions, three passes over the row) adds to the
+// GEMV's own. Here
+//   * the workgroup issues its first four weight loads per lane before the prologue, so their
+//     DRAM latency runs under the norm's reductions;
+//   * workgroups are 256 invocations (32 rows), the same as the norm's own workgroup: invocation
+//     lid sums exactly the columns lid, lid + 256, … that rmsnorm_quant.wgsl's invocation lid
+//     sums, and four times fewer workgroups repeat the norm than with the 64-invocation kernel;
+//   * rows of at most 12 · 256 columns are loaded once (x and the norm weight, twelve columns per
+//     invocation, all loads issued at once) and kept in registers for the sum of squares and the
+//     absmax; only the packing pass re-reads them (cache hits). Longer rows take the loops.
+// Masked columns (past `cols`) load as 0.0: they add +0 to the sums (exact no-ops, ss ≥ +0) and
+// 0 to the maxima, so the bits do not change.
+//
+// Override constants: SCALE_TYPE (0 f32, 1 f16, 2 bf16), ACT4 (0 INT8, 1 INT4 in
+// act_quant_a48.wgsl's packing), DOT (1 `dot4I8Packed`, 0 the plain byte sum): as in
+// ternary_gemv_dec.wgsl.
+//
+// Bindings: w: one part of the weight (ternary_gemv_dec.wgsl's); x: [n_tokens][cols] f32 rows;
+// nw: [cols] f32 norm weight; y: [n_tokens][out_stride] f32. `p.eps`: the norm's epsilon;
+// `p.act_stride`: the quantized row's words (≤ ASH, checked by the launcher); `p.mode` bits 2..3
+// and 5: the shared epilogues (ternary_epilogue.wgsl).
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    words_per_row: u32,
+    group: u32,
+    groups_per_row: u32,
+    scale_word_offset: u32,
+    act_stride: u32,
+    out_stride: u32,
+    row0: u32,
+    n_tokens: u32,
+    sparse_max_words: u32,
+    mode: u32,
+    eps: f32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
+}
+
+override SCALE_TYPE: u32 = 0u;
+override ACT4: u32 = 0u;
+override DOT: u32 = 1u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read> nw: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+const WG: u32 = 256u;
+const TPR: u32 = 8u;
+const RPW: u32 = 32u; // WG / TPR
+// Per-row, per-group integer sums: RPW · groups_per_row ≤ GSUM (checked by the launcher).
+const GSUM: u32 = 1024u;
+// The quantized row: ASH u32 words (2048, as vec4s).
+const ASH4: u32 = 512u;
+const REG_COLS: u32 = 12u; // columns per invocation the register path holds
+const SQRT7_BITS: u32 = 0x402953fdu; // f32 nearest √7
+var<workgroup> gsum: array<atomic<i32>, GSUM>;
+var<workgroup> pres: array<f32, RPW>;
+var<workgroup> ash: array<vec4<u32>, ASH4>;
+var<workgroup> red: array<f32, WG>;
+var<workgroup> red32: array<f32, 32>;
+var<workgroup> redm: array<u32, WG>;
+var<workgroup> redm32: array<u32, 32>;
+// A runtime zero the compiler cannot see through (see opq).
+var<private> zb: u32;
+
+fn dot4(a: u32, b: u32) -> i32 {
+    if (DOT == 1u) {
+        return dot4I8Packed(a, b);
+    }
+    return dot4_plain(a, b);
+}
+
+fn scale_at(i: u32) -> f32 {
+    let o = p.scale_word_offset + i / select(2u, 1u, SCALE_TYPE == 0u);
+    let word = w[o >> 2u][o & 3u];
+    if (SCALE_TYPE == 0u) {
+        return bitcast<f32>(word);
+    }
+    let h = (word >> (16u * (i & 1u))) & 0xffffu;
+    if (SCALE_TYPE == 1u) {
+        return f16_bits_to_f32(h);
+    }
+    return bitcast<f32>(h << 16u);
+}
+
+// ---- the inner loop: ternary_gemv_dec.wgsl's, activations from workgroup memory ----
+
+fn trits(cw: u32, k: u32) -> u32 {
+    let b = (cw >> (8u * k)) & 0xffu;
+    let s = b | (b << 6u);
+    let codes = (s | (s << 12u)) & 0x03030303u;
+    return (codes + 0x7f7f7f7fu) ^ 0x80808080u;
+}
+
+fn sext4_or(v: u32) -> u32 {
+    return v | ((v & 0x08080808u) * 0x1eu);
+}
+
+fn word8(cw: u32, a: vec4<u32>) -> i32 {
+    return dot4(trits(cw, 0u), a.x) + dot4(trits(cw, 1u), a.y) + dot4(trits(cw, 2u), a.z)
+        + dot4(trits(cw, 3u), a.w);
+}
+
+fn word4(cw: u32, lo: u32, hi: u32) -> i32 {
+    return dot4(trits(cw, 0u), sext4_or(lo & 0x0f0f0f0fu))
+        + dot4(trits(cw, 1u), sext4_or((lo >> 4u) & 0x0f0f0f0fu))
+        + dot4(trits(cw, 2u), sext4_or(hi & 0x0f0f0f0fu))
+        + dot4(trits(cw, 3u), sext4_or((hi >> 4u) & 0x0f0f0f0fu));
+}
+
+// Σ trit · act over the 64 columns of chunk u (code words 4u .. 4u + 3, value v).
+fn chunk_dot(v: vec4<u32>, u: u32) -> i32 {
+    if (ACT4 == 1u) {
+        let a0 = ash[2u * u];
+        let a1 = ash[2u * u + 1u];
+        return word4(v.x, a0.x, a0.y) + word4(v.y, a0.z, a0.w) + word4(v.z, a1.x, a1.y)
+            + word4(v.w, a1.z, a1.w);
+    }
+    let b = 4u * u;
+    return word8(v.x, ash[b]) + word8(v.y, ash[b + 1u]) + word8(v.z, ash[b + 2u])
+        + word8(v.w, ash[b + 3u]);
+}
+
+fn take(d: i32, u: u32, lrow: u32, acc: ptr<function, i32>, cur: ptr<function, u32>) {
+    var g = 0u;
+    if (p.group != 0u) {
+        g = (u * 64u) / p.group;
+    }
+    if (g != *cur) {
+        atomicAdd(&gsum[lrow * p.groups_per_row + *cur], *acc);
+        *acc = 0;
+        *cur = g;
+    }
+    *acc = *acc + d;
+}
+
+// ---- the prologue ----
+
+fn is_nan_bits(b: u32) -> bool {
+    return (b & 0x7fffffffu) > 0x7f800000u;
+}
+
+// x of column c of the row at `base`, 0.0 past the row (the load itself clamped into it).
+fn xat(base: u32, c: u32) -> f32 {
+    return select(0.0, x[base + min(c, p.cols - 1u)], c < p.cols);
+}
+
+fn nwat(c: u32) -> f32 {
+    return select(0.0, nw[min(c, p.cols - 1u)], c < p.cols);
+}
+
+// |v · r · g| bits, 0 for NaN (which the absmax skips): rmsnorm_quant.wgsl's `abs_bits`.
+fn ab(v: f32, r: f32, g: f32) -> u32 {
+    let b = bitcast<u32>(v * r * g) & 0x7fffffffu;
+    return select(0u, b, b <= 0x7f800000u);
+}
+
+fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
+    let prod = v * s;
+    if (is_nan_bits(bitcast<u32>(prod))) {
+        return 0;
+    }
+    return i32(clamp(round(prod), lo, hi));
+}
+
+// v as computed: act_quant_a48.wgsl's pin (an OR with a zero the compiler cannot see through),
+// so a driver cannot regroup the straight-line sums below.
+fn opq(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) | zb);
+}
+
+fn ad(a: f32, b: f32) -> f32 {
+    return opq(a + b);
+}
+
+// Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
+fn f4(l: u32) -> f32 {
+    return ad(
+        ad(ad(red32[l], red32[l + 16u]), ad(red32[l + 8u], red32[l + 24u])),
+        ad(ad(red32[l + 4u], red32[l + 20u]), ad(red32[l + 12u], red32[l + 28u])),
+    );
+}
+
+// Σ v over the invocations in rmsnorm_quant.wgsl's tree order (halves 128 … 1: lane i += lane
+// i + h), returned to every invocation, in two barriers (act_quant_a48.wgsl's tree_sum: the same
+// additions in the same order). Every invocation calls it; a next call may reuse the arrays.
+fn tree_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    if (lid < 32u) {
+        let a0 = ad(red[lid], red[lid + 128u]);
+        let a1 = ad(red[lid + 64u], red[lid + 192u]);
+        let a2 = ad(red[lid + 32u], red[lid + 160u]);
+        let a3 = ad(red[lid + 96u], red[lid + 224u]);
+        red32[lid] = ad(ad(a0, a1), ad(a2, a3));
+    }
+    workgroupBarrier();
+    return ad(ad(f4(0u), f4(2u)), ad(f4(1u), f4(3u)));
+}
+
+// max v over the invocations (exact in any order), two barriers.
+fn tree_max(lid: u32, v: u32) -> u32 {
+    redm[lid] = v;
+    workgroupBarrier();
+    if (lid < 32u) {
+        var m = redm[lid];
+        for (var k = 1u; k < 8u; k = k + 1u) {
+            m = max(m, redm[lid + 32u * k]);
+        }
+        redm32[lid] = m;
+    }
+    workgroupBarrier();
+    var m = 0u;
+    for (var k = 0u; k < 32u; k = k + 1u) {
+        m = max(m, redm32[k]);
+    }
+    return m;
+}
+
+// 1 / sqrt(mean(x²) + eps) from the invocation's sum of squares.
+fn norm_r(lid: u32, ss: f32) -> f32 {
+    return 1.0 / sqrt(tree_sum(lid, ss) / f32(p.cols) + p.eps);
+}
+
+// The invocation's part of Σ|y| (INT4 absmean) or max |y| bits (INT8 absmax) over its columns
+// lid, lid + 256, … in increasing order, the loop path (rows longer than REG_COLS · 256).
+fn stat_loop(lid: u32, base: u32, r: f32) -> vec2<u32> {
+    let n = p.cols;
+    var m = 0u;
+    var sa = 0.0;
+    var c = lid;
+    for (; c + 3u * WG < n; c = c + 4u * WG) {
+        let y0 = x[base + c] * r * nw[c];
+        let y1 = x[base + c + WG] * r * nw[c + WG];
+        let y2 = x[base + c + 2u * WG] * r * nw[c + 2u * WG];
+        let y3 = x[base + c + 3u * WG] * r * nw[c + 3u * WG];
+        if (ACT4 == 1u) {
+            sa = sa + abs(y0);
+            sa = sa + abs(y1);
+            sa = sa + abs(y2);
+            sa = sa + abs(y3);
+        } else {
+            m = max(m, max(max(ab(y0, 1.0, 1.0), ab(y1, 1.0, 1.0)),
+                max(ab(y2, 1.0, 1.0), ab(y3, 1.0, 1.0))));
+        }
+    }
+    for (; c < n; c = c + WG) {
+        let yv = x[base + c] * r * nw[c];
+        if (ACT4 == 1u) {
+            sa = sa + abs(yv);
+        } else {
+            m = max(m, ab(yv, 1.0, 1.0));
+        }
+    }
+    return vec2<u32>(bitcast<u32>(sa), m);
+}
+
+// RMSNorm of token tok's row, then its quantization into `ash`; returns the multiplier s (the
+// same value in every invocation). Every invocation calls it (workgroup-uniform control flow).
+fn prologue(lid: u32, tok: u32) -> f32 {
+    let n = p.cols;
+    let base = tok * n;
+    var r = 0.0;
+    var stat = vec2<u32>(0u, 0u); // (Σ|y| part as bits, max |y| bits)
+    if (n <= REG_COLS * WG) {
+        // every load at once; the sums in rmsnorm_quant.wgsl's order (columns increasing)
+        let x0 = xat(base, lid);
+        let x1 = xat(base, lid + WG);
+        let x2 = xat(base, lid + 2u * WG);
+        let x3 = xat(base, lid + 3u * WG);
+        let x4 = xat(base, lid + 4u * WG);
+        let x5 = xat(base, lid + 5u * WG);
+        let x6 = xat(base, lid + 6u * WG);
+        let x7 = xat(base, lid + 7u * WG);
+        let x8 = xat(base, lid + 8u * WG);
+        let x9 = xat(base, lid + 9u * WG);
+        let x10 = xat(base, lid + 10u * WG);
+        let x11 = xat(base, lid + 11u * WG);
+        let g0 = nwat(lid);
+        let g1 = nwat(lid + WG);
+        let g2 = nwat(lid + 2u * WG);
+        let g3 = nwat(lid + 3u * WG);
+        let g4 = nwat(lid + 4u * WG);
+        let g5 = nwat(lid + 5u * WG);
+        let g6 = nwat(lid + 6u * WG);
+        let g7 = nwat(lid + 7u * WG);
+        let g8 = nwat(lid + 8u * WG);
+        let g9 = nwat(lid + 9u * WG);
+        let g10 = nwat(lid + 10u * WG);
+        let g11 = nwat(lid + 11u * WG);
+        var ss = 0.0;
+        ss = ad(ss, x0 * x0);
+        ss = ad(ss, x1 * x1);
+        ss = ad(ss, x2 * x2);
+        ss = ad(ss, x3 * x3);
+        ss = ad(ss, x4 * x4);
+        ss = ad(ss, x5 * x5);
+        ss = ad(ss, x6 * x6);
+        ss = ad(ss, x7 * x7);
+        ss = ad(ss, x8 * x8);
+        ss = ad(ss, x9 * x9);
+        ss = ad(ss, x10 * x10);
+        ss = ad(ss, x11 * x11);
+        r = norm_r(lid, ss);
+        if (ACT4 == 1u) {
+            // masked columns: |0 · r · 0| = +0 (r is finite whenever a real column is)
+            var sa = 0.0;
+            sa = ad(sa, abs(x0 * r * g0));
+            sa = ad(sa, abs(x1 * r * g1));
+            sa = ad(sa, abs(x2 * r * g2));
+            sa = ad(sa, abs(x3 * r * g3));
+            sa = ad(sa, abs(x4 * r * g4));
+            sa = ad(sa, abs(x5 * r * g5));
+            sa = ad(sa, abs(x6 * r * g6));
+            sa = ad(sa, abs(x7 * r * g7));
+            sa = ad(sa, abs(x8 * r * g8));
+            sa = ad(sa, abs(x9 * r * g9));
+            sa = ad(sa, abs(x10 * r * g10));
+            sa = ad(sa, abs(x11 * r * g11));
+            stat = vec2<u32>(bitcast<u32>(sa), 0u);
+        } else {
+            let m0 = max(max(ab(x0, r, g0), ab(x1, r, g1)), max(ab(x2, r, g2), ab(x3, r, g3)));
+            let m1 = max(max(ab(x4, r, g4), ab(x5, r, g5)), max(ab(x6, r, g6), ab(x7, r, g7)));
+            let m2 = max(max(ab(x8, r, g8), ab(x9, r, g9)), max(ab(x10, r, g10), ab(x11, r, g11)));
+            stat = vec2<u32>(0u, max(m0, max(m1, m2)));
+        }
+    } else {
+        var ss = 0.0;
+        var c = lid;
+        for (; c + 3u * WG < n; c = c + 4u * WG) {
+            let v0 = x[base + c];
+            let v1 = x[base + c + WG];
+            let v2 = x[base + c + 2u * WG];
+            let v3 = x[base + c + 3u * WG];
+            ss = ss + v0 * v0;
+            ss = ss + v1 * v1;
+            ss = ss + v2 * v2;
+            ss = ss + v3 * v3;
+        }
+        for (; c < n; c = c + WG) {
+            let v = x[base + c];
+            ss = ss + v * v;
+        }
+        r = norm_r(lid, ss);
+        stat = stat_loop(lid, base, r);
+    }
+    var s = 0.0;
+    if (ACT4 == 1u) {
+        let beta = div_rn(tree_sum(lid, bitcast<f32>(stat.x)), f32(max(n, 1u)));
+        s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
+        for (var wd = lid; wd < p.act_stride; wd = wd + WG) {
+            var packed = 0u;
+            for (var j = 0u; j < 8u; j = j + 1u) {
+                let c = 8u * wd + j;
+                var v = 0i;
+                if (c < n) {
+                    v = quant(x[base + c] * r * nw[c], s, -8.0, 7.0);
+                }
+                let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
+                packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
+            }
+            ash[wd >> 2u][wd & 3u] = packed;
+        }
+    } else {
+        let m = tree_max(lid, stat.y);
+        s = div_rn(127.0, max(bitcast<f32>(m), 1e-5));
+        for (var wd = lid; wd < p.act_stride; wd = wd + WG) {
+            var packed = 0u;
+            for (var k = 0u; k < 4u; k = k + 1u) {
+                let c = wd * 4u + k;
+                var v = 0i;
+                if (c < n) {
+                    v = quant(x[base + c] * r * nw[c], s, -128.0, 127.0);
+                }
+                packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * k));
+            }
+            ash[wd >> 2u][wd & 3u] = packed;
+        }
+    }
+    return s;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let lrow = lid / TPR;
+    let lane = lid % TPR;
+    let row = wg.x * RPW + lrow;
+    // one workgroup row per token (the launcher's grid y is n_tokens): uniform
+    let tok = min(wg.y, max(p.n_tokens, 1u) - 1u);
+    let gpr = p.groups_per_row;
+    zb = p.cols >> 31u;
+    for (var i = lid; i < RPW * gpr; i = i + WG) {
+        atomicStore(&gsum[i], 0);
+    }
+    let live = row < p.rows && wg.y < p.n_tokens;
+    // The first trip's four weight loads, before the prologue (row clamped into the part, chunks
+    // into the row: unconditional loads; a dead row's are never used).
+    let nv = p.words_per_row >> 2u;
+    let last = nv - 1u;
+    let vbase = min(row, p.rows - 1u) * nv;
+    let v0 = w[vbase + min(lane, last)];
+    let v1 = w[vbase + min(lane + TPR, last)];
+    let v2 = w[vbase + min(lane + 2u * TPR, last)];
+    let v3 = w[vbase + min(lane + 3u * TPR, last)];
+    let s = prologue(lid, tok);
+    workgroupBarrier();
+    if (live) {
+        var acc = 0i;
+        var cur = 0u; // group that acc belongs to
+        if (lane < nv) {
+            let u = lane;
+            let u1 = u + TPR;
+            let u2 = u + 2u * TPR;
+            let u3 = u + 3u * TPR;
+            let d0 = chunk_dot(v0, u);
+            let d1 = chunk_dot(v1, min(u1, last));
+            let d2 = chunk_dot(v2, min(u2, last));
+            let d3 = chunk_dot(v3, min(u3, last));
+            take(d0, u, lrow, &acc, &cur);
+            if (u1 < nv) {
+                take(d1, u1, lrow, &acc, &cur);
+            }
+            if (u2 < nv) {
+                take(d2, u2, lrow, &acc, &cur);
+            }
+            if (u3 < nv) {
+                take(d3, u3, lrow, &acc, &cur);
+            }
+        }
+        let vb = row * nv;
+        for (var u = lane + 4u * TPR; u < nv; u = u + 4u * TPR) {
+            let u1 = u + TPR;
+            let u2 = u + 2u * TPR;
+            let u3 = u + 3u * TPR;
+            let a0 = w[vb + u];
+            let a1 = w[vb + min(u1, last)];
+            let a2 = w[vb + min(u2, last)];
+            let a3 = w[vb + min(u3, last)];
+            let d0 = chunk_dot(a0, u);
+            let d1 = chunk_dot(a1, min(u1, last));
+            let d2 = chunk_dot(a2, min(u2, last));
+            let d3 = chunk_dot(a3, min(u3, last));
+            take(d0, u, lrow, &acc, &cur);
+            if (u1 < nv) {
+                take(d1, u1, lrow, &acc, &cur);
+            }
+            if (u2 < nv) {
+                take(d2, u2, lrow, &acc, &cur);
+            }
+            if (u3 < nv) {
+                take(d3, u3, lrow, &acc, &cur);
+            }
+        }
+        atomicAdd(&gsum[lrow * gpr + cur], acc);
+    }
+    workgroupBarrier();
+    if (live) {
+        for (var g = lane; g < gpr; g = g + TPR) {
+            let si = select(row * gpr + g, pair_scale(row), p.group == 0u);
+            let prod = f32(atomicLoad(&gsum[lrow * gpr + g])) * scale_at(si);
+            atomicStore(&gsum[lrow * gpr + g], bitcast<i32>(prod));
+        }
+    }
+    workgroupBarrier();
+    let first = lane == 0u && live;
+    var res = 0.0;
+    if (first) {
+        var sum = 0.0;
+        for (var g = 0u; g < gpr; g = g + 1u) {
+            sum = sum + bitcast<f32>(atomicLoad(&gsum[lrow * gpr + g]));
+        }
+        res = div_rn(sum, s);
+        pres[lrow] = res;
+    }
+    if (((p.mode >> 5u) & 1u) == 1u) {
+        workgroupBarrier();
+    }
+    if (first) {
+        epilogue((p.mode >> 2u) & 3u, row, tok, res, lrow);
+    }
+}
