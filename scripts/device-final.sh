@@ -9,6 +9,8 @@
 #                                      Q4_1, llama-bench in the same call), a4.8 vs A8 (issue 13),
 #                                      greedy lookahead and the decode GEMV on/off, the head kept
 #                                      NeuZip-compressed (lossless, lossy-3: memory + tg128)
+#   bash scripts/device-final.sh c|d   a fresh machine (carry .gl .devkit-fin3): c = fused-norm A/B
+#                                      (A8, a4.8) + the NeuZip kernel bench; d = KV decode depths
 #   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
 #                                      perplexity in 10 KV modes and the KV decode depths
 #                                      (scripts/device-kv.sh), the NeuZip kernel bench
@@ -33,7 +35,10 @@ if [ "$PHASE" = kit ]; then
   head -c $SPLIT /tmp/smol-fin.xz > .devkit-fin/smol.part1
   tail -c +$((SPLIT + 1)) /tmp/smol-fin.xz > .devkit-fin2/smol.part2
   md5sum < "$SMOL" | cut -c1-32 > .devkit-fin2/smol.md5
-  du -cb .devkit-fin .devkit-fin2 .gl; exit 0
+  # phases c and d: self-contained (a fresh machine), no SmolLM2
+  rm -rf .devkit-fin3; mkdir -p .devkit-fin3
+  cp .devkit-fin/tern.xz .devkit-fin2/gpu_bench.xz .devkit/llama-vulkan.tar.xz .devkit-fin3/
+  du -cb .devkit-fin .devkit-fin2 .devkit-fin3 .gl; exit 0
 fi
 . scripts/device-env.sh; device_vulkan_env "$PWD"
 F=/tmp/fin; O=${OUT:-/tmp/fin-out}; M=/tmp/m; mkdir -p "$F/kit" "$O" "$M"
@@ -119,4 +124,49 @@ if [ "$PHASE" = b ]; then
   log "done b"
   pack_out; exit 0
 fi
-echo "usage: $0 kit|a|b" >&2; exit 2
+# Phases c and d find a fresh machine (carry .gl .devkit-fin3): c = the fused norm prologue A/B
+# for A8 and a4.8 (TERN_GPU_FUSE_NORM modes, interleaved, two rounds) on the 2B4T TQ2_0 pack and
+# the NeuZip kernel bench; d = the KV decode depths (scripts/device-kv.sh, no perplexity).
+if [ "$PHASE" = c ] || [ "$PHASE" = d ]; then
+  xz -dc .devkit-fin3/tern.xz > "$F/kit/tern"; chmod +x "$F/kit/tern"
+  cp .devkit-fin3/llama-vulkan.tar.xz "$F/kit/"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$O/gpu.txt" 2>&1
+  log "GPU: $(cat "$O/gpu.txt")"
+fi
+if [ "$PHASE" = c ]; then
+  xz -dc .devkit-fin3/gpu_bench.xz > "$F/gpu_bench"; chmod +x "$F/gpu_bench"
+  mkdir -p /tmp/llama; tar xJf "$F/kit/llama-vulkan.tar.xz" -C /tmp/llama
+  python3 scripts/gen_synth_gguf.py "$M/bitnet-f16.gguf" --shape bitnet > "$O/gen.log" 2>&1
+  /tmp/llama/bin/llama-quantize "$M/bitnet-f16.gguf" "$M/bitnet-tq2_0.gguf" TQ2_0 8 > "$O/quant.log" 2>&1
+  P=$M/tq2.tern
+  "$F/kit/tern" pack "$M/bitnet-tq2_0.gguf" -o "$P" > "$O/pack.log" 2>&1 || log "pack failed"
+  log "model ready"
+  for round in 1 2; do
+    for m in a8:default a8:0 a48:default a48:0 a48:qkv a48:all; do
+      act=${m%%:*}; mode=${m#*:}; a=$([ "$act" = a48 ] && echo a4.8 || echo a8)
+      if [ "$mode" = default ]; then
+        tb "$act-$mode-r$round" "$P" 60 -p 0 -n 128 -r 3 --activations "$a"
+      else
+        TERN_GPU_FUSE_NORM=$mode tb "$act-$mode-r$round" "$P" 60 -p 0 -n 128 -r 3 --activations "$a"
+      fi
+    done
+  done
+  tb a48-default-pp "$P" 60 -p 512 -n 16 -r 2 --activations a4.8
+  tb a8-default-pp "$P" 60 -p 512 -n 16 -r 2 --activations a8
+  tb a48-default-prof "$P" 60 -p 0 -n 16 -r 1 --profile --activations a4.8
+  tb a8-default-prof "$P" 60 -p 0 -n 16 -r 1 --profile --activations a8
+  log "gpu_bench --only neuzip"
+  timeout 150 "$F/gpu_bench" --only neuzip > "$O/gpu_bench_neuzip.json" 2> "$O/gpu_bench_neuzip.err"
+  log "gpu_bench rc $?"
+  log "done c"
+  pack_out; exit 0
+fi
+if [ "$PHASE" = d ]; then
+  OUT=$O/kv KIT=$F/kit MODEL_DIR=$M LLAMA_KIT=$F/kit/llama-vulkan.tar.xz HARD_S=500 \
+    STEPS="tern llama" DEPTHS="0 4096" LATE_DEPTHS="16384" R=2 \
+    bash scripts/device-kv.sh > "$O/device-kv.out" 2>&1
+  cat "$O/kv/kv-results.md" >> "$O/summary-$PHASE.txt" 2>/dev/null
+  log "done d"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|a|b|c|d" >&2; exit 2

@@ -21,9 +21,9 @@
 // Masked columns (past `cols`) load as 0.0: they add +0 to the sums (exact no-ops, ss ≥ +0) and
 // 0 to the maxima, so the bits do not change.
 //
-// Override constants: SCALE_TYPE (0 f32, 1 f16, 2 bf16), ACT4 (0 INT8, 1 INT4 in
-// act_quant_a48.wgsl's packing), DOT (1 `dot4I8Packed`, 0 the plain byte sum): as in
-// ternary_gemv_dec.wgsl.
+// Override constants: SCALE_TYPE (0 f32, 1 f16, 2 bf16), ACT4 (0 INT8 absmax, 1 INT4 absmean:
+// the codes staged in workgroup memory as int8 bytes, not act_quant_a48.wgsl's 8 per word),
+// DOT (1 `dot4I8Packed`, 0 the plain byte sum): as in ternary_gemv_dec.wgsl.
 //
 // Bindings: w: one part of the weight (ternary_gemv_dec.wgsl's); x: [n_tokens][cols] f32 rows;
 // nw: [cols] f32 norm weight; y: [n_tokens][out_stride] f32. `p.eps`: the norm's epsilon;
@@ -107,30 +107,14 @@ fn trits(cw: u32, k: u32) -> u32 {
     return (codes + 0x7f7f7f7fu) ^ 0x80808080u;
 }
 
-fn sext4_or(v: u32) -> u32 {
-    return v | ((v & 0x08080808u) * 0x1eu);
-}
-
 fn word8(cw: u32, a: vec4<u32>) -> i32 {
     return dot4(trits(cw, 0u), a.x) + dot4(trits(cw, 1u), a.y) + dot4(trits(cw, 2u), a.z)
         + dot4(trits(cw, 3u), a.w);
 }
 
-fn word4(cw: u32, lo: u32, hi: u32) -> i32 {
-    return dot4(trits(cw, 0u), sext4_or(lo & 0x0f0f0f0fu))
-        + dot4(trits(cw, 1u), sext4_or((lo >> 4u) & 0x0f0f0f0fu))
-        + dot4(trits(cw, 2u), sext4_or(hi & 0x0f0f0f0fu))
-        + dot4(trits(cw, 3u), sext4_or((hi >> 4u) & 0x0f0f0f0fu));
-}
-
-// Σ trit · act over the 64 columns of chunk u (code words 4u .. 4u + 3, value v).
+// Σ trit · act over the 64 columns of chunk u (code words 4u .. 4u + 3, value v). The staged
+// row holds int8 bytes for INT4 activations too (see the prologue): one inner loop for both.
 fn chunk_dot(v: vec4<u32>, u: u32) -> i32 {
-    if (ACT4 == 1u) {
-        let a0 = ash[2u * u];
-        let a1 = ash[2u * u + 1u];
-        return word4(v.x, a0.x, a0.y) + word4(v.y, a0.z, a0.w) + word4(v.z, a1.x, a1.y)
-            + word4(v.w, a1.z, a1.w);
-    }
     let b = 4u * u;
     return word8(v.x, ash[b]) + word8(v.y, ash[b + 1u]) + word8(v.z, ash[b + 2u])
         + word8(v.w, ash[b + 3u]);
@@ -363,16 +347,21 @@ fn prologue(lid: u32, tok: u32) -> f32 {
     if (ACT4 == 1u) {
         let beta = div_rn(tree_sum(lid, bitcast<f32>(stat.x)), f32(max(n, 1u)));
         s = div_rn(bitcast<f32>(SQRT7_BITS), max(beta, 1e-5));
-        for (var wd = lid; wd < p.act_stride; wd = wd + WG) {
+        // The INT4 codes (−8 … 7) staged as int8 bytes, 4 per word: the row never leaves the
+        // workgroup, so it need not be packed 8 per word (act_quant_a48.wgsl's layout, which the
+        // unfused kernel reads from memory); the inner loop then is the INT8 one, without the
+        // per-word nibble unpacking (the same integers, so the same bits). The words the inner
+        // loop reads: 16 per 64-column chunk (≤ ASH4 · 4 = 2048, cols ≤ 8192: the launcher's bound).
+        let n8 = 16u * (p.words_per_row >> 2u);
+        for (var wd = lid; wd < n8; wd = wd + WG) {
             var packed = 0u;
-            for (var j = 0u; j < 8u; j = j + 1u) {
-                let c = 8u * wd + j;
+            for (var k = 0u; k < 4u; k = k + 1u) {
+                let c = wd * 4u + k;
                 var v = 0i;
                 if (c < n) {
                     v = quant(x[base + c] * r * nw[c], s, -8.0, 7.0);
                 }
-                let sh = select(8u * (j - 4u) + 4u, 8u * j, j < 4u);
-                packed = packed | ((bitcast<u32>(v) & 0xfu) << sh);
+                packed = packed | ((bitcast<u32>(v) & 0xffu) << (8u * k));
             }
             ash[wd >> 2u][wd & 3u] = packed;
         }
