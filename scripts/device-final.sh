@@ -169,4 +169,30 @@ if [ "$PHASE" = d ]; then
   log "done d"
   pack_out; exit 0
 fi
-echo "usage: $0 kit|a|b|c|d" >&2; exit 2
+# Phase e (a fresh machine, carry .gl .devkit-fin3 with tern-new.xz beside tern.xz): base-3 A/B
+# of two tern binaries on the 2B4T TQ1_0 import beside llama-bench TQ1_0, interleaved.
+if [ "$PHASE" = e ]; then
+  xz -dc .devkit-fin3/tern.xz > "$F/kit/tern-old"; xz -dc .devkit-fin3/tern-new.xz > "$F/kit/tern"
+  chmod +x "$F/kit/tern" "$F/kit/tern-old"
+  mkdir -p /tmp/llama; tar xJf .devkit-fin3/llama-vulkan.tar.xz -C /tmp/llama
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$O/gpu.txt" 2>&1
+  log "GPU: $(cat "$O/gpu.txt")"
+  python3 scripts/gen_synth_gguf.py "$M/bitnet-f16.gguf" --shape bitnet > "$O/gen.log" 2>&1
+  /tmp/llama/bin/llama-quantize "$M/bitnet-f16.gguf" "$M/bitnet-tq1_0.gguf" TQ1_0 8 > "$O/quant.log" 2>&1
+  "$F/kit/tern" pack "$M/bitnet-tq1_0.gguf" -o "$M/b3.tern" --ternary base3 --floats raw > "$O/pack.log" 2>&1 || log "pack failed"
+  for round in 1 2; do
+    log "llama-bench TQ1_0 round $round"
+    timeout 90 /tmp/llama/bin/llama-bench -m "$M/bitnet-tq1_0.gguf" -ngl 99 -p 0 -n 128 -r 3 -o json > "$O/llama-tq1_0-r$round.json" 2> "$O/llama-tq1_0-r$round.err"
+    python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama tq1_0 r$round', e['n_gen'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-tq1_0-r$round.json" | tee -a "$O/summary-$PHASE.txt"
+    tb "base3-new-r$round" "$M/b3.tern" 60 -p 0 -n 128 -r 3
+    cp "$F/kit/tern" "$F/kit/tern-new"; cp "$F/kit/tern-old" "$F/kit/tern"
+    tb "base3-old-r$round" "$M/b3.tern" 60 -p 0 -n 128 -r 3
+    cp "$F/kit/tern-new" "$F/kit/tern"
+  done
+  tb base3-new-prof "$M/b3.tern" 60 -p 0 -n 16 -r 1 --profile
+  log "done e"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|a|b|c|d|e" >&2; exit 2

@@ -133,11 +133,28 @@ fn trit(cw: u32, j: u32) -> i32 {
 
 // Base-3 (LAYOUT 1): Σ trit · act of each of the 5 activation words (4 columns each) that code
 // word cw's 20 trits pair with. The trits as 20 2-bit codes (trit + 1) through the byte table:
-// codes 0..15 in lo, 16..19 in hi; c0 is a multiple of 20, so c0 / 4 is whole. trit = code − 1:
-// Σ trit·x = Σ code·x − Σ x, two packed dots per activation word. Columns past `cols` inside the
-// row's last activation word are zero (the quantizers pad with zeros); activation words past the
-// row (an odd `cols`) count as zero.
-fn b3_dots(cw: u32, abase: u32, c0: u32) -> array<i32, 5> {
+// codes 0..15 in lo, 16..19 in hi; c0 is a multiple of 20, so c0 / 4 is whole. Four codes are
+// spread to one per byte and turned into trit bytes (code + 0x7f has no carry; ^ 0x80 maps 0, 1,
+// 2 to −1, 0, 1): one packed dot per activation word. Columns past `cols` inside the row's last
+// activation word are zero (the quantizers pad with zeros); activation words past the row (an
+// odd `cols`) count as zero. Five scalars, not an array (a private array may live in memory).
+struct B3 {
+    d0: i32,
+    d1: i32,
+    d2: i32,
+    d3: i32,
+    d4: i32,
+}
+
+// Σ trit · act of the 4 codes in byte b (2 bits each) with activation word aw.
+fn b3_one(b: u32, abase: u32, aw: u32, awords: u32) -> i32 {
+    let a = select(0u, act_word(abase, min(aw, awords - 1u)), aw < awords);
+    let sp = b | (b << 6u);
+    let codes = (sp | (sp << 12u)) & 0x03030303u;
+    return dot4((codes + 0x7f7f7f7fu) ^ 0x80808080u, a);
+}
+
+fn b3_dots(cw: u32, abase: u32, c0: u32) -> B3 {
     let l0 = lut[cw & 0xffu];
     let l1 = lut[(cw >> 8u) & 0xffu];
     let l2 = lut[(cw >> 16u) & 0xffu];
@@ -146,16 +163,13 @@ fn b3_dots(cw: u32, abase: u32, c0: u32) -> array<i32, 5> {
     let hi = l3 >> 2u;
     let aw0 = c0 >> 2u;
     let awords = select(p.act_stride, 2u * p.act_stride, ACT4 == 1u);
-    var d: array<i32, 5>;
-    for (var k = 0u; k < 5u; k = k + 1u) {
-        let b = select((lo >> (8u * k)) & 0xffu, hi, k == 4u);
-        let aw = aw0 + k;
-        let a = select(0u, act_word(abase, min(aw, awords - 1u)), aw < awords);
-        let codes = (b & 3u) | (((b >> 2u) & 3u) << 8u) | (((b >> 4u) & 3u) << 16u)
-            | (((b >> 6u) & 3u) << 24u);
-        d[k] = dot4(codes, a) - dot4(0x01010101u, a);
-    }
-    return d;
+    return B3(
+        b3_one(lo & 0xffu, abase, aw0, awords),
+        b3_one((lo >> 8u) & 0xffu, abase, aw0 + 1u, awords),
+        b3_one((lo >> 16u) & 0xffu, abase, aw0 + 2u, awords),
+        b3_one(lo >> 24u, abase, aw0 + 3u, awords),
+        b3_one(hi, abase, aw0 + 4u, awords),
+    );
 }
 
 // Σ trit · act over the first n elements of code word cw (columns c0 .. c0 + n).
@@ -195,9 +209,65 @@ fn word_dot(cw: u32, abase: u32, c0: u32, n: u32) -> i32 {
         }
     } else {
         let d = b3_dots(cw, abase, c0);
-        acc = d[0] + d[1] + d[2] + d[3] + d[4];
+        acc = d.d0 + d.d1 + d.d2 + d.d3 + d.d4;
     }
     return acc;
+}
+
+// One code word of the row (word wi, lane's trip order): its dot products into the lane's
+// running group sum `acc` of group `cur`, flushed into gsum when the group changes.
+fn word_step(
+    cw: u32,
+    wi: u32,
+    abase: u32,
+    lrow: u32,
+    acc: ptr<function, i32>,
+    cur: ptr<function, u32>,
+) {
+    let gpr = p.groups_per_row;
+    let epw = select(20u, 16u, LAYOUT == 0u);
+    let c0 = wi * epw;
+    let n = min(epw, p.cols - c0);
+    var g0 = 0u;
+    var g1 = 0u;
+    if (p.group != 0u) {
+        g0 = c0 / p.group;
+        g1 = (c0 + n - 1u) / p.group;
+    }
+    if (g0 == g1) {
+        if (g0 != *cur) {
+            atomicAdd(&gsum[lrow * gpr + *cur], *acc);
+            *acc = 0;
+            *cur = g0;
+        }
+        *acc = *acc + word_dot(cw, abase, c0, n);
+    } else if (LAYOUT == 1u && p.group >= 20u && (p.group & 3u) == 0u) {
+        // base-3 word across one group boundary on an activation-word boundary (TQ1_0's
+        // 256-column blocks): the words before it go to g0, the rest to g1
+        let d = b3_dots(cw, abase, c0);
+        let kb = (g1 * p.group - c0) >> 2u;
+        let s0 = select(0, d.d0, kb > 0u) + select(0, d.d1, kb > 1u) + select(0, d.d2, kb > 2u)
+            + select(0, d.d3, kb > 3u);
+        let s1 = (d.d0 + d.d1 + d.d2 + d.d3 + d.d4) - s0;
+        if (g0 != *cur) {
+            atomicAdd(&gsum[lrow * gpr + *cur], *acc);
+            *acc = 0;
+            *cur = g0;
+        }
+        atomicAdd(&gsum[lrow * gpr + *cur], *acc + s0);
+        *acc = s1;
+        *cur = g1;
+    } else {
+        for (var j = 0u; j < n; j = j + 1u) {
+            let g = (c0 + j) / p.group;
+            if (g != *cur) {
+                atomicAdd(&gsum[lrow * gpr + *cur], *acc);
+                *acc = 0;
+                *cur = g;
+            }
+            *acc = *acc + trit(cw, j) * act(abase, c0 + j);
+        }
+    }
 }
 
 @compute @workgroup_size(256)
@@ -222,62 +292,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         lut[lid] = l;
     }
     workgroupBarrier();
-    let epw = select(20u, 16u, LAYOUT == 0u);
     if (row < p.rows && tok < p.n_tokens) {
         let abase = tok * p.act_stride;
         let wbase = row * p.words_per_row;
         var acc = 0i;
         var cur = 0u; // group that acc belongs to
-        for (var wi = lane; wi < p.words_per_row; wi = wi + TPR) {
-            let cw = w[wbase + wi];
-            let c0 = wi * epw;
-            let n = min(epw, p.cols - c0);
-            var g0 = 0u;
-            var g1 = 0u;
-            if (p.group != 0u) {
-                g0 = c0 / p.group;
-                g1 = (c0 + n - 1u) / p.group;
-            }
-            if (g0 == g1) {
-                if (g0 != cur) {
-                    atomicAdd(&gsum[lrow * gpr + cur], acc);
-                    acc = 0;
-                    cur = g0;
-                }
-                acc = acc + word_dot(cw, abase, c0, n);
-            } else if (LAYOUT == 1u && p.group >= 20u && (p.group & 3u) == 0u) {
-                // base-3 word across one group boundary on an activation-word boundary (TQ1_0's
-                // 256-column blocks): the words before it go to g0, the rest to g1
-                let d = b3_dots(cw, abase, c0);
-                let kb = (g1 * p.group - c0) >> 2u;
-                var s0 = 0i;
-                var s1 = 0i;
-                for (var k = 0u; k < 5u; k = k + 1u) {
-                    if (k < kb) {
-                        s0 = s0 + d[k];
-                    } else {
-                        s1 = s1 + d[k];
-                    }
-                }
-                if (g0 != cur) {
-                    atomicAdd(&gsum[lrow * gpr + cur], acc);
-                    acc = 0;
-                    cur = g0;
-                }
-                atomicAdd(&gsum[lrow * gpr + cur], acc + s0);
-                acc = s1;
-                cur = g1;
-            } else {
-                for (var j = 0u; j < n; j = j + 1u) {
-                    let g = (c0 + j) / p.group;
-                    if (g != cur) {
-                        atomicAdd(&gsum[lrow * gpr + cur], acc);
-                        acc = 0;
-                        cur = g;
-                    }
-                    acc = acc + trit(cw, j) * act(abase, c0 + j);
-                }
-            }
+        // Four code words in flight per trip (their loads issued together), then the same
+        // per-word steps in the same order as one word per trip: the same sums.
+        var wi = lane;
+        for (; wi + 3u * TPR < p.words_per_row; wi = wi + 4u * TPR) {
+            let cw0 = w[wbase + wi];
+            let cw1 = w[wbase + wi + TPR];
+            let cw2 = w[wbase + wi + 2u * TPR];
+            let cw3 = w[wbase + wi + 3u * TPR];
+            word_step(cw0, wi, abase, lrow, &acc, &cur);
+            word_step(cw1, wi + TPR, abase, lrow, &acc, &cur);
+            word_step(cw2, wi + 2u * TPR, abase, lrow, &acc, &cur);
+            word_step(cw3, wi + 3u * TPR, abase, lrow, &acc, &cur);
+        }
+        for (; wi < p.words_per_row; wi = wi + TPR) {
+            word_step(w[wbase + wi], wi, abase, lrow, &acc, &cur);
         }
         atomicAdd(&gsum[lrow * gpr + cur], acc);
     }
