@@ -28,8 +28,8 @@ use tern_import::pack::PackOptions;
 use tern_tests::scratch;
 
 /// SmolLM2 packed once per process: the tests of this file run in parallel threads, and two
-/// imports into the same path race (one's temporary file vanishes under the other). The directory
-/// is this process's own, and a failed import is retried once into a fresh directory: a CI
+/// imports into the same path race (one's temporary file vanishes under the other). A failed
+/// import is retried once into a fresh directory: a CI
 /// rehearsal (2026-11-24) saw one transient `NotFound` here while the other tests of this file
 /// packed their models, and the same import succeeded right after.
 fn smollm2() -> PathBuf {
