@@ -36,9 +36,8 @@ fn smollm2() -> PathBuf {
     static PACKED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PACKED
         .get_or_init(|| {
-            let pid = std::process::id();
             let import = |attempt: u32| {
-                let path = scratch(&format!("gpu_kv_smollm2_{pid}_{attempt}")).join("smollm2.tern");
+                let path = scratch(&format!("gpu_kv_smollm2_{attempt}")).join("smollm2.tern");
                 tern_import::gguf_import::import_gguf(
                     &tern_tests::smollm2_gguf(),
                     &path,
