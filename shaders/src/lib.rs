@@ -98,6 +98,9 @@ const KV_QUANT: &str = include_str!("../wgsl/kv_quant.wgsl");
 /// NeuZip row decoding (Params, decode table, stream readers), appended to `neuzip_gemv.wgsl`
 /// and `neuzip_embed.wgsl`.
 const NEUZIP_ROWS: &str = include_str!("../wgsl/neuzip_rows.wgsl");
+/// The decode GEMVs' trit bytes, INT8 dot and group sums, appended to `ternary_gemv_dec.wgsl` and
+/// `ternary_gemv_dec_norm.wgsl`.
+const TERNARY_DEC_COMMON: &str = include_str!("../wgsl/ternary_dec_common.wgsl");
 
 /// Values of the `override` constants of one pipeline (name, value), in declaration order.
 pub type Constants = &'static [(&'static str, f64)];
@@ -553,6 +556,10 @@ impl Shader {
         ) {
             s.push('\n');
             s.push_str(TERNARY_EPILOGUE);
+        }
+        if matches!(self, Shader::TernaryGemvDec | Shader::TernaryGemvDecNorm) {
+            s.push('\n');
+            s.push_str(TERNARY_DEC_COMMON);
         }
         if matches!(self, Shader::NeuzipGemv | Shader::NeuzipEmbed) {
             s.push('\n');

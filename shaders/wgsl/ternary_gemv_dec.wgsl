@@ -86,23 +86,9 @@ fn scale_at(i: u32) -> f32 {
     return bitcast<f32>(h << 16u);
 }
 
-// Byte k of code word cw (4 codes, code = trit + 1 at bits 2j) as 4 trit bytes (int8 −1, 0, 1).
-fn trits(cw: u32, k: u32) -> u32 {
-    let b = (cw >> (8u * k)) & 0xffu;
-    let s = b | (b << 6u);
-    let codes = (s | (s << 12u)) & 0x03030303u;
-    return (codes + 0x7f7f7f7fu) ^ 0x80808080u;
-}
-
 // Four nibbles (one in the low half of each byte) sign-extended to int8 bytes.
 fn sext4_or(v: u32) -> u32 {
     return v | ((v & 0x08080808u) * 0x1eu);
-}
-
-// Σ trit · act of code word cw with its 16 INT8 activations a.
-fn word8(cw: u32, a: vec4<u32>) -> i32 {
-    return dot4(trits(cw, 0u), a.x) + dot4(trits(cw, 1u), a.y) + dot4(trits(cw, 2u), a.z)
-        + dot4(trits(cw, 3u), a.w);
 }
 
 // Σ trit · act of code word cw with its 16 INT4 activations: lo holds columns 0 .. 8 of the
@@ -130,20 +116,6 @@ fn chunk_dot(v: vec4<u32>, abase: u32, u: u32) -> i32 {
     let b = abase + 4u * u;
     return word8(v.x, xq[b]) + word8(v.y, xq[b + 1u]) + word8(v.z, xq[b + 2u])
         + word8(v.w, xq[b + 3u]);
-}
-
-// Adds chunk u's sum d into acc, flushing acc into the row's group sums when the group changes.
-fn take(d: i32, u: u32, lrow: u32, acc: ptr<function, i32>, cur: ptr<function, u32>) {
-    var g = 0u;
-    if (p.group != 0u) {
-        g = (u * 64u) / p.group;
-    }
-    if (g != *cur) {
-        atomicAdd(&gsum[lrow * p.groups_per_row + *cur], *acc);
-        *acc = 0;
-        *cur = g;
-    }
-    *acc = *acc + d;
 }
 
 @compute @workgroup_size(64)
@@ -181,16 +153,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let d1 = chunk_dot(v1, abase, min(u1, last));
             let d2 = chunk_dot(v2, abase, min(u2, last));
             let d3 = chunk_dot(v3, abase, min(u3, last));
-            take(d0, u, lrow, &acc, &cur);
-            if (u1 < nv) {
-                take(d1, u1, lrow, &acc, &cur);
-            }
-            if (u2 < nv) {
-                take(d2, u2, lrow, &acc, &cur);
-            }
-            if (u3 < nv) {
-                take(d3, u3, lrow, &acc, &cur);
-            }
+            take4(vec4<i32>(d0, d1, d2, d3), u, nv, lrow, &acc, &cur);
         }
         atomicAdd(&gsum[lrow * gpr + cur], acc);
     }

@@ -100,37 +100,12 @@ fn scale_at(i: u32) -> f32 {
 
 // ---- the inner loop: ternary_gemv_dec.wgsl's, activations from workgroup memory ----
 
-fn trits(cw: u32, k: u32) -> u32 {
-    let b = (cw >> (8u * k)) & 0xffu;
-    let s = b | (b << 6u);
-    let codes = (s | (s << 12u)) & 0x03030303u;
-    return (codes + 0x7f7f7f7fu) ^ 0x80808080u;
-}
-
-fn word8(cw: u32, a: vec4<u32>) -> i32 {
-    return dot4(trits(cw, 0u), a.x) + dot4(trits(cw, 1u), a.y) + dot4(trits(cw, 2u), a.z)
-        + dot4(trits(cw, 3u), a.w);
-}
-
 // Σ trit · act over the 64 columns of chunk u (code words 4u .. 4u + 3, value v). The staged
 // row holds int8 bytes for INT4 activations too (see the prologue): one inner loop for both.
 fn chunk_dot(v: vec4<u32>, u: u32) -> i32 {
     let b = 4u * u;
     return word8(v.x, ash[b]) + word8(v.y, ash[b + 1u]) + word8(v.z, ash[b + 2u])
         + word8(v.w, ash[b + 3u]);
-}
-
-fn take(d: i32, u: u32, lrow: u32, acc: ptr<function, i32>, cur: ptr<function, u32>) {
-    var g = 0u;
-    if (p.group != 0u) {
-        g = (u * 64u) / p.group;
-    }
-    if (g != *cur) {
-        atomicAdd(&gsum[lrow * p.groups_per_row + *cur], *acc);
-        *acc = 0;
-        *cur = g;
-    }
-    *acc = *acc + d;
 }
 
 // ---- the prologue ----
@@ -420,16 +395,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let d1 = chunk_dot(v1, min(u1, last));
             let d2 = chunk_dot(v2, min(u2, last));
             let d3 = chunk_dot(v3, min(u3, last));
-            take(d0, u, lrow, &acc, &cur);
-            if (u1 < nv) {
-                take(d1, u1, lrow, &acc, &cur);
-            }
-            if (u2 < nv) {
-                take(d2, u2, lrow, &acc, &cur);
-            }
-            if (u3 < nv) {
-                take(d3, u3, lrow, &acc, &cur);
-            }
+            take4(vec4<i32>(d0, d1, d2, d3), u, nv, lrow, &acc, &cur);
         }
         let vb = row * nv;
         for (var u = lane + 4u * TPR; u < nv; u = u + 4u * TPR) {
@@ -444,16 +410,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let d1 = chunk_dot(a1, min(u1, last));
             let d2 = chunk_dot(a2, min(u2, last));
             let d3 = chunk_dot(a3, min(u3, last));
-            take(d0, u, lrow, &acc, &cur);
-            if (u1 < nv) {
-                take(d1, u1, lrow, &acc, &cur);
-            }
-            if (u2 < nv) {
-                take(d2, u2, lrow, &acc, &cur);
-            }
-            if (u3 < nv) {
-                take(d3, u3, lrow, &acc, &cur);
-            }
+            take4(vec4<i32>(d0, d1, d2, d3), u, nv, lrow, &acc, &cur);
         }
         atomicAdd(&gsum[lrow * gpr + cur], acc);
     }
