@@ -101,6 +101,9 @@ const NEUZIP_ROWS: &str = include_str!("../wgsl/neuzip_rows.wgsl");
 /// The decode GEMVs' trit bytes, INT8 dot and group sums, appended to `ternary_gemv_dec.wgsl` and
 /// `ternary_gemv_dec_norm.wgsl`.
 const TERNARY_DEC_COMMON: &str = include_str!("../wgsl/ternary_dec_common.wgsl");
+/// The RMSNorm multiplier (sum of squares, tree, rsqrt), appended to `rmsnorm.wgsl` and to
+/// `ggml_gemv.wgsl` (its fused norm prologue): one code, the same bits.
+const RMS_SCALE: &str = include_str!("../wgsl/rms_scale.wgsl");
 
 /// Values of the `override` constants of one pipeline (name, value), in declaration order.
 pub type Constants = &'static [(&'static str, f64)];
@@ -210,6 +213,10 @@ const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
     "ggml_gemv_q4_0_tpr32" => ["QTYPE" = 1, "TPR" = 32],
     "ggml_gemv_q4_1_tpr32" => ["QTYPE" = 2, "TPR" = 32],
     "ggml_gemv_q6_k_tpr32" => ["QTYPE" = 3, "TPR" = 32],
+    "ggml_gemv_norm_q8_0_tpr8" => ["QTYPE" = 0, "TPR" = 8, "NORM" = 1],
+    "ggml_gemv_norm_q4_0_tpr8" => ["QTYPE" = 1, "TPR" = 8, "NORM" = 1],
+    "ggml_gemv_norm_q4_1_tpr8" => ["QTYPE" = 2, "TPR" = 8, "NORM" = 1],
+    "ggml_gemv_norm_q6_k_tpr8" => ["QTYPE" = 3, "TPR" = 8, "NORM" = 1],
 ];
 
 const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
@@ -560,6 +567,10 @@ impl Shader {
         if matches!(self, Shader::TernaryGemvDec | Shader::TernaryGemvDecNorm) {
             s.push('\n');
             s.push_str(TERNARY_DEC_COMMON);
+        }
+        if matches!(self, Shader::RmsNorm | Shader::GgmlGemv) {
+            s.push('\n');
+            s.push_str(RMS_SCALE);
         }
         if matches!(self, Shader::NeuzipGemv | Shader::NeuzipEmbed) {
             s.push('\n');

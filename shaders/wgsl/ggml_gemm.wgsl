@@ -24,7 +24,7 @@ struct Params {
     row0: u32,
     n_tokens: u32,
     mode: u32, // GEMV epilogue (ggml_gemv.wgsl's `store`); 0 in the GEMM
-    _pad1: u32,
+    eps: f32, // unused here (ggml_gemv.wgsl: the fused norm's epsilon)
 }
 
 override QTYPE: u32 = 0u;

@@ -22,11 +22,23 @@
 // Each format's dequantize-and-dot is its own function (`dot_q8_0`, `dot_q4`, `dot_q6_k`);
 // `unit_dot` picks one for the 32-element blocks, `main` strides and reduces.
 //
+// The fused norm prologue (NORM = 1, issue 15): x holds the raw residual rows and the GEMV
+// multiplies RMSNorm(x) · nw, computing the norm itself instead of reading rmsnorm.wgsl's output
+// (one dispatch fewer per norm at decode). Every workgroup of a token first computes the token's
+// multiplier with rmsnorm.wgsl's own code (rms_scale.wgsl, appended to both), then reads
+// x · r · nw where the plain kernel reads x: the same f32 activations as the separate pass. These
+// variants run TPR = 8 invocations per row (32 rows per workgroup), so four times fewer
+// workgroups repeat the norm (on lavapipe the TPR = 32 form decoded SmolLM2 2.6× slower than the
+// separate pass); their sums are therefore added in another order than the plain kernel's
+// (NMSE ~1e-15 between the two). Every workgroup re-reads the row from cache (a model's width, a
+// few KiB), so this is for the layers' GEMVs, not for a vocabulary-sized head.
+//
 // Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
-// (divides 256).
+// (divides 256); NORM 1 = the fused norm prologue.
 // Bindings: w [rows_part] rows of blocks (bytes; blocks_per_row = cols / 32 units); x [n_tokens][cols] f32
 //           (read as vec4: cols is a multiple of 32); y [n_tokens][out_stride] f32, this part
-//           writes columns row0 .. row0 + rows.
+//           writes columns row0 .. row0 + rows; nw [cols] f32 the norm weight (NORM = 1; the
+//           plain variants are given any buffer, which they do not read).
 
 struct Params {
     rows: u32,
@@ -36,19 +48,44 @@ struct Params {
     row0: u32,
     n_tokens: u32,
     mode: u32, // GEMV epilogue (ggml_gemv.wgsl's `store`); 0 in the GEMM
-    _pad1: u32,
+    eps: f32, // the fused norm's epsilon (NORM = 1); 0 in the GEMM
 }
 
 override QTYPE: u32 = 0u;
 override TPR: u32 = 32u;
+override NORM: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> nw: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
+// NORM = 1: the token's RMSNorm multiplier and the vec4 index of its row in x.
+var<private> nscale: f32;
+var<private> xrow0: u32;
+
+// Element i of x as f32 (rms_scale.wgsl, appended, reads the row through it).
+fn x_at(i: u32) -> f32 {
+    return x[i >> 2u][i & 3u];
+}
+
+// A runtime zero the compiler cannot see through (set in main from the parameters).
+var<private> zb: u32;
+
+// The activations at vec4 index i (of the token whose row starts at vec4 xrow0): x itself, or
+// with NORM = 1 its RMSNorm, x · r · weight in rmsnorm.wgsl's order, rounded as a stored value:
+// the OR with an unknown zero keeps a driver from contracting the product into a later add (an
+// FMA in Q4's Σx, seen on lavapipe), so the GEMV sums rmsnorm.wgsl's output values.
+fn xin(i: u32) -> vec4<f32> {
+    if (NORM == 1u) {
+        let v = x[i] * nscale * nw[i - xrow0];
+        return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) | vec4<u32>(zb));
+    }
+    return x[i];
+}
 
 // The 4 bytes at byte offset `off` as a little-endian u32.
 fn load32(off: u32) -> u32 {
@@ -112,10 +149,10 @@ fn dot_q8_0(off: u32, xv: u32) -> f32 {
     let d = f16_at(off);
     let q0 = load4(off + 2u);
     let q1 = load4(off + 18u);
-    var s = dot(i8x4(q0.x), x[xv]) + dot(i8x4(q0.y), x[xv + 1u]);
-    s = s + dot(i8x4(q0.z), x[xv + 2u]) + dot(i8x4(q0.w), x[xv + 3u]);
-    s = s + dot(i8x4(q1.x), x[xv + 4u]) + dot(i8x4(q1.y), x[xv + 5u]);
-    s = s + dot(i8x4(q1.z), x[xv + 6u]) + dot(i8x4(q1.w), x[xv + 7u]);
+    var s = dot(i8x4(q0.x), xin(xv)) + dot(i8x4(q0.y), xin(xv + 1u));
+    s = s + dot(i8x4(q0.z), xin(xv + 2u)) + dot(i8x4(q0.w), xin(xv + 3u));
+    s = s + dot(i8x4(q1.x), xin(xv + 4u)) + dot(i8x4(q1.y), xin(xv + 5u));
+    s = s + dot(i8x4(q1.z), xin(xv + 6u)) + dot(i8x4(q1.w), xin(xv + 7u));
     return s * d;
 }
 
@@ -127,14 +164,14 @@ fn dot_q4(off: u32, xv: u32) -> f32 {
         qoff = off + 4u;
     }
     let q = load4(qoff);
-    let x0 = x[xv];
-    let x1 = x[xv + 1u];
-    let x2 = x[xv + 2u];
-    let x3 = x[xv + 3u];
-    let x4 = x[xv + 4u];
-    let x5 = x[xv + 5u];
-    let x6 = x[xv + 6u];
-    let x7 = x[xv + 7u];
+    let x0 = xin(xv);
+    let x1 = xin(xv + 1u);
+    let x2 = xin(xv + 2u);
+    let x3 = xin(xv + 3u);
+    let x4 = xin(xv + 4u);
+    let x5 = xin(xv + 5u);
+    let x6 = xin(xv + 6u);
+    let x7 = xin(xv + 7u);
     var s = dot(nib4(q.x, 0u), x0) + dot(nib4(q.y, 0u), x1) + dot(nib4(q.z, 0u), x2);
     s = s + dot(nib4(q.w, 0u), x3) + dot(nib4(q.x, 4u), x4) + dot(nib4(q.y, 4u), x5);
     s = s + dot(nib4(q.z, 4u), x6) + dot(nib4(q.w, 4u), x7);
@@ -206,10 +243,10 @@ fn dot_q6_k(r: Q6Unit, u: u32, tok: u32) -> f32 {
     let sc = r.b.zw;
     let s0 = k / 2u;
     let x0 = tok * (p.cols / 4u) + (u / 8u) * 64u + (j / 4u) * 32u + k * 2u;
-    let d0 = dot(q6x4(la.x, qh.x, 0u, 0u), x[x0]) + dot(q6x4(la.y, qh.y, 0u, 0u), x[x0 + 1u]);
-    let d1 = dot(q6x4(lb.x, qh.x, 0u, 2u), x[x0 + 8u]) + dot(q6x4(lb.y, qh.y, 0u, 2u), x[x0 + 9u]);
-    let d2 = dot(q6x4(la.x, qh.x, 4u, 4u), x[x0 + 16u]) + dot(q6x4(la.y, qh.y, 4u, 4u), x[x0 + 17u]);
-    let d3 = dot(q6x4(lb.x, qh.x, 4u, 6u), x[x0 + 24u]) + dot(q6x4(lb.y, qh.y, 4u, 6u), x[x0 + 25u]);
+    let d0 = dot(q6x4(la.x, qh.x, 0u, 0u), xin(x0)) + dot(q6x4(la.y, qh.y, 0u, 0u), xin(x0 + 1u));
+    let d1 = dot(q6x4(lb.x, qh.x, 0u, 2u), xin(x0 + 8u)) + dot(q6x4(lb.y, qh.y, 0u, 2u), xin(x0 + 9u));
+    let d2 = dot(q6x4(la.x, qh.x, 4u, 4u), xin(x0 + 16u)) + dot(q6x4(la.y, qh.y, 4u, 4u), xin(x0 + 17u));
+    let d3 = dot(q6x4(lb.x, qh.x, 4u, 6u), xin(x0 + 24u)) + dot(q6x4(lb.y, qh.y, 4u, 6u), xin(x0 + 25u));
     let s = (d0 * i8_at(sc.x, s0) + d1 * i8_at(sc.x, s0 + 2u)) + (d2 * i8_at(sc.y, s0) + d3 * i8_at(sc.y, s0 + 2u));
     return s * f16_bits_to_f32(r.c.x);
 }
@@ -231,6 +268,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let row = wg.x * rpw + lrow;
     let tok = wg.y;
     let live = row < p.rows && tok < p.n_tokens;
+    if (NORM == 1u) {
+        // the fused prologue: this token's RMSNorm multiplier (every workgroup of the token
+        // computes it; grid y is the token: uniform in the workgroup)
+        zb = p.cols >> 31u; // 0: cols < 2^31 (a binding's bytes)
+        let t = min(tok, max(p.n_tokens, 1u) - 1u);
+        nscale = rms_scale(lid, t * p.cols, p.cols, p.eps, tok < p.n_tokens);
+        xrow0 = t * (p.cols / 4u);
+        workgroupBarrier();
+    }
     var acc = 0.0;
     if (live) {
         let rbase = row * row_bytes();

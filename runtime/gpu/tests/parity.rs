@@ -39,6 +39,8 @@ mod fused;
 mod gate_up;
 #[path = "parity/gemm.rs"]
 mod gemm;
+#[path = "parity/ggml_norm.rs"]
+mod ggml_norm;
 #[path = "parity/kv.rs"]
 mod kv;
 #[path = "parity/minicache.rs"]
@@ -916,6 +918,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(sample::cases());
     v.extend(neuzip_gemv::cases());
     v.extend(rope_kv::cases());
+    v.extend(ggml_norm::cases());
     v
 }
 

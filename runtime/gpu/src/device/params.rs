@@ -58,10 +58,10 @@ params! {
 
 params! {
     /// ggml-block GEMV and tiled GEMM (`blocks_per_row` counts 32-column units; `mode`: the
-    /// GEMV's epilogue, 0 in the GEMM).
+    /// GEMV's epilogue, `eps` its fused norm's epsilon; both 0 in the GEMM).
     GgmlParams in [(GgmlGemv, "Params"), (GgmlGemm, "Params")] {
         rows: u32, cols: u32, blocks_per_row: u32, out_stride: u32, row0: u32, n_tokens: u32,
-        mode: u32, _pad1: u32,
+        mode: u32, eps: f32,
     }
 }
 

@@ -80,6 +80,8 @@ pub enum KernelKey {
         dot: DotKind,
     },
     GgmlGemv(GgmlType),
+    /// `ggml_gemv.wgsl` with its fused RMSNorm prologue (`NORM` = 1).
+    GgmlGemvNorm(GgmlType),
     /// Ternary GEMM; `wide`: 64 × 64 tiles (4 tokens per invocation, 2bit only) instead of
     /// 64 × 32.
     TernaryGemm {
@@ -230,6 +232,7 @@ impl fmt::Display for KernelKey {
                 write!(f, "ternary_gemv_dec_norm_{l}_{s}{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
+            KernelKey::GgmlGemvNorm(t) => write!(f, "ggml_gemv_norm_{}_tpr8", t.name()),
             KernelKey::TernaryGemm {
                 layout,
                 scale_type,
@@ -339,7 +342,7 @@ impl KernelKey {
         match self {
             KernelKey::ActQuantInt8 => Shader::ActQuantInt8,
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
-            KernelKey::GgmlGemv(_) => Shader::GgmlGemv,
+            KernelKey::GgmlGemv(_) | KernelKey::GgmlGemvNorm(_) => Shader::GgmlGemv,
             KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
             KernelKey::ActQuantA48 { topk: true, .. } => Shader::ActQuantTopK,
             KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,
@@ -574,6 +577,7 @@ mod tests {
             .filter(|t| t.gpu_qtype().is_some())
         {
             keys.push(KernelKey::GgmlGemv(t));
+            keys.push(KernelKey::GgmlGemvNorm(t));
             keys.push(KernelKey::GgmlGemm(t));
             keys.push(KernelKey::EmbedGgml(t));
             keys.push(KernelKey::CceGgml(t, 128));
@@ -623,7 +627,9 @@ mod tests {
             // The block-type override of a ggml kernel is the table's `gpu_qtype` (embed.wgsl's
             // SRC counts the three float tables first).
             let (t, name, base) = match k {
-                KernelKey::GgmlGemv(t) | KernelKey::GgmlGemm(t) => (Some(*t), "QTYPE", 0),
+                KernelKey::GgmlGemv(t) | KernelKey::GgmlGemvNorm(t) | KernelKey::GgmlGemm(t) => {
+                    (Some(*t), "QTYPE", 0)
+                }
                 KernelKey::EmbedGgml(t) => (Some(*t), "SRC", 3),
                 KernelKey::CceGgml(t, _) => (Some(*t), "HEAD", 0),
                 _ => (None, "", 0),

@@ -9,11 +9,17 @@ use crate::device::params::GgmlParams;
 use crate::device::pipeline::KernelKey;
 use crate::device::plan::Recorder;
 use crate::error::Result;
-use crate::kernels::matmul::{Epilogue, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS};
+use crate::kernels::matmul::{
+    Epilogue, NormPrologue, GEMM_MIN_TOKENS, GEMM_TILE_ROWS, GEMM_TILE_TOKENS,
+};
 use crate::weights::{GgmlWeight, Part};
 
 /// Rows per workgroup of `ggml_gemv.wgsl` (256 invocations, 32 per row).
 pub const GGML_GEMV_ROWS_PER_WG: u64 = 8;
+
+/// Rows per workgroup of its fused-norm variants (8 invocations per row): every workgroup computes
+/// the token's norm, so four times fewer of them repeat it.
+pub const GGML_GEMV_NORM_ROWS_PER_WG: u64 = 32;
 
 /// The parameters of one row part of a ggml-block weight (GEMV and GEMM share the struct;
 /// `blocks_per_row` counts 32-column units).
@@ -26,7 +32,7 @@ fn ggml_params(op: &'static str, w: &GgmlWeight, part: &Part, n_tokens: u32) -> 
         out_stride: u32_of(op, "rows", w.rows)?,
         row0: u32_of(op, "row0", part.row0)?,
         n_tokens,
-        _pad1: 0,
+        eps: 0.0,
     })
 }
 
@@ -52,10 +58,47 @@ pub fn ggml_gemv_epi(
     epi: Epilogue,
     y: &wgpu::Buffer,
 ) -> Result<()> {
+    ggml_gemv_fused(ctx, enc, w, x, n_tokens, None, epi, y)
+}
+
+/// The RMSNorm a ggml GEMV applies to its input rows itself (`ggml_gemv.wgsl`'s prologue,
+/// `NORM` = 1): `y = W · rmsnorm(x) · weight`, the same bits as `rmsnorm` then the GEMV.
+#[derive(Clone, Copy)]
+pub struct GgmlNorm<'a> {
+    /// `[cols]` f32 norm weight.
+    pub weight: &'a wgpu::Buffer,
+    pub eps: f32,
+}
+
+impl<'a> From<NormPrologue<'a>> for GgmlNorm<'a> {
+    fn from(p: NormPrologue<'a>) -> Self {
+        GgmlNorm {
+            weight: p.weight,
+            eps: p.eps,
+        }
+    }
+}
+
+/// [`ggml_gemv_epi`] whose input is `x`'s RMSNorm when `norm` is given (computed in the GEMV's
+/// prologue: no separate norm pass, no normed rows written).
+#[allow(clippy::too_many_arguments)]
+pub fn ggml_gemv_fused(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    w: &GgmlWeight,
+    x: &wgpu::Buffer,
+    n_tokens: u64,
+    norm: Option<GgmlNorm<'_>>,
+    epi: Epilogue,
+    y: &wgpu::Buffer,
+) -> Result<()> {
     const OP: &str = "ggml_gemv";
     let xb = n_tokens.saturating_mul(w.cols).saturating_mul(4);
     check_buffer(OP, "x", x, xb)?;
     check_binding(ctx, "activations", xb)?;
+    if let Some(nm) = &norm {
+        check_buffer(OP, "norm weight", nm.weight, w.cols.saturating_mul(4))?;
+    }
     // gate/up pairs with a GLU epilogue (mode bit 2) write one value per pair
     let pairs = w.pairs && epi.is_glu();
     let out_rows = if pairs { w.rows / 2 } else { w.rows };
@@ -63,17 +106,22 @@ pub fn ggml_gemv_epi(
     check_buffer(OP, "y", y, yb)?;
     check_binding(ctx, "ggml output", yb)?;
     let nt = u32_of(OP, "n_tokens", n_tokens)?;
+    let (key, nw, rpw) = match &norm {
+        Some(nm) => (
+            KernelKey::GgmlGemvNorm(w.qtype),
+            nm.weight,
+            GGML_GEMV_NORM_ROWS_PER_WG,
+        ),
+        // the plain variant does not read its norm binding
+        None => (KernelKey::GgmlGemv(w.qtype), x, GGML_GEMV_ROWS_PER_WG),
+    };
     for part in &w.parts {
         let mut p = ggml_params(OP, w, part, nt)?;
         p.mode = epi.mode() | if pairs { 4 } else { 0 };
+        p.eps = norm.map_or(0.0, |nm| nm.eps);
         let params = ctx.uniform(bytemuck::bytes_of(&p))?;
-        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(GGML_GEMV_ROWS_PER_WG))?;
-        ctx.dispatch(
-            enc,
-            KernelKey::GgmlGemv(w.qtype),
-            &[&params, &part.buffer, x, y],
-            (gx, nt, 1),
-        )?;
+        let gx = u32_of(OP, "workgroups", part.rows.div_ceil(rpw))?;
+        ctx.dispatch(enc, key, &[&params, &part.buffer, x, y, nw], (gx, nt, 1))?;
     }
     Ok(())
 }

@@ -46,7 +46,10 @@ pub use attention::{
     attention, attention_role, attention_splits, attention_with_split, KvRead, StepParams,
 };
 pub use embed::{embed_rows, EmbedTable};
-pub use ggml::{ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_matmul, GGML_GEMV_ROWS_PER_WG};
+pub use ggml::{
+    ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_gemv_fused, ggml_matmul, GgmlNorm,
+    GGML_GEMV_ROWS_PER_WG,
+};
 pub use kv::{kv_store, KvLayout};
 pub use matmul::{
     dec_norm_fits, float_gemv, float_matmul, fused_norm_fits, norm_fits, ternary_gemm,

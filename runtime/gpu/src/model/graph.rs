@@ -22,13 +22,15 @@ use crate::device::plan::{Plan, Recorder};
 use crate::error::{GpuError, Result};
 use crate::kernels::attention::KvRead;
 use crate::kernels::sparse::SPARSE_MAX_DENSITY;
-use crate::kernels::{self, cce, minicache, A48Quant, ActInt8, KvLayout};
+use crate::kernels::{self, minicache, A48Quant, ActInt8, GgmlNorm, KvLayout};
 use crate::kernels::{Epilogue, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
 use crate::model::activation::{BlockInputs, Linear, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GateUp, GpuModel, KvCache, Layer, Lin, Qkv};
 use tern_format::{ActivationScheme, FfnAct};
+
+mod head;
 
 /// Which linears' ternary GEMVs compute their input's RMSNorm + quantization themselves (the
 /// decode GEMV's fused prologue, `ternary_gemv_dec_norm.wgsl`; same bits) and whether the wide
@@ -45,6 +47,13 @@ fn fuse_norm_for(l: Linear, a48: bool) -> (bool, bool) {
         Ok("qkv") => (l == Linear::Qkv, false),
         _ => (!a48, false),
     }
+}
+
+/// Whether the ggml GEMVs of a decode batch compute their input's RMSNorm themselves
+/// (`ggml_gemv.wgsl`'s prologue, the same bits): `TERN_GPU_FUSE_FLOAT_NORM=0` keeps the separate
+/// `rmsnorm` pass (A/B measurements); on by default.
+fn fuse_float_norm() -> bool {
+    std::env::var("TERN_GPU_FUSE_FLOAT_NORM").as_deref() != Ok("0")
 }
 
 /// Positions up to which a session runs plans recorded with unsplit attention (no combine
@@ -88,7 +97,8 @@ struct Input<'a> {
     /// The plan marks the input sparse (a4.8): its GEMV may skip zero activations.
     sparse: bool,
     /// The ternary GEMVs compute `int8` themselves from these rows (the fused prologue); `int8`
-    /// then only describes the scheme, its buffers are not written.
+    /// then only describes the scheme, its buffers are not written. With neither `f32` nor
+    /// `int8`: ggml GEMVs whose input is the RMSNorm of these rows (their prologue).
     norm: Option<NormPrologue<'a>>,
 }
 
@@ -231,6 +241,18 @@ impl<'a> Graph<'a> {
             acts.i8
         };
         let sparse = li.sparse;
+        let ggml = !ws.is_empty() && ws.iter().all(|w| matches!(w, Lin::Ggml(_)));
+        let float_fuses = n < GEMM_MIN_TOKENS && li.producer == Producer::Norm && fuse_float_norm();
+        if let (Some(weight), true) = (norm, ggml && float_fuses) {
+            let norm = Some(NormPrologue { x, weight, eps });
+            let (f32, int8) = (None, None);
+            return Ok(Input {
+                f32,
+                int8,
+                sparse,
+                norm,
+            });
+        }
         if let (Some(weight), true) = (norm, self.prologue_fuses(li, ws, act)) {
             return Ok(Input {
                 f32: None,
@@ -364,11 +386,15 @@ impl<'a> Graph<'a> {
                 (Lin::Ternary(tw), Some(a)) => {
                     kernels::ternary_gemv_fused(ctx, p, tw, a, input.norm, epi, y)
                 }
-                (Lin::Ggml(gw), _) if input.norm.is_none() => {
-                    let x = input.f32.ok_or_else(|| {
-                        GpuError::internal("plan", "ggml weight given INT8 input")
-                    })?;
-                    kernels::ggml_gemv_epi(ctx, p, gw, x, n, epi, y)
+                (Lin::Ggml(gw), None) => {
+                    let (x, norm) = match (input.norm, input.f32) {
+                        (Some(np), _) => (np.x, Some(GgmlNorm::from(np))),
+                        (None, Some(x)) => (x, None),
+                        (None, None) => {
+                            return Err(GpuError::internal("plan", "ggml GEMV without input"))
+                        }
+                    };
+                    kernels::ggml_gemv_fused(ctx, p, gw, x, n, norm, epi, y)
                 }
                 _ => Err(GpuError::internal(
                     "plan",
@@ -575,69 +601,5 @@ impl<'a> Graph<'a> {
         let down = [&l.down];
         let input = self.input(&s.h, sub, ff, &plan.down, &s.h2, self.act_f, &down)?;
         self.residual(&l.down, input, plan.down.sparse)
-    }
-
-    /// The output norm and head: logits of the last token (and their argmax), of every token,
-    /// or — for scoring — `log p(target)` of every token through the fused CCE kernel.
-    fn head(&mut self, wanted: Wanted) -> Result<()> {
-        let (ctx, s, n, m) = (self.ctx, self.s, self.n, self.m);
-        let (d, eps) = (u64::from(m.hp.n_embd), self.eps());
-        let (x, other) = (self.cur, self.other);
-        match wanted {
-            Wanted::Score => {
-                kernels::rmsnorm(ctx, &mut self.p, x, &m.output_norm, &s.a, d, n, eps)?;
-                let head = match &m.head {
-                    Lin::Ggml(gw) => cce::Head::Ggml(gw),
-                    Lin::Float(fw) => cce::Head::Float(fw),
-                    _ => {
-                        return Err(GpuError::Unsupported {
-                            adapter: ctx.info.name.clone(),
-                            detail: "GPU scoring needs a float or ggml head resident on the GPU \
-                                     (not ternary, not decoded just in time)"
-                                .into(),
-                        })
-                    }
-                };
-                cce::score(ctx, &mut self.p, &s.a, n, head, &s.targets, &s.logprobs)
-            }
-            Wanted::All => {
-                kernels::rmsnorm(ctx, &mut self.p, x, &m.output_norm, &s.a, d, n, eps)?;
-                let input = Input {
-                    f32: Some(&s.a),
-                    int8: None,
-                    sparse: false,
-                    norm: None,
-                };
-                self.linear(&m.head, input, n, &s.logits)
-            }
-            Wanted::Last | Wanted::Argmax | Wanted::Sample => {
-                // the last row (a decode step's only row is already at offset 0)
-                let last = if n == 1 {
-                    x
-                } else {
-                    self.p.record_copy(x, (n - 1) * d * 4, other, 0, d * 4);
-                    other
-                };
-                kernels::rmsnorm(ctx, &mut self.p, last, &m.output_norm, &s.last, d, 1, eps)?;
-                let input = Input {
-                    f32: Some(&s.last),
-                    int8: None,
-                    sparse: false,
-                    norm: None,
-                };
-                self.linear(&m.head, input, 1, &s.logits)?;
-                let vocab = u64::from(m.hp.n_vocab);
-                if wanted == Wanted::Argmax {
-                    kernels::argmax(ctx, &mut self.p, &s.logits, vocab, 1, &s.argmax)?;
-                }
-                if wanted == Wanted::Sample {
-                    let bufs = s.sample.as_ref().ok_or_else(|| {
-                        GpuError::internal("sample", "sampling buffers not allocated")
-                    })?;
-                    kernels::sample_candidates(ctx, &mut self.p, &s.logits, vocab, bufs)?;
-                }
-                Ok(())
-            }
-        }
     }
 }
