@@ -11,6 +11,8 @@
 #                                      NeuZip-compressed (lossless, lossy-3: memory + tg128)
 #   bash scripts/device-final.sh c|d   a fresh machine (carry .gl .devkit-fin3): c = fused-norm A/B
 #                                      (A8, a4.8) + the NeuZip kernel bench; d = KV decode depths
+#   bash scripts/device-final.sh e|f   a fresh machine (carry .gl .devkit-fin3): e = base-3 A/B of
+#                                      two binaries; f = the ggml float-norm prologue A/B (SmolLM2)
 #   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
 #                                      perplexity in 10 KV modes and the KV decode depths
 #                                      (scripts/device-kv.sh), the NeuZip kernel bench
@@ -195,4 +197,31 @@ for e in json.load(open(sys.argv[1])): print('llama tq1_0 r$round', e['n_gen'], 
   log "done e"
   pack_out; exit 0
 fi
-echo "usage: $0 kit|a|b|c|d|e" >&2; exit 2
+# Phase f (a fresh machine, carry .gl .devkit-fin3): the ggml GEMVs' fused float-norm prologue
+# A/B (TERN_GPU_FUSE_FLOAT_NORM=0 against the default) on the SmolLM2-shaped Q4_1 model (Q8_0
+# tied head, the real SmolLM2's types) beside llama-bench on the same GGUF, interleaved, two rounds.
+if [ "$PHASE" = f ]; then
+  xz -dc .devkit-fin3/tern.xz > "$F/kit/tern"; chmod +x "$F/kit/tern"
+  mkdir -p /tmp/llama; tar xJf .devkit-fin3/llama-vulkan.tar.xz -C /tmp/llama
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$O/gpu.txt" 2>&1
+  log "GPU: $(cat "$O/gpu.txt")"
+  python3 scripts/gen_synth_gguf.py "$M/smollm-f16.gguf" --shape smollm > "$O/gen.log" 2>&1
+  /tmp/llama/bin/llama-quantize --token-embedding-type q8_0 "$M/smollm-f16.gguf" "$M/smollm-q4_1.gguf" Q4_1 8 > "$O/quant.log" 2>&1
+  S=$M/smol.tern
+  "$F/kit/tern" pack "$M/smollm-q4_1.gguf" -o "$S" --floats raw > "$O/pack.log" 2>&1 || log "pack failed"
+  for round in 1 2; do
+    log "llama-bench SmolLM2 Q4_1 round $round"
+    timeout 90 /tmp/llama/bin/llama-bench -m "$M/smollm-q4_1.gguf" -ngl 99 -p 512 -n 128 -r 3 -o json > "$O/llama-smol-r$round.json" 2> "$O/llama-smol-r$round.err"
+    python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama smollm q4_1 r$round', e['n_prompt'], e['n_gen'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-smol-r$round.json" | tee -a "$O/summary-$PHASE.txt"
+    tb "smol-fused-r$round" "$S" 60 -p 512 -n 128 -r 3
+    TERN_GPU_FUSE_FLOAT_NORM=0 tb "smol-unfused-r$round" "$S" 60 -p 512 -n 128 -r 3
+    TERN_GPU_ATTN_SHORT=0 tb "smol-fused-split-r$round" "$S" 60 -p 0 -n 128 -r 3
+  done
+  tb smol-fused-prof "$S" 60 -p 0 -n 16 -r 1 --profile
+  TERN_GPU_FUSE_FLOAT_NORM=0 tb smol-unfused-prof "$S" 60 -p 0 -n 16 -r 1 --profile
+  log "done f"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|a|b|c|d|e|f" >&2; exit 2
