@@ -110,10 +110,12 @@ pub enum KernelKey {
     },
     /// The decode ternary GEMV with the fused norm + quantization prologue
     /// (`ternary_gemv_dec_norm.wgsl`: 2-bit, vec4-aligned rows, 32 rows per workgroup).
+    /// `topk`: the TopK 50% + INT8 prologue (`act` Int8; issue 13).
     TernaryGemvDecNorm {
         scale_type: FloatType,
         act: ActBits,
         dot: DotKind,
+        topk: bool,
     },
     /// Ternary GEMV (2-bit, INT8 activations) that skips zero activation words.
     TernaryGemvSparse {
@@ -225,9 +227,11 @@ impl fmt::Display for KernelKey {
                 scale_type,
                 act,
                 dot,
+                topk,
             } => {
                 let (l, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
-                write!(f, "ternary_gemv_dec_norm_{l}_{s}{}", suffix(*act, *dot))
+                let k = if *topk { "_topk" } else { "" };
+                write!(f, "ternary_gemv_dec_norm_{l}_{s}{k}{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
             KernelKey::TernaryGemm {
@@ -552,7 +556,16 @@ mod tests {
                                 scale_type: s,
                                 act,
                                 dot,
+                                topk: false,
                             });
+                            if act == ActBits::Int8 {
+                                keys.push(KernelKey::TernaryGemvDecNorm {
+                                    scale_type: s,
+                                    act,
+                                    dot,
+                                    topk: true,
+                                });
+                            }
                         }
                     }
                 }
