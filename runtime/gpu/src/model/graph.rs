@@ -33,16 +33,13 @@ use tern_format::FfnAct;
 /// Which linears' ternary GEMVs compute their input's RMSNorm + quantization themselves (the
 /// decode GEMV's fused prologue, `ternary_gemv_dec_norm.wgsl`; same bits) and whether the wide
 /// kernel may stand in where the decode kernel does not take the shape: `TERN_GPU_FUSE_NORM` =
-/// `0` none, `qkv`, `attn` (+ the attention output), `all`, `notopk` (`all` but a4.8's TopK
-/// input, the attention output: the A/B of the TopK prologue), `1` (all, the wide kernel too;
-/// the wide kernel has no TopK prologue). By default every input (`all`), A8 and a4.8: A8
-/// measured +9 % tg128 on the H100; a4.8 was −1…−2 % in every mode while its TopK input stayed a
-/// separate pass (docs/measurements.md), the TopK prologue (h-topk, issue 13) is what was missing.
-/// `topk`: the input is a4.8's TopK 50% + INT8 one.
+/// `0` none, `qkv`, `attn` (+ the attention output), `all` (the default, A8 and a4.8), `notopk`
+/// (`all` but a4.8's TopK input `topk`), `1` (all, the wide kernel too, which has no TopK
+/// prologue). H100 tg128 `all`: A8 +9 %, a4.8 −1…−2 % before h-topk (docs/measurements.md).
 fn fuse_norm_for(l: Linear, topk: bool) -> (bool, bool) {
     match std::env::var("TERN_GPU_FUSE_NORM").as_deref() {
         Ok("0") => (false, false),
-        Ok("1") => (true, true),
+        Ok("1") => (true, !topk),
         Ok("notopk") => (!topk, false),
         Ok("attn") => (matches!(l, Linear::Qkv | Linear::AttnOut), false),
         Ok("qkv") => (l == Linear::Qkv, false),
@@ -235,6 +232,7 @@ impl<'a> Graph<'a> {
         };
         let sparse = li.sparse;
         if let (Some(weight), true) = (norm, self.prologue_fuses(li, ws, act)) {
+            let topk = li.producer == Producer::NormTopK;
             return Ok(Input {
                 f32: None,
                 int8: Some(act),
@@ -243,7 +241,7 @@ impl<'a> Graph<'a> {
                     x,
                     weight,
                     eps,
-                    topk: li.producer == Producer::NormTopK,
+                    topk,
                 }),
             });
         }
@@ -322,12 +320,10 @@ impl<'a> Graph<'a> {
 
     /// Whether the ternary GEMVs of `ws` compute the input `li` (norm + quantization) themselves:
     /// a decode batch, [`fuse_norm_for`], ternary weights the kernel takes, a fused norm + INT8 /
-    /// INT4 / TopK producer (TopK: the decode kernel only), the dense GEMV, no sparsity
-    /// measurement (it reads the quantized buffers).
+    /// INT4 / TopK producer, the dense GEMV, no sparsity measurement (it reads the q buffers).
     fn prologue_fuses(&self, li: &LinearInput, ws: &[&Lin], act: &ActInt8) -> bool {
         let topk = li.producer == Producer::NormTopK;
         let (on, wide) = fuse_norm_for(li.linear, topk);
-        let wide = wide && !topk;
         self.n < GEMM_MIN_TOKENS
             && on
             && matches!(
