@@ -9,7 +9,8 @@
 //   largest non-NaN |y| (always kept when k ≥ 1; 0 when k = 0); q_c = clamp(round(y_c · s), −128,
 //   127) for kept entries, 0 otherwise. Packed 4 per u32 as act_quant_int8.wgsl.
 //
-// The threshold: a radix select over key ranges, 1024 bins per pass. Pass 0 bins the 2^26 keys
+// The threshold: a radix select over key ranges, 1024 bins per pass (the code: topk_select.wgsl,
+//   appended by the shaders crate here and to ternary_gemv_dec_norm.wgsl's TopK prologue). Pass 0 bins the 2^26 keys
 //   (8 binary octaves) below the row's largest key, 1/128 octave per bin, so a real row's values
 //   spread over many bins (few atomics on one address) and the bin holding the k-th largest has
 //   a handful of entries; if fewer than `want` keys lie in the window, the range below it is next.
