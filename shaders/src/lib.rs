@@ -104,6 +104,9 @@ const TERNARY_DEC_COMMON: &str = include_str!("../wgsl/ternary_dec_common.wgsl")
 /// The RMSNorm multiplier (sum of squares, tree, rsqrt), appended to `rmsnorm.wgsl` and to
 /// `ggml_gemv.wgsl` (its fused norm prologue): one code, the same bits.
 const RMS_SCALE: &str = include_str!("../wgsl/rms_scale.wgsl");
+/// The TopK 50% radix select (threshold passes, ties' ranks), appended to `act_quant_topk.wgsl`
+/// and `ternary_gemv_dec_norm.wgsl` (its TopK prologue runs the same code: the same bits).
+const TOPK_SELECT: &str = include_str!("../wgsl/topk_select.wgsl");
 
 /// Values of the `override` constants of one pipeline (name, value), in declaration order.
 pub type Constants = &'static [(&'static str, f64)];
@@ -179,6 +182,12 @@ const TERNARY_DEC_NORM_VARIANTS: &[Variant] = variants![Shader::TernaryGemvDecNo
     "ternary_gemv_dec_norm_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
     "ternary_gemv_dec_norm_2bit_bf16_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
     "ternary_gemv_dec_norm_2bit_bf16_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_f32_topk" => ["SCALE_TYPE" = 0, "ACT4" = 2, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_f32_topk_plain" => ["SCALE_TYPE" = 0, "ACT4" = 2, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_f16_topk" => ["SCALE_TYPE" = 1, "ACT4" = 2, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_f16_topk_plain" => ["SCALE_TYPE" = 1, "ACT4" = 2, "DOT" = 0],
+    "ternary_gemv_dec_norm_2bit_bf16_topk" => ["SCALE_TYPE" = 2, "ACT4" = 2, "DOT" = 1],
+    "ternary_gemv_dec_norm_2bit_bf16_topk_plain" => ["SCALE_TYPE" = 2, "ACT4" = 2, "DOT" = 0],
 ];
 
 const TERNARY_WIDE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvWide;
@@ -571,6 +580,10 @@ impl Shader {
         if matches!(self, Shader::RmsNorm | Shader::GgmlGemv) {
             s.push('\n');
             s.push_str(RMS_SCALE);
+        }
+        if matches!(self, Shader::ActQuantTopK | Shader::TernaryGemvDecNorm) {
+            s.push('\n');
+            s.push_str(TOPK_SELECT);
         }
         if matches!(self, Shader::NeuzipGemv | Shader::NeuzipEmbed) {
             s.push('\n');

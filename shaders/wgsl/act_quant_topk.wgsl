@@ -9,7 +9,8 @@
 //   largest non-NaN |y| (always kept when k ≥ 1; 0 when k = 0); q_c = clamp(round(y_c · s), −128,
 //   127) for kept entries, 0 otherwise. Packed 4 per u32 as act_quant_int8.wgsl.
 //
-// The threshold: a radix select over key ranges, 1024 bins per pass. Pass 0 bins the 2^26 keys
+// The threshold: a radix select over key ranges, 1024 bins per pass (the code: topk_select.wgsl,
+//   appended by the shaders crate here and to ternary_gemv_dec_norm.wgsl's TopK prologue). Pass 0 bins the 2^26 keys
 //   (8 binary octaves) below the row's largest key, 1/128 octave per bin, so a real row's values
 //   spread over many bins (few atomics on one address) and the bin holding the k-th largest has
 //   a handful of entries; if fewer than `want` keys lie in the window, the range below it is next.
@@ -54,18 +55,28 @@ override NORM: u32 = 0u;
 
 const WG: u32 = 256u;
 const R: u32 = 12u; // values per invocation held in registers (rows of n ≤ 3072)
-const NB: u32 = 1024u; // radix bins per pass (4 per invocation)
 const QW: u32 = 768u; // packed words staged in workgroup memory (3072 INT8 columns)
-const WIN: u32 = 0x4000000u; // pass 0's window: 2^26 keys below the largest
-const PASSES: u32 = 6u; // ≥ 1 (window) + 4 (31-bit range, ≥ 10 bits a pass) + 1
 // Reductions and scans: 256 lane values (f32 as bits or counts), then 32 (or 16) partials.
-var<workgroup> red: array<u32, 256>;
-var<workgroup> red32: array<u32, 32>;
+var<workgroup> redm: array<u32, 256>;
+var<workgroup> redm32: array<u32, 32>;
 var<workgroup> hist: array<atomic<u32>, 1024>;
 var<workgroup> qw: array<atomic<u32>, 768>;
-// The select's state: (lo, hi, want, done); done 0 = go on, 1 = T = lo with `want` ties of T to
-// keep by rank, 2 = keep every key ≥ lo.
+// The select's state (topk_select.wgsl, the select shared with ternary_gemv_dec_norm.wgsl's TopK
+// prologue and appended to this file by the shaders crate).
 var<workgroup> st: vec4<u32>;
+
+// The select's histogram (topk_select.wgsl's interface).
+fn hist_add(b: u32) {
+    atomicAdd(&hist[b], 1u);
+}
+
+fn hist_load(b: u32) -> u32 {
+    return atomicLoad(&hist[b]);
+}
+
+fn hist_clear(b: u32) {
+    atomicStore(&hist[b], 0u);
+}
 
 // A runtime zero the compiler cannot see through (n < 2^25: the launcher binds x ≤ 128 MiB).
 var<private> zb: u32;
@@ -94,6 +105,11 @@ fn val(base: u32, c: u32, r: f32) -> f32 {
     return x[base + c];
 }
 
+// The select's re-read of a column (topk_select.wgsl's interface).
+fn topk_y(base: u32, c: u32, r: f32) -> f32 {
+    return val(base, c, r);
+}
+
 // x[base + c], or 0 past the row.
 fn ldx(base: u32, c: u32, n: u32) -> f32 {
     if (c < n) {
@@ -118,14 +134,6 @@ fn yof(xv: f32, r: f32, wv: f32) -> f32 {
     return xv;
 }
 
-fn key(v: f32) -> u32 {
-    let b = bitcast<u32>(v) & 0x7fffffffu;
-    if (b > 0x7f800000u) {
-        return 0u;
-    }
-    return b + 1u;
-}
-
 // |v| as bits for the absmax (NaN: 0, which the max skips).
 fn abs_bits(v: f32) -> u32 {
     let b = bitcast<u32>(v) & 0x7fffffffu;
@@ -141,10 +149,10 @@ fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
 }
 
 fn rf(i: u32) -> f32 {
-    return bitcast<f32>(red32[i]);
+    return bitcast<f32>(redm32[i]);
 }
 
-// Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
+// Lane l (< 4) of redm32's 32 lane sums after the halves 16, 8 and 4.
 fn f4(l: u32) -> f32 {
     return ad(
         ad(ad(rf(l), rf(l + 16u)), ad(rf(l + 8u), rf(l + 24u))),
@@ -153,14 +161,14 @@ fn f4(l: u32) -> f32 {
 }
 
 fn rr(i: u32) -> f32 {
-    return bitcast<f32>(red[i]);
+    return bitcast<f32>(redm[i]);
 }
 
 // Σ over the invocations' v in the order of the halves 128 … 1 (lane i += lane i + h), returned
-// to every invocation; two barriers. Every invocation must call it. `red` / `red32` may be
+// to every invocation; two barriers. Every invocation must call it. `redm` / `redm32` may be
 // rewritten right after (each later first write follows a barrier that every read here precedes).
 fn tree_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = bitcast<u32>(v);
+    redm[lid] = bitcast<u32>(v);
     workgroupBarrier();
     if (lid < 32u) {
         // lane lid after the halves 128, 64, 32
@@ -168,7 +176,7 @@ fn tree_sum(lid: u32, v: f32) -> f32 {
         let a1 = ad(rr(lid + 64u), rr(lid + 192u));
         let a2 = ad(rr(lid + 32u), rr(lid + 160u));
         let a3 = ad(rr(lid + 96u), rr(lid + 224u));
-        red32[lid] = bitcast<u32>(ad(ad(a0, a1), ad(a2, a3)));
+        redm32[lid] = bitcast<u32>(ad(ad(a0, a1), ad(a2, a3)));
     }
     workgroupBarrier();
     // the halves 16, 8, 4 (f4), 2, 1
@@ -177,146 +185,26 @@ fn tree_sum(lid: u32, v: f32) -> f32 {
 
 // max over the invocations' v (exact in any order), returned to every invocation; two barriers.
 fn tree_max(lid: u32, v: u32) -> u32 {
-    red[lid] = v;
+    redm[lid] = v;
     workgroupBarrier();
     if (lid < 32u) {
-        let a0 = max(red[lid], red[lid + 32u]);
-        let a1 = max(red[lid + 64u], red[lid + 96u]);
-        let a2 = max(red[lid + 128u], red[lid + 160u]);
-        let a3 = max(red[lid + 192u], red[lid + 224u]);
-        red32[lid] = max(max(a0, a1), max(a2, a3));
+        let a0 = max(redm[lid], redm[lid + 32u]);
+        let a1 = max(redm[lid + 64u], redm[lid + 96u]);
+        let a2 = max(redm[lid + 128u], redm[lid + 160u]);
+        let a3 = max(redm[lid + 192u], redm[lid + 224u]);
+        redm32[lid] = max(max(a0, a1), max(a2, a3));
     }
     workgroupBarrier();
     var m = 0u;
-    m = max(m, max(max(red32[0u], red32[1u]), max(red32[2u], red32[3u])));
-    m = max(m, max(max(red32[4u], red32[5u]), max(red32[6u], red32[7u])));
-    m = max(m, max(max(red32[8u], red32[9u]), max(red32[10u], red32[11u])));
-    m = max(m, max(max(red32[12u], red32[13u]), max(red32[14u], red32[15u])));
-    m = max(m, max(max(red32[16u], red32[17u]), max(red32[18u], red32[19u])));
-    m = max(m, max(max(red32[20u], red32[21u]), max(red32[22u], red32[23u])));
-    m = max(m, max(max(red32[24u], red32[25u]), max(red32[26u], red32[27u])));
-    m = max(m, max(max(red32[28u], red32[29u]), max(red32[30u], red32[31u])));
+    m = max(m, max(max(redm32[0u], redm32[1u]), max(redm32[2u], redm32[3u])));
+    m = max(m, max(max(redm32[4u], redm32[5u]), max(redm32[6u], redm32[7u])));
+    m = max(m, max(max(redm32[8u], redm32[9u]), max(redm32[10u], redm32[11u])));
+    m = max(m, max(max(redm32[12u], redm32[13u]), max(redm32[14u], redm32[15u])));
+    m = max(m, max(max(redm32[16u], redm32[17u]), max(redm32[18u], redm32[19u])));
+    m = max(m, max(max(redm32[20u], redm32[21u]), max(redm32[22u], redm32[23u])));
+    m = max(m, max(max(redm32[24u], redm32[25u]), max(redm32[26u], redm32[27u])));
+    m = max(m, max(max(redm32[28u], redm32[29u]), max(redm32[30u], redm32[31u])));
     return m;
-}
-
-// (Σ_{j > lid} v_j, Σ_j v_j) over the invocations' counts; two barriers (16 groups of 16: the
-// group totals, then each invocation adds the groups above its own and its group's lanes above
-// it, all loads independent). Every invocation must call it; `red` / `red32` as tree_sum.
-fn suffix(lid: u32, v: u32) -> vec2<u32> {
-    red[lid] = v;
-    workgroupBarrier();
-    if (lid < 16u) {
-        let g = 16u * lid;
-        red32[lid] = red[g + 0u] + red[g + 1u] + red[g + 2u] + red[g + 3u] + red[g + 4u] + red[g + 5u] + red[g + 6u] + red[g + 7u] + red[g + 8u] + red[g + 9u] + red[g + 10u] + red[g + 11u] + red[g + 12u] + red[g + 13u] + red[g + 14u] + red[g + 15u];
-    }
-    workgroupBarrier();
-    let grp = lid / 16u;
-    let g0 = 16u * grp;
-    var above = 0u;
-    var total = 0u;
-    above = above + select(0u, red[g0 + 0u], g0 + 0u > lid);
-    above = above + select(0u, red[g0 + 1u], g0 + 1u > lid);
-    above = above + select(0u, red[g0 + 2u], g0 + 2u > lid);
-    above = above + select(0u, red[g0 + 3u], g0 + 3u > lid);
-    above = above + select(0u, red[g0 + 4u], g0 + 4u > lid);
-    above = above + select(0u, red[g0 + 5u], g0 + 5u > lid);
-    above = above + select(0u, red[g0 + 6u], g0 + 6u > lid);
-    above = above + select(0u, red[g0 + 7u], g0 + 7u > lid);
-    above = above + select(0u, red[g0 + 8u], g0 + 8u > lid);
-    above = above + select(0u, red[g0 + 9u], g0 + 9u > lid);
-    above = above + select(0u, red[g0 + 10u], g0 + 10u > lid);
-    above = above + select(0u, red[g0 + 11u], g0 + 11u > lid);
-    above = above + select(0u, red[g0 + 12u], g0 + 12u > lid);
-    above = above + select(0u, red[g0 + 13u], g0 + 13u > lid);
-    above = above + select(0u, red[g0 + 14u], g0 + 14u > lid);
-    above = above + select(0u, red[g0 + 15u], g0 + 15u > lid);
-    let t0 = red32[0u];
-    above = above + select(0u, t0, 0u > grp);
-    let t1 = red32[1u];
-    above = above + select(0u, t1, 1u > grp);
-    let t2 = red32[2u];
-    above = above + select(0u, t2, 2u > grp);
-    let t3 = red32[3u];
-    above = above + select(0u, t3, 3u > grp);
-    let t4 = red32[4u];
-    above = above + select(0u, t4, 4u > grp);
-    let t5 = red32[5u];
-    above = above + select(0u, t5, 5u > grp);
-    let t6 = red32[6u];
-    above = above + select(0u, t6, 6u > grp);
-    let t7 = red32[7u];
-    above = above + select(0u, t7, 7u > grp);
-    let t8 = red32[8u];
-    above = above + select(0u, t8, 8u > grp);
-    let t9 = red32[9u];
-    above = above + select(0u, t9, 9u > grp);
-    let t10 = red32[10u];
-    above = above + select(0u, t10, 10u > grp);
-    let t11 = red32[11u];
-    above = above + select(0u, t11, 11u > grp);
-    let t12 = red32[12u];
-    above = above + select(0u, t12, 12u > grp);
-    let t13 = red32[13u];
-    above = above + select(0u, t13, 13u > grp);
-    let t14 = red32[14u];
-    above = above + select(0u, t14, 14u > grp);
-    let t15 = red32[15u];
-    above = above + select(0u, t15, 15u > grp);
-    total = t0 + t1 + t2 + t3 + t4 + t5 + t6 + t7 + t8 + t9 + t10 + t11 + t12 + t13 + t14 + t15;
-    return vec2<u32>(above, total);
-}
-
-// Add key kc to the histogram of range [lo, hi) (bins of 2^shift keys).
-fn bin_add(kc: u32, lo: u32, hi: u32, shift: u32) {
-    if (kc >= lo && kc < hi) {
-        atomicAdd(&hist[(kc - lo) >> shift], 1u);
-    }
-}
-
-// One select step after the histogram is complete: find the bin holding the want-th largest key of
-// [lo, hi) and write the next state (one invocation writes it); the bins are cleared for the next
-// pass. Every invocation must call it.
-fn select_step(lid: u32, lo: u32, hi: u32, want: u32, shift: u32) {
-    let h0 = atomicLoad(&hist[4u * lid]);
-    let h1 = atomicLoad(&hist[4u * lid + 1u]);
-    let h2 = atomicLoad(&hist[4u * lid + 2u]);
-    let h3 = atomicLoad(&hist[4u * lid + 3u]);
-    let tot = (h0 + h1) + (h2 + h3);
-    let sc = suffix(lid, tot); // its first barrier orders the reads above before the clears
-    for (var e = 0u; e < 4u; e = e + 1u) {
-        atomicStore(&hist[4u * lid + e], 0u);
-    }
-    var above = sc.x; // keys of [lo, hi) in bins above this invocation's four
-    let incl = above + tot;
-    if (above < want && incl >= want) {
-        let h = vec4<u32>(h0, h1, h2, h3);
-        for (var e = 3i; e >= 0; e = e - 1) {
-            let hb = h[e];
-            if (above + hb >= want) {
-                let b = 4u * lid + u32(e);
-                let w = want - above;
-                let blo = lo + (b << shift);
-                let bhi = min(hi, blo + (1u << shift));
-                var done = 0u;
-                if (hb == w) {
-                    done = 2u;
-                } else if (bhi - blo == 1u) {
-                    done = 1u;
-                }
-                st = vec4<u32>(blo, bhi, w, done);
-                break;
-            }
-            above = above + hb;
-        }
-    }
-    if (lid == 0u && incl < want) {
-        // Fewer than `want` keys in [lo, hi): the threshold lies below lo.
-        if (lo == 0u) {
-            st = vec4<u32>(0u, 1u, 0u, 2u); // cannot happen (all keys are < hi); keep all
-        } else {
-            st = vec4<u32>(0u, lo, want - incl, 0u);
-        }
-    }
 }
 
 @compute @workgroup_size(256)
@@ -421,46 +309,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
     }
     let amax_bits = tree_max(lid, m);
-    if (lid == 0u) {
-        if (k == 0u) {
-            st = vec4<u32>(0xffffffffu, 0u, 0u, 2u); // nothing is kept
-        } else {
-            let hi0 = amax_bits + 2u; // one past the largest key (bits + 1)
-            st = vec4<u32>(hi0 - min(hi0, WIN), hi0, k, 0u);
-        }
-    }
-    for (var ps = 0u; ps < PASSES; ps = ps + 1u) {
-        let s4 = workgroupUniformLoad(&st);
-        if (s4.w != 0u) {
-            break;
-        }
-        let lo = s4.x;
-        let hi = s4.y;
-        let bits = 32u - countLeadingZeros(hi - lo - 1u);
-        let shift = select(0u, bits - 10u, bits > 10u);
-        // (the bins were cleared at the start or by the previous pass's select_step)
-        if (fast) {
-            if (lid + 0u * WG < n) { bin_add(key(y0), lo, hi, shift); }
-            if (lid + 1u * WG < n) { bin_add(key(y1), lo, hi, shift); }
-            if (lid + 2u * WG < n) { bin_add(key(y2), lo, hi, shift); }
-            if (lid + 3u * WG < n) { bin_add(key(y3), lo, hi, shift); }
-            if (lid + 4u * WG < n) { bin_add(key(y4), lo, hi, shift); }
-            if (lid + 5u * WG < n) { bin_add(key(y5), lo, hi, shift); }
-            if (lid + 6u * WG < n) { bin_add(key(y6), lo, hi, shift); }
-            if (lid + 7u * WG < n) { bin_add(key(y7), lo, hi, shift); }
-            if (lid + 8u * WG < n) { bin_add(key(y8), lo, hi, shift); }
-            if (lid + 9u * WG < n) { bin_add(key(y9), lo, hi, shift); }
-            if (lid + 10u * WG < n) { bin_add(key(y10), lo, hi, shift); }
-            if (lid + 11u * WG < n) { bin_add(key(y11), lo, hi, shift); }
-        } else {
-            for (var c = lid; c < n; c = c + WG) {
-                bin_add(key(val(base, c, r)), lo, hi, shift);
-            }
-        }
-        workgroupBarrier();
-        select_step(lid, lo, hi, s4.z, shift);
-    }
-    let fin = workgroupUniformLoad(&st);
+    let fin = topk_select(lid, n, base, r, fast, amax_bits, k, y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11);
     let t = fin.x;
     let rk = fin.z;
     let all_t = fin.w != 1u;
@@ -576,14 +425,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let wb = min(wa + per, p.q_stride);
     var before = 0u;
     if (!all_t) {
-        var ties = 0u;
-        for (var c = 4u * wa; c < min(4u * wb, n); c = c + 1u) {
-            if (key(val(base, c, r)) == t) {
-                ties = ties + 1u;
-            }
-        }
-        let sc = suffix(lid, ties);
-        before = sc.y - sc.x - ties;
+        before = topk_ties_before(lid, n, base, r, t, wa, wb);
     }
     if (in_range) {
         if (lid == 0u) {

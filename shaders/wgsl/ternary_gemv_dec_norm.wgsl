@@ -22,8 +22,27 @@
 // 0 to the maxima, so the bits do not change.
 //
 // Override constants: SCALE_TYPE (0 f32, 1 f16, 2 bf16), ACT4 (0 INT8 absmax, 1 INT4 absmean:
-// the codes staged in workgroup memory as int8 bytes, not act_quant_a48.wgsl's 8 per word),
-// DOT (1 `dot4I8Packed`, 0 the plain byte sum): as in ternary_gemv_dec.wgsl.
+// the codes staged in workgroup memory as int8 bytes, not act_quant_a48.wgsl's 8 per word;
+// 2 TopK 50% + INT8 absmax, below), DOT (1 `dot4I8Packed`, 0 the plain byte sum): as in
+// ternary_gemv_dec.wgsl.
+//
+// ACT4 = 2 (issue 13, h-topk): BitNet a4.8's attention-output input, the sub-norm then TopK 50%
+// + INT8, exactly act_quant_topk.wgsl's NORM = 1 arithmetic (y_c = (x_c · r) · g_c, its norm sum
+// order, its key / tie rule and multiplier): the same codes and s, so the separate passes' bits.
+// Fused because the separate TopK pass is one workgroup doing a serial chain of barriers (two
+// tree reductions, then two or three select passes of four barriers each) on an otherwise idle
+// GPU, followed by the unfused GEMV: ~780 us per 2B4T token on the H100 against ~400 for A8's
+// fused o-projection. Here the chain runs in every workgroup under its first weight loads, and
+// one dispatch per layer goes. The select is topk_select.wgsl (shared with act_quant_topk.wgsl,
+// appended by the shaders crate). Workgroup memory (16 KiB downlevel; this kernel already uses
+// ~14.4): the select's 1024-bin histogram aliases `gsum` (the group sums, only used after the
+// prologue; atomic<i32> bins through hist_add / hist_load / hist_clear, counts ≤ 8192): the
+// prologue clears it first, every select pass clears the bins it read, and the prologue clears
+// them once more at its end, so the GEMV's atomics start from zero after the prologue's barrier;
+// its scans use `redm` / `redm32` (the INT8 max's), its state `st` (16 bytes). The kept codes go
+// into `ash` as int8 bytes, 4 per word, as the INT8 prologue packs them: every invocation packs
+// whole words, re-reading x (cache hits); only when ties straddle the threshold each invocation
+// packs a contiguous run of words, ranked by a scan of the runs' tie counts.
 //
 // Bindings: w: one part of the weight (ternary_gemv_dec.wgsl's); x: [n_tokens][cols] f32 rows;
 // nw: [cols] f32 norm weight; y: [n_tokens][out_stride] f32. `p.eps`: the norm's epsilon;
@@ -75,6 +94,8 @@ var<workgroup> red: array<f32, WG>;
 var<workgroup> red32: array<f32, 32>;
 var<workgroup> redm: array<u32, WG>;
 var<workgroup> redm32: array<u32, 32>;
+// The TopK select's state (topk_select.wgsl; ACT4 = 2 only).
+var<workgroup> st: vec4<u32>;
 // A runtime zero the compiler cannot see through (see opq).
 var<private> zb: u32;
 
@@ -229,6 +250,180 @@ fn stat_loop(lid: u32, base: u32, r: f32) -> vec2<u32> {
     return vec2<u32>(bitcast<u32>(sa), m);
 }
 
+// ---- the TopK prologue (ACT4 = 2): topk_select.wgsl's interface ----
+
+// The select's histogram bins, aliased onto the group sums (used only after the prologue).
+fn hist_add(b: u32) {
+    atomicAdd(&gsum[b], 1);
+}
+
+fn hist_load(b: u32) -> u32 {
+    return bitcast<u32>(atomicLoad(&gsum[b]));
+}
+
+fn hist_clear(b: u32) {
+    atomicStore(&gsum[b], 0);
+}
+
+// act_quant_topk.wgsl's y of column c (NORM = 1): (x · r) · g.
+fn topk_y(base: u32, c: u32, r: f32) -> f32 {
+    return opq(x[base + c] * r) * nw[c];
+}
+
+// |v| bits, 0 for NaN.
+fn abs_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v) & 0x7fffffffu;
+    return select(0u, b, b <= 0x7f800000u);
+}
+
+// Column c's int8 code: quantized if kept, else 0.
+fn code8(kept: bool, yv: f32, s: f32) -> u32 {
+    var v = 0i;
+    if (kept) {
+        v = quant(yv, s, -128.0, 127.0);
+    }
+    return bitcast<u32>(v) & 0xffu;
+}
+
+// RMSNorm (sub-norm) + TopK 50% + INT8 absmax of token tok's row into `ash` as int8 bytes;
+// returns the multiplier s. act_quant_topk.wgsl's arithmetic (see the header). Every invocation
+// calls it.
+fn prologue_topk(lid: u32, tok: u32) -> f32 {
+    let n = p.cols;
+    let base = tok * n;
+    let fast = n <= REG_COLS * WG;
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        hist_clear(4u * lid + e);
+    }
+    // Every load at once (longer rows load their first 3072 columns, unused).
+    let x0 = xat(base, lid);
+    let x1 = xat(base, lid + WG);
+    let x2 = xat(base, lid + 2u * WG);
+    let x3 = xat(base, lid + 3u * WG);
+    let x4 = xat(base, lid + 4u * WG);
+    let x5 = xat(base, lid + 5u * WG);
+    let x6 = xat(base, lid + 6u * WG);
+    let x7 = xat(base, lid + 7u * WG);
+    let x8 = xat(base, lid + 8u * WG);
+    let x9 = xat(base, lid + 9u * WG);
+    let x10 = xat(base, lid + 10u * WG);
+    let x11 = xat(base, lid + 11u * WG);
+    let g0 = nwat(lid);
+    let g1 = nwat(lid + WG);
+    let g2 = nwat(lid + 2u * WG);
+    let g3 = nwat(lid + 3u * WG);
+    let g4 = nwat(lid + 4u * WG);
+    let g5 = nwat(lid + 5u * WG);
+    let g6 = nwat(lid + 6u * WG);
+    let g7 = nwat(lid + 7u * WG);
+    let g8 = nwat(lid + 8u * WG);
+    let g9 = nwat(lid + 9u * WG);
+    let g10 = nwat(lid + 10u * WG);
+    let g11 = nwat(lid + 11u * WG);
+    var ss = 0.0;
+    if (fast) {
+        ss = ad(ss, x0 * x0);
+        ss = ad(ss, x1 * x1);
+        ss = ad(ss, x2 * x2);
+        ss = ad(ss, x3 * x3);
+        ss = ad(ss, x4 * x4);
+        ss = ad(ss, x5 * x5);
+        ss = ad(ss, x6 * x6);
+        ss = ad(ss, x7 * x7);
+        ss = ad(ss, x8 * x8);
+        ss = ad(ss, x9 * x9);
+        ss = ad(ss, x10 * x10);
+        ss = ad(ss, x11 * x11);
+    } else {
+        for (var c = lid; c < n; c = c + WG) {
+            let v = x[base + c];
+            ss = ss + v * v;
+        }
+    }
+    let r = norm_r(lid, ss);
+    let y0 = opq(x0 * r) * g0;
+    let y1 = opq(x1 * r) * g1;
+    let y2 = opq(x2 * r) * g2;
+    let y3 = opq(x3 * r) * g3;
+    let y4 = opq(x4 * r) * g4;
+    let y5 = opq(x5 * r) * g5;
+    let y6 = opq(x6 * r) * g6;
+    let y7 = opq(x7 * r) * g7;
+    let y8 = opq(x8 * r) * g8;
+    let y9 = opq(x9 * r) * g9;
+    let y10 = opq(x10 * r) * g10;
+    let y11 = opq(x11 * r) * g11;
+    var m = 0u;
+    if (fast) {
+        m = max(m, select(0u, abs_bits(y0), lid < n));
+        m = max(m, select(0u, abs_bits(y1), lid + WG < n));
+        m = max(m, select(0u, abs_bits(y2), lid + 2u * WG < n));
+        m = max(m, select(0u, abs_bits(y3), lid + 3u * WG < n));
+        m = max(m, select(0u, abs_bits(y4), lid + 4u * WG < n));
+        m = max(m, select(0u, abs_bits(y5), lid + 5u * WG < n));
+        m = max(m, select(0u, abs_bits(y6), lid + 6u * WG < n));
+        m = max(m, select(0u, abs_bits(y7), lid + 7u * WG < n));
+        m = max(m, select(0u, abs_bits(y8), lid + 8u * WG < n));
+        m = max(m, select(0u, abs_bits(y9), lid + 9u * WG < n));
+        m = max(m, select(0u, abs_bits(y10), lid + 10u * WG < n));
+        m = max(m, select(0u, abs_bits(y11), lid + 11u * WG < n));
+    } else {
+        for (var c = lid; c < n; c = c + WG) {
+            m = max(m, abs_bits(topk_y(base, c, r)));
+        }
+    }
+    let amax_bits = tree_max(lid, m);
+    let k = n / 2u;
+    let fin = topk_select(lid, n, base, r, fast, amax_bits, k, y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11);
+    let t = fin.x;
+    let rk = fin.z;
+    let all_t = fin.w != 1u;
+    let amax = select(0.0, bitcast<f32>(amax_bits), k > 0u);
+    let s = div_rn(127.0, max(amax, 1e-5));
+    if (all_t) {
+        // keep every key ≥ T: words lid, lid + 256, …
+        for (var wd = lid; wd < p.act_stride; wd = wd + WG) {
+            var packed = 0u;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let c = wd * 4u + j;
+                if (c < n) {
+                    let yv = topk_y(base, c, r);
+                    packed = packed | (code8(key(yv) >= t, yv, s) << (8u * j));
+                }
+            }
+            ash[wd >> 2u][wd & 3u] = packed;
+        }
+    } else {
+        // ties straddle T: contiguous runs of words, the ties ranked in column order
+        let per = (p.act_stride + WG - 1u) / WG;
+        let wa = min(lid * per, p.act_stride);
+        let wb = min(wa + per, p.act_stride);
+        var before = topk_ties_before(lid, n, base, r, t, wa, wb);
+        for (var wd = wa; wd < wb; wd = wd + 1u) {
+            var packed = 0u;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let c = wd * 4u + j;
+                if (c < n) {
+                    let yv = topk_y(base, c, r);
+                    let kc = key(yv);
+                    var kept = kc > t;
+                    if (kc == t) {
+                        kept = before < rk;
+                        before = before + 1u;
+                    }
+                    packed = packed | (code8(kept, yv, s) << (8u * j));
+                }
+            }
+            ash[wd >> 2u][wd & 3u] = packed;
+        }
+    }
+    // the bins (the group sums) zero again for the GEMV (the select leaves them so; cheap)
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        hist_clear(4u * lid + e);
+    }
+    return s;
+}
+
 // RMSNorm of token tok's row, then its quantization into `ash`; returns the multiplier s (the
 // same value in every invocation). Every invocation calls it (workgroup-uniform control flow).
 fn prologue(lid: u32, tok: u32) -> f32 {
@@ -381,7 +576,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let v1 = w[vbase + min(lane + TPR, last)];
     let v2 = w[vbase + min(lane + 2u * TPR, last)];
     let v3 = w[vbase + min(lane + 3u * TPR, last)];
-    let s = prologue(lid, tok);
+    var s = 0.0;
+    if (ACT4 == 2u) {
+        s = prologue_topk(lid, tok);
+    } else {
+        s = prologue(lid, tok);
+    }
     workgroupBarrier();
     if (live) {
         var acc = 0i;

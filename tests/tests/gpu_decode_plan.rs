@@ -17,7 +17,8 @@
 //! h-pro (every ternary GEMV of an A8 model computes its input's RMSNorm + quantization in its
 //! prologue by default, `ternary_gemv_dec_norm.wgsl`: the random model measures 17 = 2 · 8 + 1 on
 //! lavapipe, its 160-column down projection is not the decode kernel's shape; the 2B4T shape 187
-//! on an H100). a4.8 stays at 10 (its norms do not fuse by default: slower on the H100).
+//! on an H100). a4.8: 10 until h-topk (issue 13), now 8 too: its norms fuse by default, the
+//! attention output's TopK 50% input included (the decode GEMV's TopK prologue).
 //! `TERN_GPU_FUSE_NORM` (process-wide) picks which norms fuse; the tests here that set it hold
 //! `ENV`, and the others take it too, so each sees the mode it expects.
 
@@ -99,7 +100,8 @@ fn bitnet_decode_dispatches() {
         activations: Some(tern_format::ActivationScheme::A4_8),
         ..PackOptions::default()
     };
-    check("bitnet 2bit a4.8", &bitnet("a48", &a48), 10);
+    // a4.8 too since h-topk: its TopK input (the attention output's) fuses like the others
+    check("bitnet 2bit a4.8", &bitnet("a48", &a48), 8);
 }
 
 #[test]
@@ -180,7 +182,7 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
 
 /// The fused norm prologue end to end, in every `TERN_GPU_FUSE_NORM` mode (`0` none, `qkv`,
 /// `attn`, `all`: the decode kernel's fused variant where it takes the shape; `1`: the wide kernel
-/// elsewhere too; unset: `all` for A8 models, `0` for a4.8): token-by-token logits of the random BitNet models (A8 and a4.8,
+/// elsewhere too; unset: `all`; `notopk`: `all` but a4.8's TopK input): token-by-token logits of the random BitNet models (A8 and a4.8,
 /// 2-bit and base-3) against the CPU reference, with gpu_engine's bounds (A8 1e-11, a4.8 1e-6),
 /// and on 2-bit fewer dispatches with every mode that fuses more (base-3 and the down projection's
 /// 160 columns are not the decode kernel's shapes: only `1` fuses them).
@@ -217,6 +219,7 @@ fn bitnet_fused_norm_decode_matches_cpu() {
                 Some("all"),
                 Some("1"),
                 None,
+                Some("notopk"),
             ] {
                 let run = || -> Option<(f64, usize)> {
                     let gpu = open_gpu(&path)?;
@@ -242,9 +245,18 @@ fn bitnet_fused_norm_decode_matches_cpu() {
                 counts[..5].windows(2).all(|w| w[1] <= w[0]),
                 "{tag} {lt}: {counts:?}"
             );
-            // the default: `all` for A8, nothing for a4.8
-            let default = if acts.is_none() { counts[3] } else { counts[0] };
-            assert_eq!(counts[5], default, "{tag} {lt}: default {counts:?}");
+            // the default: `all` (A8, and a4.8 since h-topk)
+            assert_eq!(counts[5], counts[3], "{tag} {lt}: default {counts:?}");
+            // `notopk`: `all` but a4.8's TopK input (the attention output), one dispatch more per
+            // layer where the decode kernel takes it; nothing else differs
+            if acts.is_some() && lt == "2bit" {
+                assert!(
+                    counts[6] > counts[3],
+                    "{tag} {lt}: TopK not fused: {counts:?}"
+                );
+            } else {
+                assert_eq!(counts[6], counts[3], "{tag} {lt}: {counts:?}");
+            }
             assert!(
                 counts[4] < counts[0],
                 "{tag} {lt}: `1` fuses nothing: {counts:?}"

@@ -51,6 +51,8 @@ mod neuzip_gemv;
 mod rope_kv;
 #[path = "parity/sample.rs"]
 mod sample;
+#[path = "parity/topk_fused.rs"]
+mod topk_fused;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
 
@@ -969,6 +971,7 @@ fn parity_a48() {
     let t0 = std::time::Instant::now();
     let mut all = a48::cases();
     all.extend(decode::cases());
+    all.extend(topk_fused::cases());
     for packed in [true, false] {
         let ctx = match GpuContext::with_options(GpuOptions {
             packed_dot: Some(packed),

@@ -8,6 +8,7 @@
 //!   it counts), the peak, the budget every allocation is checked against.
 //! * `pipeline.rs` — [`KernelKey`]: typed pipeline-cache keys whose `Display` is the pipeline
 //!   label and the `tern-shaders` variant label; the pipeline cache.
+//! * `kinds.rs` — [`pipeline::ActBits`], [`pipeline::DotKind`]: the integer matmuls' key parts.
 //! * `plan.rs` — [`Recorder`]: launchers record into a command encoder or a [`Plan`] replayed
 //!   per step.
 //! * `params.rs` — every kernel's parameter struct, defined once and checked against the WGSL
@@ -16,6 +17,7 @@
 
 pub mod check;
 pub mod context;
+pub mod kinds;
 pub mod memory;
 pub mod params;
 pub mod pipeline;

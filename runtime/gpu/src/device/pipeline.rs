@@ -9,6 +9,9 @@ use tern_shaders::{Shader, Variant};
 
 use crate::error::{GpuError, Result};
 
+use super::kinds::suffix;
+pub use super::kinds::{ActBits, DotKind};
+
 /// ggml block types: the one table of their facts (bytes, block length, whether the GPU has
 /// kernels for them — [`GgmlType::gpu_qtype`], the `QTYPE` override of `ggml_gemv.wgsl`,
 /// `ggml_gemm.wgsl`, `embed.wgsl` and `cce.wgsl`) is `tern_format::ggml::BlockType`'s.
@@ -30,33 +33,6 @@ pub enum KvRole {
     First,
     /// The second layer: magnitude 1 · direction, or its retained row.
     Second,
-}
-
-/// Width of the packed integer activations a ternary matmul reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ActBits {
-    /// 4 int8 per u32 (`act_quant_int8`, `rmsnorm_quant_int8`, the TopK quantizer).
-    Int8,
-    /// 8 int4 per u32 (`act_quant_a48.wgsl` MODE 0).
-    Int4,
-}
-
-/// How the integer kernels form 4-byte dot products: `dot4I8Packed` (a DP4A instruction where the
-/// adapter has the packed integer dot product, naga's exact polyfill elsewhere) or a plain
-/// byte-by-byte sum. Same integers either way; `GpuContext::dot_kind` picks per adapter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DotKind {
-    Packed,
-    Plain,
-}
-
-fn suffix(act: ActBits, dot: DotKind) -> &'static str {
-    match (act, dot) {
-        (ActBits::Int8, DotKind::Packed) => "",
-        (ActBits::Int8, DotKind::Plain) => "_plain",
-        (ActBits::Int4, DotKind::Packed) => "_a4",
-        (ActBits::Int4, DotKind::Plain) => "_a4_plain",
-    }
 }
 
 /// Elementwise ops of `elementwise.wgsl`.
@@ -112,10 +88,12 @@ pub enum KernelKey {
     },
     /// The decode ternary GEMV with the fused norm + quantization prologue
     /// (`ternary_gemv_dec_norm.wgsl`: 2-bit, vec4-aligned rows, 32 rows per workgroup).
+    /// `topk`: the TopK 50% + INT8 prologue (`act` Int8; issue 13).
     TernaryGemvDecNorm {
         scale_type: FloatType,
         act: ActBits,
         dot: DotKind,
+        topk: bool,
     },
     /// Ternary GEMV (2-bit, INT8 activations) that skips zero activation words.
     TernaryGemvSparse {
@@ -227,9 +205,11 @@ impl fmt::Display for KernelKey {
                 scale_type,
                 act,
                 dot,
+                topk,
             } => {
                 let (l, s) = ternary_names(TernaryLayout::Bits2, *scale_type);
-                write!(f, "ternary_gemv_dec_norm_{l}_{s}{}", suffix(*act, *dot))
+                let k = if *topk { "_topk" } else { "" };
+                write!(f, "ternary_gemv_dec_norm_{l}_{s}{k}{}", suffix(*act, *dot))
             }
             KernelKey::GgmlGemv(t) => write!(f, "ggml_gemv_{}_tpr32", t.name()),
             KernelKey::GgmlGemvNorm(t) => write!(f, "ggml_gemv_norm_{}_tpr8", t.name()),
@@ -555,7 +535,16 @@ mod tests {
                                 scale_type: s,
                                 act,
                                 dot,
+                                topk: false,
                             });
+                            if act == ActBits::Int8 {
+                                keys.push(KernelKey::TernaryGemvDecNorm {
+                                    scale_type: s,
+                                    act,
+                                    dot,
+                                    topk: true,
+                                });
+                            }
                         }
                     }
                 }

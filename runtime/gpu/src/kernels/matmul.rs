@@ -166,8 +166,8 @@ impl Epilogue {
 pub const GEMV_STAGED_ACT_WORDS: u32 = 2048;
 
 /// An RMSNorm a ternary GEMV applies to its f32 input rows itself, then quantizes as its
-/// activations say (INT8 absmax or INT4 absmean): `rmsnorm_quant_int8` / the a4.8 INT4 quantizer
-/// fused into the GEMV's prologue, bit for bit.
+/// activations say (INT8 absmax or INT4 absmean, or with `topk` a4.8's TopK 50% + INT8):
+/// `rmsnorm_quant_int8` / the a4.8 quantizers fused into the GEMV's prologue, bit for bit.
 #[derive(Clone, Copy)]
 pub struct NormPrologue<'a> {
     /// `[n_tokens][cols]` f32 rows.
@@ -175,6 +175,9 @@ pub struct NormPrologue<'a> {
     /// `[cols]` f32 norm weight.
     pub weight: &'a wgpu::Buffer,
     pub eps: f32,
+    /// TopK 50% + INT8 absmax (`rmsnorm_quant_topk50_int8`'s bits; INT8 activations, the decode
+    /// kernel only: [`dec_norm_fits`]).
+    pub topk: bool,
 }
 
 /// Columns the fused norm prologue takes (bounded by the staged row, `GEMV_STAGED_ACT_WORDS`, too).
@@ -295,6 +298,12 @@ pub fn ternary_gemv_fused(
             check_buffer(OP, "x", n.x, xb)?;
             check_binding(ctx, "activations", xb)?;
             check_buffer(OP, "norm weight", n.weight, w.cols * 4)?;
+            if n.topk && (a.act != ActBits::Int8 || !dec_norm_fits(w, a)) {
+                return Err(GpuError::shape(
+                    OP,
+                    "a fused TopK prologue needs INT8 activations and the decode kernel's shape",
+                ));
+            }
             (n.x, n.weight, 1, n.eps)
         }
         None => {
@@ -303,6 +312,7 @@ pub fn ternary_gemv_fused(
             (&a.q, &a.s, 0, 0.0)
         }
     };
+    let topk = norm.is_some_and(|n| n.topk);
     let vec_rows = if wpr % 4 == 0 { 1 << 4 } else { 0 };
     let (layout, scale_type, act, dot) = (w.layout, w.scale_type, a.act, ctx.dot_kind());
     // A fused norm: the decode kernel's fused variant where the shape fits, else the wide kernel.
@@ -314,6 +324,7 @@ pub fn ternary_gemv_fused(
             scale_type,
             act,
             dot,
+            topk,
         }
     } else if pro == 1 {
         KernelKey::TernaryGemvWide {

@@ -28,24 +28,24 @@ use crate::model::activation::{BlockInputs, Linear, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GateUp, GpuModel, KvCache, Layer, Lin, Qkv};
-use tern_format::{ActivationScheme, FfnAct};
+use tern_format::FfnAct;
 
 mod head;
 
 /// Which linears' ternary GEMVs compute their input's RMSNorm + quantization themselves (the
 /// decode GEMV's fused prologue, `ternary_gemv_dec_norm.wgsl`; same bits) and whether the wide
 /// kernel may stand in where the decode kernel does not take the shape: `TERN_GPU_FUSE_NORM` =
-/// `0` none, `qkv`, `attn` (+ the attention output), `all`, `1` (all, the wide kernel too); by
-/// default every input of an A8 model, none of a4.8 (H100 tg128: A8 +9 %, a4.8 −1…−2 % in every
-/// mode; docs/measurements.md).
-fn fuse_norm_for(l: Linear, a48: bool) -> (bool, bool) {
+/// `0` none, `qkv`, `attn` (+ the attention output), `all` (the default, A8 and a4.8), `notopk`
+/// (`all` but a4.8's TopK input `topk`), `1` (all, the wide kernel too, which has no TopK
+/// prologue). H100 tg128 `all`: A8 +9 %, a4.8 −1…−2 % before h-topk (docs/measurements.md).
+fn fuse_norm_for(l: Linear, topk: bool) -> (bool, bool) {
     match std::env::var("TERN_GPU_FUSE_NORM").as_deref() {
         Ok("0") => (false, false),
-        Ok("1") => (true, true),
-        Ok("all") => (true, false),
+        Ok("1") => (true, !topk),
+        Ok("notopk") => (!topk, false),
         Ok("attn") => (matches!(l, Linear::Qkv | Linear::AttnOut), false),
         Ok("qkv") => (l == Linear::Qkv, false),
-        _ => (!a48, false),
+        _ => (true, false),
     }
 }
 
@@ -244,7 +244,12 @@ impl<'a> Graph<'a> {
         let ggml = !ws.is_empty() && ws.iter().all(|w| matches!(w, Lin::Ggml(_)));
         let float_fuses = n < GEMM_MIN_TOKENS && li.producer == Producer::Norm && fuse_float_norm();
         if let (Some(weight), true) = (norm, ggml && float_fuses) {
-            let norm = Some(NormPrologue { x, weight, eps });
+            let norm = Some(NormPrologue {
+                x,
+                weight,
+                eps,
+                topk: false,
+            });
             let (f32, int8) = (None, None);
             return Ok(Input {
                 f32,
@@ -254,11 +259,17 @@ impl<'a> Graph<'a> {
             });
         }
         if let (Some(weight), true) = (norm, self.prologue_fuses(li, ws, act)) {
+            let topk = li.producer == Producer::NormTopK;
             return Ok(Input {
                 f32: None,
                 int8: Some(act),
                 sparse,
-                norm: Some(NormPrologue { x, weight, eps }),
+                norm: Some(NormPrologue {
+                    x,
+                    weight,
+                    eps,
+                    topk,
+                }),
             });
         }
         let stats = self.s.act_stats.as_ref().zip(li.linear.stats_slot());
@@ -336,15 +347,15 @@ impl<'a> Graph<'a> {
 
     /// Whether the ternary GEMVs of `ws` compute the input `li` (norm + quantization) themselves:
     /// a decode batch, [`fuse_norm_for`], ternary weights the kernel takes, a fused norm + INT8 /
-    /// INT4 producer, the dense GEMV, no sparsity measurement (it reads the quantized buffers).
+    /// INT4 / TopK producer, the dense GEMV, no sparsity measurement (it reads the q buffers).
     fn prologue_fuses(&self, li: &LinearInput, ws: &[&Lin], act: &ActInt8) -> bool {
-        let a48 = self.m.activation_plan().scheme == ActivationScheme::A4_8;
-        let (on, wide) = fuse_norm_for(li.linear, a48);
+        let topk = li.producer == Producer::NormTopK;
+        let (on, wide) = fuse_norm_for(li.linear, topk);
         self.n < GEMM_MIN_TOKENS
             && on
             && matches!(
                 li.producer,
-                Producer::NormQuantInt8 | Producer::NormQuantInt4
+                Producer::NormQuantInt8 | Producer::NormQuantInt4 | Producer::NormTopK
             )
             && !ws.is_empty()
             && ws

@@ -16,7 +16,7 @@ use tern_gpu::kernels::{A48Quant, ActInt8};
 /// 2 a single huge outlier, 3 with NaN, 4 magnitudes over 2^±60, 5 keys a few ulps apart with
 /// copies, 6 the TopK threshold key on a bin boundary of the GPU's select; the last of several
 /// rows is all zeros.
-fn rows_of(rng: &mut Rng, rows: usize, n: usize, kind: u32) -> Vec<f32> {
+pub(super) fn rows_of(rng: &mut Rng, rows: usize, n: usize, kind: u32) -> Vec<f32> {
     let mut x = activations(rng, rows, n);
     for r in 0..rows {
         let row = &mut x[r * n..(r + 1) * n];

@@ -86,6 +86,7 @@ fn run_fused_ternary(
         x: &xb,
         weight: &nb,
         eps: EPS,
+        topk: false,
     });
     let mut enc = ctx.encoder();
     kernels::ternary_gemv_fused(ctx, &mut enc, &w, &a, norm, epi, &got_b).map_err(e)?;

@@ -90,6 +90,7 @@ fn run_ternary_pairs(
             x: &xb,
             weight: &nb,
             eps: EPS,
+            topk: false,
         });
         kernels::ternary_gemv_fused(ctx, &mut enc, &pw, &a, norm, epi_of(op), &got_b).map_err(e)?;
     } else {
