@@ -13,6 +13,7 @@
 #                                      (A8, a4.8) + the NeuZip kernel bench; d = KV decode depths
 #   bash scripts/device-final.sh e|f   a fresh machine (carry .gl .devkit-fin3): e = base-3 A/B of
 #                                      two binaries; f = the ggml float-norm prologue A/B (SmolLM2)
+#   bash scripts/device-final.sh g     after a, same call: a4.8 fused-prologue A/B (issue 13)
 #   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
 #                                      perplexity in 10 KV modes and the KV decode depths
 #                                      (scripts/device-kv.sh), the NeuZip kernel bench
@@ -224,4 +225,34 @@ for e in json.load(open(sys.argv[1])): print('llama smollm q4_1 r$round', e['n_p
   log "done f"
   pack_out; exit 0
 fi
-echo "usage: $0 kit|a|b|c|d|e|f" >&2; exit 2
+# Phase g (right after phase a, on its warm machine: the 2B4T TQ2_0 pack and GGUF phase a made):
+# issue 13's A/B of a4.8's fused prologues, interleaved over two rounds with llama-bench TQ2_0 in
+# each: a4.8 default (every norm fused, the TopK input included), `notopk` (TopK as its own pass +
+# the unfused o-projection), `0` (nothing fused), A8 default; then per-kernel profiles.
+if [ "$PHASE" = g ]; then
+  P=$(ls "$M"/tern-*/bitnet-tq2_0--2bit-raw.tern 2>/dev/null | head -1)
+  G=$(ls "$M"/bitnet-tq2_0.gguf 2>/dev/null | head -1)
+  [ -n "$P" ] || { log "no 2B4T pack: run phase a first"; exit 1; }
+  for round in 1 2; do
+    if [ -n "$G" ]; then
+      timeout 90 /tmp/llama/bin/llama-bench -m "$G" -ngl 99 -p 0 -n 128 -r 3 -o json > "$O/llama-tq2_0-r$round.json" 2> "$O/llama-tq2_0-r$round.err"
+      python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama tq2_0 r$round', e['n_gen'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-tq2_0-r$round.json" | tee -a "$O/summary-$PHASE.txt"
+    fi
+    for m in a48:default a48:notopk a48:0 a8:default; do
+      act=${m%%:*}; mode=${m#*:}; a=$([ "$act" = a48 ] && echo a4.8 || echo a8)
+      if [ "$mode" = default ]; then
+        tb "$act-$mode-r$round" "$P" 60 -p 0 -n 128 -r 3 --activations "$a"
+      else
+        TERN_GPU_FUSE_NORM=$mode tb "$act-$mode-r$round" "$P" 60 -p 0 -n 128 -r 3 --activations "$a"
+      fi
+    done
+  done
+  tb a48-prof "$P" 60 -p 0 -n 16 -r 1 --profile --activations a4.8
+  TERN_GPU_FUSE_NORM=notopk tb a48-notopk-prof "$P" 60 -p 0 -n 16 -r 1 --profile --activations a4.8
+  tb a8-prof "$P" 60 -p 0 -n 16 -r 1 --profile --activations a8
+  log "done g"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|a|b|c|d|e|f|g" >&2; exit 2
