@@ -37,7 +37,8 @@ mod head;
 /// kernel may stand in where the decode kernel does not take the shape: `TERN_GPU_FUSE_NORM` =
 /// `0` none, `qkv`, `attn` (+ the attention output), `all` (the default, A8 and a4.8), `notopk`
 /// (`all` but a4.8's TopK input `topk`), `1` (all, the wide kernel too, which has no TopK
-/// prologue). H100 tg128 `all`: A8 +9 %, a4.8 −1…−2 % before h-topk (docs/measurements.md).
+/// prologue). H100 tg128 `all`: A8 +9 %; a4.8 within ±2 % of `0` and `notopk` (fewer dispatches,
+/// no faster on that GPU: docs/measurements.md, "Closing tables of session 5").
 fn fuse_norm_for(l: Linear, topk: bool) -> (bool, bool) {
     match std::env::var("TERN_GPU_FUSE_NORM").as_deref() {
         Ok("0") => (false, false),
@@ -50,8 +51,9 @@ fn fuse_norm_for(l: Linear, topk: bool) -> (bool, bool) {
 }
 
 /// Whether the ggml GEMVs of a decode batch compute their input's RMSNorm themselves
-/// (`ggml_gemv.wgsl`'s prologue, the same bits): `TERN_GPU_FUSE_FLOAT_NORM=0` keeps the separate
-/// `rmsnorm` pass (A/B measurements); on by default.
+/// (`ggml_gemv.wgsl`'s prologue: rmsnorm's values, summed by 8 lanes per row instead of 32, NMSE
+/// ~1e-15 apart): `TERN_GPU_FUSE_FLOAT_NORM=0` keeps the separate `rmsnorm` pass (A/B
+/// measurements); on by default (H100: speed-neutral, 60 dispatches fewer on SmolLM2).
 fn fuse_float_norm() -> bool {
     std::env::var("TERN_GPU_FUSE_FLOAT_NORM").as_deref() != Ok("0")
 }
