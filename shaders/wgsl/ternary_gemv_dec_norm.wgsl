@@ -285,6 +285,48 @@ fn code8(kept: bool, yv: f32, s: f32) -> u32 {
     return bitcast<u32>(v) & 0xffu;
 }
 
+// An invocation's register columns (rows of ≤ REG_COLS · 256 columns): x and the norm weight of
+// columns lid + 256·k, k < 12, as three vec4s each (component j of x<i> / g<i>: k = 4i + j; not an
+// array: NVIDIA keeps private arrays in memory), masked columns 0.0. Both prologues load the row
+// through it, every load issued at once.
+struct Cols12 {
+    x0: vec4<f32>,
+    x1: vec4<f32>,
+    x2: vec4<f32>,
+    g0: vec4<f32>,
+    g1: vec4<f32>,
+    g2: vec4<f32>,
+}
+
+fn load12(base: u32, lid: u32) -> Cols12 {
+    var c: Cols12;
+    c.x0 = vec4<f32>(xat(base, lid), xat(base, lid + WG), xat(base, lid + 2u * WG), xat(base, lid + 3u * WG));
+    c.x1 = vec4<f32>(xat(base, lid + 4u * WG), xat(base, lid + 5u * WG), xat(base, lid + 6u * WG), xat(base, lid + 7u * WG));
+    c.x2 = vec4<f32>(xat(base, lid + 8u * WG), xat(base, lid + 9u * WG), xat(base, lid + 10u * WG), xat(base, lid + 11u * WG));
+    c.g0 = vec4<f32>(nwat(lid), nwat(lid + WG), nwat(lid + 2u * WG), nwat(lid + 3u * WG));
+    c.g1 = vec4<f32>(nwat(lid + 4u * WG), nwat(lid + 5u * WG), nwat(lid + 6u * WG), nwat(lid + 7u * WG));
+    c.g2 = vec4<f32>(nwat(lid + 8u * WG), nwat(lid + 9u * WG), nwat(lid + 10u * WG), nwat(lid + 11u * WG));
+    return c;
+}
+
+// Σ x² over the 12 columns in column order (rmsnorm_quant.wgsl's), every add pinned.
+fn ss12(c: Cols12) -> f32 {
+    var ss = 0.0;
+    ss = ad(ss, c.x0.x * c.x0.x);
+    ss = ad(ss, c.x0.y * c.x0.y);
+    ss = ad(ss, c.x0.z * c.x0.z);
+    ss = ad(ss, c.x0.w * c.x0.w);
+    ss = ad(ss, c.x1.x * c.x1.x);
+    ss = ad(ss, c.x1.y * c.x1.y);
+    ss = ad(ss, c.x1.z * c.x1.z);
+    ss = ad(ss, c.x1.w * c.x1.w);
+    ss = ad(ss, c.x2.x * c.x2.x);
+    ss = ad(ss, c.x2.y * c.x2.y);
+    ss = ad(ss, c.x2.z * c.x2.z);
+    ss = ad(ss, c.x2.w * c.x2.w);
+    return ss;
+}
+
 // RMSNorm (sub-norm) + TopK 50% + INT8 absmax of token tok's row into `ash` as int8 bytes;
 // returns the multiplier s. act_quant_topk.wgsl's arithmetic (see the header). Every invocation
 // calls it.
@@ -296,63 +338,29 @@ fn prologue_topk(lid: u32, tok: u32) -> f32 {
         hist_clear(4u * lid + e);
     }
     // Every load at once (longer rows load their first 3072 columns, unused).
-    let x0 = xat(base, lid);
-    let x1 = xat(base, lid + WG);
-    let x2 = xat(base, lid + 2u * WG);
-    let x3 = xat(base, lid + 3u * WG);
-    let x4 = xat(base, lid + 4u * WG);
-    let x5 = xat(base, lid + 5u * WG);
-    let x6 = xat(base, lid + 6u * WG);
-    let x7 = xat(base, lid + 7u * WG);
-    let x8 = xat(base, lid + 8u * WG);
-    let x9 = xat(base, lid + 9u * WG);
-    let x10 = xat(base, lid + 10u * WG);
-    let x11 = xat(base, lid + 11u * WG);
-    let g0 = nwat(lid);
-    let g1 = nwat(lid + WG);
-    let g2 = nwat(lid + 2u * WG);
-    let g3 = nwat(lid + 3u * WG);
-    let g4 = nwat(lid + 4u * WG);
-    let g5 = nwat(lid + 5u * WG);
-    let g6 = nwat(lid + 6u * WG);
-    let g7 = nwat(lid + 7u * WG);
-    let g8 = nwat(lid + 8u * WG);
-    let g9 = nwat(lid + 9u * WG);
-    let g10 = nwat(lid + 10u * WG);
-    let g11 = nwat(lid + 11u * WG);
+    let c = load12(base, lid);
     var ss = 0.0;
     if (fast) {
-        ss = ad(ss, x0 * x0);
-        ss = ad(ss, x1 * x1);
-        ss = ad(ss, x2 * x2);
-        ss = ad(ss, x3 * x3);
-        ss = ad(ss, x4 * x4);
-        ss = ad(ss, x5 * x5);
-        ss = ad(ss, x6 * x6);
-        ss = ad(ss, x7 * x7);
-        ss = ad(ss, x8 * x8);
-        ss = ad(ss, x9 * x9);
-        ss = ad(ss, x10 * x10);
-        ss = ad(ss, x11 * x11);
+        ss = ss12(c);
     } else {
-        for (var c = lid; c < n; c = c + WG) {
-            let v = x[base + c];
+        for (var k = lid; k < n; k = k + WG) {
+            let v = x[base + k];
             ss = ss + v * v;
         }
     }
     let r = norm_r(lid, ss);
-    let y0 = opq(x0 * r) * g0;
-    let y1 = opq(x1 * r) * g1;
-    let y2 = opq(x2 * r) * g2;
-    let y3 = opq(x3 * r) * g3;
-    let y4 = opq(x4 * r) * g4;
-    let y5 = opq(x5 * r) * g5;
-    let y6 = opq(x6 * r) * g6;
-    let y7 = opq(x7 * r) * g7;
-    let y8 = opq(x8 * r) * g8;
-    let y9 = opq(x9 * r) * g9;
-    let y10 = opq(x10 * r) * g10;
-    let y11 = opq(x11 * r) * g11;
+    let y0 = opq(c.x0.x * r) * c.g0.x;
+    let y1 = opq(c.x0.y * r) * c.g0.y;
+    let y2 = opq(c.x0.z * r) * c.g0.z;
+    let y3 = opq(c.x0.w * r) * c.g0.w;
+    let y4 = opq(c.x1.x * r) * c.g1.x;
+    let y5 = opq(c.x1.y * r) * c.g1.y;
+    let y6 = opq(c.x1.z * r) * c.g1.z;
+    let y7 = opq(c.x1.w * r) * c.g1.w;
+    let y8 = opq(c.x2.x * r) * c.g2.x;
+    let y9 = opq(c.x2.y * r) * c.g2.y;
+    let y10 = opq(c.x2.z * r) * c.g2.z;
+    let y11 = opq(c.x2.w * r) * c.g2.w;
     var m = 0u;
     if (fast) {
         m = max(m, select(0u, abs_bits(y0), lid < n));
@@ -433,64 +441,28 @@ fn prologue(lid: u32, tok: u32) -> f32 {
     var stat = vec2<u32>(0u, 0u); // (Σ|y| part as bits, max |y| bits)
     if (n <= REG_COLS * WG) {
         // every load at once; the sums in rmsnorm_quant.wgsl's order (columns increasing)
-        let x0 = xat(base, lid);
-        let x1 = xat(base, lid + WG);
-        let x2 = xat(base, lid + 2u * WG);
-        let x3 = xat(base, lid + 3u * WG);
-        let x4 = xat(base, lid + 4u * WG);
-        let x5 = xat(base, lid + 5u * WG);
-        let x6 = xat(base, lid + 6u * WG);
-        let x7 = xat(base, lid + 7u * WG);
-        let x8 = xat(base, lid + 8u * WG);
-        let x9 = xat(base, lid + 9u * WG);
-        let x10 = xat(base, lid + 10u * WG);
-        let x11 = xat(base, lid + 11u * WG);
-        let g0 = nwat(lid);
-        let g1 = nwat(lid + WG);
-        let g2 = nwat(lid + 2u * WG);
-        let g3 = nwat(lid + 3u * WG);
-        let g4 = nwat(lid + 4u * WG);
-        let g5 = nwat(lid + 5u * WG);
-        let g6 = nwat(lid + 6u * WG);
-        let g7 = nwat(lid + 7u * WG);
-        let g8 = nwat(lid + 8u * WG);
-        let g9 = nwat(lid + 9u * WG);
-        let g10 = nwat(lid + 10u * WG);
-        let g11 = nwat(lid + 11u * WG);
-        var ss = 0.0;
-        ss = ad(ss, x0 * x0);
-        ss = ad(ss, x1 * x1);
-        ss = ad(ss, x2 * x2);
-        ss = ad(ss, x3 * x3);
-        ss = ad(ss, x4 * x4);
-        ss = ad(ss, x5 * x5);
-        ss = ad(ss, x6 * x6);
-        ss = ad(ss, x7 * x7);
-        ss = ad(ss, x8 * x8);
-        ss = ad(ss, x9 * x9);
-        ss = ad(ss, x10 * x10);
-        ss = ad(ss, x11 * x11);
-        r = norm_r(lid, ss);
+        let c = load12(base, lid);
+        r = norm_r(lid, ss12(c));
         if (ACT4 == 1u) {
             // masked columns: |0 · r · 0| = +0 (r is finite whenever a real column is)
             var sa = 0.0;
-            sa = ad(sa, abs(x0 * r * g0));
-            sa = ad(sa, abs(x1 * r * g1));
-            sa = ad(sa, abs(x2 * r * g2));
-            sa = ad(sa, abs(x3 * r * g3));
-            sa = ad(sa, abs(x4 * r * g4));
-            sa = ad(sa, abs(x5 * r * g5));
-            sa = ad(sa, abs(x6 * r * g6));
-            sa = ad(sa, abs(x7 * r * g7));
-            sa = ad(sa, abs(x8 * r * g8));
-            sa = ad(sa, abs(x9 * r * g9));
-            sa = ad(sa, abs(x10 * r * g10));
-            sa = ad(sa, abs(x11 * r * g11));
+            sa = ad(sa, abs(c.x0.x * r * c.g0.x));
+            sa = ad(sa, abs(c.x0.y * r * c.g0.y));
+            sa = ad(sa, abs(c.x0.z * r * c.g0.z));
+            sa = ad(sa, abs(c.x0.w * r * c.g0.w));
+            sa = ad(sa, abs(c.x1.x * r * c.g1.x));
+            sa = ad(sa, abs(c.x1.y * r * c.g1.y));
+            sa = ad(sa, abs(c.x1.z * r * c.g1.z));
+            sa = ad(sa, abs(c.x1.w * r * c.g1.w));
+            sa = ad(sa, abs(c.x2.x * r * c.g2.x));
+            sa = ad(sa, abs(c.x2.y * r * c.g2.y));
+            sa = ad(sa, abs(c.x2.z * r * c.g2.z));
+            sa = ad(sa, abs(c.x2.w * r * c.g2.w));
             stat = vec2<u32>(bitcast<u32>(sa), 0u);
         } else {
-            let m0 = max(max(ab(x0, r, g0), ab(x1, r, g1)), max(ab(x2, r, g2), ab(x3, r, g3)));
-            let m1 = max(max(ab(x4, r, g4), ab(x5, r, g5)), max(ab(x6, r, g6), ab(x7, r, g7)));
-            let m2 = max(max(ab(x8, r, g8), ab(x9, r, g9)), max(ab(x10, r, g10), ab(x11, r, g11)));
+            let m0 = max(max(ab(c.x0.x, r, c.g0.x), ab(c.x0.y, r, c.g0.y)), max(ab(c.x0.z, r, c.g0.z), ab(c.x0.w, r, c.g0.w)));
+            let m1 = max(max(ab(c.x1.x, r, c.g1.x), ab(c.x1.y, r, c.g1.y)), max(ab(c.x1.z, r, c.g1.z), ab(c.x1.w, r, c.g1.w)));
+            let m2 = max(max(ab(c.x2.x, r, c.g2.x), ab(c.x2.y, r, c.g2.y)), max(ab(c.x2.z, r, c.g2.z), ab(c.x2.w, r, c.g2.w)));
             stat = vec2<u32>(0u, max(m0, max(m1, m2)));
         }
     } else {
