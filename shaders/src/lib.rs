@@ -52,6 +52,9 @@ pub enum Shader {
     Attention,
     /// Merge of split-K attention partials.
     AttentionCombine,
+    /// Query-tiled causal GQA attention for prefill batches (4 tokens per workgroup; f32 / f16
+    /// caches of a layer of its own).
+    AttentionPrefill,
     /// MiniCache: merge a pair of layers' keys or values (SLERP, magnitudes, retained pool).
     MinicacheMerge,
     /// Token-embedding row lookup (float or ggml-block table), bit-exact dequantization.
@@ -390,6 +393,11 @@ const MINICACHE_MERGE_VARIANTS: &[Variant] =
     variants![Shader::MinicacheMerge; "minicache_merge" => []];
 const ATTENTION_COMBINE_VARIANTS: &[Variant] =
     variants![Shader::AttentionCombine; "attention_combine" => []];
+// FMT: 0 f32, 1 f16 (tern_format::KvQuant::ALL order).
+const ATTENTION_PREFILL_VARIANTS: &[Variant] = variants![Shader::AttentionPrefill;
+    "attention_prefill_f32" => ["FMT" = 0],
+    "attention_prefill_f16" => ["FMT" = 1],
+];
 const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;
     "embed_f32" => ["SRC" = 0],
     "embed_f16" => ["SRC" = 1],
@@ -442,7 +450,7 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 33] = [
+    pub const ALL: [Shader; 34] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -476,6 +484,7 @@ impl Shader {
         Shader::TernaryGemvDec,
         Shader::NeuzipEmbed,
         Shader::TernaryGemvDecNorm,
+        Shader::AttentionPrefill,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -498,6 +507,7 @@ impl Shader {
             Shader::QkvSplit => "qkv_split.wgsl",
             Shader::Attention => "attention.wgsl",
             Shader::AttentionCombine => "attention_combine.wgsl",
+            Shader::AttentionPrefill => "attention_prefill.wgsl",
             Shader::MinicacheMerge => "minicache_merge.wgsl",
             Shader::Embed => "embed.wgsl",
             Shader::TopK => "topk.wgsl",
@@ -537,6 +547,7 @@ impl Shader {
             Shader::QkvSplit => include_str!("../wgsl/qkv_split.wgsl"),
             Shader::Attention => include_str!("../wgsl/attention.wgsl"),
             Shader::AttentionCombine => include_str!("../wgsl/attention_combine.wgsl"),
+            Shader::AttentionPrefill => include_str!("../wgsl/attention_prefill.wgsl"),
             Shader::MinicacheMerge => include_str!("../wgsl/minicache_merge.wgsl"),
             Shader::Embed => include_str!("../wgsl/embed.wgsl"),
             Shader::TopK => include_str!("../wgsl/topk.wgsl"),
@@ -621,6 +632,7 @@ impl Shader {
             Shader::QkvSplit => QKV_SPLIT_VARIANTS,
             Shader::Attention => ATTENTION_VARIANTS,
             Shader::AttentionCombine => ATTENTION_COMBINE_VARIANTS,
+            Shader::AttentionPrefill => ATTENTION_PREFILL_VARIANTS,
             Shader::MinicacheMerge => MINICACHE_MERGE_VARIANTS,
             Shader::Embed => EMBED_VARIANTS,
             Shader::TopK => TOPK_VARIANTS,

@@ -363,16 +363,6 @@ fn kivi_key_dot(kj: u32, koff: u32, lane: u32, hd: u32) -> vec4<f32> {
     return dot;
 }
 
-// f32 → u32 with the same order (for atomicMax), and back.
-fn ord(f: f32) -> u32 {
-    let b = bitcast<u32>(f);
-    return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-}
-
-fn unord(u: u32) -> f32 {
-    return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
-}
-
 // KIVI word path, values: e · value of tile key j at channel vcol, from its code (shifted to bit
 // 0) and the tile's folded (e · factor · scale, e · factor · min) of its value group (`part`,
 // [key][ngv][2], vb = 2 · the group's index in the head), or through vget for keys marked in

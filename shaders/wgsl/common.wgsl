@@ -147,3 +147,13 @@ struct Geom {
     cap: u32,
     pend: u32,
 }
+
+// f32 → u32 with the same order (attention's running max by atomicMax), and back.
+fn ord(f: f32) -> u32 {
+    let b = bitcast<u32>(f);
+    return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+
+fn unord(u: u32) -> f32 {
+    return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
+}

@@ -352,7 +352,8 @@ fn cce_section(
 /// (20/5×128) and SmolLM2's (9/3×64). The decode outputs are checked against
 /// `tern_reference::attention` (NMSE ≤ 1e-10). `kv_gb_per_s` counts the K and V rows read once
 /// (2 · n_kv · n_head_kv · head_dim · 4 bytes); `x30_ms` is 30 layers' worth; decode is also
-/// timed with the key chunk count forced to 1, 8, 32, 64 and 128 (`forced_splits_us`). `--quick`
+/// timed with the key chunk count forced to 1, 8, 32, 64 and 128 (`forced_splits_us`), prefill
+/// also with the per-token kernel (`per_token_kernel_us`: attention.wgsl, one chunk). `--quick`
 /// (lavapipe): depth 128 and 900, a 64-token prefill, 3 iterations.
 fn attention_section(
     ctx: &GpuContext,
@@ -408,7 +409,7 @@ fn attention_section(
             let t = per_call(ctx, it, |e| {
                 kernels::attention(ctx, e, &layout, &step, &qb, &kb, &vb, &ob, n, nh, scale)
             })?;
-            let mut check = String::new();
+            let check;
             if n == 1 {
                 // The same decode with the key chunk count forced (tuning the automatic choice).
                 let mut sweep = Vec::new();
@@ -431,7 +432,7 @@ fn attention_section(
                     })?;
                     sweep.push(format!("\"{split}\":{:.1}", ts * 1e6));
                 }
-                check = format!(",\"forced_splits_us\":{{{}}}", sweep.join(","));
+                let splits = format!(",\"forced_splits_us\":{{{}}}", sweep.join(","));
                 let got = ctx.read_f32(&ob, q_dim as usize)?;
                 let mut want = vec![0.0f32; q_dim as usize];
                 tern_reference::attention(
@@ -452,7 +453,27 @@ fn attention_section(
                 let den: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
                 let nmse = err / den.max(1e-30);
                 anyhow::ensure!(nmse <= 1e-10, "attention {name} p0 {p0}: nmse {nmse:.2e}");
-                check = format!("{check},\"nmse\":{nmse:.1e}");
+                check = format!("{splits},\"nmse\":{nmse:.1e}");
+            } else {
+                // the per-token kernel (attention.wgsl, one chunk) that prefill used before
+                // attention_prefill.wgsl, on the same batch
+                let ts = per_call(ctx, it, |e| {
+                    kernels::attention_with_split(
+                        ctx,
+                        e,
+                        &layout,
+                        &step,
+                        &qb,
+                        &kb,
+                        &vb,
+                        &ob,
+                        n,
+                        nh,
+                        scale,
+                        Some(1),
+                    )
+                })?;
+                check = format!(",\"per_token_kernel_us\":{:.1}", ts * 1e6);
             }
             // K and V rows read once per kv head: all positions up to the last token's.
             let kv_bytes = 2 * (p0 + n) * row * 4;

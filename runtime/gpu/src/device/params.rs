@@ -189,7 +189,7 @@ params! {
     /// fix the batch size).
     StepParams in [
         (KvStore, "Step"), (Attention, "Step"), (AttentionCombine, "Step"),
-        (MinicacheMerge, "Step"), (RopeKv, "Step")
+        (MinicacheMerge, "Step"), (RopeKv, "Step"), (AttentionPrefill, "Step")
     ] {
         p0: u32, n_tokens: u32, _pad0: u32, _pad1: u32,
     }
@@ -203,7 +203,9 @@ params! {
     /// size, whether this store writes keys; a MiniCache pair's sections (word offsets of the
     /// magnitudes, the retained pool, its positions and its count; the pool's capacity); `pend`:
     /// where a pair's first layer finds its unmerged batch rows after the queries.
-    KvGeom in [(KvStore, "Geom"), (Attention, "Geom"), (MinicacheMerge, "Geom")] {
+    KvGeom in [
+        (KvStore, "Geom"), (Attention, "Geom"), (MinicacheMerge, "Geom"), (AttentionPrefill, "Geom")
+    ] {
         row: u32, heads: u32, head_dim: u32, n_ctx: u32, wpr: u32, wpr0: u32, par: u32,
         k_win: u32, v_win: u32, group: u32, resid: u32, ngroups: u32, n_tokens: u32,
         is_key: u32, mag: u32, pool: u32, pool_pos: u32, count: u32, cap: u32, pend: u32,
@@ -219,10 +221,12 @@ params! {
 }
 
 params! {
-    /// Attention and its split-K merge (same struct in both shaders). `n_split` = key chunks per
-    /// (token, head group): 1 writes the output directly, more write partials; `n_hg` =
-    /// workgroups per kv head.
-    AttnParams in [(Attention, "Params"), (AttentionCombine, "Params")] {
+    /// Attention, its split-K merge and the query-tiled prefill kernel (same struct in the three
+    /// shaders). `n_split` = key chunks per (token, head group): 1 writes the output directly,
+    /// more write partials; `n_hg` = workgroups per kv head.
+    AttnParams in [
+        (Attention, "Params"), (AttentionCombine, "Params"), (AttentionPrefill, "Params")
+    ] {
         n_head: u32, n_head_kv: u32, head_dim: u32, n_ctx: u32, scale: f32, n_tokens: u32,
         n_split: u32, n_hg: u32,
     }

@@ -136,6 +136,8 @@ pub enum KernelKey {
     /// key ranges (one workgroup per (token, head group): prefill), slower than [`Self::Attention`]
     /// over the short chunks of a split decode step (measured on an H100, docs/measurements.md).
     AttentionWords(KvFormat, KvRole),
+    /// Query-tiled prefill attention (`attention_prefill.wgsl`; f32 / f16, a layer of its own).
+    AttentionPrefill(KvFormat),
     /// MiniCache: merge a pair's keys or values.
     MinicacheMerge,
     /// Merge of split-K attention partials.
@@ -286,6 +288,7 @@ impl fmt::Display for KernelKey {
                 };
                 write!(f, "attention_{}{mc}_words_wg256", kv.name())
             }
+            KernelKey::AttentionPrefill(kv) => write!(f, "attention_prefill_{}", kv.name()),
             KernelKey::MinicacheMerge => f.write_str("minicache_merge"),
             KernelKey::AttentionCombine => f.write_str("attention_combine"),
             KernelKey::EmbedFloat(t) => f.write_str(match t {
@@ -346,6 +349,7 @@ impl KernelKey {
                 Shader::KvStore
             }
             KernelKey::Attention(..) | KernelKey::AttentionWords(..) => Shader::Attention,
+            KernelKey::AttentionPrefill(_) => Shader::AttentionPrefill,
             KernelKey::MinicacheMerge => Shader::MinicacheMerge,
             KernelKey::AttentionCombine => Shader::AttentionCombine,
             KernelKey::EmbedFloat(_) | KernelKey::EmbedGgml(_) => Shader::Embed,
@@ -605,6 +609,8 @@ mod tests {
                 }
             }
         }
+        keys.push(KernelKey::AttentionPrefill(KvFormat::F32));
+        keys.push(KernelKey::AttentionPrefill(KvFormat::F16));
         keys.push(KernelKey::KvWindow);
         keys.push(KernelKey::MinicacheMerge);
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {

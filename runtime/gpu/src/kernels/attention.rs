@@ -32,6 +32,58 @@ fn attn_target_wgs(ctx: &GpuContext) -> u64 {
 }
 /// At most this many key chunks per (token, head group) (attention_combine.wgsl's WG).
 const ATTN_MAX_SPLIT: u64 = 128;
+/// Query tokens per workgroup of the prefill kernel (`attention_prefill.wgsl`'s TQ).
+const PREFILL_TOKENS_PER_WG: u64 = 4;
+/// Batches shorter than this keep `attention.wgsl` (a few tokens over a long cache want its
+/// split-K; the prefill kernel runs one workgroup over all of a token tile's keys).
+const PREFILL_MIN_TOKENS: u64 = 16;
+
+/// Which kernel and how many key chunks a call asks for.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    /// The prefill kernel where it applies and pays, else the adapter's split count.
+    Auto,
+    /// `attention.wgsl` with this many key chunks.
+    Split(u64),
+    /// No split-K: the prefill kernel where it applies and pays, else one chunk.
+    Unsplit,
+    /// The prefill kernel, or an error saying why it does not apply.
+    Prefill,
+}
+
+/// Why `attention_prefill.wgsl` cannot run this call (`None`: it can).
+fn prefill_unfit(
+    layout: &KvLayout,
+    read: KvRead,
+    k_cache: &wgpu::Buffer,
+    v_cache: &wgpu::Buffer,
+) -> Option<String> {
+    use tern_format::KvQuant;
+    if !matches!(read, KvRead::Own) {
+        return Some("a MiniCache pair's layer".into());
+    }
+    if !matches!(layout.quant, KvQuant::F32 | KvQuant::F16) {
+        return Some(format!(
+            "the {} cache (f32 and f16 only)",
+            layout.quant.name()
+        ));
+    }
+    if layout.head_dim > 128 || !layout.head_dim.is_multiple_of(32) {
+        return Some(format!(
+            "head_dim {} (a multiple of 32, at most 128)",
+            layout.head_dim
+        ));
+    }
+    if !k_cache.size().is_multiple_of(16) || !v_cache.size().is_multiple_of(16) {
+        return Some("cache buffers not a multiple of 16 bytes".into());
+    }
+    None
+}
+
+/// `TERN_GPU_ATTN_PREFILL=0` keeps `attention.wgsl` for prefill batches (measurements).
+fn prefill_enabled() -> bool {
+    std::env::var("TERN_GPU_ATTN_PREFILL").as_deref() != Ok("0")
+}
 
 /// Key chunks (workgroups per (token, head group)) that [`attention`] records for a batch of
 /// `n_tokens` over a cache of `n_ctx` positions (reported by benchmarks).
@@ -114,7 +166,44 @@ pub fn attention_with_split(
         n_tokens,
         n_head,
         scale,
-        forced_split,
+        forced_split.map_or(Pick::Auto, Pick::Split),
+        None,
+        KvRead::Own,
+    )
+}
+
+/// [`attention`] through the query-tiled prefill kernel (`attention_prefill.wgsl`: 4 tokens per
+/// workgroup; f32 / f16 caches of a layer of its own, head_dim a multiple of 32 up to 128), or a
+/// shape error saying why it does not apply. [`attention`] takes it by itself for batches of 16
+/// tokens and more (parity tests and benchmarks call this).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_prefill(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    layout: &KvLayout,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    k_cache: &wgpu::Buffer,
+    v_cache: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    scale: f32,
+) -> Result<()> {
+    attention_in(
+        ctx,
+        enc,
+        layout,
+        step,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        n_tokens,
+        n_head,
+        scale,
+        Pick::Prefill,
         None,
         KvRead::Own,
     )
@@ -170,7 +259,7 @@ pub fn attention_role(
         n_tokens,
         n_head,
         scale,
-        forced_split,
+        forced_split.map_or(Pick::Auto, Pick::Split),
         None,
         read,
     )
@@ -209,7 +298,11 @@ pub(crate) fn attention_into(
         n_tokens,
         n_head,
         scale,
-        split,
+        match split {
+            Some(1) => Pick::Unsplit,
+            Some(s) => Pick::Split(s),
+            None => Pick::Auto,
+        },
         Some(partials),
         read,
     )
@@ -256,7 +349,7 @@ fn attention_in(
     n_tokens: u64,
     n_head: u64,
     scale: f32,
-    forced_split: Option<u64>,
+    pick: Pick,
     partials: Option<&wgpu::Buffer>,
     read: KvRead,
 ) -> Result<()> {
@@ -302,15 +395,38 @@ fn attention_in(
     let group = n_head / n_head_kv;
     let n_hg = group.div_ceil(HEADS_PER_WG);
     let wgs_x = n_head_kv * n_hg;
-    let n_split = match forced_split {
-        Some(s) if (1..=ATTN_MAX_SPLIT).contains(&s) => s,
-        Some(s) => {
+    let token_tiles = n_tokens.div_ceil(PREFILL_TOKENS_PER_WG);
+    let unfit = prefill_unfit(layout, read, k_cache, v_cache);
+    // the prefill kernel where it applies, the batch is long and its workgroups fill the GPU
+    let pays = unfit.is_none()
+        && n_tokens >= PREFILL_MIN_TOKENS
+        && wgs_x.saturating_mul(token_tiles) >= attn_target_wgs(ctx) / 8
+        && prefill_enabled();
+    let prefill = match pick {
+        Pick::Prefill => true,
+        Pick::Auto | Pick::Unsplit => pays,
+        Pick::Split(_) => false,
+    };
+    let n_split = match pick {
+        Pick::Split(s) if (1..=ATTN_MAX_SPLIT).contains(&s) => s,
+        Pick::Split(s) => {
             return Err(GpuError::shape(
                 OP,
                 format!("{s} key chunks: 1..={ATTN_MAX_SPLIT}"),
             ))
         }
-        None => splits_for(attn_target_wgs(ctx), n_tokens, wgs_x, n_ctx),
+        Pick::Prefill => {
+            if let Some(why) = unfit {
+                return Err(GpuError::shape(
+                    OP,
+                    format!("the prefill kernel does not take {why}"),
+                ));
+            }
+            1
+        }
+        Pick::Unsplit => 1,
+        Pick::Auto if pays => 1,
+        Pick::Auto => splits_for(attn_target_wgs(ctx), n_tokens, wgs_x, n_ctx),
     };
     let p = AttnParams {
         n_head: u32_of(OP, "n_head", n_head)?,
@@ -324,6 +440,20 @@ fn attention_in(
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
     let geom = ctx.uniform(bytemuck::bytes_of(&geom))?;
+    if prefill {
+        // attention_prefill.wgsl: one workgroup per (kv head · head group, 4-token tile)
+        let groups = (
+            u32_of(OP, "workgroups", wgs_x)?,
+            u32_of(OP, "token tiles", token_tiles)?,
+            1,
+        );
+        return ctx.dispatch(
+            enc,
+            KernelKey::AttentionPrefill(layout.quant),
+            &[&params, step, q, k_cache, v_cache, out, &geom],
+            groups,
+        );
+    }
     let groups = (u32_of(OP, "workgroups", wgs_x)?, p.n_tokens, p.n_split);
     // KIVI: the word path where one workgroup runs over all of a token's keys (prefill), the
     // per-channel path over the short chunks of a split step (lower latency per workgroup)

@@ -43,7 +43,8 @@ pub use act_quant::{
     quantize_act_int8_into, rmsnorm_quant_int8, A48Quant, ActInt8,
 };
 pub use attention::{
-    attention, attention_role, attention_splits, attention_with_split, KvRead, StepParams,
+    attention, attention_prefill, attention_role, attention_splits, attention_with_split, KvRead,
+    StepParams,
 };
 pub use embed::{embed_rows, EmbedTable};
 pub use ggml::{

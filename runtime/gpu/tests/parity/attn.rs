@@ -96,6 +96,33 @@ fn run_attention(
     extra: usize,
     split: Option<u64>,
 ) -> Result<String, String> {
+    run_attention_with(
+        ctx,
+        rng,
+        p0,
+        (n, n_head, n_kv, hd),
+        extra,
+        Kernel::Pick(split),
+    )
+}
+
+/// Which attention launcher a case calls.
+#[derive(Clone, Copy)]
+enum Kernel {
+    /// `attention_with_split` (its choice for `None`, else that many key chunks).
+    Pick(Option<u64>),
+    /// `attention_prefill` (the query-tiled kernel, forced).
+    Prefill,
+}
+
+fn run_attention_with(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    p0: usize,
+    (n, n_head, n_kv, hd): (usize, usize, usize, usize),
+    extra: usize,
+    kernel: Kernel,
+) -> Result<String, String> {
     let n_ctx = p0 + n + extra;
     let row = n_kv * hd;
     let q_dim = n_head * hd;
@@ -121,11 +148,22 @@ fn run_attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut enc = ctx.encoder();
     let (nh, nk) = (n_head as u64, n_kv as u64);
-    let splits = split.unwrap_or_else(|| tern_gpu::kernels::attention_splits(ctx, nn, nh, nk, nc));
-    tern_gpu::kernels::attention_with_split(
-        ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, nn, nh, scale, split,
-    )
-    .map_err(e)?;
+    let splits = match kernel {
+        Kernel::Pick(split) => {
+            tern_gpu::kernels::attention_with_split(
+                ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, nn, nh, scale, split,
+            )
+            .map_err(e)?;
+            split.unwrap_or_else(|| tern_gpu::kernels::attention_splits(ctx, nn, nh, nk, nc))
+        }
+        Kernel::Prefill => {
+            tern_gpu::kernels::attention_prefill(
+                ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, nn, nh, scale,
+            )
+            .map_err(e)?;
+            0
+        }
+    };
     let t0 = std::time::Instant::now();
     ctx.submit_wait(enc).map_err(e)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -138,8 +176,10 @@ fn run_attention(
     score("kv_store v", Check::Exact, &gv, &vc)?;
     let want = reference(&q, &kc, &vc, p0, n, n_head, n_kv, hd)?;
     let got = ctx.read_f32(&ob, n * q_dim).map_err(e)?;
-    score("attention", Check::Nmse(1e-10), &got, &want)
-        .map(|s| format!("kv bit-exact, {s}, {splits} splits, attention {ms:.1} ms"))
+    score("attention", Check::Nmse(1e-10), &got, &want).map(|s| match splits {
+        0 => format!("kv bit-exact, {s}, prefill kernel, attention {ms:.1} ms"),
+        _ => format!("kv bit-exact, {s}, {splits} splits, attention {ms:.1} ms"),
+    })
 }
 
 /// One plan (kv_store ×2 + attention, recorded once for a cache of `n_ctx`) replayed at each
@@ -295,6 +335,44 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             }),
         ));
     }
+    // The query-tiled prefill kernel forced (attention_prefill.wgsl): 1 token (a partial tile),
+    // 5 (a full and a partial tile), tiles straddling a 64-key tile edge (p0 = 60), a long batch
+    // over a cached prefix, head groups of 3 (lanes past the group) and 8 (two head groups),
+    // head_dim 32 (one token per value invocation, half of them idle) and 96 (192 of 256 value
+    // invocations), a cache longer than the positions used.
+    for (p0, n, nh, nkv, hd, extra) in [
+        (0, 1, 9, 3, 64, 0),
+        (0, 5, 20, 5, 128, 0),
+        (60, 9, 9, 3, 64, 2),
+        (129, 67, 20, 5, 128, 3),
+        (0, 130, 20, 5, 128, 0),
+        (7, 33, 16, 2, 64, 40),
+        (3, 18, 4, 4, 32, 0),
+        (70, 23, 6, 2, 96, 1),
+    ] {
+        v.push((
+            format!(
+                "attention prefill kernel p0={p0} n={n} heads {nh}/{nkv}×{hd} n_ctx={}",
+                p0 + n + extra
+            ),
+            false,
+            Box::new(move |c, r| {
+                run_attention_with(c, r, p0, (n, nh, nkv, hd), extra, Kernel::Prefill)
+            }),
+        ));
+    }
+    v.push((
+        "attention prefill kernel refuses head_dim 18 → shape error".into(),
+        false,
+        Box::new(
+            |c, r| match run_attention_with(c, r, 0, (20, 4, 4, 18), 0, Kernel::Prefill) {
+                Err(e) if e.contains("head_dim 18") => Ok(e),
+                other => Err(format!(
+                    "expected a shape error naming head_dim 18, got {other:?}"
+                )),
+            },
+        ),
+    ));
     v.push((
         "attention plan replayed at p0 = 0, 1, 2, 130, 129, 700 (n_ctx 1024)".into(),
         false,

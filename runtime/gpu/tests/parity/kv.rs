@@ -199,6 +199,8 @@ struct Case {
     /// Prefix batch size.
     chunk: usize,
     split: Option<u64>,
+    /// `attention_prefill` (the query-tiled kernel) forced instead of `attention_with_split`.
+    prefill: bool,
 }
 
 fn run(ctx: &GpuContext, rng: &mut Rng, c: Case) -> Result<String, String> {
@@ -266,9 +268,15 @@ fn run_rows(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut enc = ctx.encoder();
     let nh = n_head as u64;
-    tern_gpu::kernels::attention_with_split(
-        ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, n as u64, nh, scale, c.split,
-    )
+    if c.prefill {
+        tern_gpu::kernels::attention_prefill(
+            ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, n as u64, nh, scale,
+        )
+    } else {
+        tern_gpu::kernels::attention_with_split(
+            ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, n as u64, nh, scale, c.split,
+        )
+    }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let want = reference(&qv, &or.k_hat, &or.v_hat, p0, n, n_head, n_kv, hd)?;
@@ -369,6 +377,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         extra,
         chunk,
         split: None,
+        prefill: false,
     };
     let mut list = Vec::new();
     for q in KvQuant::ALL.into_iter().filter(|&q| q != KvQuant::F32) {
@@ -398,6 +407,14 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             });
         }
     }
+    // f16 through the query-tiled prefill kernel, forced (SmolLM2's and 2B4T's heads; a batch
+    // over a prefix stored in earlier submissions, token tiles straddling a 64-key tile)
+    for (heads, p0, n) in [((9, 3, 64), 100, 60), ((20, 5, 128), 13, 40)] {
+        list.push(Case {
+            prefill: true,
+            ..base(KvQuant::F16, heads, p0, n, 3, 37)
+        });
+    }
     for c in list {
         let name = format!(
             "kv {} G{}/R{} p0={} n={} heads {}/{}×{} n_ctx={}{}",
@@ -411,6 +428,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             c.heads.2,
             c.p0 + c.n + c.extra,
             c.split.map_or(String::new(), |s| format!(" {s} splits"))
+                + if c.prefill { " prefill kernel" } else { "" }
         );
         v.push((name, false, Box::new(move |ctx, r| run(ctx, r, c))));
     }
@@ -488,6 +506,7 @@ fn parity_kv_real_smollm2() {
                 extra: 0,
                 chunk: 21,
                 split: None,
+                prefill: false,
             };
             match run_rows(&ctx, &mut rng, c, &k[..n * row], &v[..n * row]) {
                 Ok(r) if layer == 0 => eprintln!("ok   kv {} SmolLM2 layer 0: {r}", q.name()),
