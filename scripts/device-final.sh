@@ -14,6 +14,9 @@
 #   bash scripts/device-final.sh e|f   a fresh machine (carry .gl .devkit-fin3): e = base-3 A/B of
 #                                      two binaries; f = the ggml float-norm prologue A/B (SmolLM2)
 #   bash scripts/device-final.sh g     after a, same call: a4.8 fused-prologue A/B (issue 13)
+#   bash scripts/device-final.sh kit3  HERE: only .devkit-fin3 (tern, gpu_bench, llama kit)
+#   bash scripts/device-final.sh h     a fresh machine (carry .gl .devkit-fin3): prefill A/B (the
+#                                      query-tiled attention), llama-bench pp512 in each round
 #   bash scripts/device-final.sh b     device call 2 (carry .devkit-fin2 only): SmolLM2 GPU
 #                                      perplexity in 10 KV modes and the KV decode depths
 #                                      (scripts/device-kv.sh), the NeuZip kernel bench
@@ -42,6 +45,17 @@ if [ "$PHASE" = kit ]; then
   rm -rf .devkit-fin3; mkdir -p .devkit-fin3
   cp .devkit-fin/tern.xz .devkit-fin2/gpu_bench.xz .devkit/llama-vulkan.tar.xz .devkit-fin3/
   du -cb .devkit-fin .devkit-fin2 .devkit-fin3 .gl; exit 0
+fi
+if [ "$PHASE" = kit3 ]; then
+  # only the self-contained kit of phases c-f and h (no SmolLM2): tern, gpu_bench, llama.cpp
+  set -e
+  cargo build --release --bin tern -p tern-cli
+  cargo build --release -p tern-gpu --example gpu_bench
+  rm -rf .devkit-fin3; mkdir -p .devkit-fin3
+  strip -o /tmp/tern-fin target/release/tern; strip -o /tmp/gpu_bench-fin target/release/examples/gpu_bench
+  xz -9 -T2 -c /tmp/tern-fin > .devkit-fin3/tern.xz; xz -9 -T2 -c /tmp/gpu_bench-fin > .devkit-fin3/gpu_bench.xz
+  cp .devkit/llama-vulkan.tar.xz .devkit-fin3/
+  du -cb .devkit-fin3 .gl; exit 0
 fi
 . scripts/device-env.sh; device_vulkan_env "$PWD"
 F=/tmp/fin; O=${OUT:-/tmp/fin-out}; M=/tmp/m; mkdir -p "$F/kit" "$O" "$M"
@@ -255,4 +269,48 @@ for e in json.load(open(sys.argv[1])): print('llama tq2_0 r$round', e['n_gen'], 
   log "done g"
   pack_out; exit 0
 fi
-echo "usage: $0 kit|a|b|c|d|e|f|g" >&2; exit 2
+# Phase h (a fresh machine, carry .gl .devkit-fin3; `kit3` builds it): prefill — the query-tiled
+# attention kernel against the per-token one (TERN_GPU_ATTN_PREFILL=0), A8 and a4.8, interleaved
+# over two rounds with llama-bench pp512 of the same TQ2_0 file in each; the attention kernel
+# bench; a pp512 profile. Extra binaries in .devkit-fin3 (tern-*.xz) are A/B'd the same way.
+if [ "$PHASE" = h ]; then
+  xz -dc .devkit-fin3/tern.xz > "$F/kit/tern"; xz -dc .devkit-fin3/gpu_bench.xz > "$F/gpu_bench"
+  chmod +x "$F/kit/tern" "$F/gpu_bench"; cp .devkit-fin3/llama-vulkan.tar.xz "$F/kit/"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$O/gpu.txt" 2>&1
+  log "GPU: $(cat "$O/gpu.txt")"
+  OUT=$O/bench KIT=$F/kit MODEL_DIR=$M R=2 DEPTH=0 SHAPES=bitnet LLAMA_FILES="bitnet-tq2_0" \
+    TERN_PACKS="bitnet-tq2_0:2bit:raw" BUDGET_S=200 HARD_S=240 bash scripts/device-bench.sh all > "$O/device-bench.out" 2>&1
+  cp "$O/bench/results.md" "$O/summary-$PHASE.txt" 2>/dev/null
+  P=$(ls "$M"/tern-*/bitnet-tq2_0--2bit-raw.tern 2>/dev/null | head -1)
+  G=$(ls "$M"/bitnet-tq2_0.gguf 2>/dev/null | head -1)
+  [ -n "$P" ] || { log "no 2B4T pack"; pack_out; exit 1; }
+  for round in 1 2; do
+    if [ -n "$G" ]; then
+      timeout 60 /tmp/llama/bin/llama-bench -m "$G" -ngl 99 -p 512 -n 0 -r 3 -o json > "$O/llama-pp-r$round.json" 2> "$O/llama-pp-r$round.err"
+      python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama tq2_0 pp r$round', e['n_prompt'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-pp-r$round.json" | tee -a "$O/summary-$PHASE.txt"
+    fi
+    tb "a8-new-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    TERN_GPU_ATTN_PREFILL=0 tb "a8-old-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    tb "a48-new-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
+    for x in .devkit-fin3/tern-*.xz; do
+      [ -f "$x" ] || continue
+      b=$(basename "$x" .xz); [ -x "$F/kit/$b" ] || { xz -dc "$x" > "$F/kit/$b"; chmod +x "$F/kit/$b"; }
+      log "tern bench $b"
+      for a in a8 a4.8; do
+        timeout 60 "$F/kit/$b" bench "$P" --device gpu --json -p 512 -n 128 -r 3 --activations "$a" > "$O/$b-$a-r$round.json" 2> "$O/$b-$a-r$round.err"
+        python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1])); print(sys.argv[2], [(t['test'], round(t['avg_ts'],1)) for t in d['tests']])" "$O/$b-$a-r$round.json" "$b-$a-r$round" | tee -a "$O/summary-$PHASE.txt"
+      done
+    done
+  done
+  log "gpu_bench --only attention"
+  timeout 120 "$F/gpu_bench" --only attention > "$O/gpu_bench_attention.json" 2> "$O/gpu_bench_attention.err"
+  tb a8-prof "$P" 60 -p 512 -n 1 -r 1 --profile --activations a8
+  TERN_GPU_ATTN_PREFILL=0 tb a8-old-prof "$P" 60 -p 512 -n 1 -r 1 --profile --activations a8
+  log "done h"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|kit3|a|b|c|d|e|f|g|h" >&2; exit 2
