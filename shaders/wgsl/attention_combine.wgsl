@@ -18,6 +18,10 @@ struct Params {
     n_tokens: u32,
     n_split: u32,
     n_hg: u32,
+    q_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 struct Step {

@@ -18,16 +18,19 @@
 //     exp(score − max) (0 for masked keys and past the tile), the value invocations rescale;
 //  3. after the second barrier, values: invocation (dim d0 = lid % head_dim, token group tg =
 //     lid / head_dim) accumulates tokens tg and tg + 256 / head_dim (head_dim 128: 2 tokens,
-//     64: 1) over the tile's keys, 8 value loads in flight (consecutive invocations read
+//     ≤ 64: 1, the invocations past 4 · head_dim idle) over the tile's keys, 8 value loads in
+//     flight (consecutive invocations read
 //     consecutive floats of a value row).
 // The next tile's stores to `ex` follow its first barrier, which every invocation reaches only
 // once done reading this tile's; its atomicMax follow this tile's second barrier, before which
 // every invocation has read this tile's maxima.
 // f32 throughout; the order of the sums differs from the reference's (NMSE ~1e-14), as
-// attention.wgsl's. Needs head_dim a multiple of 32 and ≤ 128 and 16-byte-aligned cache rows
+// attention.wgsl's. Needs head_dim a multiple of 16 and ≤ 128 and 16-byte-aligned cache rows
 // (the launcher checks; attention.wgsl takes any other shape).
-// Bindings as attention.wgsl's (split-free: `out` is [n_tokens][n_head·head_dim]); the caches
-// are read as vec4<u32> (f32: 4 dims, f16: 8 dims per load).
+// Bindings as attention.wgsl's (split-free: `out` is [n_tokens][n_head·head_dim]), but token t's
+// queries start at word t · q_stride of `q` (q_stride = n_head·head_dim for planar queries, the
+// stacked row's length when they stay in the q/k/v projection's [n][q | k | v] rows that
+// rope_kv.wgsl rotated in place); the caches are read as vec4<u32> (f32: 4 dims, f16: 8 per load).
 
 struct Params {
     n_head: u32,
@@ -38,6 +41,10 @@ struct Params {
     n_tokens: u32,
     n_split: u32,
     n_hg: u32,
+    q_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 struct Step {
@@ -132,7 +139,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let tq = i / hd;
         var v = vec4<f32>(0.0);
         if (t0 + tq < p.n_tokens) {
-            let qb = (t0 + tq) * q_dim + h0 * hd + i % hd;
+            let qb = (t0 + tq) * p.q_stride + h0 * hd + i % hd;
             v = vec4<f32>(
                 q[qb],
                 q[qb + select(0u, hd, nh > 1u)],
@@ -188,8 +195,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                         + dot4q(qb0 + d + 12u, dims4(w3, false));
                 }
             } else {
-                // 32 dims per step: 4 loads of 8 halves in flight
-                for (var d = 0u; d < hd; d = d + 32u) {
+                // 32 dims per step: 4 loads of 8 halves in flight; then 16 (head_dim 16 · odd)
+                var d = 0u;
+                for (; d + 32u <= hd; d = d + 32u) {
                     let w0 = kc[base + d / 8u];
                     let w1 = kc[base + d / 8u + 1u];
                     let w2 = kc[base + d / 8u + 2u];
@@ -202,6 +210,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                         + dot4q(qb0 + d + 20u, dims4(w2, true))
                         + dot4q(qb0 + d + 24u, dims4(w3, false))
                         + dot4q(qb0 + d + 28u, dims4(w3, true));
+                }
+                if (d < hd) {
+                    let w0 = kc[base + d / 8u];
+                    let w1 = kc[base + d / 8u + 1u];
+                    dot = dot + dot4q(qb0 + d, dims4(w0, false))
+                        + dot4q(qb0 + d + 4u, dims4(w0, true))
+                        + dot4q(qb0 + d + 8u, dims4(w1, false))
+                        + dot4q(qb0 + d + 12u, dims4(w1, true));
                 }
             }
             sv = dot * p.scale;

@@ -223,12 +223,14 @@ params! {
 params! {
     /// Attention, its split-K merge and the query-tiled prefill kernel (same struct in the three
     /// shaders). `n_split` = key chunks per (token, head group): 1 writes the output directly,
-    /// more write partials; `n_hg` = workgroups per kv head.
+    /// more write partials; `n_hg` = workgroups per kv head; `q_stride` = words from one token's
+    /// queries to the next's (the prefill kernel reads them inside the stacked `[n][q | k | v]`
+    /// rows; the others read planar `[n][n_head·head_dim]` queries).
     AttnParams in [
         (Attention, "Params"), (AttentionCombine, "Params"), (AttentionPrefill, "Params")
     ] {
         n_head: u32, n_head_kv: u32, head_dim: u32, n_ctx: u32, scale: f32, n_tokens: u32,
-        n_split: u32, n_hg: u32,
+        n_split: u32, n_hg: u32, q_stride: u32, _pad0: u32, _pad1: u32, _pad2: u32,
     }
 }
 

@@ -68,9 +68,9 @@ fn prefill_unfit(
             layout.quant.name()
         ));
     }
-    if layout.head_dim > 128 || !layout.head_dim.is_multiple_of(32) {
+    if layout.head_dim > 128 || !layout.head_dim.is_multiple_of(16) {
         return Some(format!(
-            "head_dim {} (a multiple of 32, at most 128)",
+            "head_dim {} (a multiple of 16, at most 128)",
             layout.head_dim
         ));
     }
@@ -80,9 +80,29 @@ fn prefill_unfit(
     None
 }
 
-/// `TERN_GPU_ATTN_PREFILL=0` keeps `attention.wgsl` for prefill batches (measurements).
-fn prefill_enabled() -> bool {
-    std::env::var("TERN_GPU_ATTN_PREFILL").as_deref() != Ok("0")
+/// Whether a batch of `n_tokens` is long enough for the prefill kernel and its workgroups
+/// (`wgs_x` per token tile) fill the GPU; `TERN_GPU_ATTN_PREFILL=0` keeps `attention.wgsl` for
+/// every batch (measurements).
+fn prefill_pays(ctx: &GpuContext, n_tokens: u64, wgs_x: u64) -> bool {
+    n_tokens >= PREFILL_MIN_TOKENS
+        && wgs_x.saturating_mul(n_tokens.div_ceil(PREFILL_TOKENS_PER_WG))
+            >= attn_target_wgs(ctx) / 8
+        && std::env::var("TERN_GPU_ATTN_PREFILL").as_deref() != Ok("0")
+}
+
+/// Whether [`attention_into`] with no split forced (or `Some(1)`) runs a batch of `n_tokens`
+/// through the prefill kernel, which alone reads strided query rows (`q_row`): the graph then
+/// leaves the queries in the stacked q/k/v rows (RoPE fused with the KV store).
+pub(crate) fn prefill_takes(
+    ctx: &GpuContext,
+    layout: &KvLayout,
+    (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+    n_tokens: u64,
+    n_head: u64,
+) -> bool {
+    let n_hg = (n_head / layout.heads.max(1)).div_ceil(HEADS_PER_WG);
+    prefill_unfit(layout, KvRead::Own, k_cache, v_cache).is_none()
+        && prefill_pays(ctx, n_tokens, layout.heads * n_hg)
 }
 
 /// Key chunks (workgroups per (token, head group)) that [`attention`] records for a batch of
@@ -169,11 +189,12 @@ pub fn attention_with_split(
         forced_split.map_or(Pick::Auto, Pick::Split),
         None,
         KvRead::Own,
+        None,
     )
 }
 
 /// [`attention`] through the query-tiled prefill kernel (`attention_prefill.wgsl`: 4 tokens per
-/// workgroup; f32 / f16 caches of a layer of its own, head_dim a multiple of 32 up to 128), or a
+/// workgroup; f32 / f16 caches of a layer of its own, head_dim a multiple of 16 up to 128), or a
 /// shape error saying why it does not apply. [`attention`] takes it by itself for batches of 16
 /// tokens and more (parity tests and benchmarks call this).
 #[doc(hidden)]
@@ -206,6 +227,7 @@ pub fn attention_prefill(
         Pick::Prefill,
         None,
         KvRead::Own,
+        None,
     )
 }
 
@@ -262,6 +284,7 @@ pub fn attention_role(
         forced_split.map_or(Pick::Auto, Pick::Split),
         None,
         read,
+        None,
     )
 }
 
@@ -285,6 +308,7 @@ pub(crate) fn attention_into(
     partials: &wgpu::Buffer,
     read: KvRead,
     split: Option<u64>,
+    q_row: Option<u64>,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -305,6 +329,7 @@ pub(crate) fn attention_into(
         },
         Some(partials),
         read,
+        q_row,
     )
 }
 
@@ -352,6 +377,7 @@ fn attention_in(
     pick: Pick,
     partials: Option<&wgpu::Buffer>,
     read: KvRead,
+    q_row: Option<u64>,
 ) -> Result<()> {
     const OP: &str = "attention";
     let (n_head_kv, head_dim, n_ctx) = (layout.heads, layout.head_dim, layout.n_ctx);
@@ -371,7 +397,18 @@ fn attention_in(
         .saturating_mul(n_head)
         .saturating_mul(head_dim)
         .saturating_mul(4);
-    need(OP, "q", q, qb)?;
+    // token t's queries at word t · q_stride (planar: n_head · head_dim)
+    let q_dim = n_head.saturating_mul(head_dim);
+    let q_stride = q_row.unwrap_or(q_dim);
+    if q_stride < q_dim {
+        return Err(GpuError::shape(
+            OP,
+            format!("query rows of {q_stride} words hold {n_head} heads of {head_dim}"),
+        ));
+    }
+    let q_words = n_tokens.saturating_sub(1).saturating_mul(q_stride) + q_dim;
+    need(OP, "q", q, q_words.saturating_mul(4))?;
+    binding(ctx, "queries", q_words.saturating_mul(4))?;
     need(OP, "out", out, qb)?;
     need(OP, "k cache", k_cache, layout.buffer_bytes(true))?;
     need(OP, "v cache", v_cache, layout.buffer_bytes(false))?;
@@ -397,16 +434,18 @@ fn attention_in(
     let wgs_x = n_head_kv * n_hg;
     let token_tiles = n_tokens.div_ceil(PREFILL_TOKENS_PER_WG);
     let unfit = prefill_unfit(layout, read, k_cache, v_cache);
-    // the prefill kernel where it applies, the batch is long and its workgroups fill the GPU
-    let pays = unfit.is_none()
-        && n_tokens >= PREFILL_MIN_TOKENS
-        && wgs_x.saturating_mul(token_tiles) >= attn_target_wgs(ctx) / 8
-        && prefill_enabled();
+    let pays = unfit.is_none() && prefill_pays(ctx, n_tokens, wgs_x);
     let prefill = match pick {
         Pick::Prefill => true,
         Pick::Auto | Pick::Unsplit => pays,
         Pick::Split(_) => false,
     };
+    if !prefill && n_tokens > 1 && q_stride != q_dim {
+        return Err(GpuError::internal(
+            OP,
+            "strided query rows: only the prefill kernel reads them (check prefill_takes)",
+        ));
+    }
     let n_split = match pick {
         Pick::Split(s) if (1..=ATTN_MAX_SPLIT).contains(&s) => s,
         Pick::Split(s) => {
@@ -437,6 +476,8 @@ fn attention_in(
         n_tokens: u32_of(OP, "n_tokens", n_tokens)?,
         n_split: u32_of(OP, "n_split", n_split)?,
         n_hg: u32_of(OP, "head groups", n_hg)?,
+        q_stride: u32_of(OP, "query row", q_stride)?,
+        ..AttnParams::default()
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
     let geom = ctx.uniform(bytemuck::bytes_of(&geom))?;

@@ -476,14 +476,22 @@ impl<'a> Graph<'a> {
                 let (cache, role) = self.kv.layer(li)?;
                 let layout = self.kv.layout();
                 let p = &mut self.p;
-                if n == 1 && matches!(role, KvRole::Own) && kernels::rope_kv_fuses(layout) {
-                    // one token: the row is the planar [q | k | v]; RoPE and the store fused
+                let caches = (&cache.k, &cache.v);
+                let fuse = match n {
+                    1 => kernels::rope_kv_fuses(layout),
+                    // a batch: when the prefill attention reads the queries in the stacked rows
+                    _ => {
+                        kernels::rope_kv_fuses_batch(layout, n)
+                            && kernels::attention::prefill_takes(ctx, layout, caches, n, nh)
+                    }
+                };
+                if matches!(role, KvRole::Own) && fuse {
+                    // rows [q | k | v]: RoPE and the store fused, the queries rotated in place
                     let shape = QkvShape {
                         n_head: nh,
                         rope_dim: rd,
                         neox: hp.rope_neox,
                     };
-                    let caches = (&cache.k, &cache.v);
                     kernels::rope_kv_store(
                         ctx, p, layout, shape, &s.step, qkv, &s.rope, caches, n,
                     )?;
@@ -529,10 +537,12 @@ impl<'a> Graph<'a> {
         let scale = 1.0 / (hd as f32).sqrt();
         let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
         let split = self.short.then_some(1);
+        // queries left in the stacked [n][q | k | v] rows (`stored`) are that far apart
+        let q_row = stored.map(|_| nh * hd + 2 * self.kv.row_values());
         let attend = |p: &mut Plan, q: &wgpu::Buffer, l: &KvLayout, read: KvRead| {
             let part = &s.attn_partials;
             kernels::attention::attention_into(
-                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split,
+                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split, q_row,
             )
         };
         let mc = self.kv.mc_scratch();

@@ -338,8 +338,9 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     // The query-tiled prefill kernel forced (attention_prefill.wgsl): 1 token (a partial tile),
     // 5 (a full and a partial tile), tiles straddling a 64-key tile edge (p0 = 60), a long batch
     // over a cached prefix, head groups of 3 (lanes past the group) and 8 (two head groups),
-    // head_dim 32 (one token per value invocation, half of them idle) and 96 (192 of 256 value
-    // invocations), a cache longer than the positions used.
+    // head_dim 32 (one token per value invocation, half of them idle), 96 (192 of 256 value
+    // invocations), 16 and 48 (f16's 16-dim tail step in kv.rs), a cache longer than the
+    // positions used.
     for (p0, n, nh, nkv, hd, extra) in [
         (0, 1, 9, 3, 64, 0),
         (0, 5, 20, 5, 128, 0),
@@ -349,6 +350,8 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (7, 33, 16, 2, 64, 40),
         (3, 18, 4, 4, 32, 0),
         (70, 23, 6, 2, 96, 1),
+        (0, 20, 4, 2, 16, 0),
+        (5, 17, 6, 3, 48, 2),
     ] {
         v.push((
             format!(

@@ -407,9 +407,15 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             });
         }
     }
-    // f16 through the query-tiled prefill kernel, forced (SmolLM2's and 2B4T's heads; a batch
-    // over a prefix stored in earlier submissions, token tiles straddling a 64-key tile)
-    for (heads, p0, n) in [((9, 3, 64), 100, 60), ((20, 5, 128), 13, 40)] {
+    // f16 through the query-tiled prefill kernel, forced (SmolLM2's and 2B4T's heads, head_dim 16
+    // and 48: the 16-dim tail step; a batch over a prefix stored in earlier submissions, token
+    // tiles straddling a 64-key tile)
+    for (heads, p0, n) in [
+        ((9, 3, 64), 100, 60),
+        ((20, 5, 128), 13, 40),
+        ((4, 2, 16), 3, 21),
+        ((6, 3, 48), 10, 30),
+    ] {
         list.push(Case {
             prefill: true,
             ..base(KvQuant::F16, heads, p0, n, 3, 37)
