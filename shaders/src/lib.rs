@@ -24,6 +24,9 @@ pub enum Shader {
     TernaryGemm,
     /// Tiled Q8_0 / Q4_0 / Q4_1 / Q6_K GEMM (64 rows × 32 tokens per workgroup) for prefill.
     GgmlGemm,
+    /// Tiled ternary GEMM, 64 rows × 128 tokens per workgroup (2bit, one scale group; bit-exact
+    /// with `TernaryGemm`).
+    TernaryGemmT128,
     /// NeuZip rANS decode into a scratch buffer (bit-exact).
     NeuzipDecode,
     /// Fused NeuZip decode + GEMV for a matrix kept compressed (never writes the decoded matrix).
@@ -268,6 +271,22 @@ const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
     "ternary_gemm_2bit_bf16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
 ];
 
+// 64 rows × 128 tokens (8 tokens per invocation; 2bit, group 0).
+const TERNARY_GEMM_T128_VARIANTS: &[Variant] = variants![Shader::TernaryGemmT128;
+    "ternary_gemm_2bit_f32_64x128" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_2bit_f16_64x128" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_2bit_bf16_64x128" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
+    "ternary_gemm_2bit_f32_64x128_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_2bit_f16_64x128_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_2bit_bf16_64x128_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
+    "ternary_gemm_2bit_f32_64x128_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_2bit_f16_64x128_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_2bit_bf16_64x128_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
+    "ternary_gemm_2bit_f32_64x128_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_2bit_f16_64x128_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_2bit_bf16_64x128_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
+];
+
 const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
     "ggml_gemm_q8_0_64x32" => ["QTYPE" = 0],
     "ggml_gemm_q4_0_64x32" => ["QTYPE" = 1],
@@ -442,12 +461,13 @@ const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 33] = [
+    pub const ALL: [Shader; 34] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
         Shader::TernaryGemm,
         Shader::GgmlGemm,
+        Shader::TernaryGemmT128,
         Shader::NeuzipDecode,
         Shader::NeuzipGemv,
         Shader::RmsNorm,
@@ -486,6 +506,7 @@ impl Shader {
             Shader::GgmlGemv => "ggml_gemv.wgsl",
             Shader::TernaryGemm => "ternary_gemm.wgsl",
             Shader::GgmlGemm => "ggml_gemm.wgsl",
+            Shader::TernaryGemmT128 => "ternary_gemm_t128.wgsl",
             Shader::NeuzipDecode => "neuzip_decode.wgsl",
             Shader::NeuzipGemv => "neuzip_gemv.wgsl",
             Shader::RmsNorm => "rmsnorm.wgsl",
@@ -525,6 +546,7 @@ impl Shader {
             Shader::GgmlGemv => include_str!("../wgsl/ggml_gemv.wgsl"),
             Shader::TernaryGemm => include_str!("../wgsl/ternary_gemm.wgsl"),
             Shader::GgmlGemm => include_str!("../wgsl/ggml_gemm.wgsl"),
+            Shader::TernaryGemmT128 => include_str!("../wgsl/ternary_gemm_t128.wgsl"),
             Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
             Shader::NeuzipGemv => include_str!("../wgsl/neuzip_gemv.wgsl"),
             Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
@@ -609,6 +631,7 @@ impl Shader {
             Shader::GgmlGemv => GGML_VARIANTS,
             Shader::TernaryGemm => TERNARY_GEMM_VARIANTS,
             Shader::GgmlGemm => GGML_GEMM_VARIANTS,
+            Shader::TernaryGemmT128 => TERNARY_GEMM_T128_VARIANTS,
             Shader::NeuzipDecode => NEUZIP_VARIANTS,
             Shader::NeuzipGemv => NEUZIP_GEMV_VARIANTS,
             Shader::RmsNorm => RMSNORM_VARIANTS,

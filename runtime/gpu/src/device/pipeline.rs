@@ -58,14 +58,14 @@ pub enum KernelKey {
     GgmlGemv(GgmlType),
     /// `ggml_gemv.wgsl` with its fused RMSNorm prologue (`NORM` = 1).
     GgmlGemvNorm(GgmlType),
-    /// Ternary GEMM; `wide`: 64 × 64 tiles (4 tokens per invocation, 2bit only) instead of
-    /// 64 × 32.
+    /// Ternary GEMM of 64 rows × `tokens` tokens per tile: 32, 64 (2bit) or 128 (2bit, group 0:
+    /// `ternary_gemm_t128.wgsl`).
     TernaryGemm {
         layout: TernaryLayout,
         scale_type: FloatType,
         act: ActBits,
         dot: DotKind,
-        wide: bool,
+        tokens: u8,
     },
     /// BitNet a4.8 quantizers: INT4 absmean (`act_quant_a48.wgsl`) or TopK-50% + INT8
     /// (`act_quant_topk.wgsl`), alone or fused with the preceding RMSNorm.
@@ -218,11 +218,10 @@ impl fmt::Display for KernelKey {
                 scale_type,
                 act,
                 dot,
-                wide,
+                tokens,
             } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
-                let tile = if *wide { "64x64" } else { "64x32" };
-                write!(f, "ternary_gemm_{l}_{s}_{tile}{}", suffix(*act, *dot))
+                write!(f, "ternary_gemm_{l}_{s}_64x{tokens}{}", suffix(*act, *dot))
             }
             KernelKey::ActQuantA48 { topk, norm } => f.write_str(match (topk, norm) {
                 (false, false) => "act_quant_int4",
@@ -323,6 +322,7 @@ impl KernelKey {
             KernelKey::ActQuantInt8 => Shader::ActQuantInt8,
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
             KernelKey::GgmlGemv(_) | KernelKey::GgmlGemvNorm(_) => Shader::GgmlGemv,
+            KernelKey::TernaryGemm { tokens: 128, .. } => Shader::TernaryGemmT128,
             KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
             KernelKey::ActQuantA48 { topk: true, .. } => Shader::ActQuantTopK,
             KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,
@@ -503,21 +503,16 @@ mod tests {
                             act,
                             dot,
                         });
-                        keys.push(KernelKey::TernaryGemm {
-                            layout: l,
-                            scale_type: s,
-                            act,
-                            dot,
-                            wide: false,
-                        });
-                        if layout == TernaryLayout::Bits2 {
-                            keys.push(KernelKey::TernaryGemm {
-                                layout: l,
-                                scale_type: s,
-                                act,
-                                dot,
-                                wide: true,
-                            });
+                        for tokens in [32, 64, 128] {
+                            if tokens == 32 || layout == TernaryLayout::Bits2 {
+                                keys.push(KernelKey::TernaryGemm {
+                                    layout: l,
+                                    scale_type: s,
+                                    act,
+                                    dot,
+                                    tokens,
+                                });
+                            }
                         }
                         keys.push(KernelKey::TernaryGemvWide {
                             layout: l,
