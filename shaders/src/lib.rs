@@ -24,8 +24,8 @@ pub enum Shader {
     TernaryGemm,
     /// Tiled Q8_0 / Q4_0 / Q4_1 / Q6_K GEMM (64 rows × 32 tokens per workgroup) for prefill.
     GgmlGemm,
-    /// Tiled ternary GEMM, 64 rows × 128 tokens per workgroup (2bit, one scale group; bit-exact
-    /// with `TernaryGemm`).
+    /// Tiled ternary GEMM, 64 rows × 128 or 64 tokens per workgroup by 4 × 8 micro-tiles (2bit,
+    /// one scale group; bit-exact with `TernaryGemm`).
     TernaryGemmT128,
     /// NeuZip rANS decode into a scratch buffer (bit-exact).
     NeuzipDecode,
@@ -271,20 +271,33 @@ const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
     "ternary_gemm_2bit_bf16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
 ];
 
-// 64 rows × 128 tokens (8 tokens per invocation; 2bit, group 0).
+// 64 rows × 128 tokens (256 invocations) and 64 × 64 (`j8`, 128 invocations), 4 rows × 8 tokens per
+// invocation (2bit, group 0).
 const TERNARY_GEMM_T128_VARIANTS: &[Variant] = variants![Shader::TernaryGemmT128;
-    "ternary_gemm_2bit_f32_64x128" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_2bit_f16_64x128" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_2bit_bf16_64x128" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_2bit_f32_64x128_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_2bit_f16_64x128_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_2bit_bf16_64x128_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_2bit_f32_64x128_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_2bit_f16_64x128_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_2bit_bf16_64x128_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_2bit_f32_64x128_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_2bit_f16_64x128_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_2bit_bf16_64x128_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
+    "ternary_gemm_2bit_f32_64x128" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x128_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x128_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x128_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x64j8" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x64j8_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x64j8_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x64j8_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 128],
 ];
 
 const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;

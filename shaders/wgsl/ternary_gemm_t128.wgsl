@@ -1,13 +1,15 @@
-// Tiled ternary GEMM, 64 rows × 128 tokens per workgroup (`GemmTile::Tall`): the prefill kernel of
-// per-tensor-scale 2bit weights (group 0, BitNet b1.58 2B4T). Same operands, output and bits as
-// ternary_gemm.wgsl (read its header): y[t][r] = (scale_r · Σ_c trit_{r,c} · q_t[c]) / s_t.
+// Tiled ternary GEMM with 4-row × 8-token micro-tiles: the prefill kernel of per-tensor-scale 2bit
+// weights (group 0, BitNet b1.58 2B4T). Same operands, output and bits as ternary_gemm.wgsl (read
+// its header): y[t][r] = (scale_r · Σ_c trit_{r,c} · q_t[c]) / s_t.
 //
-// Each of the 256 invocations accumulates a 4-row × 8-token micro-tile (rows tr + 16 i, tokens
-// tt + 16 j): per 16-column sub-step 4 + 8 vec4 workgroup-memory reads feed 128 dot4 (the 64 × 64
-// tile: 8 reads, 64 dot4), and every weight word is decoded and read from memory once per 128
-// tokens. A K step is 4 code words (64 columns) of each row: 4 KiB of int8 trits plus 8 KiB of
-// activations in workgroup memory (WebGPU guarantees 16352 B). The next step's global loads are
-// issued before the current step's products (software pipeline, as ternary_gemm.wgsl).
+// A workgroup of WG = 16 · TG invocations computes 64 rows × TT = 8 · TG tokens (WG 256: 64 × 128,
+// `GemmTile::Tall`; WG 128: 64 × 64, `GemmTile::TallHalf`, twice the workgroups for the same
+// shape). Invocation (tr, tt) = (lid % 16, lid / 16) accumulates rows tr + 16 i (i < 4) × tokens
+// tt + TG · j (j < 8): per 16-column sub-step 4 + 8 vec4 workgroup-memory reads feed 128 dot4
+// (ternary_gemm.wgsl's 64 × 64 tile: 8 reads, 64 dot4). A K step is 4 code words (64 columns) of
+// each row: 4 KiB of int8 trits plus TT · 64 B of activations in workgroup memory (≤ 12 KiB;
+// WebGPU guarantees 16352 B). The next step's global loads are issued before the current step's
+// products (software pipeline, as ternary_gemm.wgsl).
 //
 // Group 0 only (one scale per tensor, or two with gate/up pairs: mode bit 5) and LAYOUT 2bit;
 // matmul.rs sends every other weight to ternary_gemm.wgsl. With one scale group the i32 sums
@@ -18,7 +20,8 @@
 //   SCALE_TYPE  0 = f32, 1 = f16, 2 = bf16
 //   ACT4        0 = INT8 activations; 1 = INT4 (a4.8), expanded to int8 when staged
 //   DOT         1 = `dot4I8Packed`, 0 = the plain byte-by-byte sum
-// Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of the part, y = 128-token tiles.
+//   WG          invocations per workgroup: 256 (TT = 128) or 128 (TT = 64)
+// Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of the part, y = TT-token tiles.
 
 struct Params {
     rows: u32,
@@ -42,6 +45,7 @@ struct Params {
 override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;
 override DOT: u32 = 1u;
+override WG: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -49,16 +53,16 @@ override DOT: u32 = 1u;
 @group(0) @binding(3) var<storage, read> xs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-const WG: u32 = 256u;
 const TR: u32 = 64u; // rows per tile
-const TT: u32 = 128u; // tokens per tile
 const CW: u32 = 4u; // code words per row per K step = 16-column sub-steps per step
 const AB: u32 = 256u; // CW · TR: start of the activations in `tile`
+override TG: u32 = WG / 16u; // token groups: tokens tt + TG · j
+override TT: u32 = 8u * TG; // tokens per tile
 
-// Trits [q][row] at 0 .. 256, activations [q][token] at 256 .. 768 (12 KiB).
+// Trits [q][row] at 0 .. 256, activations [q][token] at 256 .. 256 + 4 · TT (≤ 12 KiB).
 var<workgroup> tile: array<vec4<u32>, 768>;
 
-// Micro-tile: rows tr + 16 i (component i), tokens tt + 16 j (acc_j). Vectors with constant
+// Micro-tile: rows tr + 16 i (component i), tokens tt + TG · j (acc_j). Vectors with constant
 // components stay in registers (ternary_gemm.wgsl).
 var<private> acc0: vec4<i32>;
 var<private> acc1: vec4<i32>;
@@ -114,14 +118,20 @@ fn mac(acc: vec4<i32>, w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4<u32
         dot16(acc.w, w3, a));
 }
 
-// Code word `lid` of step s: tile row lid / CW, word lid % CW (0 past the row or the part).
-fn load_code(r0: u32, s: u32, lid: u32) -> u32 {
-    let row = r0 + lid / CW;
-    let wi = s * CW + lid % CW;
+// Code word `it` (< TR · CW) of step s: tile row it / CW, word it % CW (trits 0 past the row or
+// the part).
+fn load_code(r0: u32, s: u32, it: u32) -> u32 {
+    let row = r0 + it / CW;
+    let wi = s * CW + it % CW;
     if (row < p.rows && wi < p.words_per_row) {
         return w[row * p.words_per_row + wi];
     }
     return 0x55555555u; // code 1 = trit 0
+}
+
+fn store_code(it: u32, c: u32) {
+    tile[(it % CW) * TR + it / CW] =
+        vec4<u32>(trits2(c, 0u), trits2(c, 1u), trits2(c, 2u), trits2(c, 3u));
 }
 
 // Activation vec4 `it` of step s (INT8: token it / 4, vec4 it % 4; INT4: token it / 2, vec4 of
@@ -171,7 +181,7 @@ fn store_rows(t: u32, row: u32, a: vec4<i32>, sc: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let r0 = wg.x * TR;
     let t0 = wg.y * TT;
@@ -187,21 +197,30 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     acc6 = vec4<i32>(0);
     acc7 = vec4<i32>(0);
 
-    // Per invocation and step: code word lid (TR · CW = 256), activation vec4s lid and lid + 256
-    // (TT · CW = 512; INT4: 256, lid only).
-    var c = load_code(r0, 0u, lid);
+    // Per invocation and step: code words lid (and lid + 128 with WG 128: TR · CW = 256),
+    // activation vec4s lid and lid + WG (TT · CW = 2 · WG; INT4: WG, lid only).
+    var c_a = load_code(r0, 0u, lid);
+    var c_b = 0x55555555u;
+    if (WG == 128u) {
+        c_b = load_code(r0, 0u, lid + WG);
+    }
     var x_a = load_act(t0, 0u, lid);
     var x_b = load_act(t0, 0u, lid + WG);
     for (var s = 0u; s < n_steps; s = s + 1u) {
-        tile[(lid % CW) * TR + lid / CW] =
-            vec4<u32>(trits2(c, 0u), trits2(c, 1u), trits2(c, 2u), trits2(c, 3u));
+        store_code(lid, c_a);
+        if (WG == 128u) {
+            store_code(lid + WG, c_b);
+        }
         store_act(lid, x_a);
         if (ACT4 == 0u) {
             store_act(lid + WG, x_b);
         }
         workgroupBarrier();
         if (s + 1u < n_steps) {
-            c = load_code(r0, s + 1u, lid);
+            c_a = load_code(r0, s + 1u, lid);
+            if (WG == 128u) {
+                c_b = load_code(r0, s + 1u, lid + WG);
+            }
             x_a = load_act(t0, s + 1u, lid);
             if (ACT4 == 0u) {
                 x_b = load_act(t0, s + 1u, lid + WG);
@@ -216,19 +235,19 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             let abq = AB + q * TT + tt;
             let a0 = tile[abq];
             acc0 = mac(acc0, w0, w1, w2, w3, a0);
-            let a1 = tile[abq + 16u];
+            let a1 = tile[abq + 1u * TG];
             acc1 = mac(acc1, w0, w1, w2, w3, a1);
-            let a2 = tile[abq + 32u];
+            let a2 = tile[abq + 2u * TG];
             acc2 = mac(acc2, w0, w1, w2, w3, a2);
-            let a3 = tile[abq + 48u];
+            let a3 = tile[abq + 3u * TG];
             acc3 = mac(acc3, w0, w1, w2, w3, a3);
-            let a4 = tile[abq + 64u];
+            let a4 = tile[abq + 4u * TG];
             acc4 = mac(acc4, w0, w1, w2, w3, a4);
-            let a5 = tile[abq + 80u];
+            let a5 = tile[abq + 5u * TG];
             acc5 = mac(acc5, w0, w1, w2, w3, a5);
-            let a6 = tile[abq + 96u];
+            let a6 = tile[abq + 6u * TG];
             acc6 = mac(acc6, w0, w1, w2, w3, a6);
-            let a7 = tile[abq + 112u];
+            let a7 = tile[abq + 7u * TG];
             acc7 = mac(acc7, w0, w1, w2, w3, a7);
         }
         workgroupBarrier();
@@ -240,12 +259,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     if (row < p.rows) {
         let t = t0 + tt;
         store_rows(t, row, acc0, sc);
-        store_rows(t + 16u, row, acc1, sc);
-        store_rows(t + 32u, row, acc2, sc);
-        store_rows(t + 48u, row, acc3, sc);
-        store_rows(t + 64u, row, acc4, sc);
-        store_rows(t + 80u, row, acc5, sc);
-        store_rows(t + 96u, row, acc6, sc);
-        store_rows(t + 112u, row, acc7, sc);
+        store_rows(t + TG, row, acc1, sc);
+        store_rows(t + 2u * TG, row, acc2, sc);
+        store_rows(t + 3u * TG, row, acc3, sc);
+        store_rows(t + 4u * TG, row, acc4, sc);
+        store_rows(t + 5u * TG, row, acc5, sc);
+        store_rows(t + 6u * TG, row, acc6, sc);
+        store_rows(t + 7u * TG, row, acc7, sc);
     }
 }

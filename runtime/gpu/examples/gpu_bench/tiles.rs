@@ -1,5 +1,5 @@
-//! `--only tiles`: the ternary GEMM's tiles (`GemmTile::{Narrow, Wide, Tall}`: 64 rows × 32, 64,
-//! 128 tokens) on the same operands at 2B4T's shapes (q/o, k/v, stacked q/k/v, gate/up pairs,
+//! `--only tiles`: the ternary GEMM's tiles (`GemmTile::{Narrow, Wide, Tall, TallHalf}`: 64 rows ×
+//! 32, 64, 128, 64 tokens) on the same operands at 2B4T's shapes (q/o, k/v, stacked q/k/v, gate/up pairs,
 //! down), INT8 and INT4 (a4.8) activations, 512 tokens (and fewer on 2560 × 2560). Each tile's
 //! output must equal the 64 × 32 tile's bit for bit. Per entry: µs per GEMM and TOPS (2 ops per
 //! multiply-add) of each tile.
@@ -63,6 +63,7 @@ pub fn tiles(
                 ("64x32", GemmTile::Narrow),
                 ("64x64", GemmTile::Wide),
                 ("64x128", GemmTile::Tall),
+                ("64x64j8", GemmTile::TallHalf),
             ] {
                 let y = ctx.zeroed("y", n)?;
                 let t = per_call(ctx, iters, |e| {

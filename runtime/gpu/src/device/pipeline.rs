@@ -8,6 +8,7 @@ use tern_format::{FloatType, TernaryLayout};
 use tern_shaders::{Shader, Variant};
 
 use crate::error::{GpuError, Result};
+use crate::kernels::GemmTile;
 
 use super::kinds::suffix;
 pub use super::kinds::{ActBits, DotKind};
@@ -58,14 +59,13 @@ pub enum KernelKey {
     GgmlGemv(GgmlType),
     /// `ggml_gemv.wgsl` with its fused RMSNorm prologue (`NORM` = 1).
     GgmlGemvNorm(GgmlType),
-    /// Ternary GEMM of 64 rows × `tokens` tokens per tile: 32, 64 (2bit) or 128 (2bit, group 0:
-    /// `ternary_gemm_t128.wgsl`).
+    /// Ternary GEMM by tiles of `tile` (`GemmTile::{Tall, TallHalf}`: `ternary_gemm_t128.wgsl`).
     TernaryGemm {
         layout: TernaryLayout,
         scale_type: FloatType,
         act: ActBits,
         dot: DotKind,
-        tokens: u8,
+        tile: GemmTile,
     },
     /// BitNet a4.8 quantizers: INT4 absmean (`act_quant_a48.wgsl`) or TopK-50% + INT8
     /// (`act_quant_topk.wgsl`), alone or fused with the preceding RMSNorm.
@@ -218,10 +218,15 @@ impl fmt::Display for KernelKey {
                 scale_type,
                 act,
                 dot,
-                tokens,
+                tile,
             } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
-                write!(f, "ternary_gemm_{l}_{s}_64x{tokens}{}", suffix(*act, *dot))
+                write!(
+                    f,
+                    "ternary_gemm_{l}_{s}_{}{}",
+                    tile.name(),
+                    suffix(*act, *dot)
+                )
             }
             KernelKey::ActQuantA48 { topk, norm } => f.write_str(match (topk, norm) {
                 (false, false) => "act_quant_int4",
@@ -322,8 +327,10 @@ impl KernelKey {
             KernelKey::ActQuantInt8 => Shader::ActQuantInt8,
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
             KernelKey::GgmlGemv(_) | KernelKey::GgmlGemvNorm(_) => Shader::GgmlGemv,
-            KernelKey::TernaryGemm { tokens: 128, .. } => Shader::TernaryGemmT128,
-            KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
+            KernelKey::TernaryGemm { tile, .. } => match tile {
+                GemmTile::Narrow | GemmTile::Wide => Shader::TernaryGemm,
+                GemmTile::Tall | GemmTile::TallHalf => Shader::TernaryGemmT128,
+            },
             KernelKey::ActQuantA48 { topk: true, .. } => Shader::ActQuantTopK,
             KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
@@ -503,14 +510,14 @@ mod tests {
                             act,
                             dot,
                         });
-                        for tokens in [32, 64, 128] {
-                            if tokens == 32 || layout == TernaryLayout::Bits2 {
+                        for tile in GemmTile::ALL {
+                            if tile == GemmTile::Narrow || layout == TernaryLayout::Bits2 {
                                 keys.push(KernelKey::TernaryGemm {
                                     layout: l,
                                     scale_type: s,
                                     act,
                                     dot,
-                                    tokens,
+                                    tile,
                                 });
                             }
                         }

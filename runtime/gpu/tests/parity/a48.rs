@@ -184,6 +184,8 @@ enum Mm {
     GemmWide,
     /// The GEMM's 64 × 128 tile (2bit, group 0).
     GemmTall,
+    /// Its 64 × 64 form (128 invocations).
+    GemmTallHalf,
     /// The sparse GEMV with this switch density (0: dense walk, 1: sparse walk).
     Sparse(f64),
 }
@@ -271,6 +273,10 @@ fn run_matmul(
         Mm::GemmTall => {
             kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, kernels::GemmTile::Tall)
         }
+        Mm::GemmTallHalf => {
+            let half = kernels::GemmTile::TallHalf;
+            kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, half)
+        }
         Mm::Sparse(d) => kernels::ternary_gemv_sparse(ctx, &mut enc, &w, &a, &y, d),
     }
     .map_err(e)?;
@@ -319,7 +325,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 23] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 25] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
         (Mm::Gemv, l2, f16t, (37, 1000, 0, 1)),
         (Mm::Gemv, l2, bf16t, (9, 200, 40, 2)),
@@ -345,6 +351,8 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmTall, l2, bf16t, (257, 1000, 0, 130)),
         (Mm::GemmTall, l2, f16t, (70, 2560, 0, 128)),
         (Mm::GemmTall, l2, f32t, (65, 60, 0, 5)),
+        (Mm::GemmTallHalf, l2, bf16t, (257, 1000, 0, 130)),
+        (Mm::GemmTallHalf, l2, f16t, (65, 60, 0, 5)),
     ];
     for (mm, layout, st, shape) in mm_cases {
         v.push((
@@ -359,6 +367,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmWide, (257, 1000, 0, 70)),
         (Mm::GemmWide, (65, 480, 24, 65)),
         (Mm::GemmTall, (257, 1000, 0, 130)),
+        (Mm::GemmTallHalf, (70, 2560, 0, 65)),
     ] {
         v.push((
             format!("ternary×int8 {mm:?} Bits2 F16 {shape:?}"),

@@ -20,6 +20,8 @@ enum Path {
     GemmWide,
     /// The ternary GEMM's 64 × 128 tile (`GemmTile::Tall`, 2bit, group 0).
     GemmTall,
+    /// Its 64 × 64 form (`GemmTile::TallHalf`, 128 invocations).
+    GemmTallHalf,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -91,6 +93,10 @@ fn run_ternary_gemm(
             let tall = tern_gpu::kernels::GemmTile::Tall;
             tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, tall)
         }
+        Path::GemmTallHalf => {
+            let half = tern_gpu::kernels::GemmTile::TallHalf;
+            tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, half)
+        }
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -126,7 +132,7 @@ fn run_ggml_gemm(
     match path {
         Path::Gemm => tern_gpu::kernels::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
         Path::Gemv => kernels::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
-        Path::Matmul | Path::GemmWide | Path::GemmTall => {
+        Path::Matmul | Path::GemmWide | Path::GemmTall | Path::GemmTallHalf => {
             tern_gpu::kernels::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y)
         }
     }
@@ -257,21 +263,30 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         }),
     );
 
-    // The 64 × 128 ternary tile (2bit, group 0): every scale type, partial row and token tiles,
-    // several token tiles, a partial 64-column K step (1000, 60 columns), a split weight.
-    for (st, rows, cols, tokens) in [
-        (FloatType::F32, 1, 32, 1),
-        (FloatType::F16, 33, 96, 7),
-        (FloatType::Bf16, 70, 2560, 130),
-        (FloatType::F32, 257, 1000, 129),
-        (FloatType::F16, 65, 60, 4),
+    // The 4 × 8 micro-tiles (2bit, group 0), 64 × 128 and 64 × 64j8: every scale type, partial
+    // row and token tiles, several token tiles, a partial 64-column K step (1000, 60 columns), a
+    // split weight.
+    for (st, rows, cols, tokens, path) in [
+        (FloatType::F32, 1, 32, 1, Path::GemmTall),
+        (FloatType::F16, 33, 96, 7, Path::GemmTall),
+        (FloatType::Bf16, 70, 2560, 130, Path::GemmTall),
+        (FloatType::F32, 257, 1000, 129, Path::GemmTall),
+        (FloatType::F16, 65, 60, 4, Path::GemmTall),
+        (FloatType::F16, 1, 32, 1, Path::GemmTallHalf),
+        (FloatType::Bf16, 70, 2560, 65, Path::GemmTallHalf),
+        (FloatType::F32, 257, 1000, 130, Path::GemmTallHalf),
     ] {
+        let tile = if matches!(path, Path::GemmTall) {
+            "64x128"
+        } else {
+            "64x64j8"
+        };
         add(
-            format!("ternary_gemm 64x128 {st:?} {rows}×{cols} tokens {tokens}"),
+            format!("ternary_gemm {tile} {st:?} {rows}×{cols} tokens {tokens}"),
             false,
             Box::new(move |x, r| {
                 let l = TernaryLayout::Bits2;
-                run_ternary_gemm(x, r, Path::GemmTall, l, st, rows, cols, 0, tokens)
+                run_ternary_gemm(x, r, path, l, st, rows, cols, 0, tokens)
             }),
         );
     }
@@ -292,7 +307,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (true, false, 300, 640, 9, true),
     ] {
         add(
-            format!("ternary_gemm 64x128 vs 64x32/64x64 pairs {pairs} int4 {act4} {rows}×{cols} tokens {tokens} split {split}"),
+            format!("ternary_gemm 64x128/64x64j8 vs 64x32/64x64 pairs {pairs} int4 {act4} {rows}×{cols} tokens {tokens} split {split}"),
             split,
             Box::new(move |x, r| run_tall_vs_old(x, r, pairs, act4, rows, cols, tokens)),
         );
@@ -371,7 +386,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     v
 }
 
-/// The 64 × 128 tile against the 64 × 32 and 64 × 64 tiles on the same weight and activations,
+/// The 64 × 128 and 64 × 64j8 tiles against the 64 × 32 and 64 × 64 tiles on the same weight and activations,
 /// bit for bit: `pairs` a gate/up pair weight (`ternary_gate_up`, 2 × `rows` rows), `act4` INT4
 /// activations. Also checks that the tile refuses a weight with scale groups.
 fn run_tall_vs_old(
@@ -419,17 +434,22 @@ fn run_tall_vs_old(
     };
     let n = tokens * out_rows;
     let mut ys = Vec::new();
-    for tile in [GemmTile::Tall, GemmTile::Narrow, GemmTile::Wide] {
+    for tile in [
+        GemmTile::Narrow,
+        GemmTile::Wide,
+        GemmTile::Tall,
+        GemmTile::TallHalf,
+    ] {
         let y = ctx.upload("y", &f32_bytes(&vec![f32::NAN; n])).map_err(e)?;
         kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, tile).map_err(e)?;
         ys.push(y);
     }
     ctx.submit_wait(enc).map_err(e)?;
-    let got = ctx.read_f32(&ys[0], n).map_err(e)?;
     let mut out = String::new();
-    for (name, y) in [("64x32", &ys[1]), ("64x64", &ys[2])] {
-        let want = ctx.read_f32(y, n).map_err(e)?;
-        out = score(&format!("64x128 vs {name}"), Check::Exact, &got, &want)?;
+    for (i, j) in [(2, 0), (2, 1), (3, 0), (3, 1)] {
+        let got = ctx.read_f32(&ys[i], n).map_err(e)?;
+        let want = ctx.read_f32(&ys[j], n).map_err(e)?;
+        out = score(&format!("tile {i} vs {j}"), Check::Exact, &got, &want)?;
     }
     // grouped scales: the 64 × 128 tile says no (matmul.rs falls back to the older tiles)
     let ns = ternary::scale_count(r, c, 40).map_err(|e| e.to_string())? as usize;
@@ -437,9 +457,11 @@ fn run_tall_vs_old(
     let gw = TernaryWeight::upload(ctx, l, r, c, 40, st, &gb.map_err(|e| e.to_string())?);
     let y = ctx.zeroed("y", (tokens * rows * 4) as u64).map_err(e)?;
     let mut enc = ctx.encoder();
-    let tall = GemmTile::Tall;
-    if kernels::ternary_gemm_tiled(ctx, &mut enc, &gw.map_err(e)?, &a, &y, tall).is_ok() {
-        return Err("the 64 × 128 tile took a weight with scale groups".into());
+    let gw = gw.map_err(e)?;
+    for tile in [GemmTile::Tall, GemmTile::TallHalf] {
+        if kernels::ternary_gemm_tiled(ctx, &mut enc, &gw, &a, &y, tile).is_ok() {
+            return Err(format!("{tile:?} took a weight with scale groups"));
+        }
     }
     Ok(format!("{out}, {} binding(s)", w.parts()))
 }
