@@ -9,7 +9,10 @@
 // (ternary_gemm.wgsl's 64 × 64 tile: 8 reads, 64 dot4). A K step is 4 code words (64 columns) of
 // each row: 4 KiB of int8 trits plus TT · 64 B of activations in workgroup memory (≤ 12 KiB;
 // WebGPU guarantees 16352 B). The next step's global loads are issued before the current step's
-// products (software pipeline, as ternary_gemm.wgsl).
+// products (software pipeline, as ternary_gemm.wgsl). H100, 512 tokens
+// (docs/bench/h-gemm-2026-11-24): 13824 × 2560 gate/up pairs 660 µs with WG 256 (55 TOPS; the
+// 64 × 64 tile: 800 µs), 2560 × 6912 392 µs with WG 128 (46 TOPS; 446 µs); WG 256 loses where it
+// leaves too few workgroups.
 //
 // Group 0 only (one scale per tensor, or two with gate/up pairs: mode bit 5) and LAYOUT 2bit;
 // matmul.rs sends every other weight to ternary_gemm.wgsl. With one scale group the i32 sums
@@ -59,7 +62,8 @@ const AB: u32 = 256u; // CW · TR: start of the activations in `tile`
 override TG: u32 = WG / 16u; // token groups: tokens tt + TG · j
 override TT: u32 = 8u * TG; // tokens per tile
 
-// Trits [q][row] at 0 .. 256, activations [q][token] at 256 .. 256 + 4 · TT (≤ 12 KiB).
+// Trits [q][row] at 0 .. 256, activations [q][token] at 256 .. 256 + 4 · TT (sized for TT = 128:
+// 12 KiB; WG 128 uses 8 KiB of it).
 var<workgroup> tile: array<vec4<u32>, 768>;
 
 // Micro-tile: rows tr + 16 i (component i), tokens tt + TG · j (acc_j). Vectors with constant
