@@ -24,6 +24,9 @@ pub enum Shader {
     TernaryGemm,
     /// Tiled Q8_0 / Q4_0 / Q4_1 / Q6_K GEMM (64 rows × 32 tokens per workgroup) for prefill.
     GgmlGemm,
+    /// Tiled ternary GEMM, 64 rows × 128 or 64 tokens per workgroup by 4 × 8 micro-tiles (2bit,
+    /// one scale group; bit-exact with `TernaryGemm`).
+    TernaryGemmT128,
     /// NeuZip rANS decode into a scratch buffer (bit-exact).
     NeuzipDecode,
     /// Fused NeuZip decode + GEMV for a matrix kept compressed (never writes the decoded matrix).
@@ -271,6 +274,35 @@ const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
     "ternary_gemm_2bit_bf16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
 ];
 
+// 64 rows × 128 tokens (256 invocations) and 64 × 64 (`j8`, 128 invocations), 4 rows × 8 tokens per
+// invocation (2bit, group 0).
+const TERNARY_GEMM_T128_VARIANTS: &[Variant] = variants![Shader::TernaryGemmT128;
+    "ternary_gemm_2bit_f32_64x128" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x128_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x128_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x128_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f16_64x128_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_bf16_64x128_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 256],
+    "ternary_gemm_2bit_f32_64x64j8" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x64j8_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x64j8_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x64j8_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f16_64x64j8_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_bf16_64x64j8_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 128],
+];
+
 const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
     "ggml_gemm_q8_0_64x32" => ["QTYPE" = 0],
     "ggml_gemm_q4_0_64x32" => ["QTYPE" = 1],
@@ -456,6 +488,7 @@ impl Shader {
         Shader::GgmlGemv,
         Shader::TernaryGemm,
         Shader::GgmlGemm,
+        Shader::TernaryGemmT128,
         Shader::NeuzipDecode,
         Shader::NeuzipGemv,
         Shader::RmsNorm,
@@ -495,6 +528,7 @@ impl Shader {
             Shader::GgmlGemv => "ggml_gemv.wgsl",
             Shader::TernaryGemm => "ternary_gemm.wgsl",
             Shader::GgmlGemm => "ggml_gemm.wgsl",
+            Shader::TernaryGemmT128 => "ternary_gemm_t128.wgsl",
             Shader::NeuzipDecode => "neuzip_decode.wgsl",
             Shader::NeuzipGemv => "neuzip_gemv.wgsl",
             Shader::RmsNorm => "rmsnorm.wgsl",
@@ -535,6 +569,7 @@ impl Shader {
             Shader::GgmlGemv => include_str!("../wgsl/ggml_gemv.wgsl"),
             Shader::TernaryGemm => include_str!("../wgsl/ternary_gemm.wgsl"),
             Shader::GgmlGemm => include_str!("../wgsl/ggml_gemm.wgsl"),
+            Shader::TernaryGemmT128 => include_str!("../wgsl/ternary_gemm_t128.wgsl"),
             Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
             Shader::NeuzipGemv => include_str!("../wgsl/neuzip_gemv.wgsl"),
             Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
@@ -620,6 +655,7 @@ impl Shader {
             Shader::GgmlGemv => GGML_VARIANTS,
             Shader::TernaryGemm => TERNARY_GEMM_VARIANTS,
             Shader::GgmlGemm => GGML_GEMM_VARIANTS,
+            Shader::TernaryGemmT128 => TERNARY_GEMM_T128_VARIANTS,
             Shader::NeuzipDecode => NEUZIP_VARIANTS,
             Shader::NeuzipGemv => NEUZIP_GEMV_VARIANTS,
             Shader::RmsNorm => RMSNORM_VARIANTS,

@@ -7,7 +7,8 @@
 // same columns of its TT tokens' int8 activations next to them, and each invocation accumulates a
 // 4-row × NJ-token micro-tile with `dot4I8Packed` (a DP4A instruction where the adapter has one,
 // an exact polyfill elsewhere). So every weight word is read from memory once per TT tokens
-// instead of once per token (ternary_gemv.wgsl). NJ = 4 doubles the products per workgroup-memory
+// instead of once per token (ternary_gemv.wgsl); ternary_gemm_t128.wgsl is the 128-token tile of
+// 2bit weights with one scale group. NJ = 4 doubles the products per workgroup-memory
 // read of a trit vector (8 vec4 reads feed 64 dot4 instead of 6 feeding 32) and halves the weight
 // re-reads; with 6 words per step its two tiles take 12 KiB (WebGPU guarantees 16352 B), and it
 // is 2bit only (base3's 160-column steps). The next

@@ -11,6 +11,7 @@
 //! cargo run --release -p tern-gpu --example gpu_bench -- --quick # fewer iterations, smaller (lavapipe)
 //! cargo run --release -p tern-gpu --example gpu_bench -- --only prefill   # one section:
 //!                                                  # neuzip | gemv | prefill | ggml_gemv | act | cce | attention
+//!                                                  # tiles (only on request: the GEMM's tiles A/B)
 //! ```
 //!
 //! Timing: every iteration is recorded into one command encoder first; the timed region is
@@ -23,6 +24,8 @@ use std::time::Instant;
 
 #[path = "gpu_bench/neuzip.rs"]
 mod neuzip_bench;
+#[path = "gpu_bench/tiles.rs"]
+mod tiles;
 
 use tern_format::{ternary, FloatType, TernaryLayout};
 use tern_gpu::kernels;
@@ -199,6 +202,10 @@ fn main() -> anyhow::Result<()> {
     }
     if want("prefill") {
         prefill(&ctx, &mut rng, quick, &mut fields)?;
+    }
+    // Only on request (`--only tiles`): the ternary GEMM's three tiles side by side.
+    if only.as_deref() == Some("tiles") {
+        tiles::tiles(&ctx, &mut rng, quick, &mut fields)?;
     }
     if want("ggml_gemv") {
         ggml_gemv_section(&ctx, &mut rng, quick, &mut fields)?;

@@ -972,6 +972,9 @@ fn parity_a48() {
     let mut all = a48::cases();
     all.extend(decode::cases());
     all.extend(topk_fused::cases());
+    // TERN_PARITY_FILTER as in parity_table
+    let filter = std::env::var("TERN_PARITY_FILTER").unwrap_or_default();
+    all.retain(|c| c.0.contains(filter.as_str()));
     for packed in [true, false] {
         let ctx = match GpuContext::with_options(GpuOptions {
             packed_dot: Some(packed),

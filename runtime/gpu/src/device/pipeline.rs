@@ -8,6 +8,7 @@ use tern_format::{FloatType, TernaryLayout};
 use tern_shaders::{Shader, Variant};
 
 use crate::error::{GpuError, Result};
+use crate::kernels::GemmTile;
 
 use super::kinds::suffix;
 pub use super::kinds::{ActBits, DotKind};
@@ -58,14 +59,13 @@ pub enum KernelKey {
     GgmlGemv(GgmlType),
     /// `ggml_gemv.wgsl` with its fused RMSNorm prologue (`NORM` = 1).
     GgmlGemvNorm(GgmlType),
-    /// Ternary GEMM; `wide`: 64 × 64 tiles (4 tokens per invocation, 2bit only) instead of
-    /// 64 × 32.
+    /// Ternary GEMM by tiles of `tile` (`GemmTile::{Tall, TallHalf}`: `ternary_gemm_t128.wgsl`).
     TernaryGemm {
         layout: TernaryLayout,
         scale_type: FloatType,
         act: ActBits,
         dot: DotKind,
-        wide: bool,
+        tile: GemmTile,
     },
     /// BitNet a4.8 quantizers: INT4 absmean (`act_quant_a48.wgsl`) or TopK-50% + INT8
     /// (`act_quant_topk.wgsl`), alone or fused with the preceding RMSNorm.
@@ -220,11 +220,15 @@ impl fmt::Display for KernelKey {
                 scale_type,
                 act,
                 dot,
-                wide,
+                tile,
             } => {
                 let (l, s) = ternary_names(*layout, *scale_type);
-                let tile = if *wide { "64x64" } else { "64x32" };
-                write!(f, "ternary_gemm_{l}_{s}_{tile}{}", suffix(*act, *dot))
+                write!(
+                    f,
+                    "ternary_gemm_{l}_{s}_{}{}",
+                    tile.name(),
+                    suffix(*act, *dot)
+                )
             }
             KernelKey::ActQuantA48 { topk, norm } => f.write_str(match (topk, norm) {
                 (false, false) => "act_quant_int4",
@@ -326,7 +330,10 @@ impl KernelKey {
             KernelKey::ActQuantInt8 => Shader::ActQuantInt8,
             KernelKey::TernaryGemv { .. } => Shader::TernaryGemv,
             KernelKey::GgmlGemv(_) | KernelKey::GgmlGemvNorm(_) => Shader::GgmlGemv,
-            KernelKey::TernaryGemm { .. } => Shader::TernaryGemm,
+            KernelKey::TernaryGemm { tile, .. } => match tile {
+                GemmTile::Narrow | GemmTile::Wide => Shader::TernaryGemm,
+                GemmTile::Tall | GemmTile::TallHalf => Shader::TernaryGemmT128,
+            },
             KernelKey::ActQuantA48 { topk: true, .. } => Shader::ActQuantTopK,
             KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,
             KernelKey::TernaryGemvSparse { .. } => Shader::TernaryGemvSparse,
@@ -507,21 +514,16 @@ mod tests {
                             act,
                             dot,
                         });
-                        keys.push(KernelKey::TernaryGemm {
-                            layout: l,
-                            scale_type: s,
-                            act,
-                            dot,
-                            wide: false,
-                        });
-                        if layout == TernaryLayout::Bits2 {
-                            keys.push(KernelKey::TernaryGemm {
-                                layout: l,
-                                scale_type: s,
-                                act,
-                                dot,
-                                wide: true,
-                            });
+                        for tile in GemmTile::ALL {
+                            if tile == GemmTile::Narrow || layout == TernaryLayout::Bits2 {
+                                keys.push(KernelKey::TernaryGemm {
+                                    layout: l,
+                                    scale_type: s,
+                                    act,
+                                    dot,
+                                    tile,
+                                });
+                            }
                         }
                         keys.push(KernelKey::TernaryGemvWide {
                             layout: l,

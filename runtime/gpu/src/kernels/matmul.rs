@@ -2,10 +2,10 @@
 //!
 //! * GEMV kernels (`ternary_gemv.wgsl`, `float_gemv.wgsl`; `ggml_gemv.wgsl` in `ggml.rs`) put tokens on grid
 //!   y, so every workgroup re-reads its weight rows once per token: decode.
-//! * Tiled GEMM kernels (`ternary_gemm.wgsl`, `ggml_gemm.wgsl` launched from `ggml.rs`) compute a tile of
-//!   [`GEMM_TILE_ROWS`] rows × [`GEMM_TILE_TOKENS`] tokens per workgroup, staging decoded
-//!   weights and activations in workgroup memory, so each weight word is read once per 32
-//!   tokens: prefill. Same operands, same output (`y = [n_tokens][rows]` f32) and the same
+//! * Tiled GEMM kernels (`ternary_gemm.wgsl`, `ternary_gemm_t128.wgsl`, `ggml_gemm.wgsl` launched
+//!   from `ggml.rs`) compute a tile of [`GEMM_TILE_ROWS`] rows × 32, 64 or 128 tokens
+//!   ([`GemmTile`]) per workgroup, staging decoded weights and activations in workgroup memory,
+//!   so each weight word is read once per tile of tokens: prefill. Same operands, same output (`y = [n_tokens][rows]` f32) and the same
 //!   split-by-rows weights as the GEMVs. [`ternary_gemm`] is bit-exact with [`ternary_gemv`] and
 //!   `tern_reference` (i32 sums per scale group, then the same f32 operations in the same
 //!   order), so the choice never changes a result; the ggml GEMM sums in another f32 order than
@@ -36,40 +36,98 @@ pub const GEMM_WIDE_TILE_TOKENS: u64 = 64;
 /// workgroups fill a large GPU better.
 pub const GEMM_WIDE_MIN_WORKGROUPS: u64 = 256;
 
-/// Tile of the ternary GEMM (`ternary_gemm.wgsl`'s `NJ`); bit-identical results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Tokens per workgroup of [`GemmTile::Tall`].
+pub const GEMM_TALL_TILE_TOKENS: u64 = 128;
+/// [`ternary_gemm`] takes [`GemmTile::Tall`] (2bit, group 0) when it gives at least this many
+/// workgroups, else [`GemmTile::TallHalf`]. H100, 512 tokens (docs/bench/h-gemm-2026-11-24/call2):
+/// at 864 (13824-row gate/up pairs) Tall is 0–4% faster than TallHalf, at 432 (6912 rows) 12%
+/// slower, at 240 (3840-row stacked q/k/v) the same.
+pub const GEMM_TALL_MIN_WORKGROUPS: u64 = 864;
+
+/// Tile of the ternary GEMM (`ternary_gemm.wgsl`'s `NJ`, or `ternary_gemm_t128.wgsl`'s `WG`);
+/// bit-identical results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GemmTile {
     /// 64 rows × 32 tokens, 4 × 2 outputs per invocation (every layout).
     Narrow,
     /// 64 rows × 64 tokens, 4 × 4 outputs per invocation: twice the products per read of the
     /// staged tiles (2bit only: base3 keeps its 160-column K steps in the narrow tile).
     Wide,
+    /// 64 rows × 128 tokens, 4 × 8 outputs per invocation (`ternary_gemm_t128.wgsl`): 128
+    /// products per 12 staged-vector reads, weights decoded once per 128 tokens; 2bit with one
+    /// scale group (per-tensor scales, gate/up pairs included) only.
+    Tall,
+    /// 64 rows × 64 tokens by [`GemmTile::Tall`]'s 4 × 8 micro-tiles (128 invocations): twice
+    /// its workgroups for a shape, the same weights only. H100, 512 tokens, against
+    /// [`GemmTile::Wide`]: 2560 × 2560 206 → 191 µs, 2560 × 6912 446 → 392, 6912 × 2560 426 → 361.
+    TallHalf,
 }
 
 impl GemmTile {
-    /// The tile [`ternary_gemm`] uses for `w` at `n_tokens` tokens. `TERN_GEMM_TILE=32|64`
-    /// forces one (measurements; 64 falls back to 32 on base3).
+    /// The tile [`ternary_gemm`] uses for `w` at `n_tokens` tokens. Where the 4 × 8 micro-tiles
+    /// fit ([`GemmTile::tall_fits`]): [`GemmTile::Tall`] from [`GEMM_TALL_MIN_WORKGROUPS`] of its
+    /// workgroups on, else [`GemmTile::TallHalf`] where the 64-token tiles give ≥
+    /// [`GEMM_WIDE_MIN_WORKGROUPS`]; otherwise (and with `TERN_GEMM_TILE=old`, the choice before
+    /// the 4 × 8 tiles) [`GemmTile::Wide`] (2bit) from [`GEMM_WIDE_MIN_WORKGROUPS`] on, else
+    /// [`GemmTile::Narrow`]. `TERN_GEMM_TILE=32|64|128|64j8` forces a tile (measurements; 128
+    /// and 64j8 fall back to 64 where they do not fit, 64 to 32 on base3).
     pub fn choose(w: &TernaryWeight, n_tokens: u64) -> GemmTile {
         if w.layout != tern_format::TernaryLayout::Bits2 {
             return GemmTile::Narrow;
         }
+        let mut tall = GemmTile::tall_fits(w);
         match std::env::var("TERN_GEMM_TILE").as_deref() {
             Ok("32") => return GemmTile::Narrow,
             Ok("64") => return GemmTile::Wide,
+            Ok("128") if tall => return GemmTile::Tall,
+            Ok("64j8") if tall => return GemmTile::TallHalf,
+            Ok("128" | "64j8") => return GemmTile::Wide,
+            Ok("old") => tall = false,
             _ => {}
         }
-        let groups = w.rows.div_ceil(GEMM_TILE_ROWS) * n_tokens.div_ceil(GEMM_WIDE_TILE_TOKENS);
-        if groups >= GEMM_WIDE_MIN_WORKGROUPS {
+        let row_tiles = w.rows.div_ceil(GEMM_TILE_ROWS);
+        let wide = row_tiles * n_tokens.div_ceil(GEMM_WIDE_TILE_TOKENS) >= GEMM_WIDE_MIN_WORKGROUPS;
+        if tall && row_tiles * n_tokens.div_ceil(GEMM_TALL_TILE_TOKENS) >= GEMM_TALL_MIN_WORKGROUPS
+        {
+            GemmTile::Tall
+        } else if tall && wide {
+            GemmTile::TallHalf
+        } else if wide {
             GemmTile::Wide
         } else {
             GemmTile::Narrow
         }
     }
 
+    /// Whether [`GemmTile::Tall`] takes `w`: 2bit codes with one scale group (other weights
+    /// keep the 64-row × 32/64-token tiles).
+    pub fn tall_fits(w: &TernaryWeight) -> bool {
+        w.layout == tern_format::TernaryLayout::Bits2 && w.group == 0
+    }
+
+    /// Every tile.
+    pub const ALL: [GemmTile; 4] = [
+        GemmTile::Narrow,
+        GemmTile::Wide,
+        GemmTile::Tall,
+        GemmTile::TallHalf,
+    ];
+
+    /// The tile's part of a pipeline label (rows × tokens; `j8`: 8 tokens per invocation).
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmTile::Narrow => "64x32",
+            GemmTile::Wide => "64x64",
+            GemmTile::Tall => "64x128",
+            GemmTile::TallHalf => "64x64j8",
+        }
+    }
+
     fn tokens(self) -> u64 {
         match self {
             GemmTile::Narrow => GEMM_TILE_TOKENS,
-            GemmTile::Wide => GEMM_WIDE_TILE_TOKENS,
+            GemmTile::Wide | GemmTile::TallHalf => GEMM_WIDE_TILE_TOKENS,
+            GemmTile::Tall => GEMM_TALL_TILE_TOKENS,
         }
     }
 }
@@ -432,7 +490,8 @@ pub fn ternary_gemm(
     ternary_gemm_tiled(ctx, enc, w, a, y, tile)
 }
 
-/// [`ternary_gemm`] with the tile given (an error for [`GemmTile::Wide`] on base3 weights).
+/// [`ternary_gemm`] with the tile given (an error for [`GemmTile::Wide`] on base3 weights and for
+/// [`GemmTile::Tall`] where [`GemmTile::tall_fits`] says no).
 pub fn ternary_gemm_tiled(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -442,11 +501,17 @@ pub fn ternary_gemm_tiled(
     tile: GemmTile,
 ) -> Result<()> {
     const OP: &str = "ternary_gemm";
-    let wide = tile == GemmTile::Wide;
-    if wide && w.layout != tern_format::TernaryLayout::Bits2 {
+    if tile == GemmTile::Wide && w.layout != tern_format::TernaryLayout::Bits2 {
         return Err(GpuError::invalid(
             OP,
             "the 64 × 64 tile takes 2bit weights only",
+        ));
+    }
+    let tall = matches!(tile, GemmTile::Tall | GemmTile::TallHalf);
+    if tall && !GemmTile::tall_fits(w) {
+        return Err(GpuError::invalid(
+            OP,
+            "the 4 × 8 micro-tiles take 2bit weights with one scale group only",
         ));
     }
     if u64::from(a.cols) != w.cols {
@@ -479,7 +544,7 @@ pub fn ternary_gemm_tiled(
         scale_type: w.scale_type,
         act: a.act,
         dot: ctx.dot_kind(),
-        wide,
+        tile,
     };
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(tile.tokens()))?;
     for part in &w.parts {

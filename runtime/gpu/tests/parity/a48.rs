@@ -182,6 +182,10 @@ enum Mm {
     Gemm,
     /// The GEMM's 64 × 64 tile (2bit).
     GemmWide,
+    /// The GEMM's 64 × 128 tile (2bit, group 0).
+    GemmTall,
+    /// Its 64 × 64 form (128 invocations).
+    GemmTallHalf,
     /// The sparse GEMV with this switch density (0: dense walk, 1: sparse walk).
     Sparse(f64),
 }
@@ -266,6 +270,13 @@ fn run_matmul(
         Mm::GemmWide => {
             kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, kernels::GemmTile::Wide)
         }
+        Mm::GemmTall => {
+            kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, kernels::GemmTile::Tall)
+        }
+        Mm::GemmTallHalf => {
+            let half = kernels::GemmTile::TallHalf;
+            kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, half)
+        }
         Mm::Sparse(d) => kernels::ternary_gemv_sparse(ctx, &mut enc, &w, &a, &y, d),
     }
     .map_err(e)?;
@@ -314,7 +325,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 19] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 25] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
         (Mm::Gemv, l2, f16t, (37, 1000, 0, 1)),
         (Mm::Gemv, l2, bf16t, (9, 200, 40, 2)),
@@ -335,6 +346,13 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmWide, l2, f16t, (128, 2560, 128, 33)),
         (Mm::GemmWide, l2, f32t, (65, 480, 24, 65)),
         (Mm::GemmWide, l2, f16t, (70, 2560, 0, 64)),
+        // The 64 × 128 tile (2bit, group 0): partial tiles, a partial K step, two token tiles.
+        (Mm::GemmTall, l2, f32t, (1, 32, 0, 1)),
+        (Mm::GemmTall, l2, bf16t, (257, 1000, 0, 130)),
+        (Mm::GemmTall, l2, f16t, (70, 2560, 0, 128)),
+        (Mm::GemmTall, l2, f32t, (65, 60, 0, 5)),
+        (Mm::GemmTallHalf, l2, bf16t, (257, 1000, 0, 130)),
+        (Mm::GemmTallHalf, l2, f16t, (65, 60, 0, 5)),
     ];
     for (mm, layout, st, shape) in mm_cases {
         v.push((
@@ -343,14 +361,18 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             Box::new(move |c, r| run_matmul(c, r, mm, ActQuant::Int4, layout, st, shape, 0.0)),
         ));
     }
-    // The GEMM's 64 × 64 tile on INT8 activations too, so both dot kinds cover it.
-    for shape in [(257, 1000, 0, 70), (65, 480, 24, 65)] {
+    // The GEMM's 64 × 64 and 64 × 128 tiles on INT8 activations too, so both dot kinds cover
+    // them.
+    for (mm, shape) in [
+        (Mm::GemmWide, (257, 1000, 0, 70)),
+        (Mm::GemmWide, (65, 480, 24, 65)),
+        (Mm::GemmTall, (257, 1000, 0, 130)),
+        (Mm::GemmTallHalf, (70, 2560, 0, 65)),
+    ] {
         v.push((
-            format!("ternary×int8 GemmWide Bits2 F16 {shape:?}"),
+            format!("ternary×int8 {mm:?} Bits2 F16 {shape:?}"),
             false,
-            Box::new(move |c, r| {
-                run_matmul(c, r, Mm::GemmWide, ActQuant::Int8, l2, f16t, shape, 0.0)
-            }),
+            Box::new(move |c, r| run_matmul(c, r, mm, ActQuant::Int8, l2, f16t, shape, 0.0)),
         ));
     }
     // The sparse GEMV: INT8 (down projection: ReLU²-like zeros) and TopK inputs (attention

@@ -18,6 +18,10 @@ enum Path {
     Matmul,
     /// The ternary GEMM's 64 × 64 tile (`GemmTile::Wide`, 2bit).
     GemmWide,
+    /// The ternary GEMM's 64 × 128 tile (`GemmTile::Tall`, 2bit, group 0).
+    GemmTall,
+    /// Its 64 × 64 form (`GemmTile::TallHalf`, 128 invocations).
+    GemmTallHalf,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -85,6 +89,14 @@ fn run_ternary_gemm(
             let wide = tern_gpu::kernels::GemmTile::Wide;
             tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, wide)
         }
+        Path::GemmTall => {
+            let tall = tern_gpu::kernels::GemmTile::Tall;
+            tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, tall)
+        }
+        Path::GemmTallHalf => {
+            let half = tern_gpu::kernels::GemmTile::TallHalf;
+            tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, half)
+        }
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -120,7 +132,7 @@ fn run_ggml_gemm(
     match path {
         Path::Gemm => tern_gpu::kernels::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
         Path::Gemv => kernels::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
-        Path::Matmul | Path::GemmWide => {
+        Path::Matmul | Path::GemmWide | Path::GemmTall | Path::GemmTallHalf => {
             tern_gpu::kernels::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y)
         }
     }
@@ -251,6 +263,56 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         }),
     );
 
+    // The 4 × 8 micro-tiles (2bit, group 0), 64 × 128 and 64 × 64j8: every scale type, partial
+    // row and token tiles, several token tiles, a partial 64-column K step (1000, 60 columns), a
+    // split weight.
+    for (st, rows, cols, tokens, path) in [
+        (FloatType::F32, 1, 32, 1, Path::GemmTall),
+        (FloatType::F16, 33, 96, 7, Path::GemmTall),
+        (FloatType::Bf16, 70, 2560, 130, Path::GemmTall),
+        (FloatType::F32, 257, 1000, 129, Path::GemmTall),
+        (FloatType::F16, 65, 60, 4, Path::GemmTall),
+        (FloatType::F16, 1, 32, 1, Path::GemmTallHalf),
+        (FloatType::Bf16, 70, 2560, 65, Path::GemmTallHalf),
+        (FloatType::F32, 257, 1000, 130, Path::GemmTallHalf),
+    ] {
+        let tile = if matches!(path, Path::GemmTall) {
+            "64x128"
+        } else {
+            "64x64j8"
+        };
+        add(
+            format!("ternary_gemm {tile} {st:?} {rows}×{cols} tokens {tokens}"),
+            false,
+            Box::new(move |x, r| {
+                let l = TernaryLayout::Bits2;
+                run_ternary_gemm(x, r, path, l, st, rows, cols, 0, tokens)
+            }),
+        );
+    }
+    add(
+        "ternary_gemm 64x128 f32 300×2560 tokens 6 split".into(),
+        true,
+        Box::new(move |x, r| {
+            let (l, st) = (TernaryLayout::Bits2, FloatType::F32);
+            run_ternary_gemm(x, r, Path::GemmTall, l, st, 300, 2560, 0, 6)
+        }),
+    );
+    // The same bits as the 64 × 32 and 64 × 64 tiles: gate/up row pairs (two scales by row
+    // parity), INT4 activations, a split pair weight; the tile refuses grouped scales.
+    for (pairs, act4, rows, cols, tokens, split) in [
+        (true, false, 70, 640, 130, false),
+        (true, true, 33, 1000, 129, false),
+        (false, true, 257, 1000, 129, false),
+        (true, false, 300, 640, 9, true),
+    ] {
+        add(
+            format!("ternary_gemm 64x128/64x64j8 vs 64x32/64x64 pairs {pairs} int4 {act4} {rows}×{cols} tokens {tokens} split {split}"),
+            split,
+            Box::new(move |x, r| run_tall_vs_old(x, r, pairs, act4, rows, cols, tokens)),
+        );
+    }
+
     // ggml GEMM (and the Q6_K GEMV).
     for q in [
         GgmlType::Q8_0,
@@ -322,4 +384,84 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         Box::new(move |x, r| run_ggml_gemm(x, r, Path::Gemv, GgmlType::Q6K, 300, 2560, 2)),
     );
     v
+}
+
+/// The 64 × 128 and 64 × 64j8 tiles against the 64 × 32 and 64 × 64 tiles on the same weight and activations,
+/// bit for bit: `pairs` a gate/up pair weight (`ternary_gate_up`, 2 × `rows` rows), `act4` INT4
+/// activations. Also checks that the tile refuses a weight with scale groups.
+fn run_tall_vs_old(
+    ctx: &GpuContext,
+    rng: &mut Rng,
+    pairs: bool,
+    act4: bool,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+) -> Result<String, String> {
+    use tern_gpu::kernels::{A48Quant, ActInt8, GemmTile};
+    let e = |e: GpuError| e.to_string();
+    let (l, st) = (TernaryLayout::Bits2, FloatType::Bf16);
+    let (r, c) = (rows as u64, cols as u64);
+    let mut mats = Vec::new();
+    for _ in 0..2 {
+        let trits: Vec<i8> = (0..rows * cols)
+            .map(|_| (rng.next() % 3) as i8 - 1)
+            .collect();
+        let scales = [0.01 + rng.unit() * 0.5];
+        mats.push(ternary::pack(l, r, c, &trits, 0, st, &scales).map_err(|e| e.to_string())?);
+    }
+    let (w, out_rows) = if pairs {
+        let pw = tern_gpu::model::ternary_gate_up(ctx, l, r, c, 0, st, &mats[0], &mats[1]);
+        (pw.map_err(e)?, 2 * rows)
+    } else {
+        (
+            TernaryWeight::upload(ctx, l, r, c, 0, st, &mats[0]).map_err(e)?,
+            rows,
+        )
+    };
+    let x = activations(rng, tokens, cols);
+    let xb = ctx.upload("x", &f32_bytes(&x)).map_err(e)?;
+    let a8 = ActInt8::alloc(ctx, tokens as u64, c).map_err(e)?;
+    let mut enc = ctx.encoder();
+    let a = if act4 {
+        let a4 = a8.as_int4().map_err(e)?;
+        let k = A48Quant::Int4Absmean;
+        kernels::quantize_act_a48_into(ctx, &mut enc, &xb, None, k, &a4).map_err(e)?;
+        a4
+    } else {
+        kernels::quantize_act_int8_into(ctx, &mut enc, &xb, &a8).map_err(e)?;
+        a8
+    };
+    let n = tokens * out_rows;
+    let mut ys = Vec::new();
+    for tile in [
+        GemmTile::Narrow,
+        GemmTile::Wide,
+        GemmTile::Tall,
+        GemmTile::TallHalf,
+    ] {
+        let y = ctx.upload("y", &f32_bytes(&vec![f32::NAN; n])).map_err(e)?;
+        kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, tile).map_err(e)?;
+        ys.push(y);
+    }
+    ctx.submit_wait(enc).map_err(e)?;
+    let mut out = String::new();
+    for (i, j) in [(2, 0), (2, 1), (3, 0), (3, 1)] {
+        let got = ctx.read_f32(&ys[i], n).map_err(e)?;
+        let want = ctx.read_f32(&ys[j], n).map_err(e)?;
+        out = score(&format!("tile {i} vs {j}"), Check::Exact, &got, &want)?;
+    }
+    // grouped scales: the 64 × 128 tile says no (matmul.rs falls back to the older tiles)
+    let ns = ternary::scale_count(r, c, 40).map_err(|e| e.to_string())? as usize;
+    let gb = ternary::pack(l, r, c, &vec![1i8; rows * cols], 40, st, &vec![0.25f32; ns]);
+    let gw = TernaryWeight::upload(ctx, l, r, c, 40, st, &gb.map_err(|e| e.to_string())?);
+    let y = ctx.zeroed("y", (tokens * rows * 4) as u64).map_err(e)?;
+    let mut enc = ctx.encoder();
+    let gw = gw.map_err(e)?;
+    for tile in [GemmTile::Tall, GemmTile::TallHalf] {
+        if kernels::ternary_gemm_tiled(ctx, &mut enc, &gw, &a, &y, tile).is_ok() {
+            return Err(format!("{tile:?} took a weight with scale groups"));
+        }
+    }
+    Ok(format!("{out}, {} binding(s)", w.parts()))
 }

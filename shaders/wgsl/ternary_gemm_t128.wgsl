@@ -1,0 +1,274 @@
+// Tiled ternary GEMM with 4-row × 8-token micro-tiles: the prefill kernel of per-tensor-scale 2bit
+// weights (group 0, BitNet b1.58 2B4T). Same operands, output and bits as ternary_gemm.wgsl (read
+// its header): y[t][r] = (scale_r · Σ_c trit_{r,c} · q_t[c]) / s_t.
+//
+// A workgroup of WG = 16 · TG invocations computes 64 rows × TT = 8 · TG tokens (WG 256: 64 × 128,
+// `GemmTile::Tall`; WG 128: 64 × 64, `GemmTile::TallHalf`, twice the workgroups for the same
+// shape). Invocation (tr, tt) = (lid % 16, lid / 16) accumulates rows tr + 16 i (i < 4) × tokens
+// tt + TG · j (j < 8): per 16-column sub-step 4 + 8 vec4 workgroup-memory reads feed 128 dot4
+// (ternary_gemm.wgsl's 64 × 64 tile: 8 reads, 64 dot4). A K step is 4 code words (64 columns) of
+// each row: 4 KiB of int8 trits plus TT · 64 B of activations in workgroup memory (≤ 12 KiB;
+// WebGPU guarantees 16352 B). The next step's global loads are issued before the current step's
+// products (software pipeline, as ternary_gemm.wgsl). H100, 512 tokens
+// (docs/bench/h-gemm-2026-11-24): 13824 × 2560 gate/up pairs 660 µs with WG 256 (55 TOPS; the
+// 64 × 64 tile: 800 µs), 2560 × 6912 392 µs with WG 128 (46 TOPS; 446 µs); WG 256 loses where it
+// leaves too few workgroups.
+//
+// Group 0 only (one scale per tensor, or two with gate/up pairs: mode bit 5) and LAYOUT 2bit;
+// matmul.rs sends every other weight to ternary_gemm.wgsl. With one scale group the i32 sums
+// are exact and order-free, and the f32 work is the reference's for one group:
+// `sum = 0.0 + f32(acc) · scale`, then `div_rn(sum, s_t)`, so no per-group flush.
+//
+// Override constants (as ternary_gemm.wgsl):
+//   SCALE_TYPE  0 = f32, 1 = f16, 2 = bf16
+//   ACT4        0 = INT8 activations; 1 = INT4 (a4.8), expanded to int8 when staged
+//   DOT         1 = `dot4I8Packed`, 0 = the plain byte-by-byte sum
+//   WG          invocations per workgroup: 256 (TT = 128) or 128 (TT = 64)
+// Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of the part, y = TT-token tiles.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    words_per_row: u32,
+    group: u32,
+    groups_per_row: u32,
+    scale_word_offset: u32,
+    act_stride: u32,
+    out_stride: u32,
+    row0: u32,
+    n_tokens: u32,
+    sparse_max_words: u32,
+    mode: u32,
+    eps: f32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
+}
+
+override SCALE_TYPE: u32 = 0u;
+override ACT4: u32 = 0u;
+override DOT: u32 = 1u;
+override WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> xq: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> xs: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+const TR: u32 = 64u; // rows per tile
+const CW: u32 = 4u; // code words per row per K step = 16-column sub-steps per step
+const AB: u32 = 256u; // CW · TR: start of the activations in `tile`
+override TG: u32 = WG / 16u; // token groups: tokens tt + TG · j
+override TT: u32 = 8u * TG; // tokens per tile
+
+// Trits [q][row] at 0 .. 256, activations [q][token] at 256 .. 256 + 4 · TT (sized for TT = 128:
+// 12 KiB; WG 128 uses 8 KiB of it).
+var<workgroup> tile: array<vec4<u32>, 768>;
+
+// Micro-tile: rows tr + 16 i (component i), tokens tt + TG · j (acc_j). Vectors with constant
+// components stay in registers (ternary_gemm.wgsl).
+var<private> acc0: vec4<i32>;
+var<private> acc1: vec4<i32>;
+var<private> acc2: vec4<i32>;
+var<private> acc3: vec4<i32>;
+var<private> acc4: vec4<i32>;
+var<private> acc5: vec4<i32>;
+var<private> acc6: vec4<i32>;
+var<private> acc7: vec4<i32>;
+
+fn scale_at(i: u32) -> f32 {
+    let o = p.scale_word_offset;
+    if (SCALE_TYPE == 0u) {
+        return bitcast<f32>(w[o + i]);
+    }
+    let word = w[o + (i >> 1u)];
+    let h = (word >> (16u * (i & 1u))) & 0xffffu;
+    if (SCALE_TYPE == 1u) {
+        return f16_bits_to_f32(h);
+    }
+    return bitcast<f32>(h << 16u);
+}
+
+// The per-tensor scale of a row (mode bit 5: gate/up pairs, by row parity).
+fn row_scale(row: u32) -> f32 {
+    return scale_at(select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u));
+}
+
+// Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
+fn trits2(cw: u32, b: u32) -> u32 {
+    let c = (cw >> (8u * b)) & 0xffu;
+    let x = (c & 3u) | ((c << 6u) & 0x300u) | ((c << 12u) & 0x30000u) | ((c << 18u) & 0x3000000u);
+    return ((x | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
+}
+
+fn dot4(a: u32, b: u32) -> i32 {
+    if (DOT == 1u) {
+        return dot4I8Packed(a, b);
+    }
+    return dot4_plain(a, b);
+}
+
+// acc + the 16-column dot product, as one chain from the accumulator (a DP4A with its addend
+// per word; i32 sums are exact, so the order is free).
+fn dot16(acc: i32, wv: vec4<u32>, a: vec4<u32>) -> i32 {
+    return acc + dot4(wv.x, a.x) + dot4(wv.y, a.y) + dot4(wv.z, a.z) + dot4(wv.w, a.w);
+}
+
+// One token's 16 columns into its 4 rows' accumulators.
+fn mac(acc: vec4<i32>, w0: vec4<u32>, w1: vec4<u32>, w2: vec4<u32>, w3: vec4<u32>,
+    a: vec4<u32>) -> vec4<i32> {
+    return vec4<i32>(dot16(acc.x, w0, a), dot16(acc.y, w1, a), dot16(acc.z, w2, a),
+        dot16(acc.w, w3, a));
+}
+
+// Code word `it` (< TR · CW) of step s: tile row it / CW, word it % CW (trits 0 past the row or
+// the part).
+fn load_code(r0: u32, s: u32, it: u32) -> u32 {
+    let row = r0 + it / CW;
+    let wi = s * CW + it % CW;
+    if (row < p.rows && wi < p.words_per_row) {
+        return w[row * p.words_per_row + wi];
+    }
+    return 0x55555555u; // code 1 = trit 0
+}
+
+fn store_code(it: u32, c: u32) {
+    tile[(it % CW) * TR + it / CW] =
+        vec4<u32>(trits2(c, 0u), trits2(c, 1u), trits2(c, 2u), trits2(c, 3u));
+}
+
+// Activation vec4 `it` of step s (INT8: token it / 4, vec4 it % 4; INT4: token it / 2, vec4 of
+// 32 columns it % 2), zero past the data.
+fn load_act(t0: u32, s: u32, it: u32) -> vec4<u32> {
+    let per = select(CW, CW / 2u, ACT4 == 1u);
+    let tok = t0 + it / per;
+    let qi = s * per + it % per;
+    let astride4 = p.act_stride / 4u;
+    if (it < TT * per && tok < p.n_tokens && qi < astride4) {
+        return xq[tok * astride4 + qi];
+    }
+    return vec4<u32>(0u);
+}
+
+fn store_act(it: u32, v: vec4<u32>) {
+    if (ACT4 == 1u) {
+        if (it < TT * 2u) {
+            // Words of 8 columns: low nibbles are columns 0-3, high nibbles 4-7 of each word.
+            let lo = vec4<u32>(sext4(v.x & 0x0f0f0f0fu), sext4((v.x >> 4u) & 0x0f0f0f0fu),
+                sext4(v.y & 0x0f0f0f0fu), sext4((v.y >> 4u) & 0x0f0f0f0fu));
+            let hi = vec4<u32>(sext4(v.z & 0x0f0f0f0fu), sext4((v.z >> 4u) & 0x0f0f0f0fu),
+                sext4(v.w & 0x0f0f0f0fu), sext4((v.w >> 4u) & 0x0f0f0f0fu));
+            let q = 2u * (it % 2u);
+            let tok = it / 2u;
+            tile[AB + q * TT + tok] = lo;
+            tile[AB + (q + 1u) * TT + tok] = hi;
+        }
+        return;
+    }
+    tile[AB + (it % CW) * TT + it / CW] = v;
+}
+
+fn store_y(t: u32, row: u32, a: i32, sc: f32) {
+    if (t < p.n_tokens) {
+        let sum = 0.0 + f32(a) * sc;
+        y[t * p.out_stride + p.row0 + row] = div_rn(sum, xs[t]);
+    }
+}
+
+// Token t's outputs of the invocation's rows row + 16 i (those below p.rows).
+fn store_rows(t: u32, row: u32, a: vec4<i32>, sc: vec4<f32>) {
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (row + 16u * i < p.rows) {
+            store_y(t, row + 16u * i, a[i], sc[i]);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let r0 = wg.x * TR;
+    let t0 = wg.y * TT;
+    let tr = lid % 16u;
+    let tt = lid / 16u;
+    let n_steps = (p.cols + 16u * CW - 1u) / (16u * CW);
+    acc0 = vec4<i32>(0);
+    acc1 = vec4<i32>(0);
+    acc2 = vec4<i32>(0);
+    acc3 = vec4<i32>(0);
+    acc4 = vec4<i32>(0);
+    acc5 = vec4<i32>(0);
+    acc6 = vec4<i32>(0);
+    acc7 = vec4<i32>(0);
+
+    // Per invocation and step: code words lid (and lid + 128 with WG 128: TR · CW = 256),
+    // activation vec4s lid and lid + WG (TT · CW = 2 · WG; INT4: WG, lid only).
+    var c_a = load_code(r0, 0u, lid);
+    var c_b = 0x55555555u;
+    if (WG == 128u) {
+        c_b = load_code(r0, 0u, lid + WG);
+    }
+    var x_a = load_act(t0, 0u, lid);
+    var x_b = load_act(t0, 0u, lid + WG);
+    for (var s = 0u; s < n_steps; s = s + 1u) {
+        store_code(lid, c_a);
+        if (WG == 128u) {
+            store_code(lid + WG, c_b);
+        }
+        store_act(lid, x_a);
+        if (ACT4 == 0u) {
+            store_act(lid + WG, x_b);
+        }
+        workgroupBarrier();
+        if (s + 1u < n_steps) {
+            c_a = load_code(r0, s + 1u, lid);
+            if (WG == 128u) {
+                c_b = load_code(r0, s + 1u, lid + WG);
+            }
+            x_a = load_act(t0, s + 1u, lid);
+            if (ACT4 == 0u) {
+                x_b = load_act(t0, s + 1u, lid + WG);
+            }
+        }
+        for (var q = 0u; q < CW; q = q + 1u) {
+            let wb = q * TR + tr;
+            let w0 = tile[wb];
+            let w1 = tile[wb + 16u];
+            let w2 = tile[wb + 32u];
+            let w3 = tile[wb + 48u];
+            let abq = AB + q * TT + tt;
+            let a0 = tile[abq];
+            acc0 = mac(acc0, w0, w1, w2, w3, a0);
+            let a1 = tile[abq + 1u * TG];
+            acc1 = mac(acc1, w0, w1, w2, w3, a1);
+            let a2 = tile[abq + 2u * TG];
+            acc2 = mac(acc2, w0, w1, w2, w3, a2);
+            let a3 = tile[abq + 3u * TG];
+            acc3 = mac(acc3, w0, w1, w2, w3, a3);
+            let a4 = tile[abq + 4u * TG];
+            acc4 = mac(acc4, w0, w1, w2, w3, a4);
+            let a5 = tile[abq + 5u * TG];
+            acc5 = mac(acc5, w0, w1, w2, w3, a5);
+            let a6 = tile[abq + 6u * TG];
+            acc6 = mac(acc6, w0, w1, w2, w3, a6);
+            let a7 = tile[abq + 7u * TG];
+            acc7 = mac(acc7, w0, w1, w2, w3, a7);
+        }
+        workgroupBarrier();
+    }
+
+    let row = r0 + tr;
+    let sc = vec4<f32>(row_scale(row), row_scale(row + 16u), row_scale(row + 32u),
+        row_scale(row + 48u));
+    if (row < p.rows) {
+        let t = t0 + tt;
+        store_rows(t, row, acc0, sc);
+        store_rows(t + TG, row, acc1, sc);
+        store_rows(t + 2u * TG, row, acc2, sc);
+        store_rows(t + 3u * TG, row, acc3, sc);
+        store_rows(t + 4u * TG, row, acc4, sc);
+        store_rows(t + 5u * TG, row, acc5, sc);
+        store_rows(t + 6u * TG, row, acc6, sc);
+        store_rows(t + 7u * TG, row, acc7, sc);
+    }
+}
