@@ -611,8 +611,7 @@ mod tests {
                 }
             }
         }
-        keys.push(KernelKey::AttentionPrefill(KvFormat::F32));
-        keys.push(KernelKey::AttentionPrefill(KvFormat::F16));
+        keys.extend([KvFormat::F32, KvFormat::F16].map(KernelKey::AttentionPrefill));
         keys.push(KernelKey::KvWindow);
         keys.push(KernelKey::MinicacheMerge);
         for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
