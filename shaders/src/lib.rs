@@ -275,7 +275,7 @@ const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
 ];
 
 // 64 rows × 128 tokens (256 invocations) and 64 × 64 (`j8`, 128 invocations), 4 rows × 8 tokens per
-// invocation (2bit, group 0).
+// invocation (2bit, group 0; `g`: scale groups of a multiple of 64 columns).
 const TERNARY_GEMM_T128_VARIANTS: &[Variant] = variants![Shader::TernaryGemmT128;
     "ternary_gemm_2bit_f32_64x128" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 256],
     "ternary_gemm_2bit_f16_64x128" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 256],
@@ -301,6 +301,30 @@ const TERNARY_GEMM_T128_VARIANTS: &[Variant] = variants![Shader::TernaryGemmT128
     "ternary_gemm_2bit_f32_64x64j8_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 128],
     "ternary_gemm_2bit_f16_64x64j8_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 128],
     "ternary_gemm_2bit_bf16_64x64j8_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 128],
+    "ternary_gemm_2bit_f32_64x128g" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x128g" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x128g" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x128g_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x128g_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x128g_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x128g_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x128g_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x128g_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x128g_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x128g_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x128g_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x64j8g" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x64j8g" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x64j8g" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x64j8g_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x64j8g_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x64j8g_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x64j8g_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x64j8g_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x64j8g_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f32_64x64j8g_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_f16_64x64j8g_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
+    "ternary_gemm_2bit_bf16_64x64j8g_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
 ];
 
 const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;

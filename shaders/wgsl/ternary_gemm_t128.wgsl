@@ -14,16 +14,21 @@
 // 64 × 64 tile: 800 µs), 2560 × 6912 392 µs with WG 128 (46 TOPS; 446 µs); WG 256 loses where it
 // leaves too few workgroups.
 //
-// Group 0 only (one scale per tensor, or two with gate/up pairs: mode bit 5) and LAYOUT 2bit;
+// LAYOUT 2bit, and one scale group (group 0: one scale per tensor, or two with gate/up pairs:
+// mode bit 5) or groups of a multiple of 64 columns (GROUPED = 1: TQ2_0's 256-column blocks);
 // matmul.rs sends every other weight to ternary_gemm.wgsl. With one scale group the i32 sums
 // are exact and order-free, and the f32 work is the reference's for one group:
-// `sum = 0.0 + f32(acc) · scale`, then `div_rn(sum, s_t)`, so no per-group flush.
+// `sum = 0.0 + f32(acc) · scale`, then `div_rn(sum, s_t)`, so no per-group flush. GROUPED: a
+// group ends on a K step's edge; there, in increasing group order, `sum = sum + f32(acc_g) ·
+// scale_g` from 0.0 and acc = 0 (ternary_gemm.wgsl's flush, the reference's operations), then
+// one `div_rn(sum, s_t)` (32 more registers per invocation: a variant of its own).
 //
 // Override constants (as ternary_gemm.wgsl):
 //   SCALE_TYPE  0 = f32, 1 = f16, 2 = bf16
 //   ACT4        0 = INT8 activations; 1 = INT4 (a4.8), expanded to int8 when staged
 //   DOT         1 = `dot4I8Packed`, 0 = the plain byte-by-byte sum
 //   WG          invocations per workgroup: 256 (TT = 128) or 128 (TT = 64)
+//   GROUPED     0 = one scale group; 1 = groups of a multiple of 64 columns
 // Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of the part, y = TT-token tiles.
 
 struct Params {
@@ -49,6 +54,7 @@ override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;
 override DOT: u32 = 1u;
 override WG: u32 = 256u;
+override GROUPED: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -76,6 +82,15 @@ var<private> acc4: vec4<i32>;
 var<private> acc5: vec4<i32>;
 var<private> acc6: vec4<i32>;
 var<private> acc7: vec4<i32>;
+// GROUPED: the f32 sums of the groups flushed so far (same layout as acc_j).
+var<private> sum0: vec4<f32>;
+var<private> sum1: vec4<f32>;
+var<private> sum2: vec4<f32>;
+var<private> sum3: vec4<f32>;
+var<private> sum4: vec4<f32>;
+var<private> sum5: vec4<f32>;
+var<private> sum6: vec4<f32>;
+var<private> sum7: vec4<f32>;
 
 fn scale_at(i: u32) -> f32 {
     let o = p.scale_word_offset;
@@ -93,6 +108,46 @@ fn scale_at(i: u32) -> f32 {
 // The per-tensor scale of a row (mode bit 5: gate/up pairs, by row parity).
 fn row_scale(row: u32) -> f32 {
     return scale_at(select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u));
+}
+
+// GROUPED: scale g of a row (0 past the part's rows).
+fn group_scale(row: u32, g: u32) -> f32 {
+    if (row >= p.rows) {
+        return 0.0;
+    }
+    return scale_at(row * p.groups_per_row + g);
+}
+
+// GROUPED: the end of group g for the invocation's rows (row, row + 16, + 32, + 48): sum += f32(acc)
+// · scale per component (one f32 multiply and one add, as the reference), acc = 0.
+fn flush(g: u32, row: u32) {
+    let sc = vec4<f32>(group_scale(row, g), group_scale(row + 16u, g), group_scale(row + 32u, g),
+        group_scale(row + 48u, g));
+    sum0 = sum0 + vec4<f32>(acc0) * sc;
+    sum1 = sum1 + vec4<f32>(acc1) * sc;
+    sum2 = sum2 + vec4<f32>(acc2) * sc;
+    sum3 = sum3 + vec4<f32>(acc3) * sc;
+    sum4 = sum4 + vec4<f32>(acc4) * sc;
+    sum5 = sum5 + vec4<f32>(acc5) * sc;
+    sum6 = sum6 + vec4<f32>(acc6) * sc;
+    sum7 = sum7 + vec4<f32>(acc7) * sc;
+    acc0 = vec4<i32>(0);
+    acc1 = vec4<i32>(0);
+    acc2 = vec4<i32>(0);
+    acc3 = vec4<i32>(0);
+    acc4 = vec4<i32>(0);
+    acc5 = vec4<i32>(0);
+    acc6 = vec4<i32>(0);
+    acc7 = vec4<i32>(0);
+}
+
+// GROUPED: token t's outputs of the invocation's rows from their f32 sums.
+fn store_sums(t: u32, row: u32, sum: vec4<f32>) {
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (t < p.n_tokens && row + 16u * i < p.rows) {
+            y[t * p.out_stride + p.row0 + row + 16u * i] = div_rn(sum[i], xs[t]);
+        }
+    }
 }
 
 // Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
@@ -200,6 +255,17 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     acc5 = vec4<i32>(0);
     acc6 = vec4<i32>(0);
     acc7 = vec4<i32>(0);
+    sum0 = vec4<f32>(0.0);
+    sum1 = vec4<f32>(0.0);
+    sum2 = vec4<f32>(0.0);
+    sum3 = vec4<f32>(0.0);
+    sum4 = vec4<f32>(0.0);
+    sum5 = vec4<f32>(0.0);
+    sum6 = vec4<f32>(0.0);
+    sum7 = vec4<f32>(0.0);
+    // GROUPED: K steps per scale group, the current group
+    let spg = max(p.group / (16u * CW), 1u);
+    var g = 0u;
 
     // Per invocation and step: code words lid (and lid + 128 with WG 128: TR · CW = 256),
     // activation vec4s lid and lid + WG (TT · CW = 2 · WG; INT4: WG, lid only).
@@ -230,6 +296,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 x_b = load_act(t0, s + 1u, lid + WG);
             }
         }
+        if (GROUPED == 1u && s > 0u && s % spg == 0u) {
+            flush(g, r0 + tr);
+            g = g + 1u;
+        }
         for (var q = 0u; q < CW; q = q + 1u) {
             let wb = q * TR + tr;
             let w0 = tile[wb];
@@ -258,6 +328,19 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
 
     let row = r0 + tr;
+    if (GROUPED == 1u) {
+        flush(g, row);
+        let t = t0 + tt;
+        store_sums(t, row, sum0);
+        store_sums(t + TG, row, sum1);
+        store_sums(t + 2u * TG, row, sum2);
+        store_sums(t + 3u * TG, row, sum3);
+        store_sums(t + 4u * TG, row, sum4);
+        store_sums(t + 5u * TG, row, sum5);
+        store_sums(t + 6u * TG, row, sum6);
+        store_sums(t + 7u * TG, row, sum7);
+        return;
+    }
     let sc = vec4<f32>(row_scale(row), row_scale(row + 16u), row_scale(row + 32u),
         row_scale(row + 48u));
     if (row < p.rows) {

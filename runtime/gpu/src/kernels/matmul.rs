@@ -17,6 +17,7 @@ use tern_format::ternary;
 
 use crate::device::check::{check_binding, check_buffer, u32_of};
 use crate::device::context::GpuContext;
+pub use crate::device::kinds::GemmTile;
 use crate::device::params::{FloatParams, TernaryParams};
 use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
@@ -43,25 +44,6 @@ pub const GEMM_TALL_TILE_TOKENS: u64 = 128;
 /// at 864 (13824-row gate/up pairs) Tall is 0–4% faster than TallHalf, at 432 (6912 rows) 12%
 /// slower, at 240 (3840-row stacked q/k/v) the same.
 pub const GEMM_TALL_MIN_WORKGROUPS: u64 = 864;
-
-/// Tile of the ternary GEMM (`ternary_gemm.wgsl`'s `NJ`, or `ternary_gemm_t128.wgsl`'s `WG`);
-/// bit-identical results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GemmTile {
-    /// 64 rows × 32 tokens, 4 × 2 outputs per invocation (every layout).
-    Narrow,
-    /// 64 rows × 64 tokens, 4 × 4 outputs per invocation: twice the products per read of the
-    /// staged tiles (2bit only: base3 keeps its 160-column K steps in the narrow tile).
-    Wide,
-    /// 64 rows × 128 tokens, 4 × 8 outputs per invocation (`ternary_gemm_t128.wgsl`): 128
-    /// products per 12 staged-vector reads, weights decoded once per 128 tokens; 2bit with one
-    /// scale group (per-tensor scales, gate/up pairs included) only.
-    Tall,
-    /// 64 rows × 64 tokens by [`GemmTile::Tall`]'s 4 × 8 micro-tiles (128 invocations): twice
-    /// its workgroups for a shape, the same weights only. H100, 512 tokens, against
-    /// [`GemmTile::Wide`]: 2560 × 2560 206 → 191 µs, 2560 × 6912 446 → 392, 6912 × 2560 426 → 361.
-    TallHalf,
-}
 
 impl GemmTile {
     /// The tile [`ternary_gemm`] uses for `w` at `n_tokens` tokens. Where the 4 × 8 micro-tiles
@@ -99,31 +81,13 @@ impl GemmTile {
         }
     }
 
-    /// Whether [`GemmTile::Tall`] takes `w`: 2bit codes with one scale group (other weights
-    /// keep the 64-row × 32/64-token tiles).
+    /// Whether [`GemmTile::Tall`] takes `w`: 2bit codes with one scale group or groups of a
+    /// multiple of 64 columns (TQ2_0's 256; other weights keep the 64-row × 32/64-token tiles).
     pub fn tall_fits(w: &TernaryWeight) -> bool {
-        w.layout == tern_format::TernaryLayout::Bits2 && w.group == 0
+        w.layout == tern_format::TernaryLayout::Bits2 && w.group.is_multiple_of(64)
     }
 
-    /// Every tile.
-    pub const ALL: [GemmTile; 4] = [
-        GemmTile::Narrow,
-        GemmTile::Wide,
-        GemmTile::Tall,
-        GemmTile::TallHalf,
-    ];
-
-    /// The tile's part of a pipeline label (rows × tokens; `j8`: 8 tokens per invocation).
-    pub fn name(self) -> &'static str {
-        match self {
-            GemmTile::Narrow => "64x32",
-            GemmTile::Wide => "64x64",
-            GemmTile::Tall => "64x128",
-            GemmTile::TallHalf => "64x64j8",
-        }
-    }
-
-    fn tokens(self) -> u64 {
+    pub(crate) fn tokens(self) -> u64 {
         match self {
             GemmTile::Narrow => GEMM_TILE_TOKENS,
             GemmTile::Wide | GemmTile::TallHalf => GEMM_WIDE_TILE_TOKENS,
@@ -511,7 +475,7 @@ pub fn ternary_gemm_tiled(
     if tall && !GemmTile::tall_fits(w) {
         return Err(GpuError::invalid(
             OP,
-            "the 4 × 8 micro-tiles take 2bit weights with one scale group only",
+            "the 4 × 8 micro-tiles take 2bit weights with one scale group or groups of a multiple of 64 columns",
         ));
     }
     if u64::from(a.cols) != w.cols {
@@ -545,6 +509,7 @@ pub fn ternary_gemm_tiled(
         act: a.act,
         dot: ctx.dot_kind(),
         tile,
+        grouped: tall && w.group != 0,
     };
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(tile.tokens()))?;
     for part in &w.parts {

@@ -325,7 +325,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 25] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 27] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
         (Mm::Gemv, l2, f16t, (37, 1000, 0, 1)),
         (Mm::Gemv, l2, bf16t, (9, 200, 40, 2)),
@@ -353,6 +353,9 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmTall, l2, f32t, (65, 60, 0, 5)),
         (Mm::GemmTallHalf, l2, bf16t, (257, 1000, 0, 130)),
         (Mm::GemmTallHalf, l2, f16t, (65, 60, 0, 5)),
+        // ... and over scale groups of a multiple of 64 columns (GROUPED)
+        (Mm::GemmTall, l2, f16t, (70, 2560, 256, 128)),
+        (Mm::GemmTallHalf, l2, f32t, (65, 1024, 64, 65)),
     ];
     for (mm, layout, st, shape) in mm_cases {
         v.push((
@@ -368,6 +371,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmWide, (65, 480, 24, 65)),
         (Mm::GemmTall, (257, 1000, 0, 130)),
         (Mm::GemmTallHalf, (70, 2560, 0, 65)),
+        (Mm::GemmTall, (70, 2560, 256, 130)),
     ] {
         v.push((
             format!("ternary×int8 {mm:?} Bits2 F16 {shape:?}"),

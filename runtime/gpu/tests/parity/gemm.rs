@@ -18,7 +18,7 @@ enum Path {
     Matmul,
     /// The ternary GEMM's 64 × 64 tile (`GemmTile::Wide`, 2bit).
     GemmWide,
-    /// The ternary GEMM's 64 × 128 tile (`GemmTile::Tall`, 2bit, group 0).
+    /// The ternary GEMM's 64 × 128 tile (`GemmTile::Tall`, 2bit, group 0 or a multiple of 64).
     GemmTall,
     /// Its 64 × 64 form (`GemmTile::TallHalf`, 128 invocations).
     GemmTallHalf,
@@ -290,6 +290,29 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             }),
         );
     }
+    // The same tiles over scale groups of a multiple of 64 columns (GROUPED: TQ2_0's 256-column
+    // blocks, 2B4T's 2560 and 6912 columns; 16 groups of 64; one group exactly).
+    for (st, rows, cols, group, tokens, path) in [
+        (FloatType::F16, 70, 2560, 256, 130, Path::GemmTall),
+        (FloatType::F32, 257, 1024, 64, 129, Path::GemmTall),
+        (FloatType::F32, 1, 64, 64, 1, Path::GemmTall),
+        (FloatType::Bf16, 65, 640, 128, 65, Path::GemmTallHalf),
+        (FloatType::F16, 33, 6912, 256, 7, Path::GemmTallHalf),
+    ] {
+        let tile = if matches!(path, Path::GemmTall) {
+            "64x128g"
+        } else {
+            "64x64j8g"
+        };
+        add(
+            format!("ternary_gemm {tile} {st:?} {rows}×{cols} group {group} tokens {tokens}"),
+            false,
+            Box::new(move |x, r| {
+                let l = TernaryLayout::Bits2;
+                run_ternary_gemm(x, r, path, l, st, rows, cols, group, tokens)
+            }),
+        );
+    }
     add(
         "ternary_gemm 64x128 f32 300×2560 tokens 6 split".into(),
         true,
@@ -299,7 +322,8 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         }),
     );
     // The same bits as the 64 × 32 and 64 × 64 tiles: gate/up row pairs (two scales by row
-    // parity), INT4 activations, a split pair weight; the tile refuses grouped scales.
+    // parity), INT4 activations, a split pair weight; the tile refuses groups of 40 columns (not
+    // a multiple of 64).
     for (pairs, act4, rows, cols, tokens, split) in [
         (true, false, 70, 640, 130, false),
         (true, true, 33, 1000, 129, false),

@@ -1,0 +1,194 @@
+//! The pipeline keys' tests: every key names a variant of `tern-shaders` with the override
+//! constants it implies.
+
+use super::*;
+
+/// The `FMT` override of `kv_store.wgsl` / `attention.wgsl`: the index in `KvQuant::ALL`.
+fn kv_fmt_id(q: KvFormat) -> u32 {
+    KvFormat::ALL.iter().position(|&x| x == q).unwrap_or(0) as u32
+}
+
+fn k_const(k: KernelKey, name: &str) -> Option<u32> {
+    let v = k.variant().ok()?;
+    v.constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32)
+}
+
+/// Every key a launcher can make names a registry variant (so naga validated it).
+#[test]
+fn every_key_has_a_registered_variant() {
+    let mut keys = vec![
+        KernelKey::ActQuantInt8,
+        KernelKey::NeuzipDecode,
+        KernelKey::NeuzipGemv,
+        KernelKey::NeuzipEmbed,
+        KernelKey::RmsNorm,
+        KernelKey::RmsNormQuant,
+        KernelKey::Rope { neox: false },
+        KernelKey::Rope { neox: true },
+        KernelKey::Argmax,
+        KernelKey::QkvSplit,
+        KernelKey::AttentionCombine,
+        KernelKey::EmbedFloat(FloatType::F32),
+        KernelKey::EmbedFloat(FloatType::F16),
+        KernelKey::EmbedFloat(FloatType::Bf16),
+        KernelKey::TopK { merge: false },
+        KernelKey::TopK { merge: true },
+        KernelKey::TopkSample(0),
+        KernelKey::TopkSample(1),
+        KernelKey::TopkSample(2),
+        KernelKey::FloatGemv(FloatType::F32),
+        KernelKey::FloatGemv(FloatType::F16),
+        KernelKey::FloatGemv(FloatType::Bf16),
+        KernelKey::CceCombine,
+        KernelKey::LogSoftmaxTarget,
+        KernelKey::ActStats,
+    ];
+    for dot in [DotKind::Packed, DotKind::Plain] {
+        for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
+            for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+                for act in [ActBits::Int8, ActBits::Int4] {
+                    let (l, s) = (layout, scale_type);
+                    keys.push(KernelKey::TernaryGemv {
+                        layout: l,
+                        scale_type: s,
+                        act,
+                        dot,
+                    });
+                    for (tile, grouped) in GemmTile::ALL
+                        .map(|t| (t, false))
+                        .into_iter()
+                        .chain([(GemmTile::Tall, true), (GemmTile::TallHalf, true)])
+                    {
+                        if tile == GemmTile::Narrow || layout == TernaryLayout::Bits2 {
+                            keys.push(KernelKey::TernaryGemm {
+                                layout: l,
+                                scale_type: s,
+                                act,
+                                dot,
+                                tile,
+                                grouped,
+                            });
+                        }
+                    }
+                    keys.push(KernelKey::TernaryGemvWide {
+                        layout: l,
+                        scale_type: s,
+                        act,
+                        dot,
+                    });
+                    if layout == TernaryLayout::Bits2 {
+                        keys.push(KernelKey::TernaryGemvDec {
+                            scale_type: s,
+                            act,
+                            dot,
+                        });
+                        keys.push(KernelKey::TernaryGemvDecNorm {
+                            scale_type: s,
+                            act,
+                            dot,
+                            topk: false,
+                        });
+                        if act == ActBits::Int8 {
+                            keys.push(KernelKey::TernaryGemvDecNorm {
+                                scale_type: s,
+                                act,
+                                dot,
+                                topk: true,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for scale_type in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+            keys.push(KernelKey::TernaryGemvSparse { scale_type, dot });
+        }
+    }
+    for (topk, norm) in [(false, false), (false, true), (true, false), (true, true)] {
+        keys.push(KernelKey::ActQuantA48 { topk, norm });
+    }
+    for bp in [128, 64, 16] {
+        for t in [FloatType::F32, FloatType::F16, FloatType::Bf16] {
+            keys.push(KernelKey::CceFloat(t, bp));
+        }
+    }
+    for t in GgmlType::ALL
+        .into_iter()
+        .filter(|t| t.gpu_qtype().is_some())
+    {
+        keys.push(KernelKey::GgmlGemv(t));
+        keys.push(KernelKey::GgmlGemvNorm(t));
+        keys.push(KernelKey::GgmlGemm(t));
+        keys.push(KernelKey::EmbedGgml(t));
+        keys.push(KernelKey::CceGgml(t, 128));
+        keys.push(KernelKey::CceGgml(t, 64));
+        keys.push(KernelKey::CceGgml(t, 16));
+    }
+    for kv in KvFormat::ALL {
+        for neox in [false, true] {
+            let k = KernelKey::RopeKv { quant: kv, neox };
+            keys.push(k);
+            assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+        }
+        if kv.is_kivi() {
+            for (k, st) in [(true, false), (false, false), (true, true), (false, true)] {
+                keys.push(KernelKey::KvKivi {
+                    quant: kv,
+                    keys: k,
+                    step: st,
+                });
+            }
+        } else {
+            keys.push(KernelKey::KvStore(kv));
+        }
+        for (i, role) in [KvRole::Own, KvRole::First, KvRole::Second]
+            .into_iter()
+            .enumerate()
+        {
+            let k = KernelKey::Attention(kv, role);
+            keys.push(k);
+            assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+            assert_eq!(k_const(k, "MC"), Some(i as u32), "{kv:?}");
+            if kv.is_kivi() {
+                let w = KernelKey::AttentionWords(kv, role);
+                keys.push(w);
+                assert_eq!(k_const(w, "WORDS"), Some(1), "{kv:?}");
+            }
+        }
+    }
+    keys.extend([KvFormat::F32, KvFormat::F16].map(KernelKey::AttentionPrefill));
+    keys.push(KernelKey::KvWindow);
+    keys.push(KernelKey::MinicacheMerge);
+    for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
+        keys.push(KernelKey::Elementwise(op));
+    }
+    for k in &keys {
+        let v = k.variant().unwrap();
+        assert_eq!(v.label, k.to_string());
+        // The block-type override of a ggml kernel is the table's `gpu_qtype` (embed.wgsl's
+        // SRC counts the three float tables first).
+        let (t, name, base) = match k {
+            KernelKey::GgmlGemv(t) | KernelKey::GgmlGemvNorm(t) | KernelKey::GgmlGemm(t) => {
+                (Some(*t), "QTYPE", 0)
+            }
+            KernelKey::EmbedGgml(t) => (Some(*t), "SRC", 3),
+            KernelKey::CceGgml(t, _) => (Some(*t), "HEAD", 0),
+            _ => (None, "", 0),
+        };
+        if let Some(t) = t {
+            let q = v.constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32);
+            assert_eq!(q, t.gpu_qtype().map(|q| q + base), "{k}");
+        }
+    }
+    assert_eq!(keys.len(), tern_shaders::all_variants().count());
+    assert_eq!(
+        KernelKey::TernaryGemv {
+            layout: TernaryLayout::Bits2,
+            scale_type: FloatType::F32,
+            act: ActBits::Int8,
+            dot: DotKind::Packed,
+        }
+        .to_string(),
+        "ternary_gemv_2bit_f32_tpr32"
+    );
+}
