@@ -14,6 +14,8 @@
 #   bash scripts/device-final.sh e|f   a fresh machine (carry .gl .devkit-fin3): e = base-3 A/B of
 #                                      two binaries; f = the ggml float-norm prologue A/B (SmolLM2)
 #   bash scripts/device-final.sh g     after a, same call: a4.8 fused-prologue A/B (issue 13)
+#   bash scripts/device-final.sh i     after a, same call: prefill A/B (GEMM tiles, prefill
+#                                      attention), llama-bench pp512 in each round
 #   bash scripts/device-final.sh kit3  HERE: only .devkit-fin3 (tern, gpu_bench, llama kit)
 #   bash scripts/device-final.sh h     a fresh machine (carry .gl .devkit-fin3): prefill A/B (the
 #                                      query-tiled attention), llama-bench pp512 in each round
@@ -313,4 +315,29 @@ d=json.load(open(sys.argv[1])); print(sys.argv[2], [(t['test'], round(t['avg_ts'
   log "done h"
   pack_out; exit 0
 fi
-echo "usage: $0 kit|kit3|a|b|c|d|e|f|g|h" >&2; exit 2
+# Phase i (right after phase a, on its warm machine): prefill A/B on the 2B4T TQ2_0 import —
+# the default (4 × 8 GEMM tiles, query-tiled attention + fused RoPE/KV store) against
+# TERN_GEMM_TILE=old and TERN_GPU_ATTN_PREFILL=0, A8 and a4.8, llama-bench pp512 in each round;
+# then a pp512 profile.
+if [ "$PHASE" = i ]; then
+  P=$(ls "$M"/tern-*/bitnet-tq2_0--2bit-raw.tern 2>/dev/null | head -1)
+  G=$(ls "$M"/bitnet-tq2_0.gguf 2>/dev/null | head -1)
+  [ -n "$P" ] || { log "no 2B4T pack: run phase a first"; exit 1; }
+  for round in 1 2; do
+    if [ -n "$G" ]; then
+      timeout 60 /tmp/llama/bin/llama-bench -m "$G" -ngl 99 -p 512 -n 0 -r 3 -o json > "$O/llama-pp-r$round.json" 2> "$O/llama-pp-r$round.err"
+      python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama tq2_0 pp r$round', e['n_prompt'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-pp-r$round.json" | tee -a "$O/summary-$PHASE.txt"
+    fi
+    tb "pp-a8-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    TERN_GEMM_TILE=old tb "pp-a8-oldtile-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    TERN_GPU_ATTN_PREFILL=0 tb "pp-a8-oldattn-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    tb "pp-a48-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
+    TERN_GEMM_TILE=old tb "pp-a48-oldtile-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
+  done
+  tb pp-a8-prof "$P" 60 -p 512 -n 1 -r 1 --profile --activations a8
+  log "done i"
+  pack_out; exit 0
+fi
+echo "usage: $0 kit|kit3|a|b|c|d|e|f|g|h|i" >&2; exit 2
