@@ -9,8 +9,9 @@
 // n_ctx)); the workgroup runs over the keys of its last token in tiles of 64, masking per token.
 // Workgroup (x, y): x = kv head · n_hg + head group (attention.wgsl's), y = token tile, the
 // batch's last first (the longest key ranges start first).
-// Latency: a tile costs one round trip per 8 key loads of a row and per 16 value rows — a
-// version with 4 and 8 in flight ran 8.0 ms per 2B4T pp512 against attention.wgsl's 6.9 (H100).
+// Latency: a tile costs one round trip per 8 key loads of a row and per 16 value rows (a version
+// with 4 and 8 in flight ran 8.0 ms per 2B4T pp512, this one 7.8, attention.wgsl 6.9: H100). So
+// the launcher takes it only with TERN_GPU_ATTN_PREFILL=1 (kernels/attention.rs, prefill_pays).
 // Heads of a group are the 4 lanes of vec4s (lanes past the group repeat head h0).
 // Per tile of 64 keys, two barriers:
 //  1. scores: invocation (token tq = lid / 64, key kk = lid % 64) dots its token's 4 queries

@@ -80,14 +80,19 @@ fn prefill_unfit(
     None
 }
 
-/// Whether a batch of `n_tokens` is long enough for the prefill kernel and its workgroups
-/// (`wgs_x` per token tile) fill the GPU; `TERN_GPU_ATTN_PREFILL=0` keeps `attention.wgsl` for
-/// every batch (measurements).
+/// Whether a batch of `n_tokens` goes to the prefill kernel: only with
+/// `TERN_GPU_ATTN_PREFILL=1` (opt-in), when the batch is long enough and its workgroups
+/// (`wgs_x` per token tile) fill the GPU. Off by default because on the one GPU measured it loses:
+/// H100, 2B4T pp512, three calls (docs/bench/session6-2026-11-24): 0.3–1.7 % slower end to end
+/// than `attention.wgsl` one token per workgroup + the separate RoPE/KV store (its kernel 7.8 ms
+/// against 6.9 per prefill; the fused RoPE + store saves ~1.0 ms). What it saves — a quarter of
+/// the K/V reads, 120 fewer dispatches per 30-layer prefill — is what a phone GPU without a large
+/// L2 pays for, which is unmeasured.
 fn prefill_pays(ctx: &GpuContext, n_tokens: u64, wgs_x: u64) -> bool {
     n_tokens >= PREFILL_MIN_TOKENS
         && wgs_x.saturating_mul(n_tokens.div_ceil(PREFILL_TOKENS_PER_WG))
             >= attn_target_wgs(ctx) / 8
-        && std::env::var("TERN_GPU_ATTN_PREFILL").as_deref() != Ok("0")
+        && std::env::var("TERN_GPU_ATTN_PREFILL").as_deref() == Ok("1")
 }
 
 /// Whether [`attention_into`] with no split forced (or `Some(1)`) runs a batch of `n_tokens`
@@ -196,7 +201,7 @@ pub fn attention_with_split(
 /// [`attention`] through the query-tiled prefill kernel (`attention_prefill.wgsl`: 4 tokens per
 /// workgroup; f32 / f16 caches of a layer of its own, head_dim a multiple of 16 up to 128), or a
 /// shape error saying why it does not apply. [`attention`] takes it by itself for batches of 16
-/// tokens and more (parity tests and benchmarks call this).
+/// tokens and more with `TERN_GPU_ATTN_PREFILL=1` (parity tests and benchmarks call this).
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_prefill(
