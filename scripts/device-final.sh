@@ -271,8 +271,8 @@ for e in json.load(open(sys.argv[1])): print('llama tq2_0 r$round', e['n_gen'], 
   log "done g"
   pack_out; exit 0
 fi
-# Phase h (a fresh machine, carry .gl .devkit-fin3; `kit3` builds it): prefill — the query-tiled
-# attention kernel against the per-token one (TERN_GPU_ATTN_PREFILL=0), A8 and a4.8, interleaved
+# Phase h (a fresh machine, carry .gl .devkit-fin3; `kit3` builds it): prefill — the default
+# against the query-tiled attention kernel (TERN_GPU_ATTN_PREFILL=1), A8 and a4.8, interleaved
 # over two rounds with llama-bench pp512 of the same TQ2_0 file in each; the attention kernel
 # bench; a pp512 profile. Extra binaries in .devkit-fin3 (tern-*.xz) are A/B'd the same way.
 if [ "$PHASE" = h ]; then
@@ -286,16 +286,17 @@ if [ "$PHASE" = h ]; then
   P=$(ls "$M"/tern-*/bitnet-tq2_0--2bit-raw.tern 2>/dev/null | head -1)
   G=$(ls "$M"/bitnet-tq2_0.gguf 2>/dev/null | head -1)
   [ -n "$P" ] || { log "no 2B4T pack"; pack_out; exit 1; }
-  for round in 1 2; do
+  for round in 1 2 3; do
     if [ -n "$G" ]; then
       timeout 60 /tmp/llama/bin/llama-bench -m "$G" -ngl 99 -p 512 -n 0 -r 3 -o json > "$O/llama-pp-r$round.json" 2> "$O/llama-pp-r$round.err"
       python3 -c "
 import json,sys
 for e in json.load(open(sys.argv[1])): print('llama tq2_0 pp r$round', e['n_prompt'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-pp-r$round.json" | tee -a "$O/summary-$PHASE.txt"
     fi
-    tb "a8-new-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
-    TERN_GPU_ATTN_PREFILL=0 tb "a8-old-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
-    tb "a48-new-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
+    tb "a8-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    TERN_GPU_ATTN_PREFILL=1 tb "a8-tiledattn-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
+    tb "a48-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
+    TERN_GPU_ATTN_PREFILL=1 tb "a48-tiledattn-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
     for x in .devkit-fin3/tern-*.xz; do
       [ -f "$x" ] || continue
       b=$(basename "$x" .xz); [ -x "$F/kit/$b" ] || { xz -dc "$x" > "$F/kit/$b"; chmod +x "$F/kit/$b"; }
@@ -311,7 +312,8 @@ d=json.load(open(sys.argv[1])); print(sys.argv[2], [(t['test'], round(t['avg_ts'
   log "gpu_bench --only attention"
   timeout 120 "$F/gpu_bench" --only attention > "$O/gpu_bench_attention.json" 2> "$O/gpu_bench_attention.err"
   tb a8-prof "$P" 60 -p 512 -n 1 -r 1 --profile --activations a8
-  TERN_GPU_ATTN_PREFILL=0 tb a8-old-prof "$P" 60 -p 512 -n 1 -r 1 --profile --activations a8
+  TERN_GPU_ATTN_PREFILL=1 tb a8-tiledattn-prof "$P" 60 -p 512 -n 1 -r 1 --profile --activations a8
+  tb a48-prof "$P" 60 -p 0 -n 16 -r 1 --profile --activations a4.8
   log "done h"
   pack_out; exit 0
 fi

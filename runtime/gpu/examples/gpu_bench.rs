@@ -360,7 +360,7 @@ fn cce_section(
 /// `tern_reference::attention` (NMSE ≤ 1e-10). `kv_gb_per_s` counts the K and V rows read once
 /// (2 · n_kv · n_head_kv · head_dim · 4 bytes); `x30_ms` is 30 layers' worth; decode is also
 /// timed with the key chunk count forced to 1, 8, 32, 64 and 128 (`forced_splits_us`), prefill
-/// also with the per-token kernel (`per_token_kernel_us`: attention.wgsl, one chunk). `--quick`
+/// also with the query-tiled kernel (`tiled_kernel_us`: attention_prefill.wgsl). `--quick`
 /// (lavapipe): depth 128 and 900, a 64-token prefill, 3 iterations.
 fn attention_section(
     ctx: &GpuContext,
@@ -462,25 +462,13 @@ fn attention_section(
                 anyhow::ensure!(nmse <= 1e-10, "attention {name} p0 {p0}: nmse {nmse:.2e}");
                 check = format!("{splits},\"nmse\":{nmse:.1e}");
             } else {
-                // the per-token kernel (attention.wgsl, one chunk) that prefill used before
-                // attention_prefill.wgsl, on the same batch
+                // the query-tiled kernel (attention_prefill.wgsl, opt-in) on the same batch
                 let ts = per_call(ctx, it, |e| {
-                    kernels::attention_with_split(
-                        ctx,
-                        e,
-                        &layout,
-                        &step,
-                        &qb,
-                        &kb,
-                        &vb,
-                        &ob,
-                        n,
-                        nh,
-                        scale,
-                        Some(1),
+                    kernels::attention_prefill(
+                        ctx, e, &layout, &step, &qb, &kb, &vb, &ob, n, nh, scale,
                     )
                 })?;
-                check = format!(",\"per_token_kernel_us\":{:.1}", ts * 1e6);
+                check = format!(",\"tiled_kernel_us\":{:.1}", ts * 1e6);
             }
             // K and V rows read once per kv head: all positions up to the last token's.
             let kv_bytes = 2 * (p0 + n) * row * 4;
