@@ -102,23 +102,13 @@ fn take(j: u32, a: f32) {
     }
 }
 
-// Element e (f32 index into the cache words, or f16 index into its halves) of a cache row.
-fn kv_at(is_key: bool, e: u32) -> f32 {
+// Element e (f32 index into the cache words, or f16 index into its halves) of a value row (keys
+// are read a whole load at a time: kdot).
+fn v_at(e: u32) -> f32 {
     if (FMT == 0u) {
-        var w: vec4<u32>;
-        if (is_key) {
-            w = kc[e >> 2u];
-        } else {
-            w = vc[e >> 2u];
-        }
-        return bitcast<f32>(w[e & 3u]);
+        return bitcast<f32>(vc[e >> 2u][e & 3u]);
     }
-    var w: vec4<u32>;
-    if (is_key) {
-        w = kc[e >> 3u];
-    } else {
-        w = vc[e >> 3u];
-    }
+    let w = vc[e >> 3u];
     return f16_bits_to_f32((w[(e >> 1u) & 3u] >> ((e & 1u) * 16u)) & 0xffffu);
 }
 
@@ -299,22 +289,22 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             // 16 value rows in flight, then the rest
             for (; jj + 16u <= cnt; jj = jj + 16u) {
                 let e = (k0 + jj) * r + vrow;
-                let a0 = kv_at(false, e);
-                let a1 = kv_at(false, e + r);
-                let a2 = kv_at(false, e + 2u * r);
-                let a3 = kv_at(false, e + 3u * r);
-                let a4 = kv_at(false, e + 4u * r);
-                let a5 = kv_at(false, e + 5u * r);
-                let a6 = kv_at(false, e + 6u * r);
-                let a7 = kv_at(false, e + 7u * r);
-                let a8 = kv_at(false, e + 8u * r);
-                let a9 = kv_at(false, e + 9u * r);
-                let a10 = kv_at(false, e + 10u * r);
-                let a11 = kv_at(false, e + 11u * r);
-                let a12 = kv_at(false, e + 12u * r);
-                let a13 = kv_at(false, e + 13u * r);
-                let a14 = kv_at(false, e + 14u * r);
-                let a15 = kv_at(false, e + 15u * r);
+                let a0 = v_at(e);
+                let a1 = v_at(e + r);
+                let a2 = v_at(e + 2u * r);
+                let a3 = v_at(e + 3u * r);
+                let a4 = v_at(e + 4u * r);
+                let a5 = v_at(e + 5u * r);
+                let a6 = v_at(e + 6u * r);
+                let a7 = v_at(e + 7u * r);
+                let a8 = v_at(e + 8u * r);
+                let a9 = v_at(e + 9u * r);
+                let a10 = v_at(e + 10u * r);
+                let a11 = v_at(e + 11u * r);
+                let a12 = v_at(e + 12u * r);
+                let a13 = v_at(e + 13u * r);
+                let a14 = v_at(e + 14u * r);
+                let a15 = v_at(e + 15u * r);
                 take(jj, a0);
                 take(jj + 1u, a1);
                 take(jj + 2u, a2);
@@ -333,7 +323,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 take(jj + 15u, a15);
             }
             for (; jj < cnt; jj = jj + 1u) {
-                take(jj, kv_at(false, (k0 + jj) * r + vrow));
+                take(jj, v_at((k0 + jj) * r + vrow));
             }
         }
     }

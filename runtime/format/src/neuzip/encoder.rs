@@ -225,7 +225,7 @@ fn encode_impl(
     for o in offs {
         out.extend_from_slice(&(o as u32).to_le_bytes()); // ok: all ≤ total ≤ u32::MAX
     }
-    debug_assert_eq!(out.len(), HEADER_BYTES);
+    debug_assert_eq!(out.len(), HEADER_BYTES); // ok: the fixed-size fields just written, not input
     for &(s, pdf) in &table {
         out.extend_from_slice(&(u32::from(s) | (pdf << 16)).to_le_bytes());
     }
