@@ -110,6 +110,9 @@ const TERNARY_DEC_COMMON: &str = include_str!("../wgsl/ternary_dec_common.wgsl")
 /// The RMSNorm multiplier (sum of squares, tree, rsqrt), appended to `rmsnorm.wgsl` and to
 /// `ggml_gemv.wgsl` (its fused norm prologue): one code, the same bits.
 const RMS_SCALE: &str = include_str!("../wgsl/rms_scale.wgsl");
+/// The ternary matmuls' scale lookup, packed dot and 2-bit trit expansion, appended to the GEMV,
+/// the sparse GEMV and both GEMM kernels (one code, the same bits).
+const TERNARY_OPS: &str = include_str!("../wgsl/ternary_ops.wgsl");
 /// The TopK 50% radix select (threshold passes, ties' ranks), appended to `act_quant_topk.wgsl`
 /// and `ternary_gemv_dec_norm.wgsl` (its TopK prologue runs the same code: the same bits).
 const TOPK_SELECT: &str = include_str!("../wgsl/topk_select.wgsl");
@@ -642,6 +645,16 @@ impl Shader {
         ) {
             s.push('\n');
             s.push_str(TERNARY_EPILOGUE);
+        }
+        if matches!(
+            self,
+            Shader::TernaryGemv
+                | Shader::TernaryGemvSparse
+                | Shader::TernaryGemm
+                | Shader::TernaryGemmT128
+        ) {
+            s.push('\n');
+            s.push_str(TERNARY_OPS);
         }
         if matches!(self, Shader::TernaryGemvDec | Shader::TernaryGemvDecNorm) {
             s.push('\n');

@@ -106,19 +106,6 @@ fn tt_n() -> u32 {
     return 16u * NJ;
 }
 
-fn scale_at(i: u32) -> f32 {
-    let o = p.scale_word_offset;
-    if (SCALE_TYPE == 0u) {
-        return bitcast<f32>(w[o + i]);
-    }
-    let word = w[o + (i >> 1u)];
-    let h = (word >> (16u * (i & 1u))) & 0xffffu;
-    if (SCALE_TYPE == 1u) {
-        return f16_bits_to_f32(h);
-    }
-    return bitcast<f32>(h << 16u);
-}
-
 fn row_scale(row: u32, g: u32) -> f32 {
     if (row >= p.rows) {
         return 0.0;
@@ -147,21 +134,6 @@ fn flush(g: u32, row_base: u32) {
         acc2 = vec4<i32>(0);
         acc3 = vec4<i32>(0);
     }
-}
-
-// Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
-fn trits2(cw: u32, b: u32) -> u32 {
-    let c = (cw >> (8u * b)) & 0xffu;
-    let x = (c & 3u) | ((c << 6u) & 0x300u) | ((c << 12u) & 0x30000u) | ((c << 18u) & 0x3000000u);
-    // Per byte v ∈ {0, 1, 2}: ((v | 0x80) − 1) ^ 0x80 = v − 1 as int8, no borrow between bytes.
-    return ((x | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
-}
-
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
 }
 
 fn dot16(wv: vec4<u32>, a: vec4<u32>) -> i32 {

@@ -92,19 +92,6 @@ var<private> sum5: vec4<f32>;
 var<private> sum6: vec4<f32>;
 var<private> sum7: vec4<f32>;
 
-fn scale_at(i: u32) -> f32 {
-    let o = p.scale_word_offset;
-    if (SCALE_TYPE == 0u) {
-        return bitcast<f32>(w[o + i]);
-    }
-    let word = w[o + (i >> 1u)];
-    let h = (word >> (16u * (i & 1u))) & 0xffffu;
-    if (SCALE_TYPE == 1u) {
-        return f16_bits_to_f32(h);
-    }
-    return bitcast<f32>(h << 16u);
-}
-
 // The per-tensor scale of a row (mode bit 5: gate/up pairs, by row parity).
 fn row_scale(row: u32) -> f32 {
     return scale_at(select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u));
@@ -148,20 +135,6 @@ fn store_sums(t: u32, row: u32, sum: vec4<f32>) {
             y[t * p.out_stride + p.row0 + row + 16u * i] = div_rn(sum[i], xs[t]);
         }
     }
-}
-
-// Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
-fn trits2(cw: u32, b: u32) -> u32 {
-    let c = (cw >> (8u * b)) & 0xffu;
-    let x = (c & 3u) | ((c << 6u) & 0x300u) | ((c << 12u) & 0x30000u) | ((c << 18u) & 0x3000000u);
-    return ((x | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
-}
-
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
 }
 
 // acc + the 16-column dot product, as one chain from the accumulator (a DP4A with its addend

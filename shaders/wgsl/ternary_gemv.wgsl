@@ -98,26 +98,6 @@ fn sext4_or(v: u32) -> u32 {
     return v | ((v & 0x08080808u) * 0x1eu);
 }
 
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
-}
-
-fn scale_at(i: u32) -> f32 {
-    let o = p.scale_word_offset;
-    if (SCALE_TYPE == 0u) {
-        return bitcast<f32>(w[o + i]);
-    }
-    let word = w[o + (i >> 1u)];
-    let h = (word >> (16u * (i & 1u))) & 0xffffu;
-    if (SCALE_TYPE == 1u) {
-        return f16_bits_to_f32(h);
-    }
-    return bitcast<f32>(h << 16u);
-}
-
 // Trit of element j (0..16 or 0..20) of code word cw (the per-element path of grouped scales).
 fn trit(cw: u32, j: u32) -> i32 {
     if (LAYOUT == 0u) {

@@ -54,33 +54,6 @@ var<workgroup> list: array<u32, 1792>;
 var<workgroup> gsum: array<atomic<i32>, 1536>;
 var<workgroup> scan: array<u32, 256>;
 
-fn scale_at(i: u32) -> f32 {
-    let o = p.scale_word_offset;
-    if (SCALE_TYPE == 0u) {
-        return bitcast<f32>(w[o + i]);
-    }
-    let word = w[o + (i >> 1u)];
-    let h = (word >> (16u * (i & 1u))) & 0xffffu;
-    if (SCALE_TYPE == 1u) {
-        return f16_bits_to_f32(h);
-    }
-    return bitcast<f32>(h << 16u);
-}
-
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
-}
-
-// Four 2-bit codes (byte b of code word cw) as four int8 trits (code − 1).
-fn trits(cw: u32, b: u32) -> u32 {
-    let c = (cw >> (8u * b)) & 0xffu;
-    let x = (c & 3u) | ((c << 6u) & 0x300u) | ((c << 12u) & 0x30000u) | ((c << 18u) & 0x3000000u);
-    return ((x | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
-}
-
 fn group_of(aw: u32) -> u32 {
     if (p.group == 0u) {
         return 0u;
@@ -150,7 +123,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                     cur = g;
                 }
                 let cw = w[wbase + (aw >> 2u)];
-                acc = acc + dot4(trits(cw, aw & 3u), xq[abase + aw]);
+                acc = acc + dot4(trits2(cw, aw & 3u), xq[abase + aw]);
             }
         } else {
             // Dense: 16 columns (one code word, four activation words) per step.
@@ -165,7 +138,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                             acc = 0;
                             cur = g;
                         }
-                        acc = acc + dot4(trits(cw, b), xq[abase + aw]);
+                        acc = acc + dot4(trits2(cw, b), xq[abase + aw]);
                     }
                 }
             }
