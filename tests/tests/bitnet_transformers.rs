@@ -16,7 +16,7 @@ use tern_format::TernFile;
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
 use tern_reference::{KvCache, LogitsWanted, Model};
-use tern_tests::{golden, scratch};
+use tern_tests::{golden, nmse, scratch};
 
 struct Golden {
     tokens: Vec<u32>,
@@ -50,17 +50,6 @@ fn load_golden(name: &str) -> Golden {
         shape,
         logits,
     }
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    num / den
 }
 
 fn import(dir: &Path, name: &str, opts: &PackOptions) -> TernFile {

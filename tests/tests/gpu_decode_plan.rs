@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use tern_engine::{Device, LoadOptions, Model, Session};
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
-use tern_tests::{golden, scratch};
+use tern_tests::{golden, nmse, scratch};
 
 /// Dispatches outside the layers (see the module doc).
 const HEAD: usize = 4;
@@ -171,15 +171,6 @@ fn bitnet_long_context_plan_splits_attention() {
 }
 
 /// NMSE of `a` against `b`.
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        num += f64::from(x - y).powi(2);
-        den += f64::from(*y).powi(2);
-    }
-    num / den.max(f64::MIN_POSITIVE)
-}
-
 /// The fused norm prologue end to end, in every `TERN_GPU_FUSE_NORM` mode (`0` none, `qkv`,
 /// `attn`, `all`: the decode kernel's fused variant where it takes the shape; `1`: the wide kernel
 /// elsewhere too; unset: `all`; `notopk`: `all` but a4.8's TopK input): token-by-token logits of the random BitNet models (A8 and a4.8,

@@ -16,7 +16,7 @@ use std::path::Path;
 use tern_engine::{Device, LoadOptions, Model, Session};
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::{FloatMode, PackOptions};
-use tern_tests::{golden, scratch};
+use tern_tests::{golden, nmse, scratch};
 
 /// A missing adapter fails under TERN_REQUIRE_GPU=1 or CI=true (tests/ci-skips.txt may list
 /// `gpu_engine`).
@@ -41,17 +41,6 @@ fn open_gpu(path: &Path, max_memory: Option<u64>) -> Option<Model> {
         }
         Err(e) => panic!("loading {} on the GPU: {e}", path.display()),
     }
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    num / den.max(1e-30)
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -11,13 +11,7 @@ use std::path::Path;
 use tern_engine::{Device, LoadOptions, Model, Session};
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
-use tern_tests::{golden, scratch};
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let err: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    err / den.max(1e-30)
-}
+use tern_tests::{golden, nmse, scratch};
 
 fn open_gpu(path: &Path) -> Option<Model> {
     let opts = LoadOptions {

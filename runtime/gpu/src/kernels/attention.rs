@@ -179,22 +179,19 @@ pub fn attention_with_split(
     scale: f32,
     forced_split: Option<u64>,
 ) -> Result<()> {
-    attention_in(
+    attention_role(
         ctx,
         enc,
         layout,
         step,
         q,
-        k_cache,
-        v_cache,
+        (k_cache, v_cache),
         out,
         n_tokens,
         n_head,
         scale,
-        forced_split.map_or(Pick::Auto, Pick::Split),
-        None,
+        forced_split,
         KvRead::Own,
-        None,
     )
 }
 
