@@ -80,6 +80,14 @@ print(sys.argv[2], [(t['test'], t.get('depth', 0), round(t['avg_ts'], 1)) for t 
 PY
 }
 
+# llama-bench pp512 of GGUF $1 (round $2) into the summary (phases h and i)
+llama_pp() {
+  timeout 60 /tmp/llama/bin/llama-bench -m "$1" -ngl 99 -p 512 -n 0 -r 3 -o json > "$O/llama-pp-r$2.json" 2> "$O/llama-pp-r$2.err"
+  python3 -c "
+import json,sys
+for e in json.load(open(sys.argv[1])): print('llama tq2_0 pp r' + sys.argv[2], e['n_prompt'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-pp-r$2.json" "$2" | tee -a "$O/summary-$PHASE.txt"
+}
+
 if [ "$PHASE" = a ]; then
   log "unpack"
   xz -dc .devkit-fin/tern.xz > "$F/kit/tern"
@@ -287,12 +295,7 @@ if [ "$PHASE" = h ]; then
   G=$(ls "$M"/bitnet-tq2_0.gguf 2>/dev/null | head -1)
   [ -n "$P" ] || { log "no 2B4T pack"; pack_out; exit 1; }
   for round in 1 2 3; do
-    if [ -n "$G" ]; then
-      timeout 60 /tmp/llama/bin/llama-bench -m "$G" -ngl 99 -p 512 -n 0 -r 3 -o json > "$O/llama-pp-r$round.json" 2> "$O/llama-pp-r$round.err"
-      python3 -c "
-import json,sys
-for e in json.load(open(sys.argv[1])): print('llama tq2_0 pp r$round', e['n_prompt'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-pp-r$round.json" | tee -a "$O/summary-$PHASE.txt"
-    fi
+    [ -n "$G" ] && llama_pp "$G" "$round"
     tb "a8-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
     TERN_GPU_ATTN_PREFILL=1 tb "a8-tiledattn-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
     tb "a48-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a4.8
@@ -326,12 +329,7 @@ if [ "$PHASE" = i ]; then
   G=$(ls "$M"/bitnet-tq2_0.gguf 2>/dev/null | head -1)
   [ -n "$P" ] || { log "no 2B4T pack: run phase a first"; exit 1; }
   for round in 1 2; do
-    if [ -n "$G" ]; then
-      timeout 60 /tmp/llama/bin/llama-bench -m "$G" -ngl 99 -p 512 -n 0 -r 3 -o json > "$O/llama-pp-r$round.json" 2> "$O/llama-pp-r$round.err"
-      python3 -c "
-import json,sys
-for e in json.load(open(sys.argv[1])): print('llama tq2_0 pp r$round', e['n_prompt'], round(e['avg_ts'],1), round(e['stddev_ts'],1))" "$O/llama-pp-r$round.json" | tee -a "$O/summary-$PHASE.txt"
-    fi
+    [ -n "$G" ] && llama_pp "$G" "$round"
     tb "pp-a8-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
     TERN_GEMM_TILE=old tb "pp-a8-oldtile-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
     TERN_GPU_ATTN_PREFILL=0 tb "pp-a8-oldattn-r$round" "$P" 60 -p 512 -n 0 -r 3 --activations a8
