@@ -73,19 +73,23 @@ pub enum KvSpecError {
 }
 
 /// How each K/V value is stored (see the module doc for the math of each).
+///
+/// The discriminant is the format's one index (0–7): the C ABI's `TERN_KV_*` values and the
+/// shaders' `FMT` override are [`KvQuant::index`], and [`KvQuant::from_index`] reads it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
 pub enum KvQuant {
     #[default]
-    F32,
-    F16,
-    Q8,
+    F32 = 0,
+    F16 = 1,
+    Q8 = 2,
     /// KIVI asymmetric, keys per channel, values per token.
-    Kivi4,
-    Kivi3,
-    Kivi2,
+    Kivi4 = 3,
+    Kivi3 = 4,
+    Kivi2 = 5,
     /// a4.8-style absmax per (position, head), unsigned codes.
-    Absmax4,
-    Absmax3,
+    Absmax4 = 6,
+    Absmax3 = 7,
 }
 
 impl KvQuant {
@@ -99,6 +103,16 @@ impl KvQuant {
         KvQuant::Absmax4,
         KvQuant::Absmax3,
     ];
+
+    /// The format's index (the C ABI's `TERN_KV_*`, the shaders' `FMT`): its discriminant.
+    pub const fn index(self) -> u32 {
+        self as u32
+    }
+
+    /// The format of index `i` ([`KvQuant::index`]); `None` past the last.
+    pub fn from_index(i: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|q| q.index() == i)
+    }
 
     /// The `--kv` spelling.
     pub fn name(self) -> &'static str {
@@ -339,6 +353,16 @@ impl KvSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_round_trips_in_all_order() {
+        for (i, q) in KvQuant::ALL.into_iter().enumerate() {
+            assert_eq!(q.index(), i as u32);
+            assert_eq!(KvQuant::from_index(i as u32), Some(q));
+        }
+        assert_eq!(KvQuant::from_index(8), None);
+        assert_eq!(KvQuant::from_index(u32::MAX), None);
+    }
 
     fn smollm() -> HParams {
         HParams {
