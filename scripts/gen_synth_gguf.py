@@ -10,6 +10,9 @@ bitnet: BitNet-b1.58-2B4T shape (2560 hidden, 30 layers, 20/5 heads, 6912 FFN, 1
 smollm: SmolLM2-135M shape (576 hidden, 30 layers, 9/3 heads, 1536 FFN, 49152 vocab), arch "llama",
         tied embeddings (no output.weight).
 --tiny: 256 hidden, 2 layers, 4/2 heads, 512 FFN, 1024 vocab (dry runs). --layers overrides L.
+--q4_1: layer matrices in ggml Q4_1 and the embedding in Q8_0 (as the PyPI SmolLM2 GGUF), written here
+        (ggml-common.h's block_q4_1 {d, m, qs[16]} / block_q8_0 {d, qs[32]}, ggml-quants.c's reference
+        quantizers), so no llama-quantize is needed on the device.
 As gen_bitnet_synth.py, all layers share one set of random matrices (generation time; the values
 do not matter for speed) and norms are ones. Weights ~ N(0, 0.02) in f16.
 """
@@ -28,6 +31,7 @@ ap.add_argument('out')
 ap.add_argument('--shape', choices=sorted(SHAPES), default='bitnet')
 ap.add_argument('--layers', type=int)
 ap.add_argument('--tiny', action='store_true')
+ap.add_argument('--q4_1', action='store_true')
 a = ap.parse_args()
 H, L, NH, NKV, FF, V = TINY if a.tiny else SHAPES[a.shape]
 if a.layers: L = a.layers
@@ -50,7 +54,7 @@ u32(f'{A}.embedding_length', H); u32(f'{A}.block_count', L)
 u32(f'{A}.feed_forward_length', FF); u32(f'{A}.attention.head_count', NH); u32(f'{A}.attention.head_count_kv', NKV)
 f32(f'{A}.rope.freq_base', 500000.0 if A == 'bitnet' else 100000.0)
 f32(f'{A}.attention.layer_norm_rms_epsilon', 1e-5); u32(f'{A}.rope.dimension_count', HD)
-u32(f'{A}.vocab_size', V); u32('general.file_type', 1)
+u32(f'{A}.vocab_size', V); u32('general.file_type', 3 if a.q4_1 else 1)
 st('tokenizer.ggml.model', 'llama')
 arr_str('tokenizer.ggml.tokens', [f'<t{i}>' for i in range(V)])
 arr('tokenizer.ggml.scores', 6, '<f4', [0.0] * V)
@@ -74,19 +78,54 @@ def r(rows, cols):
 ones = lambda n: np.ones(n, np.float32)
 
 tensors = []  # (name, ne (ggml order: fastest first), ggml type, array)
-def T(name, arr_): tensors.append((name, list(arr_.shape[::-1]), 1 if arr_.dtype == np.float16 else 0, arr_))
-T('token_embd.weight', r(V, H)); T('output_norm.weight', ones(H))
-q, k, v_, o = r(H, H), r(NKV * HD, H), r(NKV * HD, H), r(H, H)
-g, u, d = r(FF, H), r(FF, H), r(H, FF)
+def T(name, arr_, t=None, ne=None):
+    tensors.append((name, ne or list(arr_.shape[::-1]), t if t is not None else (1 if arr_.dtype == np.float16 else 0), arr_))
+def q4_1(x):
+    """ggml quantize_row_q4_1_ref: per 32 values d = (max - min) / 15, m = min, q = round((x - m) / d)
+    clamped to 15; byte j = q[j] | q[j + 16] << 4. Returns (raw block bytes, ne)."""
+    rows, cols = x.shape
+    b = x.astype(np.float32).reshape(-1, 32)
+    mn, mx = b.min(1), b.max(1)
+    d = (mx - mn) / 15
+    inv = np.where(d != 0, 1 / np.where(d != 0, d, 1), 0)
+    q = np.minimum(np.floor((b - mn[:, None]) * inv[:, None] + 0.5), 15).astype(np.uint8)
+    blk = np.zeros((b.shape[0], 20), np.uint8)
+    blk[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    blk[:, 2:4] = mn.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    blk[:, 4:] = q[:, :16] | (q[:, 16:] << 4)
+    return blk.reshape(-1), [cols, rows]
+def q8_0(x):
+    """ggml quantize_row_q8_0_ref: per 32 values d = amax / 127, q = round(x / d)."""
+    rows, cols = x.shape
+    b = x.astype(np.float32).reshape(-1, 32)
+    d = np.abs(b).max(1) / 127
+    inv = np.where(d != 0, 1 / np.where(d != 0, d, 1), 0)
+    q = np.round(b * inv[:, None]).astype(np.int8)
+    blk = np.zeros((b.shape[0], 34), np.uint8)
+    blk[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    blk[:, 2:] = q.view(np.uint8)
+    return blk.reshape(-1), [cols, rows]
+if a.q4_1:
+    def M(x): data, ne = q4_1(x); return (data, 3, ne)
+else:
+    def M(x): return (x, None, None)
+def TM(name, m): T(name, m[0], m[1], m[2])
+if a.q4_1:
+    e, ne = q8_0(r(V, H)); T('token_embd.weight', e, 8, ne)
+else:
+    T('token_embd.weight', r(V, H))
+T('output_norm.weight', ones(H))
+q, k, v_, o = (M(x) for x in (r(H, H), r(NKV * HD, H), r(NKV * HD, H), r(H, H)))
+g, u, d = (M(x) for x in (r(FF, H), r(FF, H), r(H, FF)))
 if A == 'bitnet': v_ = k  # as gen_bitnet_synth.py
 for i in range(L):
     p = f'blk.{i}.'
     T(p + 'attn_norm.weight', ones(H))
     if A == 'bitnet': T(p + 'attn_sub_norm.weight', ones(H))
-    T(p + 'attn_q.weight', q); T(p + 'attn_k.weight', k); T(p + 'attn_v.weight', v_); T(p + 'attn_output.weight', o)
+    TM(p + 'attn_q.weight', q); TM(p + 'attn_k.weight', k); TM(p + 'attn_v.weight', v_); TM(p + 'attn_output.weight', o)
     T(p + 'ffn_norm.weight', ones(H))
     if A == 'bitnet': T(p + 'ffn_sub_norm.weight', ones(FF))
-    T(p + 'ffn_gate.weight', g); T(p + 'ffn_up.weight', u); T(p + 'ffn_down.weight', d)
+    TM(p + 'ffn_gate.weight', g); TM(p + 'ffn_up.weight', u); TM(p + 'ffn_down.weight', d)
 
 pad = lambda x: (ALIGN - x % ALIGN) % ALIGN
 infos = b''; off = 0
