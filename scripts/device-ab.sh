@@ -11,6 +11,10 @@
 # Writes $OUT/ab.log (everything), $OUT/ab.md (the table), $OUT/raw.tar.gz (each run's JSON).
 # Environment: OUT=/tmp/ab-out  ROUNDS=3  R=3 (llama-bench-style repetitions per run)  SHAPES="bitnet smollm"
 #              DEPTH=0 (tokens in the cache before each test)  TINY=0 (1: 2-layer models, dry runs)
+#              LLAMA_KIT=.devkit/llama: when it holds llama-src.tar.xz + vk-tools.tar.xz
+#              (../shared/tools/llamacpp-device-kit.sh kit), llama.cpp is built on the device with a
+#              current glslc and llama-bench (-fa 1) runs the same shapes in the same call, as context
+#              (TQ2_0 quantized from the same F16 file; the same Q4_1 file).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:-.devkit/ab/tern-old}; NEW=${2:-.devkit/ab/tern-new}
@@ -40,6 +44,25 @@ for shape in $SHAPES; do
   # Packed by the OLD binary: both must read it (the .tern format is unchanged by a refactor).
   [ -s "$M/$shape.tern" ] || { log "packing $shape"; "$OLD" pack "$src" -o "$M/$shape.tern" > "$OUT/raw/pack-$shape.log" 2>&1 || { tail -5 "$OUT/raw/pack-$shape.log"; exit 1; }; }
 done
+
+LLAMA_KIT=${LLAMA_KIT:-.devkit/llama}
+if [ -s "$LLAMA_KIT/llama-src.tar.xz" ] && [ -s "$LLAMA_KIT/vk-tools.tar.xz" ]; then
+  log "building llama.cpp on the device (current glslc)"
+  if bash "$(dirname "$0")/llamacpp-device-kit.sh" build "$LLAMA_KIT" > "$OUT/llama-build.log" 2>&1; then
+    grep -iE "int dot|matrix cores" "$OUT/llama-build.log" | head -3
+    LB=$LLAMA_KIT/bin
+    for shape in $SHAPES; do
+      case $shape in
+        bitnet) g=$M/bitnet-tq2_0.gguf; [ -s "$g" ] || "$LB/llama-quantize" "$M/bitnet-f16.gguf" "$g" TQ2_0 "$(nproc)" > "$OUT/raw/quantize.log" 2>&1 ;;
+        smollm) g=$M/smollm-q4_1.gguf ;;
+      esac
+      log "llama-bench $shape ($(basename "$g"), -fa 1)"
+      timeout 240 "$LB/llama-bench" -m "$g" -ngl 99 -fa 1 -p 512 -n 128 -r "$R" -d "$DEPTH" -o md 2>&1 | tee "$OUT/raw/llama-$shape.md" | grep -E '^\|' || true
+    done
+  else
+    log "llama.cpp build failed:"; tail -5 "$OUT/llama-build.log"
+  fi
+fi
 
 # Interleaved: round k runs old then new for odd k, new then old for even k (drift cancels).
 for k in $(seq 1 "$ROUNDS"); do
