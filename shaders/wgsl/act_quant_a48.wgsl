@@ -23,6 +23,8 @@
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
 
+// #import common
+
 struct Params {
     n: u32,
     n_rows: u32,

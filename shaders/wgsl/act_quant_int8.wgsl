@@ -9,6 +9,8 @@
 //   q  : [n_tokens][q_stride] u32, 4 int8 per word little-endian; columns cols.. of a row are 0
 //   s  : [n_tokens] f32 multipliers (x ≈ q / s)
 
+// #import common
+
 struct Params {
     cols: u32,
     q_stride: u32,

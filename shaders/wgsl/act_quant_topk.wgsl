@@ -38,6 +38,9 @@
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
 
+// #import common
+// #import topk_select
+
 struct Params {
     n: u32,
     n_rows: u32,

@@ -37,6 +37,8 @@
 // values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
 // [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
 
+// #import common
+
 struct Params {
     n_head: u32,
     n_head_kv: u32,

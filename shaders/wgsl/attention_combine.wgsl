@@ -9,6 +9,8 @@
 // Bindings: params; step; partials [n_tokens][n_head][n_split][head_dim + 2] (m, l, acc);
 // out [n_tokens][n_head·head_dim].
 
+// #import common
+
 struct Params {
     n_head: u32,
     n_head_kv: u32,

@@ -35,6 +35,8 @@
 // stacked row's length when they stay in the q/k/v projection's [n][q | k | v] rows that
 // rope_kv.wgsl rotated in place); the caches are read as vec4<u32> (f32: 4 dims, f16: 8 per load).
 
+// #import common
+
 struct Params {
     n_head: u32,
     n_head_kv: u32,

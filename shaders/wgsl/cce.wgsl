@@ -26,6 +26,8 @@
 //           targets [*] u32 vocab ids (global rows), indexed pos0 + p;
 //           part   scratch [n_blocks][n_pos] (max, sum) pairs, then [n_pos] target logits.
 
+// #import common
+
 struct Params {
     rows: u32,
     cols: u32,

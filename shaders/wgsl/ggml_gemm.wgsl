@@ -16,6 +16,8 @@
 //           columns row0 .. row0 + rows.
 // Grid: x = row tiles of the part, y = token tiles.
 
+// #import common
+
 struct Params {
     rows: u32,
     cols: u32,

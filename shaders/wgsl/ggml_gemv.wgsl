@@ -40,6 +40,9 @@
 //           writes columns row0 .. row0 + rows; nw [cols] f32 the norm weight (NORM = 1; the
 //           plain variants are given any buffer, which they do not read).
 
+// #import common
+// #import rms_scale
+
 struct Params {
     rows: u32,
     cols: u32,

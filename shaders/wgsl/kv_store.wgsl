@@ -36,6 +36,9 @@
 // The stages' code is kv_quant.wgsl (shared with rope_kv.wgsl's fused RoPE + store), appended
 // to this file by the shaders crate.
 
+// #import common
+// #import kv_quant
+
 struct Step {
     p0: u32,
     n_tokens: u32,

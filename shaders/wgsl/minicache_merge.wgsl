@@ -14,6 +14,8 @@
 // Bindings: geom (the pair buffer's layout, kv_store.wgsl's Geom); step; merge (t, γ);
 // xa (layer a's rows from word xa_off), xb [n_tokens][row] f32; dir [n_tokens][row] f32; cache (the pair's K or V buffer).
 
+// #import common
+
 struct Step {
     p0: u32,
     n_tokens: u32,

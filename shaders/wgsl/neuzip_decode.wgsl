@@ -21,6 +21,8 @@
 //   out    : decoded elements from element out_base on: one per u32 (f32) or two per u32
 //   status : [0] = 0 when every lane of this dispatch ended cleanly, else 1
 
+// #import common
+
 struct Params {
     lanes: u32,
     block_len: u32,

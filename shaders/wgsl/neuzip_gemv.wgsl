@@ -11,6 +11,9 @@
 // (meta read-write: its word `status_word` is this kernel's status, since WebGPU guarantees
 // only 4 storage buffers per stage); x [tokens][x_stride] f32; y [tokens][out_stride] f32.
 
+// #import common
+// #import neuzip_rows
+
 struct Gemv {
     rows_per_block: u32,
     n_tokens: u32,

@@ -6,6 +6,9 @@
 // The sum of squares and the multiplier: rms_scale.wgsl (appended; shared with ggml_gemv.wgsl's
 // fused norm prologue, which must compute the same bits).
 
+// #import common
+// #import rms_scale
+
 struct Params {
     n: u32,
     n_rows: u32,

@@ -13,6 +13,8 @@
 // 256-way tree), so the bits do not change; the absmax is a tree of u32 maxima (exact, any order)
 // instead of 256 atomics on one word.
 
+// #import common
+
 struct Params {
     n: u32,
     n_rows: u32,

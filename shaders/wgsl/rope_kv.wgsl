@@ -21,6 +21,9 @@
 // Bindings (4 storage): qkv (queries rotated in place), cs [n][rope_dim/2] (cos, sin), the
 // layer's key cache, its value cache; uniforms: the RoPE shape, the step, the cache's Geom.
 
+// #import common
+// #import kv_quant
+
 struct Params {
     n_head: u32,
     n_head_kv: u32,

@@ -45,6 +45,9 @@
 //   y   : [n_tokens][out_stride] f32; this part writes columns row0 .. row0 + rows_part
 // Grid: x = row tiles of the part, y = token tiles.
 
+// #import common
+// #import ternary_ops
+
 struct Params {
     rows: u32,
     cols: u32,

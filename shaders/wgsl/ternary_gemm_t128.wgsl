@@ -31,6 +31,9 @@
 //   GROUPED     0 = one scale group; 1 = groups of a multiple of 64 columns
 // Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of the part, y = TT-token tiles.
 
+// #import common
+// #import ternary_ops
+
 struct Params {
     rows: u32,
     cols: u32,

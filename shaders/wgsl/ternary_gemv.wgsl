@@ -33,6 +33,10 @@
 // out_stride / 2 columns): gate/up as one GEMV, elementwise.wgsl's arithmetic, the same bits as the
 // gate GEMV, then the up GEMV with the GLU epilogue.
 
+// #import common
+// #import ternary_epilogue
+// #import ternary_ops
+
 struct Params {
     rows: u32,
     cols: u32,

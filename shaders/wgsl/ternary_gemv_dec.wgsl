@@ -28,6 +28,10 @@
 // as every quantizer writes it); xs: [n_tokens] f32 multipliers; y: [n_tokens][out_stride] f32.
 // `p.mode` bits 2..3 and 5: ternary_gemv.wgsl's epilogues (the shared ternary_epilogue.wgsl).
 
+// #import common
+// #import ternary_epilogue
+// #import ternary_dec_common
+
 struct Params {
     rows: u32,
     cols: u32,

@@ -49,6 +49,11 @@
 // `p.act_stride`: the quantized row's words (≤ ASH, checked by the launcher); `p.mode` bits 2..3
 // and 5: the shared epilogues (ternary_epilogue.wgsl).
 
+// #import common
+// #import ternary_epilogue
+// #import ternary_dec_common
+// #import topk_select
+
 struct Params {
     rows: u32,
     cols: u32,

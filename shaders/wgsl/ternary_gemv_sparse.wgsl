@@ -18,6 +18,9 @@
 // Bindings: as ternary_gemv.wgsl (w, xq int8 activations, xs, y). Grid: x = row blocks of 8, y =
 // tokens.
 
+// #import common
+// #import ternary_ops
+
 struct Params {
     rows: u32,
     cols: u32,

@@ -41,6 +41,9 @@
 // buffer is a multiple of 16 bytes. xa, xf: see the prologue. y: [n_tokens][out_stride] f32; this
 // part writes columns row0 .. row0 + rows_part.
 
+// #import common
+// #import ternary_epilogue
+
 struct Params {
     rows: u32,
     cols: u32,

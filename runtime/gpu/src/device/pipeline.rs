@@ -461,5 +461,8 @@ impl PipelineCache {
     }
 }
 
+mod registry;
+pub use registry::Constant;
+
 #[cfg(test)]
 mod tests;
