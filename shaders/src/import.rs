@@ -52,7 +52,11 @@ fn import_of(line: &str) -> Result<Option<&str>, ()> {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if ok { Ok(Some(name)) } else { Err(()) }
+    if ok {
+        Ok(Some(name))
+    } else {
+        Err(())
+    }
 }
 
 /// The modules `text` imports, in the order written.

@@ -1,15 +1,18 @@
-//! # tern-shaders: every WGSL kernel of the GPU engine, registered in one table
+//! # tern-shaders: every WGSL kernel of the GPU engine and the modules they import
 //!
-//! Kernels are real `.wgsl` files under `shaders/wgsl/`, pulled in with `include_str!` here and
-//! nowhere else. [`Shader`] lists them; [`Shader::source`] is the text handed to wgpu (the shared
-//! helpers of `common.wgsl` prepended); [`Shader::variants`] lists every combination of
-//! `override` constants a launcher may ask for, so the CPU-only test in this crate can validate
-//! each one with naga (parse, validate, resolve the overrides, validate again, write SPIR-V).
+//! Kernels and modules are real `.wgsl` files under `shaders/wgsl/`, pulled in with
+//! `include_str!` here and nowhere else. [`Shader`] lists the kernels; [`MODULES`] the shared
+//! modules (structs and helpers written once). A file names what it uses with a line
+//! `// #import name`; [`Shader::source`] is the text handed to wgpu: the kernel with its imports
+//! resolved ([`resolve`]: each module at most once, its own imports first, deterministic order;
+//! unknown modules and cycles are [`ImportError`]s).
 //!
-//! A variant's [`Variant::label`] is the pipeline label and the pipeline-cache key text used by
-//! `tern-gpu` (e.g. `ternary_gemv_2bit_f32_tpr32`).
+//! Which pipelines exist (a shader plus its `override` values) is not listed here: tern-gpu's
+//! typed `KernelKey` derives each pipeline's shader, constants and label and enumerates them
+//! (`KernelKey::all`), and its registry test compiles every one with naga.
 //!
-//! This crate has no dependencies: it is data. `tern-gpu` compiles the pipelines.
+//! This crate has no dependencies: it is data (see README.md for why the import step is a small
+//! preprocessor rather than naga_oil or wesl). `tern-gpu` compiles the pipelines.
 
 /// One WGSL kernel file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,13 +99,12 @@ pub enum Shader {
 }
 
 mod import;
-#[cfg(test)]
-mod legacy;
+#[doc(hidden)]
+pub mod legacy;
 #[cfg(test)]
 mod tests;
 
-pub use import::{ImportError, imports_of, resolve};
-#[cfg(test)]
+pub use import::{imports_of, resolve, ImportError};
 pub use legacy::all_variants;
 
 /// Every WGSL module a kernel may `// #import`, by name (its file under `shaders/wgsl/`, less
@@ -111,19 +113,68 @@ pub const MODULES: &[(&str, &str)] = &[
     // div_rn, exact f16 <-> f32 with integer ops: imported by every kernel.
     ("common", include_str!("../wgsl/common.wgsl")),
     // The ternary GEMVs' epilogue (pair_scale, epilogue).
-    ("ternary_epilogue", include_str!("../wgsl/ternary_epilogue.wgsl")),
+    (
+        "ternary_epilogue",
+        include_str!("../wgsl/ternary_epilogue.wgsl"),
+    ),
     // The KV cache's quantizing store (every format's stages): kv_store and the fused rope_kv.
     ("kv_quant", include_str!("../wgsl/kv_quant.wgsl")),
     // NeuZip row decoding (decode table, stream readers): the fused GEMV and embedding.
     ("neuzip_rows", include_str!("../wgsl/neuzip_rows.wgsl")),
     // The decode GEMVs' trit bytes, INT8 dot and group sums.
-    ("ternary_dec_common", include_str!("../wgsl/ternary_dec_common.wgsl")),
+    (
+        "ternary_dec_common",
+        include_str!("../wgsl/ternary_dec_common.wgsl"),
+    ),
     // The RMSNorm multiplier (sum of squares, tree, rsqrt): rmsnorm and ggml_gemv's prologue.
     ("rms_scale", include_str!("../wgsl/rms_scale.wgsl")),
     // The ternary matmuls' scale lookup and 2-bit trit expansion.
     ("ternary_ops", include_str!("../wgsl/ternary_ops.wgsl")),
     // The TopK 50% radix select (threshold passes, ties' ranks).
     ("topk_select", include_str!("../wgsl/topk_select.wgsl")),
+    // The ternary matmuls' parameter uniform.
+    (
+        "ternary_params",
+        include_str!("../wgsl/ternary_params.wgsl"),
+    ),
+    // dot4: dot4I8Packed or the exact byte sum (DOT).
+    ("packed_dot", include_str!("../wgsl/packed_dot.wgsl")),
+    // INT4 activations widened to int8 bytes.
+    ("int4_act", include_str!("../wgsl/int4_act.wgsl")),
+    // NaN test on f32 bits.
+    ("nan_bits", include_str!("../wgsl/nan_bits.wgsl")),
+    // The activation quantizers' rounding of one value.
+    ("act_round", include_str!("../wgsl/act_round.wgsl")),
+    // Float sums rounded in the order written (zb, opq, ad).
+    ("ordered_sum", include_str!("../wgsl/ordered_sum.wgsl")),
+    // The 256-invocation tree sum in the reference's order.
+    ("tree_sum256", include_str!("../wgsl/tree_sum256.wgsl")),
+    // The (RMSNorm-fused) activation quantizers' parameter uniform and row loads.
+    (
+        "norm_quant_params",
+        include_str!("../wgsl/norm_quant_params.wgsl"),
+    ),
+    (
+        "norm_quant_row",
+        include_str!("../wgsl/norm_quant_row.wgsl"),
+    ),
+    // The KV-cache kernels' per-step uniform.
+    ("kv_step", include_str!("../wgsl/kv_step.wgsl")),
+    // The KV formats' indexes (FMT), named once.
+    ("kv_formats", include_str!("../wgsl/kv_formats.wgsl")),
+    // The attention kernels' parameter uniform.
+    (
+        "attention_params",
+        include_str!("../wgsl/attention_params.wgsl"),
+    ),
+    // Unaligned little-endian u32 reads of byte-packed blocks (load32).
+    ("byte_load", include_str!("../wgsl/byte_load.wgsl")),
+    // The ggml-block matmuls' parameter uniform and f16 reads.
+    ("ggml_common", include_str!("../wgsl/ggml_common.wgsl")),
+    // f32 -> saturated f16 bits.
+    ("f16_sat", include_str!("../wgsl/f16_sat.wgsl")),
+    // NeuZip's rANS stream (Params, word and raw-field readers).
+    ("neuzip_stream", include_str!("../wgsl/neuzip_stream.wgsl")),
 ];
 
 impl Shader {
@@ -259,4 +310,3 @@ impl Shader {
         "main"
     }
 }
-

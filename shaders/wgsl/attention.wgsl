@@ -38,28 +38,9 @@
 // [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
 
 // #import common
-
-struct Params {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    scale: f32,
-    n_tokens: u32,
-    n_split: u32,
-    n_hg: u32,
-    q_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import kv_step
+// #import attention_params
+// #import kv_formats
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -69,8 +50,6 @@ struct Step {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<uniform> g: Geom;
 
-// 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
-override FMT: u32 = 0u;
 // MiniCache: 0 a layer of its own; 1 the first layer (a) of a merged pair: positions < p0 are
 // mag[p][0][h] · direction, the batch's own positions its unmerged rows, which follow the
 // queries in `q` (keys [n_tokens][row] from word g.pend, then the values); 2 the second
@@ -109,15 +88,15 @@ fn mag_word(j: u32, h: u32) -> u32 {
 
 fn fmt_bits() -> u32 {
     switch FMT {
-        case 2u: { return 8u; }
-        case 3u, 6u: { return 4u; }
-        case 4u, 7u: { return 3u; }
+        case FMT_Q8: { return 8u; }
+        case FMT_Q4, FMT_A4: { return 4u; }
+        case FMT_Q3, FMT_A3: { return 3u; }
         default: { return 2u; }
     }
 }
 
 fn is_kivi() -> bool {
-    return FMT >= 3u && FMT <= 5u;
+    return FMT >= FMT_Q4 && FMT <= FMT_Q2;
 }
 
 // The code of channel c of position j (its row starts at word `base`), `bits` wide.
@@ -135,7 +114,7 @@ fn half_at(w: u32, e: u32) -> f32 {
 }
 
 fn code_base(j: u32) -> u32 {
-    if (FMT == 7u && j > 0u) {
+    if (FMT == FMT_A3 && j > 0u) {
         return g.wpr0 + (j - 1u) * g.wpr;
     }
     return j * g.wpr;
@@ -144,11 +123,11 @@ fn code_base(j: u32) -> u32 {
 // absmax: code → value (q8 signed bytes; a4/a3 unsigned with the qmax offset, a3's position 0
 // at 4 bits)
 fn absmax_value(word: u32, c: u32, j: u32, s: f32) -> f32 {
-    if (FMT == 2u) {
+    if (FMT == FMT_Q8) {
         let b = code_of(word, c, 8u);
         return f32((i32(b << 24u)) >> 24u) * s;
     }
-    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
+    let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);
     let qmax = (1u << (bits - 1u)) - 1u;
     return (f32(code_of(word, c, bits)) - f32(qmax)) * s;
 }
@@ -211,10 +190,10 @@ fn vget(j: u32, h: u32, c: u32) -> f32 {
 
 // Key channel c (of the row) of position j, kv head h, as stored (the format's decode).
 fn kdir(j: u32, h: u32, c: u32) -> f32 {
-    if (FMT == 0u) {
+    if (FMT == FMT_F32) {
         return bitcast<f32>(kc[j * g.row + c]);
     }
-    if (FMT == 1u) {
+    if (FMT == FMT_F16) {
         let e = j * g.row + c;
         return half_at(kc[e >> 1u], e);
     }
@@ -230,16 +209,16 @@ fn kdir(j: u32, h: u32, c: u32) -> f32 {
     }
     let e = j * g.heads + h;
     let s = half_at(kc[g.par + (e >> 1u)], e);
-    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
+    let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);
     return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, s);
 }
 
 // Value channel c of position j, kv head h, as stored.
 fn vdir(j: u32, h: u32, c: u32) -> f32 {
-    if (FMT == 0u) {
+    if (FMT == FMT_F32) {
         return bitcast<f32>(vc[j * g.row + c]);
     }
-    if (FMT == 1u) {
+    if (FMT == FMT_F16) {
         let e = j * g.row + c;
         return half_at(vc[e >> 1u], e);
     }
@@ -255,7 +234,7 @@ fn vdir(j: u32, h: u32, c: u32) -> f32 {
     }
     let e = j * g.heads + h;
     let s = half_at(vc[g.par + (e >> 1u)], e);
-    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
+    let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);
     return absmax_value(vc[code_base(j) + word_index(c, bits)], c, j, s);
 }
 
@@ -318,7 +297,6 @@ fn vfactor(j: u32, h: u32) -> f32 {
     }
     return f16_bits_to_f32(bits);
 }
-
 
 // KIVI per-channel path, a quantized key (j < qend) of a layer of its own, head_dim a multiple
 // of 64: the partial dot of score lane `lane` over 8-channel blocks lane, lane + LANES, ... of

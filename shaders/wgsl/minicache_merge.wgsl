@@ -15,13 +15,8 @@
 // xa (layer a's rows from word xa_off), xb [n_tokens][row] f32; dir [n_tokens][row] f32; cache (the pair's K or V buffer).
 
 // #import common
-
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import kv_step
+// #import f16_sat
 
 struct Merge {
     t: f32,
@@ -108,10 +103,6 @@ fn sin_c(x: f32) -> f32 {
         r = ((-1.9515295891e-4 * zz + 8.3321608736e-3) * zz - 1.6666654611e-1) * zz * z + z;
     }
     return sgn * r;
-}
-
-fn f16_sat(x: f32) -> u32 {
-    return f32_to_f16_bits(clamp(x, -65504.0, 65504.0));
 }
 
 @compute @workgroup_size(256)

@@ -63,7 +63,11 @@ fn fmt(kv: KvFormat) -> Constant {
 /// 3 the KIVI f16 window, 4 / 5 the one-token forms of 1 / 2).
 fn kivi_stage(keys: bool, step: bool) -> f64 {
     let base = if keys { 1.0 } else { 2.0 };
-    if step { base + 3.0 } else { base }
+    if step {
+        base + 3.0
+    } else {
+        base
+    }
 }
 
 /// Positions per workgroup of the fused CCE pass → its (`TY`, `R`).
