@@ -99,13 +99,10 @@ pub enum Shader {
 }
 
 mod import;
-#[doc(hidden)]
-pub mod legacy;
 #[cfg(test)]
 mod tests;
 
 pub use import::{imports_of, resolve, ImportError};
-pub use legacy::all_variants;
 
 /// Every WGSL module a kernel may `// #import`, by name (its file under `shaders/wgsl/`, less
 /// `.wgsl`). Each is inlined at most once into a kernel's final source ([`Shader::source`]).

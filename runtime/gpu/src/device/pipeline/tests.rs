@@ -198,43 +198,6 @@ fn every_key_has_a_registered_variant() {
     );
 }
 
-/// One-off migration check: the typed registry equals the old hand-written table.
-#[test]
-fn migration_registry_equals_old_table() {
-    let mut new: Vec<(String, Vec<(String, u64)>)> = KernelKey::all()
-        .into_iter()
-        .map(|k| {
-            let mut c: Vec<(String, u64)> = k
-                .constants()
-                .unwrap()
-                .into_iter()
-                .map(|(n, v)| (n.to_string(), v.to_bits()))
-                .collect();
-            c.sort();
-            (k.to_string(), c)
-        })
-        .collect();
-    let mut old: Vec<(String, Vec<(String, u64)>)> = tern_shaders::all_variants()
-        .map(|v| {
-            let mut c: Vec<(String, u64)> = v
-                .constants
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_bits()))
-                .collect();
-            c.sort();
-            (v.label.to_string(), c)
-        })
-        .collect();
-    for k in KernelKey::all() {
-        let old = tern_shaders::all_variants().find(|v| v.label == k.to_string());
-        assert_eq!(old.map(|v| v.shader), Some(k.shader()), "{k}");
-    }
-    new.sort();
-    old.sort();
-    eprintln!("variants: old {} new {}", old.len(), new.len());
-    assert_eq!(new, old);
-}
-
 /// The registry test: every key's pipeline, CPU only. Capabilities are WebGPU's defaults (no
 /// f16, no subgroups): what every adapter has.
 #[test]
