@@ -164,6 +164,11 @@ pub const MODULES: &[(&str, &str)] = &[
         "attention_params",
         include_str!("../wgsl/attention_params.wgsl"),
     ),
+    // How attention reads each cache format (kget / vget), split from attention.wgsl.
+    (
+        "attention_kv_read",
+        include_str!("../wgsl/attention_kv_read.wgsl"),
+    ),
     // Unaligned little-endian u32 reads of byte-packed blocks (load32).
     ("byte_load", include_str!("../wgsl/byte_load.wgsl")),
     // The ggml-block matmuls' parameter uniform and f16 reads.
