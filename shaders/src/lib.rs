@@ -1,15 +1,18 @@
-//! # tern-shaders: every WGSL kernel of the GPU engine, registered in one table
+//! # tern-shaders: every WGSL kernel of the GPU engine and the modules they import
 //!
-//! Kernels are real `.wgsl` files under `shaders/wgsl/`, pulled in with `include_str!` here and
-//! nowhere else. [`Shader`] lists them; [`Shader::source`] is the text handed to wgpu (the shared
-//! helpers of `common.wgsl` prepended); [`Shader::variants`] lists every combination of
-//! `override` constants a launcher may ask for, so the CPU-only test in this crate can validate
-//! each one with naga (parse, validate, resolve the overrides, validate again, write SPIR-V).
+//! Kernels and modules are real `.wgsl` files under `shaders/wgsl/`, pulled in with
+//! `include_str!` here and nowhere else. [`Shader`] lists the kernels; [`MODULES`] the shared
+//! modules (structs and helpers written once). A file names what it uses with a line
+//! `// #import name`; [`Shader::source`] is the text handed to wgpu: the kernel with its imports
+//! resolved ([`resolve`]: each module at most once, its own imports first, deterministic order;
+//! unknown modules and cycles are [`ImportError`]s).
 //!
-//! A variant's [`Variant::label`] is the pipeline label and the pipeline-cache key text used by
-//! `tern-gpu` (e.g. `ternary_gemv_2bit_f32_tpr32`).
+//! Which pipelines exist (a shader plus its `override` values) is not listed here: tern-gpu's
+//! typed `KernelKey` derives each pipeline's shader, constants and label and enumerates them
+//! (`KernelKey::all`), and its registry test compiles every one with naga.
 //!
-//! This crate has no dependencies: it is data. `tern-gpu` compiles the pipelines.
+//! This crate has no dependencies: it is data (see README.md for why the import step is a small
+//! preprocessor rather than naga_oil or wesl). `tern-gpu` compiles the pipelines.
 
 /// One WGSL kernel file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,417 +98,86 @@ pub enum Shader {
     LogSoftmaxTarget,
 }
 
-const COMMON: &str = include_str!("../wgsl/common.wgsl");
-/// The ternary GEMVs' shared epilogue (`pair_scale`, `epilogue`), appended to both.
-const TERNARY_EPILOGUE: &str = include_str!("../wgsl/ternary_epilogue.wgsl");
-/// The KV cache's quantizing store (every format's stages), appended to `kv_store.wgsl` and to
-/// `rope_kv.wgsl` (the fused RoPE + store runs the same code: the same bits).
-const KV_QUANT: &str = include_str!("../wgsl/kv_quant.wgsl");
-/// NeuZip row decoding (Params, decode table, stream readers), appended to `neuzip_gemv.wgsl`
-/// and `neuzip_embed.wgsl`.
-const NEUZIP_ROWS: &str = include_str!("../wgsl/neuzip_rows.wgsl");
-/// The decode GEMVs' trit bytes, INT8 dot and group sums, appended to `ternary_gemv_dec.wgsl` and
-/// `ternary_gemv_dec_norm.wgsl`.
-const TERNARY_DEC_COMMON: &str = include_str!("../wgsl/ternary_dec_common.wgsl");
-/// The RMSNorm multiplier (sum of squares, tree, rsqrt), appended to `rmsnorm.wgsl` and to
-/// `ggml_gemv.wgsl` (its fused norm prologue): one code, the same bits.
-const RMS_SCALE: &str = include_str!("../wgsl/rms_scale.wgsl");
-/// The ternary matmuls' scale lookup, packed dot and 2-bit trit expansion, appended to the GEMV,
-/// the sparse GEMV and both GEMM kernels (one code, the same bits).
-const TERNARY_OPS: &str = include_str!("../wgsl/ternary_ops.wgsl");
-/// The TopK 50% radix select (threshold passes, ties' ranks), appended to `act_quant_topk.wgsl`
-/// and `ternary_gemv_dec_norm.wgsl` (its TopK prologue runs the same code: the same bits).
-const TOPK_SELECT: &str = include_str!("../wgsl/topk_select.wgsl");
+mod import;
+#[cfg(test)]
+mod tests;
 
-/// Values of the `override` constants of one pipeline (name, value), in declaration order.
-pub type Constants = &'static [(&'static str, f64)];
+pub use import::{imports_of, resolve, ImportError};
 
-/// One compiled form of a shader: its label (also the cache key text) and its override values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Variant {
-    pub shader: Shader,
-    pub label: &'static str,
-    pub constants: Constants,
-}
-
-macro_rules! variants {
-    ($shader:expr; $( $label:literal => [$( $k:literal = $v:expr ),*] ),* $(,)?) => {
-        &[$( Variant { shader: $shader, label: $label, constants: &[$( ($k, $v as f64) ),*] } ),*]
-    };
-}
-
-const ACT_QUANT_VARIANTS: &[Variant] = variants![Shader::ActQuantInt8; "act_quant_int8" => []];
-
-const TERNARY_VARIANTS: &[Variant] = variants![Shader::TernaryGemv;
-    "ternary_gemv_2bit_f32_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_2bit_f16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_2bit_bf16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_base3_f32_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_base3_f16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_base3_bf16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_2bit_f32_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_2bit_f16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_2bit_bf16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_base3_f32_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_base3_f16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_base3_bf16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_2bit_f32_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_2bit_f16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_2bit_bf16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_base3_f32_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_base3_f16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_base3_bf16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_2bit_f32_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_2bit_f16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_2bit_bf16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_base3_f32_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_base3_f16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_base3_bf16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
+/// Every WGSL module a kernel may `// #import`, by name (its file under `shaders/wgsl/`, less
+/// `.wgsl`). Each is inlined at most once into a kernel's final source ([`Shader::source`]).
+pub const MODULES: &[(&str, &str)] = &[
+    // div_rn, exact f16 <-> f32 with integer ops: imported by every kernel.
+    ("common", include_str!("../wgsl/common.wgsl")),
+    // The ternary GEMVs' epilogue (pair_scale, epilogue).
+    (
+        "ternary_epilogue",
+        include_str!("../wgsl/ternary_epilogue.wgsl"),
+    ),
+    // The KV cache's quantizing store (every format's stages): kv_store and the fused rope_kv.
+    ("kv_quant", include_str!("../wgsl/kv_quant.wgsl")),
+    // NeuZip row decoding (decode table, stream readers): the fused GEMV and embedding.
+    ("neuzip_rows", include_str!("../wgsl/neuzip_rows.wgsl")),
+    // The decode GEMVs' trit bytes, INT8 dot and group sums.
+    (
+        "ternary_dec_common",
+        include_str!("../wgsl/ternary_dec_common.wgsl"),
+    ),
+    // The RMSNorm multiplier (sum of squares, tree, rsqrt): rmsnorm and ggml_gemv's prologue.
+    ("rms_scale", include_str!("../wgsl/rms_scale.wgsl")),
+    // The ternary matmuls' scale lookup and 2-bit trit expansion.
+    ("ternary_ops", include_str!("../wgsl/ternary_ops.wgsl")),
+    // The TopK 50% radix select (threshold passes, ties' ranks).
+    ("topk_select", include_str!("../wgsl/topk_select.wgsl")),
+    // The ternary matmuls' parameter uniform.
+    (
+        "ternary_params",
+        include_str!("../wgsl/ternary_params.wgsl"),
+    ),
+    // dot4: dot4I8Packed or the exact byte sum (DOT).
+    ("packed_dot", include_str!("../wgsl/packed_dot.wgsl")),
+    // INT4 activations widened to int8 bytes.
+    ("int4_act", include_str!("../wgsl/int4_act.wgsl")),
+    // NaN test on f32 bits.
+    ("nan_bits", include_str!("../wgsl/nan_bits.wgsl")),
+    // The activation quantizers' rounding of one value.
+    ("act_round", include_str!("../wgsl/act_round.wgsl")),
+    // Float sums rounded in the order written (zb, opq, ad).
+    ("ordered_sum", include_str!("../wgsl/ordered_sum.wgsl")),
+    // The 256-invocation tree sum in the reference's order.
+    ("tree_sum256", include_str!("../wgsl/tree_sum256.wgsl")),
+    // The (RMSNorm-fused) activation quantizers' parameter uniform and row loads.
+    (
+        "norm_quant_params",
+        include_str!("../wgsl/norm_quant_params.wgsl"),
+    ),
+    (
+        "norm_quant_row",
+        include_str!("../wgsl/norm_quant_row.wgsl"),
+    ),
+    // The KV-cache kernels' per-step uniform.
+    ("kv_step", include_str!("../wgsl/kv_step.wgsl")),
+    // The KV formats' indexes (FMT), named once.
+    ("kv_formats", include_str!("../wgsl/kv_formats.wgsl")),
+    // The attention kernels' parameter uniform.
+    (
+        "attention_params",
+        include_str!("../wgsl/attention_params.wgsl"),
+    ),
+    // How attention reads each cache format (kget / vget), split from attention.wgsl.
+    (
+        "attention_kv_read",
+        include_str!("../wgsl/attention_kv_read.wgsl"),
+    ),
+    // Unaligned little-endian u32 reads of byte-packed blocks (load32).
+    ("byte_load", include_str!("../wgsl/byte_load.wgsl")),
+    // The ggml-block matmuls' parameter uniform and f16 reads.
+    ("ggml_common", include_str!("../wgsl/ggml_common.wgsl")),
+    // f32 -> saturated f16 bits.
+    ("f16_sat", include_str!("../wgsl/f16_sat.wgsl")),
+    // NeuZip's rANS stream (Params, word and raw-field readers).
+    ("neuzip_stream", include_str!("../wgsl/neuzip_stream.wgsl")),
 ];
-
-const TERNARY_DEC_VARIANTS: &[Variant] = variants![Shader::TernaryGemvDec;
-    "ternary_gemv_dec_2bit_f32" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_dec_2bit_f32_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_dec_2bit_f32_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_dec_2bit_f32_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_dec_2bit_f16" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_dec_2bit_f16_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_dec_2bit_f16_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_dec_2bit_f16_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_dec_2bit_bf16" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_dec_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_dec_2bit_bf16_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_dec_2bit_bf16_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
-];
-
-const TERNARY_DEC_NORM_VARIANTS: &[Variant] = variants![Shader::TernaryGemvDecNorm;
-    "ternary_gemv_dec_norm_2bit_f32" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_f32_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_f32_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_f32_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_f16" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_f16_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_f16_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_f16_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_bf16" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_bf16_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_bf16_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_f32_topk" => ["SCALE_TYPE" = 0, "ACT4" = 2, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_f32_topk_plain" => ["SCALE_TYPE" = 0, "ACT4" = 2, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_f16_topk" => ["SCALE_TYPE" = 1, "ACT4" = 2, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_f16_topk_plain" => ["SCALE_TYPE" = 1, "ACT4" = 2, "DOT" = 0],
-    "ternary_gemv_dec_norm_2bit_bf16_topk" => ["SCALE_TYPE" = 2, "ACT4" = 2, "DOT" = 1],
-    "ternary_gemv_dec_norm_2bit_bf16_topk_plain" => ["SCALE_TYPE" = 2, "ACT4" = 2, "DOT" = 0],
-];
-
-const TERNARY_WIDE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvWide;
-    "ternary_gemv_wide_2bit_f32_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_wide_2bit_f16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_wide_2bit_bf16_tpr32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_wide_base3_f32_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_wide_base3_f16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_wide_base3_bf16_tpr32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemv_wide_2bit_f32_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_wide_2bit_f16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_wide_2bit_bf16_tpr32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_wide_base3_f32_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_wide_base3_f16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_wide_base3_bf16_tpr32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemv_wide_2bit_f32_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_wide_2bit_f16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_wide_2bit_bf16_tpr32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_wide_base3_f32_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_wide_base3_f16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_wide_base3_bf16_tpr32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemv_wide_2bit_f32_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_wide_2bit_f16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_wide_2bit_bf16_tpr32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_wide_base3_f32_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_wide_base3_f16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemv_wide_base3_bf16_tpr32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "TPR" = 32, "ACT4" = 1, "DOT" = 0],
-];
-
-const GGML_VARIANTS: &[Variant] = variants![Shader::GgmlGemv;
-    "ggml_gemv_q8_0_tpr32" => ["QTYPE" = 0, "TPR" = 32],
-    "ggml_gemv_q4_0_tpr32" => ["QTYPE" = 1, "TPR" = 32],
-    "ggml_gemv_q4_1_tpr32" => ["QTYPE" = 2, "TPR" = 32],
-    "ggml_gemv_q6_k_tpr32" => ["QTYPE" = 3, "TPR" = 32],
-    "ggml_gemv_norm_q8_0_tpr8" => ["QTYPE" = 0, "TPR" = 8, "NORM" = 1],
-    "ggml_gemv_norm_q4_0_tpr8" => ["QTYPE" = 1, "TPR" = 8, "NORM" = 1],
-    "ggml_gemv_norm_q4_1_tpr8" => ["QTYPE" = 2, "TPR" = 8, "NORM" = 1],
-    "ggml_gemv_norm_q6_k_tpr8" => ["QTYPE" = 3, "TPR" = 8, "NORM" = 1],
-];
-
-const TERNARY_GEMM_VARIANTS: &[Variant] = variants![Shader::TernaryGemm;
-    "ternary_gemm_2bit_f32_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_2bit_f16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_2bit_bf16_64x32" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_base3_f32_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_base3_f16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_base3_bf16_64x32" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1],
-    "ternary_gemm_2bit_f32_64x32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_2bit_f16_64x32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_2bit_bf16_64x32_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_base3_f32_64x32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_base3_f16_64x32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_base3_bf16_64x32_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0],
-    "ternary_gemm_2bit_f32_64x32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_2bit_f16_64x32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_2bit_bf16_64x32_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_base3_f32_64x32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_base3_f16_64x32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_base3_bf16_64x32_a4" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1],
-    "ternary_gemm_2bit_f32_64x32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_2bit_f16_64x32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_2bit_bf16_64x32_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_base3_f32_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_base3_f16_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0],
-    "ternary_gemm_base3_bf16_64x32_a4_plain" => ["LAYOUT" = 1, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0],
-    // 64 rows × 64 tokens (4 tokens per invocation; 2bit only: 16 KiB of workgroup memory).
-    "ternary_gemm_2bit_f32_64x64" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "NJ" = 4],
-    "ternary_gemm_2bit_f16_64x64" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "NJ" = 4],
-    "ternary_gemm_2bit_bf16_64x64" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "NJ" = 4],
-    "ternary_gemm_2bit_f32_64x64_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "NJ" = 4],
-    "ternary_gemm_2bit_f16_64x64_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "NJ" = 4],
-    "ternary_gemm_2bit_bf16_64x64_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "NJ" = 4],
-    "ternary_gemm_2bit_f32_64x64_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "NJ" = 4],
-    "ternary_gemm_2bit_f16_64x64_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "NJ" = 4],
-    "ternary_gemm_2bit_bf16_64x64_a4" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "NJ" = 4],
-    "ternary_gemm_2bit_f32_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
-    "ternary_gemm_2bit_f16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
-    "ternary_gemm_2bit_bf16_64x64_a4_plain" => ["LAYOUT" = 0, "SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "NJ" = 4],
-];
-
-// 64 rows × 128 tokens (256 invocations) and 64 × 64 (`j8`, 128 invocations), 4 rows × 8 tokens per
-// invocation (2bit, group 0; `g`: scale groups of a multiple of 64 columns).
-const TERNARY_GEMM_T128_VARIANTS: &[Variant] = variants![Shader::TernaryGemmT128;
-    "ternary_gemm_2bit_f32_64x128" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 256],
-    "ternary_gemm_2bit_f16_64x128" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 256],
-    "ternary_gemm_2bit_bf16_64x128" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 256],
-    "ternary_gemm_2bit_f32_64x128_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 256],
-    "ternary_gemm_2bit_f16_64x128_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 256],
-    "ternary_gemm_2bit_bf16_64x128_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 256],
-    "ternary_gemm_2bit_f32_64x128_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 256],
-    "ternary_gemm_2bit_f16_64x128_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 256],
-    "ternary_gemm_2bit_bf16_64x128_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 256],
-    "ternary_gemm_2bit_f32_64x128_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 256],
-    "ternary_gemm_2bit_f16_64x128_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 256],
-    "ternary_gemm_2bit_bf16_64x128_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 256],
-    "ternary_gemm_2bit_f32_64x64j8" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 128],
-    "ternary_gemm_2bit_f16_64x64j8" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 128],
-    "ternary_gemm_2bit_bf16_64x64j8" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 128],
-    "ternary_gemm_2bit_f32_64x64j8_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 128],
-    "ternary_gemm_2bit_f16_64x64j8_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 128],
-    "ternary_gemm_2bit_bf16_64x64j8_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 128],
-    "ternary_gemm_2bit_f32_64x64j8_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 128],
-    "ternary_gemm_2bit_f16_64x64j8_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 128],
-    "ternary_gemm_2bit_bf16_64x64j8_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 128],
-    "ternary_gemm_2bit_f32_64x64j8_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 128],
-    "ternary_gemm_2bit_f16_64x64j8_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 128],
-    "ternary_gemm_2bit_bf16_64x64j8_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 128],
-    "ternary_gemm_2bit_f32_64x128g" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x128g" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x128g" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x128g_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x128g_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x128g_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x128g_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x128g_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x128g_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x128g_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x128g_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x128g_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 256, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x64j8g" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x64j8g" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x64j8g" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x64j8g_plain" => ["SCALE_TYPE" = 0, "ACT4" = 0, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x64j8g_plain" => ["SCALE_TYPE" = 1, "ACT4" = 0, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x64j8g_plain" => ["SCALE_TYPE" = 2, "ACT4" = 0, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x64j8g_a4" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x64j8g_a4" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x64j8g_a4" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 1, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f32_64x64j8g_a4_plain" => ["SCALE_TYPE" = 0, "ACT4" = 1, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_f16_64x64j8g_a4_plain" => ["SCALE_TYPE" = 1, "ACT4" = 1, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
-    "ternary_gemm_2bit_bf16_64x64j8g_a4_plain" => ["SCALE_TYPE" = 2, "ACT4" = 1, "DOT" = 0, "WG" = 128, "GROUPED" = 1],
-];
-
-const GGML_GEMM_VARIANTS: &[Variant] = variants![Shader::GgmlGemm;
-    "ggml_gemm_q8_0_64x32" => ["QTYPE" = 0],
-    "ggml_gemm_q4_0_64x32" => ["QTYPE" = 1],
-    "ggml_gemm_q4_1_64x32" => ["QTYPE" = 2],
-    "ggml_gemm_q6_k_64x32" => ["QTYPE" = 3],
-];
-
-const ACT_QUANT_A48_VARIANTS: &[Variant] = variants![Shader::ActQuantA48;
-    "act_quant_int4" => ["NORM" = 0],
-    "rmsnorm_quant_int4" => ["NORM" = 1],
-];
-const ACT_QUANT_TOPK_VARIANTS: &[Variant] = variants![Shader::ActQuantTopK;
-    "act_quant_topk50_int8" => ["NORM" = 0],
-    "rmsnorm_quant_topk50_int8" => ["NORM" = 1],
-];
-const TERNARY_GEMV_SPARSE_VARIANTS: &[Variant] = variants![Shader::TernaryGemvSparse;
-    "ternary_gemv_sparse_2bit_f32" => ["SCALE_TYPE" = 0, "DOT" = 1],
-    "ternary_gemv_sparse_2bit_f16" => ["SCALE_TYPE" = 1, "DOT" = 1],
-    "ternary_gemv_sparse_2bit_bf16" => ["SCALE_TYPE" = 2, "DOT" = 1],
-    "ternary_gemv_sparse_2bit_f32_plain" => ["SCALE_TYPE" = 0, "DOT" = 0],
-    "ternary_gemv_sparse_2bit_f16_plain" => ["SCALE_TYPE" = 1, "DOT" = 0],
-    "ternary_gemv_sparse_2bit_bf16_plain" => ["SCALE_TYPE" = 2, "DOT" = 0],
-];
-const ACT_STATS_VARIANTS: &[Variant] = variants![Shader::ActStats; "act_stats" => []];
-const NEUZIP_VARIANTS: &[Variant] = variants![Shader::NeuzipDecode; "neuzip_decode" => []];
-const NEUZIP_GEMV_VARIANTS: &[Variant] = variants![Shader::NeuzipGemv; "neuzip_gemv" => []];
-const NEUZIP_EMBED_VARIANTS: &[Variant] = variants![Shader::NeuzipEmbed; "neuzip_embed" => []];
-const RMSNORM_VARIANTS: &[Variant] = variants![Shader::RmsNorm; "rmsnorm" => []];
-const RMSNORM_QUANT_VARIANTS: &[Variant] =
-    variants![Shader::RmsNormQuant; "rmsnorm_quant_int8" => []];
-const ROPE_VARIANTS: &[Variant] = variants![Shader::Rope;
-    "rope_normal" => ["NEOX" = 0],
-    "rope_neox" => ["NEOX" = 1],
-];
-const ELEMENTWISE_VARIANTS: &[Variant] = variants![Shader::Elementwise;
-    "swiglu" => ["OP" = 0],
-    "relu2_glu" => ["OP" = 1],
-    "add" => ["OP" = 2],
-];
-// FMT: kv_store.wgsl's (0 f32, 1 f16, 2 q8, 3 q4, 4 q3, 5 q2, 6 a4, 7 a3).
-const ROPE_KV_VARIANTS: &[Variant] = variants![Shader::RopeKv;
-    "rope_kv_f32_normal" => ["NEOX" = 0, "FMT" = 0],
-    "rope_kv_f32_neox" => ["NEOX" = 1, "FMT" = 0],
-    "rope_kv_f16_normal" => ["NEOX" = 0, "FMT" = 1],
-    "rope_kv_f16_neox" => ["NEOX" = 1, "FMT" = 1],
-    "rope_kv_q8_normal" => ["NEOX" = 0, "FMT" = 2],
-    "rope_kv_q8_neox" => ["NEOX" = 1, "FMT" = 2],
-    "rope_kv_q4_normal" => ["NEOX" = 0, "FMT" = 3],
-    "rope_kv_q4_neox" => ["NEOX" = 1, "FMT" = 3],
-    "rope_kv_q3_normal" => ["NEOX" = 0, "FMT" = 4],
-    "rope_kv_q3_neox" => ["NEOX" = 1, "FMT" = 4],
-    "rope_kv_q2_normal" => ["NEOX" = 0, "FMT" = 5],
-    "rope_kv_q2_neox" => ["NEOX" = 1, "FMT" = 5],
-    "rope_kv_a4_normal" => ["NEOX" = 0, "FMT" = 6],
-    "rope_kv_a4_neox" => ["NEOX" = 1, "FMT" = 6],
-    "rope_kv_a3_normal" => ["NEOX" = 0, "FMT" = 7],
-    "rope_kv_a3_neox" => ["NEOX" = 1, "FMT" = 7],
-];
-const QKV_SPLIT_VARIANTS: &[Variant] = variants![Shader::QkvSplit; "qkv_split" => []];
-const ARGMAX_VARIANTS: &[Variant] = variants![Shader::Argmax; "argmax" => []];
-// FMT: tern_format::KvQuant::ALL order (f32 f16 q8 q4 q3 q2 a4 a3); STAGE: 0 whole rows,
-// 1 KIVI key blocks, 2 KIVI values leaving the window, 3 the KIVI f16 window.
-const KV_STORE_VARIANTS: &[Variant] = variants![Shader::KvStore;
-    "kv_store_f32" => ["FMT" = 0, "STAGE" = 0],
-    "kv_store_f16" => ["FMT" = 1, "STAGE" = 0],
-    "kv_store_q8" => ["FMT" = 2, "STAGE" = 0],
-    "kv_store_q4_keys" => ["FMT" = 3, "STAGE" = 1],
-    "kv_store_q4_values" => ["FMT" = 3, "STAGE" = 2],
-    "kv_store_q4_keys_step" => ["FMT" = 3, "STAGE" = 4],
-    "kv_store_q4_values_step" => ["FMT" = 3, "STAGE" = 5],
-    "kv_store_q3_keys" => ["FMT" = 4, "STAGE" = 1],
-    "kv_store_q3_values" => ["FMT" = 4, "STAGE" = 2],
-    "kv_store_q3_keys_step" => ["FMT" = 4, "STAGE" = 4],
-    "kv_store_q3_values_step" => ["FMT" = 4, "STAGE" = 5],
-    "kv_store_q2_keys" => ["FMT" = 5, "STAGE" = 1],
-    "kv_store_q2_values" => ["FMT" = 5, "STAGE" = 2],
-    "kv_store_q2_keys_step" => ["FMT" = 5, "STAGE" = 4],
-    "kv_store_q2_values_step" => ["FMT" = 5, "STAGE" = 5],
-    "kv_store_a4" => ["FMT" = 6, "STAGE" = 0],
-    "kv_store_a3" => ["FMT" = 7, "STAGE" = 0],
-    "kv_window" => ["FMT" = 1, "STAGE" = 3],
-];
-// MC: 0 a layer of its own, 1 / 2 the first / second layer of a MiniCache pair.
-const ATTENTION_VARIANTS: &[Variant] = variants![Shader::Attention;
-    "attention_f32_wg256" => ["FMT" = 0, "MC" = 0],
-    "attention_f16_wg256" => ["FMT" = 1, "MC" = 0],
-    "attention_q8_wg256" => ["FMT" = 2, "MC" = 0],
-    "attention_q4_wg256" => ["FMT" = 3, "MC" = 0],
-    "attention_q3_wg256" => ["FMT" = 4, "MC" = 0],
-    "attention_q2_wg256" => ["FMT" = 5, "MC" = 0],
-    "attention_a4_wg256" => ["FMT" = 6, "MC" = 0],
-    "attention_a3_wg256" => ["FMT" = 7, "MC" = 0],
-    "attention_f32_mc1_wg256" => ["FMT" = 0, "MC" = 1],
-    "attention_f16_mc1_wg256" => ["FMT" = 1, "MC" = 1],
-    "attention_q8_mc1_wg256" => ["FMT" = 2, "MC" = 1],
-    "attention_q4_mc1_wg256" => ["FMT" = 3, "MC" = 1],
-    "attention_q3_mc1_wg256" => ["FMT" = 4, "MC" = 1],
-    "attention_q2_mc1_wg256" => ["FMT" = 5, "MC" = 1],
-    "attention_a4_mc1_wg256" => ["FMT" = 6, "MC" = 1],
-    "attention_a3_mc1_wg256" => ["FMT" = 7, "MC" = 1],
-    "attention_f32_mc2_wg256" => ["FMT" = 0, "MC" = 2],
-    "attention_f16_mc2_wg256" => ["FMT" = 1, "MC" = 2],
-    "attention_q8_mc2_wg256" => ["FMT" = 2, "MC" = 2],
-    "attention_q4_mc2_wg256" => ["FMT" = 3, "MC" = 2],
-    "attention_q3_mc2_wg256" => ["FMT" = 4, "MC" = 2],
-    "attention_q2_mc2_wg256" => ["FMT" = 5, "MC" = 2],
-    "attention_a4_mc2_wg256" => ["FMT" = 6, "MC" = 2],
-    "attention_a3_mc2_wg256" => ["FMT" = 7, "MC" = 2],
-    "attention_q4_words_wg256" => ["FMT" = 3, "MC" = 0, "WORDS" = 1],
-    "attention_q4_mc1_words_wg256" => ["FMT" = 3, "MC" = 1, "WORDS" = 1],
-    "attention_q4_mc2_words_wg256" => ["FMT" = 3, "MC" = 2, "WORDS" = 1],
-    "attention_q3_words_wg256" => ["FMT" = 4, "MC" = 0, "WORDS" = 1],
-    "attention_q3_mc1_words_wg256" => ["FMT" = 4, "MC" = 1, "WORDS" = 1],
-    "attention_q3_mc2_words_wg256" => ["FMT" = 4, "MC" = 2, "WORDS" = 1],
-    "attention_q2_words_wg256" => ["FMT" = 5, "MC" = 0, "WORDS" = 1],
-    "attention_q2_mc1_words_wg256" => ["FMT" = 5, "MC" = 1, "WORDS" = 1],
-    "attention_q2_mc2_words_wg256" => ["FMT" = 5, "MC" = 2, "WORDS" = 1],
-];
-const MINICACHE_MERGE_VARIANTS: &[Variant] =
-    variants![Shader::MinicacheMerge; "minicache_merge" => []];
-const ATTENTION_COMBINE_VARIANTS: &[Variant] =
-    variants![Shader::AttentionCombine; "attention_combine" => []];
-// FMT: 0 f32, 1 f16 (tern_format::KvQuant::ALL order).
-const ATTENTION_PREFILL_VARIANTS: &[Variant] = variants![Shader::AttentionPrefill;
-    "attention_prefill_f32" => ["FMT" = 0],
-    "attention_prefill_f16" => ["FMT" = 1],
-];
-const EMBED_VARIANTS: &[Variant] = variants![Shader::Embed;
-    "embed_f32" => ["SRC" = 0],
-    "embed_f16" => ["SRC" = 1],
-    "embed_bf16" => ["SRC" = 2],
-    "embed_q8_0" => ["SRC" = 3],
-    "embed_q4_0" => ["SRC" = 4],
-    "embed_q4_1" => ["SRC" = 5],
-    "embed_q6_k" => ["SRC" = 6],
-];
-const TOPK_SAMPLE_VARIANTS: &[Variant] = variants![Shader::TopkSample;
-    "sample_mask_penalized" => ["PASS" = 0],
-    "sample_lse" => ["PASS" = 1],
-    "sample_lse_merge" => ["PASS" = 2],
-];
-const TOPK_VARIANTS: &[Variant] = variants![Shader::TopK;
-    "topk" => ["MERGE" = 0],
-    "topk_merge" => ["MERGE" = 1],
-];
-const FLOAT_GEMV_VARIANTS: &[Variant] = variants![Shader::FloatGemv;
-    "float_gemv_f32" => ["DTYPE" = 0],
-    "float_gemv_f16" => ["DTYPE" = 1],
-    "float_gemv_bf16" => ["DTYPE" = 2],
-];
-const CCE_VARIANTS: &[Variant] = variants![Shader::Cce;
-    "cce_q8_0_p128" => ["HEAD" = 0, "TY" = 16, "R" = 2],
-    "cce_q4_0_p128" => ["HEAD" = 1, "TY" = 16, "R" = 2],
-    "cce_q4_1_p128" => ["HEAD" = 2, "TY" = 16, "R" = 2],
-    "cce_q6_k_p128" => ["HEAD" = 3, "TY" = 16, "R" = 2],
-    "cce_f32_p128" => ["HEAD" = 4, "TY" = 16, "R" = 2],
-    "cce_f16_p128" => ["HEAD" = 5, "TY" = 16, "R" = 2],
-    "cce_bf16_p128" => ["HEAD" = 6, "TY" = 16, "R" = 2],
-    "cce_q8_0_p64" => ["HEAD" = 0, "TY" = 16, "R" = 1],
-    "cce_q4_0_p64" => ["HEAD" = 1, "TY" = 16, "R" = 1],
-    "cce_q4_1_p64" => ["HEAD" = 2, "TY" = 16, "R" = 1],
-    "cce_q6_k_p64" => ["HEAD" = 3, "TY" = 16, "R" = 1],
-    "cce_f32_p64" => ["HEAD" = 4, "TY" = 16, "R" = 1],
-    "cce_f16_p64" => ["HEAD" = 5, "TY" = 16, "R" = 1],
-    "cce_bf16_p64" => ["HEAD" = 6, "TY" = 16, "R" = 1],
-    "cce_q8_0_p16" => ["HEAD" = 0, "TY" = 4, "R" = 1],
-    "cce_q4_0_p16" => ["HEAD" = 1, "TY" = 4, "R" = 1],
-    "cce_q4_1_p16" => ["HEAD" = 2, "TY" = 4, "R" = 1],
-    "cce_q6_k_p16" => ["HEAD" = 3, "TY" = 4, "R" = 1],
-    "cce_f32_p16" => ["HEAD" = 4, "TY" = 4, "R" = 1],
-    "cce_f16_p16" => ["HEAD" = 5, "TY" = 4, "R" = 1],
-    "cce_bf16_p16" => ["HEAD" = 6, "TY" = 4, "R" = 1],
-];
-const CCE_COMBINE_VARIANTS: &[Variant] = variants![Shader::CceCombine; "cce_combine" => []];
-const LOG_SOFTMAX_TARGET_VARIANTS: &[Variant] =
-    variants![Shader::LogSoftmaxTarget; "log_softmax_target" => []];
 
 impl Shader {
     /// Every shader, in a fixed order.
@@ -629,182 +301,14 @@ impl Shader {
         }
     }
 
-    /// The full module text: `common.wgsl` then the kernel.
-    pub fn source(self) -> String {
-        let k = self.kernel_source();
-        let mut s = String::with_capacity(COMMON.len() + k.len() + 1);
-        s.push_str(COMMON);
-        s.push('\n');
-        s.push_str(k);
-        if matches!(
-            self,
-            Shader::TernaryGemv
-                | Shader::TernaryGemvWide
-                | Shader::TernaryGemvDec
-                | Shader::TernaryGemvDecNorm
-        ) {
-            s.push('\n');
-            s.push_str(TERNARY_EPILOGUE);
-        }
-        if matches!(
-            self,
-            Shader::TernaryGemv
-                | Shader::TernaryGemvSparse
-                | Shader::TernaryGemm
-                | Shader::TernaryGemmT128
-        ) {
-            s.push('\n');
-            s.push_str(TERNARY_OPS);
-        }
-        if matches!(self, Shader::TernaryGemvDec | Shader::TernaryGemvDecNorm) {
-            s.push('\n');
-            s.push_str(TERNARY_DEC_COMMON);
-        }
-        if matches!(self, Shader::RmsNorm | Shader::GgmlGemv) {
-            s.push('\n');
-            s.push_str(RMS_SCALE);
-        }
-        if matches!(self, Shader::ActQuantTopK | Shader::TernaryGemvDecNorm) {
-            s.push('\n');
-            s.push_str(TOPK_SELECT);
-        }
-        if matches!(self, Shader::NeuzipGemv | Shader::NeuzipEmbed) {
-            s.push('\n');
-            s.push_str(NEUZIP_ROWS);
-        }
-        if matches!(self, Shader::KvStore | Shader::RopeKv) {
-            s.push('\n');
-            s.push_str(KV_QUANT);
-        }
-        s
+    /// The final source handed to wgpu: the kernel with its `// #import`s resolved from
+    /// [`MODULES`] (each module once, dependencies first).
+    pub fn source(self) -> Result<String, ImportError> {
+        resolve(self.file(), self.kernel_source(), MODULES)
     }
 
     /// The compute entry point (every kernel uses `main`).
     pub fn entry_point(self) -> &'static str {
         "main"
-    }
-
-    /// Every variant a launcher can request.
-    pub fn variants(self) -> &'static [Variant] {
-        match self {
-            Shader::ActQuantInt8 => ACT_QUANT_VARIANTS,
-            Shader::TernaryGemv => TERNARY_VARIANTS,
-            Shader::GgmlGemv => GGML_VARIANTS,
-            Shader::TernaryGemm => TERNARY_GEMM_VARIANTS,
-            Shader::GgmlGemm => GGML_GEMM_VARIANTS,
-            Shader::TernaryGemmT128 => TERNARY_GEMM_T128_VARIANTS,
-            Shader::NeuzipDecode => NEUZIP_VARIANTS,
-            Shader::NeuzipGemv => NEUZIP_GEMV_VARIANTS,
-            Shader::RmsNorm => RMSNORM_VARIANTS,
-            Shader::RmsNormQuant => RMSNORM_QUANT_VARIANTS,
-            Shader::Rope => ROPE_VARIANTS,
-            Shader::Elementwise => ELEMENTWISE_VARIANTS,
-            Shader::Argmax => ARGMAX_VARIANTS,
-            Shader::KvStore => KV_STORE_VARIANTS,
-            Shader::RopeKv => ROPE_KV_VARIANTS,
-            Shader::QkvSplit => QKV_SPLIT_VARIANTS,
-            Shader::Attention => ATTENTION_VARIANTS,
-            Shader::AttentionCombine => ATTENTION_COMBINE_VARIANTS,
-            Shader::AttentionPrefill => ATTENTION_PREFILL_VARIANTS,
-            Shader::MinicacheMerge => MINICACHE_MERGE_VARIANTS,
-            Shader::Embed => EMBED_VARIANTS,
-            Shader::TopK => TOPK_VARIANTS,
-            Shader::TopkSample => TOPK_SAMPLE_VARIANTS,
-            Shader::FloatGemv => FLOAT_GEMV_VARIANTS,
-            Shader::Cce => CCE_VARIANTS,
-            Shader::CceCombine => CCE_COMBINE_VARIANTS,
-            Shader::LogSoftmaxTarget => LOG_SOFTMAX_TARGET_VARIANTS,
-            Shader::ActQuantA48 => ACT_QUANT_A48_VARIANTS,
-            Shader::ActQuantTopK => ACT_QUANT_TOPK_VARIANTS,
-            Shader::TernaryGemvSparse => TERNARY_GEMV_SPARSE_VARIANTS,
-            Shader::TernaryGemvWide => TERNARY_WIDE_VARIANTS,
-            Shader::ActStats => ACT_STATS_VARIANTS,
-            Shader::TernaryGemvDec => TERNARY_DEC_VARIANTS,
-            Shader::NeuzipEmbed => NEUZIP_EMBED_VARIANTS,
-            Shader::TernaryGemvDecNorm => TERNARY_DEC_NORM_VARIANTS,
-        }
-    }
-
-    /// The variant with this label.
-    pub fn variant(self, label: &str) -> Option<&'static Variant> {
-        self.variants().iter().find(|v| v.label == label)
-    }
-}
-
-/// Every variant of every shader.
-pub fn all_variants() -> impl Iterator<Item = &'static Variant> {
-    Shader::ALL.into_iter().flat_map(|s| s.variants().iter())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use naga::valid::{Capabilities, ValidationFlags, Validator};
-
-    /// Parse, validate, resolve overrides, validate again and translate to SPIR-V: every variant.
-    /// Capabilities are WebGPU's defaults (no f16, no subgroups): what every adapter has.
-    #[test]
-    fn every_variant_validates_with_naga() {
-        let mut count = 0;
-        for shader in Shader::ALL {
-            let src = shader.source();
-            let module = naga::front::wgsl::parse_str(&src)
-                .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
-            let mut v = Validator::new(ValidationFlags::all(), Capabilities::empty());
-            let info = v
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
-            assert!(!shader.variants().is_empty());
-            for var in shader.variants() {
-                let mut pc = naga::back::PipelineConstants::default();
-                for &(k, val) in var.constants {
-                    assert!(
-                        module
-                            .overrides
-                            .iter()
-                            .any(|(_, o)| o.name.as_deref() == Some(k)),
-                        "{}: no override named {k}",
-                        var.label
-                    );
-                    pc.insert(k.to_string(), val);
-                }
-                let ep = Some((naga::ShaderStage::Compute, shader.entry_point()));
-                let (m2, i2) =
-                    naga::back::pipeline_constants::process_overrides(&module, &info, ep, &pc)
-                        .unwrap_or_else(|e| panic!("{}: overrides: {e}", var.label));
-                let mut v2 = Validator::new(ValidationFlags::all(), Capabilities::empty());
-                v2.validate(&m2)
-                    .unwrap_or_else(|e| panic!("{}: {}", var.label, e.emit_to_string(&src)));
-                let opts = naga::back::spv::Options::default();
-                naga::back::spv::write_vec(&m2, &i2, &opts, None)
-                    .unwrap_or_else(|e| panic!("{}: SPIR-V: {e}", var.label));
-                count += 1;
-            }
-            // Workgroup memory stays within WebGPU's guaranteed 16 KiB (16352 B on downlevel).
-            let wg_bytes: u32 = module
-                .global_variables
-                .iter()
-                .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
-                .map(|(_, g)| module.types[g.ty].inner.size(module.to_ctx()))
-                .sum();
-            assert!(
-                wg_bytes <= 16352,
-                "{}: {wg_bytes} B of workgroup memory",
-                shader.file()
-            );
-        }
-        assert_eq!(count, all_variants().count());
-    }
-
-    #[test]
-    fn labels_are_unique_and_found() {
-        let mut labels: Vec<&str> = all_variants().map(|v| v.label).collect();
-        let n = labels.len();
-        labels.sort();
-        labels.dedup();
-        assert_eq!(labels.len(), n);
-        for v in all_variants() {
-            assert_eq!(v.shader.variant(v.label), Some(v));
-        }
     }
 }

@@ -23,12 +23,13 @@
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
 
-struct Params {
-    n: u32,
-    n_rows: u32,
-    eps: f32,
-    q_stride: u32,
-}
+// #import common
+// #import nan_bits
+// #import act_round
+// #import ordered_sum
+// #import tree_sum256
+// #import norm_quant_params
+// #import norm_quant_row
 
 override NORM: u32 = 0u;
 
@@ -45,92 +46,6 @@ var<workgroup> red: array<f32, 256>;
 var<workgroup> red32: array<f32, 32>;
 var<workgroup> ybuf: array<f32, 3072>;
 
-// A runtime zero the compiler cannot see through (n < 2^25: the launcher binds x ≤ 128 MiB).
-var<private> zb: u32;
-
-// v as computed. SPIR-V lets a driver reassociate and regroup float arithmetic that carries no
-// NoContraction decoration (naga emits none), and straight-line sums invite it; passing every
-// partial result through an OR with an unknown zero pins the order written here (the
-// reference's), at one integer op each. (The loops of the long-row path carry their order.)
-fn opq(v: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(v) | zb);
-}
-
-// a + b, rounded as written (opq).
-fn ad(a: f32, b: f32) -> f32 {
-    return opq(a + b);
-}
-
-fn is_nan_bits(b: u32) -> bool {
-    return (b & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn val(base: u32, c: u32, r: f32) -> f32 {
-    if (NORM == 1u) {
-        return x[base + c] * r * weight[c];
-    }
-    return x[base + c];
-}
-
-// x[base + c], or 0 past the row.
-fn ldx(base: u32, c: u32, n: u32) -> f32 {
-    if (c < n) {
-        return x[base + c];
-    }
-    return 0.0;
-}
-
-// weight[c] (NORM = 1), or 0 past the row.
-fn ldw(c: u32, n: u32) -> f32 {
-    if (NORM == 1u && c < n) {
-        return weight[c];
-    }
-    return 0.0;
-}
-
-// y of one column from its loaded x and weight.
-fn yof(xv: f32, r: f32, wv: f32) -> f32 {
-    if (NORM == 1u) {
-        return opq(xv * r) * wv;
-    }
-    return xv;
-}
-
-fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
-    let prod = v * s;
-    if (is_nan_bits(bitcast<u32>(prod))) {
-        return 0;
-    }
-    return i32(clamp(round(prod), lo, hi));
-}
-
-// Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
-fn f4(l: u32) -> f32 {
-    return ad(
-        ad(ad(red32[l], red32[l + 16u]), ad(red32[l + 8u], red32[l + 24u])),
-        ad(ad(red32[l + 4u], red32[l + 20u]), ad(red32[l + 12u], red32[l + 28u])),
-    );
-}
-
-// Σ over the invocations' v in the order of the halves 128 … 1 (lane i += lane i + h), returned
-// to every invocation; two barriers. Every invocation must call it; `red` and `red32` may be
-// reused by the next call (its first write to each follows a barrier that every read of this
-// call precedes).
-fn tree_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    if (lid < 32u) {
-        // lane lid after the halves 128, 64, 32
-        let a0 = ad(red[lid], red[lid + 128u]);
-        let a1 = ad(red[lid + 64u], red[lid + 192u]);
-        let a2 = ad(red[lid + 32u], red[lid + 160u]);
-        let a3 = ad(red[lid + 96u], red[lid + 224u]);
-        red32[lid] = ad(ad(a0, a1), ad(a2, a3));
-    }
-    workgroupBarrier();
-    // the halves 16, 8, 4 (f4), 2, 1
-    return ad(ad(f4(0u), f4(2u)), ad(f4(1u), f4(3u)));
-}
 
 // Rows of n ≤ YC values (see the header). `n` is 0 for a row past n_rows (nothing is written).
 fn fast_row(lid: u32, row: u32, n: u32, in_range: bool) {

@@ -9,6 +9,9 @@
 //   q  : [n_tokens][q_stride] u32, 4 int8 per word little-endian; columns cols.. of a row are 0
 //   s  : [n_tokens] f32 multipliers (x ≈ q / s)
 
+// #import common
+// #import nan_bits
+
 struct Params {
     cols: u32,
     q_stride: u32,
@@ -24,10 +27,6 @@ struct Params {
 const WG: u32 = 256u;
 var<workgroup> amax_bits: atomic<u32>;
 var<workgroup> scale: f32;
-
-fn is_nan_bits(b: u32) -> bool {
-    return (b & 0x7fffffffu) > 0x7f800000u;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {

@@ -10,7 +10,7 @@
 //   127) for kept entries, 0 otherwise. Packed 4 per u32 as act_quant_int8.wgsl.
 //
 // The threshold: a radix select over key ranges, 1024 bins per pass (the code: topk_select.wgsl,
-//   appended by the shaders crate here and to ternary_gemv_dec_norm.wgsl's TopK prologue). Pass 0 bins the 2^26 keys
+//   imported here and by ternary_gemv_dec_norm.wgsl's TopK prologue). Pass 0 bins the 2^26 keys
 //   (8 binary octaves) below the row's largest key, 1/128 octave per bin, so a real row's values
 //   spread over many bins (few atomics on one address) and the bin holding the k-th largest has
 //   a handful of entries; if fewer than `want` keys lie in the window, the range below it is next.
@@ -38,12 +38,13 @@
 // One workgroup per row. Bindings: x [n_rows][n] f32; weight [n] f32 (NORM = 1);
 // q [n_rows][q_stride] u32; s [n_rows] f32 multipliers (x ≈ q / s).
 
-struct Params {
-    n: u32,
-    n_rows: u32,
-    eps: f32,
-    q_stride: u32,
-}
+// #import common
+// #import topk_select
+// #import nan_bits
+// #import act_round
+// #import ordered_sum
+// #import norm_quant_params
+// #import norm_quant_row
 
 override NORM: u32 = 0u;
 
@@ -62,7 +63,7 @@ var<workgroup> redm32: array<u32, 32>;
 var<workgroup> hist: array<atomic<u32>, 1024>;
 var<workgroup> qw: array<atomic<u32>, 768>;
 // The select's state (topk_select.wgsl, the select shared with ternary_gemv_dec_norm.wgsl's TopK
-// prologue and appended to this file by the shaders crate).
+// prologue and imported here).
 var<workgroup> st: vec4<u32>;
 
 // The select's histogram (topk_select.wgsl's interface).
@@ -78,74 +79,10 @@ fn hist_clear(b: u32) {
     atomicStore(&hist[b], 0u);
 }
 
-// A runtime zero the compiler cannot see through (n < 2^25: the launcher binds x ≤ 128 MiB).
-var<private> zb: u32;
-
-// v as computed. SPIR-V lets a driver reassociate and regroup float arithmetic that carries no
-// NoContraction decoration (naga emits none), and straight-line sums invite it; passing every
-// partial result through an OR with an unknown zero pins the order written here (the
-// reference's), at one integer op each. (The loops of the long-row path carry their order.)
-fn opq(v: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(v) | zb);
-}
-
-// a + b, rounded as written (opq).
-fn ad(a: f32, b: f32) -> f32 {
-    return opq(a + b);
-}
-
-fn is_nan_bits(b: u32) -> bool {
-    return (b & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn val(base: u32, c: u32, r: f32) -> f32 {
-    if (NORM == 1u) {
-        return x[base + c] * r * weight[c];
-    }
-    return x[base + c];
-}
 
 // The select's re-read of a column (topk_select.wgsl's interface).
 fn topk_y(base: u32, c: u32, r: f32) -> f32 {
     return val(base, c, r);
-}
-
-// x[base + c], or 0 past the row.
-fn ldx(base: u32, c: u32, n: u32) -> f32 {
-    if (c < n) {
-        return x[base + c];
-    }
-    return 0.0;
-}
-
-// weight[c] (NORM = 1), or 0 past the row.
-fn ldw(c: u32, n: u32) -> f32 {
-    if (NORM == 1u && c < n) {
-        return weight[c];
-    }
-    return 0.0;
-}
-
-// y of one column from its loaded x and weight.
-fn yof(xv: f32, r: f32, wv: f32) -> f32 {
-    if (NORM == 1u) {
-        return opq(xv * r) * wv;
-    }
-    return xv;
-}
-
-// |v| as bits for the absmax (NaN: 0, which the max skips).
-fn abs_bits(v: f32) -> u32 {
-    let b = bitcast<u32>(v) & 0x7fffffffu;
-    return select(0u, b, b <= 0x7f800000u);
-}
-
-fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
-    let prod = v * s;
-    if (is_nan_bits(bitcast<u32>(prod))) {
-        return 0;
-    }
-    return i32(clamp(round(prod), lo, hi));
 }
 
 fn rf(i: u32) -> f32 {

@@ -5,6 +5,8 @@
 //
 // One workgroup per token. Bindings: q [n_tokens][stride] u32; stats [8] atomic u32.
 
+// #import common
+
 struct Params {
     cols: u32,
     stride: u32,

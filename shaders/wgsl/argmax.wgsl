@@ -2,6 +2,8 @@
 // skipped (a row of NaNs gives 0). Exact (integer result, order-free rule).
 // Bindings: logits [n_rows][n] f32; out [n_rows] u32.
 
+// #import common
+
 struct Params {
     n: u32,
     n_rows: u32,

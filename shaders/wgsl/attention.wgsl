@@ -28,36 +28,20 @@
 // (token, head, split) go to `out` as partials, merged by attention_combine.wgsl.
 // f32 throughout; the order of the sums differs from the reference's (NMSE ~1e-14).
 // The cache is read in its stored format (FMT, the layout of kv_store.wgsl and tern_format::kv):
-// kget / vget dequantize one value in registers (f16 halves, codes × scale (+ min), the KIVI
-// window's f16 rows) — no decompressed copy of the cache exists. KIVI's split between quantized
-// and full-precision positions is the cache's after this batch's store: Q(n) = R·⌊n/R⌋ with
-// n = p0 + n_tokens, for keys and values alike. KIVI with WORDS = 1 (the launcher's choice when
+// kget / vget (attention_kv_read.wgsl) dequantize one value in registers (f16 halves, codes × scale
+// (+ min), the KIVI window's f16 rows) — no decompressed copy of the cache exists. KIVI's split
+// between quantized and full-precision positions is the cache's after this batch's store:
+// Q(n) = R·⌊n/R⌋ with n = p0 + n_tokens, for keys and values alike. KIVI with WORDS = 1 (the launcher's choice when
 // n_split = 1) scores keys a code word at a time and folds the parameters instead (see main).
 // Bindings: params; step; q [n_tokens][n_head·head_dim] (MC = 1: then layer a's rows); k_cache, v_cache (one layer's keys and
 // values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
 // [n_tokens][n_head][n_split][head_dim + 2]; geom (the cache layout, kv_store.wgsl's Geom).
 
-struct Params {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    scale: f32,
-    n_tokens: u32,
-    n_split: u32,
-    n_hg: u32,
-    q_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import common
+// #import kv_step
+// #import attention_params
+// #import kv_formats
+// #import attention_kv_read
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -66,196 +50,6 @@ struct Step {
 @group(0) @binding(4) var<storage, read> vc: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<uniform> g: Geom;
-
-// 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
-override FMT: u32 = 0u;
-// MiniCache: 0 a layer of its own; 1 the first layer (a) of a merged pair: positions < p0 are
-// mag[p][0][h] · direction, the batch's own positions its unmerged rows, which follow the
-// queries in `q` (keys [n_tokens][row] from word g.pend, then the values); 2 the second
-// (b): mag[p][1][h] · direction, or the pool's f16 row when mag[p][1][h] = 0x8000 | slot.
-override MC: u32 = 0u;
-// KIVI formats only: 1 = the word path below (a code word per invocation, the query folded into
-// the key group's scales, values through the tile's folded parameters): fewer loads and
-// instructions per key, more dependent phases per tile — the launcher takes it where one
-// workgroup runs over all of a token's keys (n_split = 1), the per-channel path (0) otherwise.
-override WORDS: u32 = 0u;
-
-fn word_path() -> bool {
-    return is_kivi() && WORDS == 1u;
-}
-
-// Positions held in the stream being read: p0 + n_tokens after this batch's store, but only p0
-// for a pair's first layer (the pair's stream gets this batch when layer b merges it).
-fn held() -> u32 {
-    if (MC == 1u) {
-        return step.p0;
-    }
-    return n_held();
-}
-
-// MiniCache: this layer's magnitude bits of (j, h) from the word `mag_word` names (position j's
-// [2][heads] halves are `heads` words from g.mag).
-fn mc_bits(word: u32, j: u32, h: u32) -> u32 {
-    let hx = select(0u, g.heads, MC == 2u) + h;
-    return (word >> ((hx & 1u) * 16u)) & 0xffffu;
-}
-
-fn mag_word(j: u32, h: u32) -> u32 {
-    let hx = select(0u, g.heads, MC == 2u) + h;
-    return g.mag + j * g.heads + (hx >> 1u);
-}
-
-fn fmt_bits() -> u32 {
-    switch FMT {
-        case 2u: { return 8u; }
-        case 3u, 6u: { return 4u; }
-        case 4u, 7u: { return 3u; }
-        default: { return 2u; }
-    }
-}
-
-fn is_kivi() -> bool {
-    return FMT >= 3u && FMT <= 5u;
-}
-
-// The code of channel c of position j (its row starts at word `base`), `bits` wide.
-fn code_of(word: u32, c: u32, bits: u32) -> u32 {
-    let cpw = select(32u / bits, 10u, bits == 3u);
-    return (word >> ((c % cpw) * bits)) & ((1u << bits) - 1u);
-}
-
-fn word_index(c: u32, bits: u32) -> u32 {
-    return c / select(32u / bits, 10u, bits == 3u);
-}
-
-fn half_at(w: u32, e: u32) -> f32 {
-    return f16_bits_to_f32((w >> ((e & 1u) * 16u)) & 0xffffu);
-}
-
-fn code_base(j: u32) -> u32 {
-    if (FMT == 7u && j > 0u) {
-        return g.wpr0 + (j - 1u) * g.wpr;
-    }
-    return j * g.wpr;
-}
-
-// absmax: code → value (q8 signed bytes; a4/a3 unsigned with the qmax offset, a3's position 0
-// at 4 bits)
-fn absmax_value(word: u32, c: u32, j: u32, s: f32) -> f32 {
-    if (FMT == 2u) {
-        let b = code_of(word, c, 8u);
-        return f32((i32(b << 24u)) >> 24u) * s;
-    }
-    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
-    let qmax = (1u << (bits - 1u)) - 1u;
-    return (f32(code_of(word, c, bits)) - f32(qmax)) * s;
-}
-
-// j / G and j mod R, shifts when G and R are powers of two (the defaults 32 and 128; the
-// condition is uniform, so the branch costs nothing)
-fn div_group(j: u32) -> u32 {
-    if ((g.group & (g.group - 1u)) == 0u) {
-        return j >> countTrailingZeros(g.group);
-    }
-    return j / g.group;
-}
-
-fn mod_resid(j: u32) -> u32 {
-    if ((g.resid & (g.resid - 1u)) == 0u) {
-        return j & (g.resid - 1u);
-    }
-    return j % g.resid;
-}
-
-fn n_held() -> u32 {
-    return min(step.p0 + g.n_tokens, g.n_ctx);
-}
-
-// KIVI: positions below this are quantized, the others in the f16 window (R·⌊held()/R⌋; set
-// once at the start of main).
-var<private> qend: u32;
-
-// Key channel c (of the row) of position j, kv head h, as this layer reads it.
-fn kget(j: u32, h: u32, c: u32) -> f32 {
-    if (MC == 0u) {
-        return kdir(j, h, c);
-    }
-    if (MC == 1u && j >= step.p0) {
-        return q[g.pend + (j - step.p0) * g.row + c];
-    }
-    let bits = mc_bits(kc[mag_word(j, h)], j, h);
-    if (MC == 2u && (bits & 0x8000u) != 0u) {
-        let e = (bits & 0x7fffu) * g.head_dim + (c - h * g.head_dim);
-        return half_at(kc[g.pool + (e >> 1u)], e);
-    }
-    return kdir(j, h, c) * f16_bits_to_f32(bits);
-}
-
-// Value channel c of position j, kv head h, as this layer reads it.
-fn vget(j: u32, h: u32, c: u32) -> f32 {
-    if (MC == 0u) {
-        return vdir(j, h, c);
-    }
-    if (MC == 1u && j >= step.p0) {
-        return q[g.pend + (g.n_tokens + j - step.p0) * g.row + c];
-    }
-    let bits = mc_bits(vc[mag_word(j, h)], j, h);
-    if (MC == 2u && (bits & 0x8000u) != 0u) {
-        let e = (bits & 0x7fffu) * g.head_dim + (c - h * g.head_dim);
-        return half_at(vc[g.pool + (e >> 1u)], e);
-    }
-    return vdir(j, h, c) * f16_bits_to_f32(bits);
-}
-
-// Key channel c (of the row) of position j, kv head h, as stored (the format's decode).
-fn kdir(j: u32, h: u32, c: u32) -> f32 {
-    if (FMT == 0u) {
-        return bitcast<f32>(kc[j * g.row + c]);
-    }
-    if (FMT == 1u) {
-        let e = j * g.row + c;
-        return half_at(kc[e >> 1u], e);
-    }
-    if (is_kivi()) {
-        if (j >= qend) {
-            let e = mod_resid(j) * g.row + c;
-            return half_at(kc[g.k_win + (e >> 1u)], e);
-        }
-        let bits = fmt_bits();
-        let sm = kc[g.par + div_group(j) * g.row + c];
-        let q = code_of(kc[j * g.wpr + word_index(c, bits)], c, bits);
-        return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
-    }
-    let e = j * g.heads + h;
-    let s = half_at(kc[g.par + (e >> 1u)], e);
-    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
-    return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, s);
-}
-
-// Value channel c of position j, kv head h, as stored.
-fn vdir(j: u32, h: u32, c: u32) -> f32 {
-    if (FMT == 0u) {
-        return bitcast<f32>(vc[j * g.row + c]);
-    }
-    if (FMT == 1u) {
-        let e = j * g.row + c;
-        return half_at(vc[e >> 1u], e);
-    }
-    if (is_kivi()) {
-        if (j >= qend) {
-            let e = mod_resid(j) * g.row + c;
-            return half_at(vc[g.v_win + (e >> 1u)], e);
-        }
-        let bits = fmt_bits();
-        let sm = vc[g.par + j * g.ngroups + div_group(c)];
-        let q = code_of(vc[j * g.wpr + word_index(c, bits)], c, bits);
-        return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
-    }
-    let e = j * g.heads + h;
-    let s = half_at(vc[g.par + (e >> 1u)], e);
-    let bits = select(fmt_bits(), 4u, FMT == 7u && j == 0u);
-    return absmax_value(vc[code_base(j) + word_index(c, bits)], c, j, s);
-}
 
 const WG: u32 = 256u;
 // Keys per tile.
@@ -316,7 +110,6 @@ fn vfactor(j: u32, h: u32) -> f32 {
     }
     return f16_bits_to_f32(bits);
 }
-
 
 // KIVI per-channel path, a quantized key (j < qend) of a layer of its own, head_dim a multiple
 // of 64: the partial dot of score lane `lane` over 8-channel blocks lane, lane + LANES, ... of

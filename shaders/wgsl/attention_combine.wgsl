@@ -9,27 +9,9 @@
 // Bindings: params; step; partials [n_tokens][n_head][n_split][head_dim + 2] (m, l, acc);
 // out [n_tokens][n_head·head_dim].
 
-struct Params {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    scale: f32,
-    n_tokens: u32,
-    n_split: u32,
-    n_hg: u32,
-    q_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import common
+// #import kv_step
+// #import attention_params
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;

@@ -35,27 +35,10 @@
 // stacked row's length when they stay in the q/k/v projection's [n][q | k | v] rows that
 // rope_kv.wgsl rotated in place); the caches are read as vec4<u32> (f32: 4 dims, f16: 8 per load).
 
-struct Params {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    n_ctx: u32,
-    scale: f32,
-    n_tokens: u32,
-    n_split: u32,
-    n_hg: u32,
-    q_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import common
+// #import kv_step
+// #import attention_params
+// #import kv_formats
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -65,8 +48,6 @@ struct Step {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<uniform> g: Geom;
 
-// 0 f32, 1 f16 (tern_format::KvQuant::ALL order).
-override FMT: u32 = 0u;
 
 const WG: u32 = 256u;
 const TQ: u32 = 4u; // query tokens per workgroup
@@ -105,7 +86,7 @@ fn take(j: u32, a: f32) {
 // Element e (f32 index into the cache words, or f16 index into its halves) of a value row (keys
 // are read a whole load at a time: kdot).
 fn v_at(e: u32) -> f32 {
-    if (FMT == 0u) {
+    if (FMT == FMT_F32) {
         return bitcast<f32>(vc[e >> 2u][e & 3u]);
     }
     let w = vc[e >> 3u];
@@ -114,7 +95,7 @@ fn v_at(e: u32) -> f32 {
 
 // f32: 4 key dims of one load. f16: the low (hi = false) or high 4 of its 8 dims.
 fn dims4(w: vec4<u32>, hi: bool) -> vec4<f32> {
-    if (FMT == 0u) {
+    if (FMT == FMT_F32) {
         return bitcast<vec4<f32>>(w);
     }
     let a = select(w.x, w.z, hi);
@@ -135,7 +116,7 @@ fn dot4q(qb: u32, k: vec4<f32>) -> vec4<f32> {
 // One cache load's worth of a key row against the token's queries from qs[e ..] (f32: 4 dims,
 // f16: 8).
 fn kdot(w: vec4<u32>, e: u32) -> vec4<f32> {
-    if (FMT == 0u) {
+    if (FMT == FMT_F32) {
         return dot4q(e, dims4(w, false));
     }
     return dot4q(e, dims4(w, false)) + dot4q(e + 4u, dims4(w, true));
@@ -197,7 +178,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     acc_a = vec4<f32>(0.0);
     acc_b = vec4<f32>(0.0);
     // elements per vec4 load of the cache, and the row's start of this kv head in loads
-    let per = select(8u, 4u, FMT == 0u);
+    let per = select(8u, 4u, FMT == FMT_F32);
     let qb0 = tq * hd;
     for (var k0 = 0u; k0 < k_end; k0 = k0 + TILE) {
         let cnt = min(TILE, k_end - k0);

@@ -26,6 +26,9 @@
 //           targets [*] u32 vocab ids (global rows), indexed pos0 + p;
 //           part   scratch [n_blocks][n_pos] (max, sum) pairs, then [n_pos] target logits.
 
+// #import common
+// #import byte_load
+
 struct Params {
     rows: u32,
     cols: u32,
@@ -65,17 +68,6 @@ const NEG: f32 = -3.0e38;
 // [BK][BP / 4] hidden values and [BK][BV / 4] head values; reused for the final merge.
 var<workgroup> hs: array<vec4<f32>, 512>;
 var<workgroup> ws: array<vec4<f32>, 256>;
-
-// The 4 bytes at byte offset `off` of the head as a little-endian u32.
-fn load32(off: u32) -> u32 {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let lo = w[i];
-    if (sh == 0u) {
-        return lo;
-    }
-    return (lo >> sh) | (w[i + 1u] << (32u - sh));
-}
 
 fn bf16_bits_to_f32(h: u32) -> f32 {
     return bitcast<f32>(h << 16u);

@@ -5,6 +5,8 @@
 // Bindings: part   scratch of pass A ([n_blocks][n_pos] (max, sum) pairs, then [n_pos] target
 //                  logits); targets [*] u32, indexed pos0 + p; out [*] f32, written at pos0 + p.
 
+// #import common
+
 struct Params {
     n_pos: u32,
     pos0: u32,

@@ -1,4 +1,4 @@
-// Shared helpers, prepended to every kernel by the registry (tern-shaders `Shader::source`).
+// Shared helpers (div_rn, exact f16 <-> f32 with integer ops): `// #import common` in every kernel.
 
 // Correctly rounded f32 division (round to nearest, ties to even) for normal operands with a
 // normal quotient: WGSL (and Vulkan's OpFDiv) only promise 2.5 ULP for `a / b`, and the CPU

@@ -7,6 +7,8 @@
 // `p.pairs` = 1 (the GLUs): a holds gate/up pairs, [n][2] (a GEMM over gate/up rows interleaved at
 // load, model/load.rs): g = a[2i], u = a[2i + 1], b is not read.
 
+// #import common
+
 struct Params {
     n: u32,
     pairs: u32,

@@ -10,6 +10,8 @@
 // Workgroup (column block, i): invocation c of the block writes column c.
 // Bindings: params; table (u32 words); ids [n] u32; out [n][cols] f32.
 
+// #import common
+
 override SRC: u32 = 0u;
 
 struct Params {

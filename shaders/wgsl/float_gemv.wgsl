@@ -5,6 +5,8 @@
 // `elem_offset + r · cols + c` of `w` (16-bit types two per u32 word, low half first).
 // Bindings: params; w (u32 words); x [n_tokens][cols] f32; y [n_tokens][out_stride] f32.
 
+// #import common
+
 override DTYPE: u32 = 0u; // 0 = f32, 1 = f16, 2 = bf16
 
 struct Params {

@@ -16,16 +16,9 @@
 //           columns row0 .. row0 + rows.
 // Grid: x = row tiles of the part, y = token tiles.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    blocks_per_row: u32, // 32-column units per row (cols / 32)
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    mode: u32, // GEMV epilogue (ggml_gemv.wgsl's `store`); 0 in the GEMM
-    eps: f32, // unused here (ggml_gemv.wgsl: the fused norm's epsilon)
-}
+// #import common
+// #import byte_load
+// #import ggml_common
 
 override QTYPE: u32 = 0u;
 
@@ -41,21 +34,6 @@ const TT: u32 = 32u;
 // Dequantized weights [k/4][row] and activations [k/4][token] of one 32-column step: 8 + 4 KiB.
 var<workgroup> wt: array<vec4<f32>, 512>; // 8 · TR
 var<workgroup> xt: array<vec4<f32>, 256>; // 8 · TT
-
-// The 4 bytes at byte offset `off` as a little-endian u32.
-fn load32(off: u32) -> u32 {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let lo = w[i];
-    if (sh == 0u) {
-        return lo;
-    }
-    return (lo >> sh) | (w[i + 1u] << (32u - sh));
-}
-
-fn f16_at(off: u32) -> f32 {
-    return f16_bits_to_f32(load32(off) & 0xffffu);
-}
 
 // Bytes of one row of blocks.
 fn row_bytes() -> u32 {

@@ -25,7 +25,7 @@
 // The fused norm prologue (NORM = 1, issue 15): x holds the raw residual rows and the GEMV
 // multiplies RMSNorm(x) · nw, computing the norm itself instead of reading rmsnorm.wgsl's output
 // (one dispatch fewer per norm at decode). Every workgroup of a token first computes the token's
-// multiplier with rmsnorm.wgsl's own code (rms_scale.wgsl, appended to both), then reads
+// multiplier with rmsnorm.wgsl's own code (rms_scale.wgsl, imported by both), then reads
 // x · r · nw where the plain kernel reads x: the same f32 activations as the separate pass. These
 // variants run TPR = 8 invocations per row (32 rows per workgroup), so four times fewer
 // workgroups repeat the norm (on lavapipe the TPR = 32 form decoded SmolLM2 2.6× slower than the
@@ -40,16 +40,10 @@
 //           writes columns row0 .. row0 + rows; nw [cols] f32 the norm weight (NORM = 1; the
 //           plain variants are given any buffer, which they do not read).
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    blocks_per_row: u32, // 32-column units per row (cols / 32)
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    mode: u32, // GEMV epilogue (ggml_gemv.wgsl's `store`); 0 in the GEMM
-    eps: f32, // the fused norm's epsilon (NORM = 1); 0 in the GEMM
-}
+// #import common
+// #import rms_scale
+// #import byte_load
+// #import ggml_common
 
 override QTYPE: u32 = 0u;
 override TPR: u32 = 32u;
@@ -67,7 +61,7 @@ var<workgroup> partial: array<f32, 256>;
 var<private> nscale: f32;
 var<private> xrow0: u32;
 
-// Element i of x as f32 (rms_scale.wgsl, appended, reads the row through it).
+// Element i of x as f32 (rms_scale.wgsl, imported, reads the row through it).
 fn x_at(i: u32) -> f32 {
     return x[i >> 2u][i & 3u];
 }
@@ -87,17 +81,6 @@ fn xin(i: u32) -> vec4<f32> {
     return x[i];
 }
 
-// The 4 bytes at byte offset `off` as a little-endian u32.
-fn load32(off: u32) -> u32 {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let lo = w[i];
-    if (sh == 0u) {
-        return lo;
-    }
-    return (lo >> sh) | (w[i + 1u] << (32u - sh));
-}
-
 // The 16 bytes at byte offset `off` as 4 little-endian words (5 aligned loads when unaligned).
 fn load4(off: u32) -> vec4<u32> {
     let i = off >> 2u;
@@ -108,10 +91,6 @@ fn load4(off: u32) -> vec4<u32> {
     }
     let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
     return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
-}
-
-fn f16_at(off: u32) -> f32 {
-    return f16_bits_to_f32(load32(off) & 0xffffu);
 }
 
 const BYTE_SHIFT: vec4<u32> = vec4<u32>(0u, 8u, 16u, 24u);

@@ -1,26 +1,29 @@
 // The KV-cache quantizing store shared by kv_store.wgsl and rope_kv.wgsl (issue 14): every
 // format of tern_format::kv, written as kv_store.wgsl documents (sections, stages, rounding).
-// The kernel that includes it (the shaders crate appends this file) defines the bindings `g`
+// The kernel that includes it (`// #import kv_quant`) defines the bindings `g`
 // (Geom) and `step` (Step), the overrides FMT (kv_store.wgsl's numbering), and the accessors:
 //   src_at(t, c)      value c of batch row t (keys after RoPE) as f32;
 //   cache_ld(i), cache_st(i, w)   word i of the cache being written (keys or values);
 //   is_key()          whether that cache holds keys.
 // So the fused RoPE + store writes the separate kernels' bits by running the same code.
 
+// #import f16_sat
+// #import kv_formats
+
 fn fmt_bits() -> u32 {
     switch FMT {
-        case 0u: { return 32u; }
-        case 1u: { return 16u; }
-        case 2u: { return 8u; }
-        case 3u, 6u: { return 4u; }
-        case 4u, 7u: { return 3u; }
+        case FMT_F32: { return 32u; }
+        case FMT_F16: { return 16u; }
+        case FMT_Q8: { return 8u; }
+        case FMT_Q4, FMT_A4: { return 4u; }
+        case FMT_Q3, FMT_A3: { return 3u; }
         default: { return 2u; }
     }
 }
 
 // Bits of position p's codes (a3 keeps position 0 at 4 bits).
 fn pos_bits(p: u32) -> u32 {
-    return select(fmt_bits(), 4u, FMT == 7u && p == 0u);
+    return select(fmt_bits(), 4u, FMT == FMT_A3 && p == 0u);
 }
 
 fn per_word(bits: u32) -> u32 {
@@ -28,7 +31,7 @@ fn per_word(bits: u32) -> u32 {
 }
 
 fn code_base(p: u32) -> u32 {
-    if (FMT == 7u && p > 0u) {
+    if (FMT == FMT_A3 && p > 0u) {
         return g.wpr0 + (p - 1u) * g.wpr;
     }
     return p * g.wpr;
@@ -41,11 +44,6 @@ fn round_away(y: f32) -> f32 {
 
 fn h2f(h: u32) -> f32 {
     return f16_bits_to_f32(h & 0xffffu);
-}
-
-// f16 bits of x, saturated to ±65504 (the spec's f16 of a stored value, scale or zero point)
-fn f16_sat(x: f32) -> u32 {
-    return f32_to_f16_bits(clamp(x, -65504.0, 65504.0));
 }
 
 fn to_f16(x: f32) -> f32 {
@@ -129,13 +127,13 @@ fn stage_rows(idx: u32) {
         if (p >= g.n_ctx) {
             return;
         }
-        if (FMT == 0u) {
+        if (FMT == FMT_F32) {
             if (w < g.row) {
                 cache_st(p * g.row + w, bitcast<u32>(src_at(t, w)));
             }
             return;
         }
-        if (FMT == 1u) {
+        if (FMT == FMT_F16) {
             if (w < g.wpr) {
                 let lo = f16_sat(src_at(t, 2u * w));
                 let hi = f16_sat(src_at(t, 2u * w + 1u));
@@ -145,7 +143,7 @@ fn stage_rows(idx: u32) {
         }
         let bits = pos_bits(p);
         let cpw = per_word(bits);
-        let words = select(g.wpr, g.wpr0, FMT == 7u && p == 0u);
+        let words = select(g.wpr, g.wpr0, FMT == FMT_A3 && p == 0u);
         if (w >= words) {
             return;
         }
@@ -167,13 +165,13 @@ fn stage_rows(idx: u32) {
                 q = i32(clamp(y, -f32(qmax), f32(qmax)));
             }
             // q8: the i8 byte; a4/a3: q + qmax, unsigned
-            let code = select(u32(q + i32(qmax)), u32(q) & 0xffu, FMT == 2u);
+            let code = select(u32(q + i32(qmax)), u32(q) & 0xffu, FMT == FMT_Q8);
             word = word | ((code & mask) << ((c - w * cpw) * bits));
         }
         cache_st(code_base(p) + w, word);
         return;
     }
-    if (FMT < 2u) {
+    if (FMT < FMT_Q8) {
         return;
     }
     // scale words: entries e = p·heads + h, two per word
@@ -316,7 +314,7 @@ fn stage_kivi_step(idx: u32, keys: bool) {
 // Invocations of stage 0 for the batch (kv.rs's count): code words, then the scale words.
 fn stage_rows_count() -> u32 {
     let codes = g.n_tokens * max(g.wpr, g.wpr0);
-    if (FMT < 2u) {
+    if (FMT < FMT_Q8) {
         return codes;
     }
     return codes + (g.n_tokens * g.heads + 1u) / 2u + 1u;
@@ -324,7 +322,7 @@ fn stage_rows_count() -> u32 {
 
 // Invocations storing one cache (keys or values) of the batch: stage 0, or a one-token KIVI step.
 fn store_count(keys: bool) -> u32 {
-    if (FMT >= 3u && FMT <= 5u) {
+    if (FMT >= FMT_Q4 && FMT <= FMT_Q2) {
         return kivi_step_count(keys) + g.row / 2u;
     }
     return stage_rows_count();
@@ -332,7 +330,7 @@ fn store_count(keys: bool) -> u32 {
 
 // Invocation idx of store_count(keys)'s range.
 fn store_at(idx: u32, keys: bool) {
-    if (FMT >= 3u && FMT <= 5u) {
+    if (FMT >= FMT_Q4 && FMT <= FMT_Q2) {
         stage_kivi_step(idx, keys);
     } else {
         stage_rows(idx);

@@ -33,26 +33,22 @@
 // Division is correctly rounded (div_rn) and f16 rounding is to nearest even, saturated to
 // ±65504 (f16_sat): the codes are the CPU oracle's (tern_reference::kv_codec), bit for bit.
 // Bindings: geometry; step; src [n_tokens][row] f32; cache (one layer's keys or values).
-// The stages' code is kv_quant.wgsl (shared with rope_kv.wgsl's fused RoPE + store), appended
+// The stages' code is kv_quant.wgsl (shared with rope_kv.wgsl's fused RoPE + store), imported
 // to this file by the shaders crate.
 
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import common
+// #import kv_quant
+// #import kv_step
+// #import kv_formats
 
 @group(0) @binding(0) var<uniform> g: Geom;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read> src: array<f32>;
 @group(0) @binding(3) var<storage, read_write> cache: array<u32>;
 
-// 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
-override FMT: u32 = 0u;
 override STAGE: u32 = 0u;
 
-// The accessors kv_quant.wgsl (appended to this file: the stages) reads and writes through.
+// The accessors kv_quant.wgsl (imported: the stages) reads and writes through.
 fn src_at(t: u32, c: u32) -> f32 {
     return src[t * g.row + c];
 }

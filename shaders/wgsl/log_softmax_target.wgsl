@@ -5,6 +5,8 @@
 // outside the vocabulary gives NaN.
 // Bindings: logits [n_pos][vocab] f32; targets [*] u32; out [*] f32.
 
+// #import common
+
 struct Params {
     vocab: u32,
     n_pos: u32,

@@ -14,12 +14,9 @@
 // Bindings: geom (the pair buffer's layout, kv_store.wgsl's Geom); step; merge (t, γ);
 // xa (layer a's rows from word xa_off), xb [n_tokens][row] f32; dir [n_tokens][row] f32; cache (the pair's K or V buffer).
 
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// #import common
+// #import kv_step
+// #import f16_sat
 
 struct Merge {
     t: f32,
@@ -106,10 +103,6 @@ fn sin_c(x: f32) -> f32 {
         r = ((-1.9515295891e-4 * zz + 8.3321608736e-3) * zz - 1.6666654611e-1) * zz * z + z;
     }
     return sgn * r;
-}
-
-fn f16_sat(x: f32) -> u32 {
-    return f32_to_f16_bits(clamp(x, -65504.0, 65504.0));
 }
 
 @compute @workgroup_size(256)

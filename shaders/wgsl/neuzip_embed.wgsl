@@ -12,6 +12,9 @@
 // Bindings: p (the chunk's NeuZip params); q (below); meta (read-write: the status word); data
 // (the chunk's words); ids [n] u32; out [n][out_stride] f32.
 
+// #import common
+// #import neuzip_rows
+
 struct Embed {
     rows_per_block: u32,
     n_tokens: u32,

@@ -6,10 +6,13 @@
 // workgroup memory and lane 0 writes y. So the scratch is per workgroup (the 8 KiB table, 1 KiB
 // of cdf and 1 KiB of partial sums), not per tensor. Up to 4 tokens per dispatch (the host loops for more).
 //
-// Shared with neuzip_embed.wgsl (neuzip_rows.wgsl, appended): Params, the decode table, the
+// Shared with neuzip_embed.wgsl (neuzip_rows.wgsl, imported): Params, the decode table, the
 // stream readers. Bindings: p (NeuZip chunk params); q (GEMV params); meta, data as in neuzip_decode.wgsl
 // (meta read-write: its word `status_word` is this kernel's status, since WebGPU guarantees
 // only 4 storage buffers per stage); x [tokens][x_stride] f32; y [tokens][out_stride] f32.
+
+// #import common
+// #import neuzip_rows
 
 struct Gemv {
     rows_per_block: u32,

@@ -3,6 +3,8 @@
 // (batches of several tokens, KIVI and MiniCache caches: the paths rope_kv.wgsl does not take).
 // A copy: the values are the bits of three separate projections.
 
+// #import common
+
 struct Params {
     n_tokens: u32,
     q_dim: u32,

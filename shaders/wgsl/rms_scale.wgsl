@@ -1,5 +1,5 @@
 // The RMSNorm multiplier 1 / sqrt(mean(x²) + eps) of the row of `n` values at element `base`,
-// returned to every invocation. rmsnorm.wgsl's arithmetic, appended to rmsnorm.wgsl and to
+// returned to every invocation. rmsnorm.wgsl's arithmetic, imported by rmsnorm.wgsl and by
 // ggml_gemv.wgsl (its fused float-norm prologue, issue 15) so that both compute the same bits:
 // invocation lid sums x² over the columns lid, lid + WG, … in increasing order (four independent
 // loads per loop trip, added in that order: the same sum as one load per trip), then the WG-way

@@ -3,8 +3,11 @@
 // reference's sequential sum: NMSE ~1e-14).
 // Bindings: x [n_rows][n] f32; weight [n] f32; out [n_rows][n] f32.
 //
-// The sum of squares and the multiplier: rms_scale.wgsl (appended; shared with ggml_gemv.wgsl's
+// The sum of squares and the multiplier: rms_scale.wgsl (imported; shared with ggml_gemv.wgsl's
 // fused norm prologue, which must compute the same bits).
+
+// #import common
+// #import rms_scale
 
 struct Params {
     n: u32,
@@ -21,7 +24,7 @@ struct Params {
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
 
-// Element i of x (rms_scale.wgsl, appended, reads the row through it).
+// Element i of x (rms_scale.wgsl, imported, reads the row through it).
 fn x_at(i: u32) -> f32 {
     return x[i];
 }

@@ -13,12 +13,9 @@
 // 256-way tree), so the bits do not change; the absmax is a tree of u32 maxima (exact, any order)
 // instead of 256 atomics on one word.
 
-struct Params {
-    n: u32,
-    n_rows: u32,
-    eps: f32,
-    q_stride: u32,
-}
+// #import common
+// #import nan_bits
+// #import norm_quant_params
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -29,10 +26,6 @@ struct Params {
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
 var<workgroup> pmax: array<u32, 256>;
-
-fn is_nan_bits(b: u32) -> bool {
-    return (b & 0x7fffffffu) > 0x7f800000u;
-}
 
 // |y| bits of column c (0 for NaN, which the absmax skips).
 fn abs_bits(base: u32, c: u32, r: f32) -> u32 {

@@ -6,6 +6,8 @@
 // Override NEOX: 0 = pairs (2i, 2i+1) (GPT-J / llama.cpp normal), 1 = pairs (i, i + rope_dim/2).
 // Bindings: x [n_tokens][n_heads][head_dim] f32 (in place); cs [n_tokens][rope_dim/2] vec2 (cos, sin).
 
+// #import common
+
 struct Params {
     n_heads: u32,
     head_dim: u32,

@@ -7,7 +7,7 @@
 //
 // Invocations (256 per workgroup, 2-D grid as kv_store.wgsl):
 //   [0, n·n_head·half)         q pair (t, h, j): rotated in place, rope.wgsl's exact operations;
-//   [.., + store_count(keys))  the keys' store: kv_store.wgsl's stages (kv_quant.wgsl, appended
+//   [.., + store_count(keys))  the keys' store: kv_store.wgsl's stages (kv_quant.wgsl, imported
 //                              to this file), reading each key value rotated here (rope.wgsl's
 //                              operations on the unrotated k, which nothing writes);
 //   [.., + store_count(vals))  the values' store likewise.
@@ -21,6 +21,11 @@
 // Bindings (4 storage): qkv (queries rotated in place), cs [n][rope_dim/2] (cos, sin), the
 // layer's key cache, its value cache; uniforms: the RoPE shape, the step, the cache's Geom.
 
+// #import common
+// #import kv_quant
+// #import kv_step
+// #import kv_formats
+
 struct Params {
     n_head: u32,
     n_head_kv: u32,
@@ -32,16 +37,7 @@ struct Params {
     wpr: u32,
 }
 
-struct Step {
-    p0: u32,
-    n_tokens: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
 override NEOX: u32 = 0u;
-// 0 f32, 1 f16, 2 q8, 3 q4 (KIVI), 4 q3, 5 q2, 6 a4, 7 a3 (tern_format::KvQuant::ALL order).
-override FMT: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> rp: Params;
 @group(0) @binding(1) var<uniform> step: Step;

@@ -1,5 +1,5 @@
-// Shared by ternary_gemv_dec.wgsl and ternary_gemv_dec_norm.wgsl (appended to both by the
-// shaders crate): code bytes as trit bytes, the 16-column INT8 dot, and the per-group integer
+// Shared by ternary_gemv_dec.wgsl and ternary_gemv_dec_norm.wgsl (both
+// import it): code bytes as trit bytes, the 16-column INT8 dot, and the per-group integer
 // sums of a lane's chunks. The kernel declares `p` (`group`, `groups_per_row`), `gsum`
 // (array<atomic<i32>>), `TPR` (lanes per row) and `dot4`.
 
@@ -44,4 +44,17 @@ fn take4(d: vec4<i32>, u: u32, nv: u32, lrow: u32, acc: ptr<function, i32>, cur:
     if (u + 3u * TPR < nv) {
         take(d.w, u + 3u * TPR, lrow, acc, cur);
     }
+}
+
+fn scale_at(i: u32) -> f32 {
+    let o = p.scale_word_offset + i / select(2u, 1u, SCALE_TYPE == 0u);
+    let word = w[o >> 2u][o & 3u];
+    if (SCALE_TYPE == 0u) {
+        return bitcast<f32>(word);
+    }
+    let h = (word >> (16u * (i & 1u))) & 0xffffu;
+    if (SCALE_TYPE == 1u) {
+        return f16_bits_to_f32(h);
+    }
+    return bitcast<f32>(h << 16u);
 }

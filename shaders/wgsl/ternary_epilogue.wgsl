@@ -1,5 +1,5 @@
-// The epilogue shared by ternary_gemv.wgsl and ternary_gemv_wide.wgsl (appended to both by the
-// shaders crate; it uses their `p` (row0, out_stride, mode) and `y` bindings and `pres`).
+// The epilogue of the ternary GEMVs (plain, wide, decode, decode + norm), imported by each;
+// it uses their `p` (row0, out_stride, mode) and `y` bindings and `pres`.
 
 // The per-tensor scale of the part's row `row`: 0, or the pair's half (mode bit 5).
 fn pair_scale(row: u32) -> u32 {

@@ -31,24 +31,9 @@
 //   GROUPED     0 = one scale group; 1 = groups of a multiple of 64 columns
 // Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of the part, y = TT-token tiles.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    words_per_row: u32,
-    group: u32,
-    groups_per_row: u32,
-    scale_word_offset: u32,
-    act_stride: u32,
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    sparse_max_words: u32,
-    mode: u32,
-    eps: f32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
+// #import common
+// #import ternary_ops
+// #import ternary_params
 
 override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;

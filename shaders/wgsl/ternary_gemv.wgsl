@@ -33,24 +33,11 @@
 // out_stride / 2 columns): gate/up as one GEMV, elementwise.wgsl's arithmetic, the same bits as the
 // gate GEMV, then the up GEMV with the GLU epilogue.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    words_per_row: u32,
-    group: u32,
-    groups_per_row: u32,
-    scale_word_offset: u32,
-    act_stride: u32,
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    sparse_max_words: u32,
-    mode: u32,
-    eps: f32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
+// #import common
+// #import ternary_epilogue
+// #import ternary_ops
+// #import ternary_params
+// #import int4_act
 
 override LAYOUT: u32 = 0u;
 override SCALE_TYPE: u32 = 0u;
@@ -90,12 +77,6 @@ fn act_word(base: u32, aw: u32) -> u32 {
         return sext4(select(w4 >> 4u, w4, (aw & 1u) == 0u) & 0x0f0f0f0fu);
     }
     return xq[base + aw];
-}
-
-// Four nibbles (one in the low half of each byte) sign-extended to int8 bytes: a byte with bit 3
-// set gets 0xf0 or-ed in ((v & 8) · 0x1e = 0xf0 per byte, no carry between bytes).
-fn sext4_or(v: u32) -> u32 {
-    return v | ((v & 0x08080808u) * 0x1eu);
 }
 
 // Trit of element j (0..16 or 0..20) of code word cw (the per-element path of grouped scales).

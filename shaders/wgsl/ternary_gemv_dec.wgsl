@@ -28,24 +28,12 @@
 // as every quantizer writes it); xs: [n_tokens] f32 multipliers; y: [n_tokens][out_stride] f32.
 // `p.mode` bits 2..3 and 5: ternary_gemv.wgsl's epilogues (the shared ternary_epilogue.wgsl).
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    words_per_row: u32,
-    group: u32,
-    groups_per_row: u32,
-    scale_word_offset: u32,
-    act_stride: u32,
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    sparse_max_words: u32,
-    mode: u32,
-    eps: f32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
+// #import common
+// #import ternary_epilogue
+// #import ternary_dec_common
+// #import ternary_params
+// #import packed_dot
+// #import int4_act
 
 override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;
@@ -65,31 +53,6 @@ const GSUM: u32 = 1024u;
 var<workgroup> gsum: array<atomic<i32>, GSUM>;
 // The pair epilogue: each row's result, read by its pair partner.
 var<workgroup> pres: array<f32, RPW>;
-
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
-}
-
-fn scale_at(i: u32) -> f32 {
-    let o = p.scale_word_offset + i / select(2u, 1u, SCALE_TYPE == 0u);
-    let word = w[o >> 2u][o & 3u];
-    if (SCALE_TYPE == 0u) {
-        return bitcast<f32>(word);
-    }
-    let h = (word >> (16u * (i & 1u))) & 0xffffu;
-    if (SCALE_TYPE == 1u) {
-        return f16_bits_to_f32(h);
-    }
-    return bitcast<f32>(h << 16u);
-}
-
-// Four nibbles (one in the low half of each byte) sign-extended to int8 bytes.
-fn sext4_or(v: u32) -> u32 {
-    return v | ((v & 0x08080808u) * 0x1eu);
-}
 
 // Σ trit · act of code word cw with its 16 INT4 activations: lo holds columns 0 .. 8 of the
 // word, hi 8 .. 16 (each: 4 low nibbles, then 4 high nibbles).

@@ -34,7 +34,7 @@
 // GPU, followed by the unfused GEMV: ~780 us per 2B4T token on the H100 against ~400 for A8's
 // fused o-projection. Here the chain runs in every workgroup under its first weight loads, and
 // one dispatch per layer goes. The select is topk_select.wgsl (shared with act_quant_topk.wgsl,
-// appended by the shaders crate). Workgroup memory (16 KiB downlevel; this kernel already uses
+// imported). Workgroup memory (16 KiB downlevel; this kernel already uses
 // ~14.4): the select's 1024-bin histogram aliases `gsum` (the group sums, only used after the
 // prologue; atomic<i32> bins through hist_add / hist_load / hist_clear, counts ≤ 8192): the
 // prologue clears it first, every select pass clears the bins it read, and the prologue clears
@@ -49,24 +49,16 @@
 // `p.act_stride`: the quantized row's words (≤ ASH, checked by the launcher); `p.mode` bits 2..3
 // and 5: the shared epilogues (ternary_epilogue.wgsl).
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    words_per_row: u32,
-    group: u32,
-    groups_per_row: u32,
-    scale_word_offset: u32,
-    act_stride: u32,
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    sparse_max_words: u32,
-    mode: u32,
-    eps: f32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
+// #import common
+// #import ternary_epilogue
+// #import ternary_dec_common
+// #import topk_select
+// #import ternary_params
+// #import packed_dot
+// #import nan_bits
+// #import act_round
+// #import ordered_sum
+// #import tree_sum256
 
 override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;
@@ -96,28 +88,6 @@ var<workgroup> redm: array<u32, WG>;
 var<workgroup> redm32: array<u32, 32>;
 // The TopK select's state (topk_select.wgsl; ACT4 = 2 only).
 var<workgroup> st: vec4<u32>;
-// A runtime zero the compiler cannot see through (see opq).
-var<private> zb: u32;
-
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
-}
-
-fn scale_at(i: u32) -> f32 {
-    let o = p.scale_word_offset + i / select(2u, 1u, SCALE_TYPE == 0u);
-    let word = w[o >> 2u][o & 3u];
-    if (SCALE_TYPE == 0u) {
-        return bitcast<f32>(word);
-    }
-    let h = (word >> (16u * (i & 1u))) & 0xffffu;
-    if (SCALE_TYPE == 1u) {
-        return f16_bits_to_f32(h);
-    }
-    return bitcast<f32>(h << 16u);
-}
 
 // ---- the inner loop: ternary_gemv_dec.wgsl's, activations from workgroup memory ----
 
@@ -130,10 +100,6 @@ fn chunk_dot(v: vec4<u32>, u: u32) -> i32 {
 }
 
 // ---- the prologue ----
-
-fn is_nan_bits(b: u32) -> bool {
-    return (b & 0x7fffffffu) > 0x7f800000u;
-}
 
 // x of column c of the row at `base`, 0.0 past the row (the load itself clamped into it).
 fn xat(base: u32, c: u32) -> f32 {
@@ -148,49 +114,6 @@ fn nwat(c: u32) -> f32 {
 fn ab(v: f32, r: f32, g: f32) -> u32 {
     let b = bitcast<u32>(v * r * g) & 0x7fffffffu;
     return select(0u, b, b <= 0x7f800000u);
-}
-
-fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
-    let prod = v * s;
-    if (is_nan_bits(bitcast<u32>(prod))) {
-        return 0;
-    }
-    return i32(clamp(round(prod), lo, hi));
-}
-
-// v as computed: act_quant_a48.wgsl's pin (an OR with a zero the compiler cannot see through),
-// so a driver cannot regroup the straight-line sums below.
-fn opq(v: f32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(v) | zb);
-}
-
-fn ad(a: f32, b: f32) -> f32 {
-    return opq(a + b);
-}
-
-// Lane l (< 4) of red32's 32 lane sums after the halves 16, 8 and 4.
-fn f4(l: u32) -> f32 {
-    return ad(
-        ad(ad(red32[l], red32[l + 16u]), ad(red32[l + 8u], red32[l + 24u])),
-        ad(ad(red32[l + 4u], red32[l + 20u]), ad(red32[l + 12u], red32[l + 28u])),
-    );
-}
-
-// Σ v over the invocations in rmsnorm_quant.wgsl's tree order (halves 128 … 1: lane i += lane
-// i + h), returned to every invocation, in two barriers (act_quant_a48.wgsl's tree_sum: the same
-// additions in the same order). Every invocation calls it; a next call may reuse the arrays.
-fn tree_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    if (lid < 32u) {
-        let a0 = ad(red[lid], red[lid + 128u]);
-        let a1 = ad(red[lid + 64u], red[lid + 192u]);
-        let a2 = ad(red[lid + 32u], red[lid + 160u]);
-        let a3 = ad(red[lid + 96u], red[lid + 224u]);
-        red32[lid] = ad(ad(a0, a1), ad(a2, a3));
-    }
-    workgroupBarrier();
-    return ad(ad(f4(0u), f4(2u)), ad(f4(1u), f4(3u)));
 }
 
 // max v over the invocations (exact in any order), two barriers.
@@ -268,12 +191,6 @@ fn hist_clear(b: u32) {
 // act_quant_topk.wgsl's y of column c (NORM = 1): (x · r) · g.
 fn topk_y(base: u32, c: u32, r: f32) -> f32 {
     return opq(x[base + c] * r) * nw[c];
-}
-
-// |v| bits, 0 for NaN.
-fn abs_bits(v: f32) -> u32 {
-    let b = bitcast<u32>(v) & 0x7fffffffu;
-    return select(0u, b, b <= 0x7f800000u);
 }
 
 // Column c's int8 code: quantized if kept, else 0.

@@ -41,24 +41,12 @@
 // buffer is a multiple of 16 bytes. xa, xf: see the prologue. y: [n_tokens][out_stride] f32; this
 // part writes columns row0 .. row0 + rows_part.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    words_per_row: u32,
-    group: u32,
-    groups_per_row: u32,
-    scale_word_offset: u32,
-    act_stride: u32,
-    out_stride: u32,
-    row0: u32,
-    n_tokens: u32,
-    sparse_max_words: u32,
-    mode: u32,
-    eps: f32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-}
+// #import common
+// #import ternary_epilogue
+// #import ternary_params
+// #import packed_dot
+// #import nan_bits
+// #import act_round
 
 override LAYOUT: u32 = 0u;
 override SCALE_TYPE: u32 = 0u;
@@ -120,13 +108,6 @@ fn act_word(aw: u32) -> u32 {
         return sext4(select(w4 >> 4u, w4, (aw & 1u) == 0u) & 0x0f0f0f0fu);
     }
     return aword(aw);
-}
-
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
 }
 
 fn scale_at(i: u32) -> f32 {
@@ -223,22 +204,10 @@ fn take_word(cw: u32, wi: u32, lrow: u32, acc: ptr<function, i32>, cur: ptr<func
     }
 }
 
-fn is_nan_bits(b: u32) -> bool {
-    return (b & 0x7fffffffu) > 0x7f800000u;
-}
-
 // |RMSNorm(x)_c| bits of column c of the row at `base` (0 for NaN, which the absmax skips).
 fn abs_bits(base: u32, c: u32, r: f32) -> u32 {
     let b = bitcast<u32>(bitcast<f32>(xa[base + c]) * r * xf[c]) & 0x7fffffffu;
     return select(0u, b, b <= 0x7f800000u);
-}
-
-fn quant(v: f32, s: f32, lo: f32, hi: f32) -> i32 {
-    let prod = v * s;
-    if (is_nan_bits(bitcast<u32>(prod))) {
-        return 0;
-    }
-    return i32(clamp(round(prod), lo, hi));
 }
 
 // partial[0] ← Σ partial (halves 128 … 1); every invocation calls it.

@@ -1,7 +1,9 @@
-// The ternary matmuls' shared operations, appended by the shaders crate to ternary_gemv.wgsl,
+// The ternary matmuls' shared operations, imported by ternary_gemv.wgsl,
 // ternary_gemv_sparse.wgsl, ternary_gemm.wgsl and ternary_gemm_t128.wgsl (one code, the same
 // bits). The kernel declares `p.scale_word_offset`, the weight binding `w` and the overrides
 // SCALE_TYPE (0 f32, 1 f16, 2 bf16) and DOT (1 `dot4I8Packed`, 0 the plain byte sum).
+
+// #import packed_dot
 
 // Scale i of the weight part (the scales follow its codes at word `p.scale_word_offset`).
 fn scale_at(i: u32) -> f32 {
@@ -15,15 +17,6 @@ fn scale_at(i: u32) -> f32 {
         return f16_bits_to_f32(h);
     }
     return bitcast<f32>(h << 16u);
-}
-
-// The 4-byte int8 dot product: a DP4A instruction where the adapter has the packed integer dot
-// product, the exact byte-by-byte sum elsewhere (same integers).
-fn dot4(a: u32, b: u32) -> i32 {
-    if (DOT == 1u) {
-        return dot4I8Packed(a, b);
-    }
-    return dot4_plain(a, b);
 }
 
 // Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.

@@ -17,6 +17,8 @@
 // per-invocation ranges, and the k candidates ranked by comparing all pairs.
 // Bindings: params; input (MERGE 0: f32 logits as u32 bits; MERGE 1: pairs); out pairs.
 
+// #import common
+
 override MERGE: u32 = 0u;
 
 struct Params {

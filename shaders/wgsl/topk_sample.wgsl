@@ -14,6 +14,8 @@
 // Bindings: params; ctl = [n_hist, temperature bits, 0, 0, ids...]; src (PASS 0, 1: the logits
 // as u32 bits, read-write for PASS 0; PASS 2: pairs); out.
 
+// #import common
+
 override PASS: u32 = 0u;
 
 struct Params {

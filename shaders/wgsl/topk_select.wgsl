@@ -1,5 +1,5 @@
 // The TopK 50% radix select (issue 13, h-topk): the threshold passes and the ties' ranks of
-// act_quant_topk.wgsl's select, appended by the shaders crate to act_quant_topk.wgsl and to
+// act_quant_topk.wgsl's select, imported by act_quant_topk.wgsl and to
 // ternary_gemv_dec_norm.wgsl (its TopK prologue, ACT4 = 2), so both run the same code: the same
 // threshold T, the same ties kept, the same bits. The method is described in act_quant_topk.wgsl's
 // header.
@@ -216,4 +216,10 @@ fn topk_ties_before(lid: u32, n: u32, base: u32, r: f32, t: u32, wa: u32, wb: u3
     }
     let sc = suffix(lid, ties);
     return sc.y - sc.x - ties;
+}
+
+// |v| as bits for the absmax (NaN: 0, which the max skips).
+fn abs_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v) & 0x7fffffffu;
+    return select(0u, b, b <= 0x7f800000u);
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use tern_format::{FloatType, TernaryLayout};
-use tern_shaders::{Shader, Variant};
+use tern_shaders::Shader;
 
 use crate::error::{GpuError, Result};
 
@@ -43,8 +43,10 @@ pub enum EltOp {
     Add,
 }
 
-/// One compiled pipeline: shader plus override values. `Display` gives the label
-/// (e.g. `ternary_gemv_2bit_f32_tpr32`), which is also the registry's variant label.
+/// One compiled pipeline, and the kernel registry: the key names its shader
+/// ([`KernelKey::shader`]), its `override` values ([`KernelKey::constants`]) and its label
+/// (`Display`, e.g. `ternary_gemv_2bit_f32_tpr32`: the pipeline label in profiles and docs);
+/// [`KernelKey::all`] enumerates every key a launcher may ask for (see `pipeline/registry.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKey {
     ActQuantInt8,
@@ -370,16 +372,6 @@ impl KernelKey {
             KernelKey::LogSoftmaxTarget => Shader::LogSoftmaxTarget,
         }
     }
-
-    /// The registry variant (override values) with this key's label; every key has one, which
-    /// a unit test checks, so the naga test covers every pipeline a launcher can build.
-    pub fn variant(self) -> Result<&'static Variant> {
-        let label = self.to_string();
-        self.shader().variant(&label).ok_or_else(|| GpuError::Wgpu {
-            what: label.clone(),
-            detail: "no such variant in tern-shaders".into(),
-        })
-    }
 }
 
 /// Shader modules and pipelines, each built once.
@@ -408,14 +400,17 @@ impl PipelineCache {
         if let Some(p) = self.pipelines.lock().map_err(poisoned)?.get(&key) {
             return Ok(Arc::clone(p));
         }
-        let variant = key.variant()?;
+        let constants = key.constants()?;
         let shader = key.shader();
         let module = {
             let mut mods = self.modules.lock().map_err(poisoned)?;
             match mods.get(&shader) {
                 Some(m) => Arc::clone(m),
                 None => {
-                    let src = shader.source();
+                    let src = shader.source().map_err(|e| GpuError::Wgpu {
+                        what: format!("assembling {}", shader.file()),
+                        detail: e.to_string(),
+                    })?;
                     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
                     let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                         label: Some(shader.file()),
@@ -441,7 +436,7 @@ impl PipelineCache {
             module: &module,
             entry_point: Some(shader.entry_point()),
             compilation_options: wgpu::PipelineCompilationOptions {
-                constants: variant.constants,
+                constants: &constants,
                 zero_initialize_workgroup_memory: true,
             },
             cache: None,
@@ -460,6 +455,9 @@ impl PipelineCache {
         Ok(p)
     }
 }
+
+mod registry;
+pub use registry::Constant;
 
 #[cfg(test)]
 mod tests;

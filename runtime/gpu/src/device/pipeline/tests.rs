@@ -1,5 +1,9 @@
-//! The pipeline keys' tests: every key names a variant of `tern-shaders` with the override
-//! constants it implies.
+//! The registry's tests: the keys a launcher makes are exactly [`KernelKey::all`], each with the
+//! override constants it implies; every key compiles with naga (parse, validate, resolve its
+//! overrides, validate again, write SPIR-V); labels are unique; the WGSL's KV format names are
+//! `KvQuant::index()`.
+
+use naga::valid::{Capabilities, ValidationFlags, Validator};
 
 use super::*;
 
@@ -9,11 +13,11 @@ fn kv_fmt_id(q: KvFormat) -> u32 {
 }
 
 fn k_const(k: KernelKey, name: &str) -> Option<u32> {
-    let v = k.variant().ok()?;
-    v.constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32)
+    let c = k.constants().ok()?;
+    c.iter().find(|c| c.0 == name).map(|c| c.1 as u32)
 }
 
-/// Every key a launcher can make names a registry variant (so naga validated it).
+/// Every key a launcher can make (listed here by hand) is in the registry, which has no other.
 #[test]
 fn every_key_has_a_registered_variant() {
     let mut keys = vec![
@@ -162,9 +166,10 @@ fn every_key_has_a_registered_variant() {
     for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
         keys.push(KernelKey::Elementwise(op));
     }
+    let all = KernelKey::all();
     for k in &keys {
-        let v = k.variant().unwrap();
-        assert_eq!(v.label, k.to_string());
+        assert!(all.contains(k), "{k}");
+        let constants = k.constants().unwrap();
         // The block-type override of a ggml kernel is the table's `gpu_qtype` (embed.wgsl's
         // SRC counts the three float tables first).
         let (t, name, base) = match k {
@@ -176,11 +181,11 @@ fn every_key_has_a_registered_variant() {
             _ => (None, "", 0),
         };
         if let Some(t) = t {
-            let q = v.constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32);
+            let q = constants.iter().find(|c| c.0 == name).map(|c| c.1 as u32);
             assert_eq!(q, t.gpu_qtype().map(|q| q + base), "{k}");
         }
     }
-    assert_eq!(keys.len(), tern_shaders::all_variants().count());
+    assert_eq!(keys.len(), all.len());
     assert_eq!(
         KernelKey::TernaryGemv {
             layout: TernaryLayout::Bits2,
@@ -191,4 +196,125 @@ fn every_key_has_a_registered_variant() {
         .to_string(),
         "ternary_gemv_2bit_f32_tpr32"
     );
+}
+
+/// The registry test: every key's pipeline, CPU only. Capabilities are WebGPU's defaults (no
+/// f16, no subgroups): what every adapter has.
+#[test]
+fn every_key_compiles_with_naga() {
+    let all = KernelKey::all();
+    let mut count = 0;
+    for shader in Shader::ALL {
+        let src = shader.source().unwrap();
+        let module = naga::front::wgsl::parse_str(&src)
+            .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
+        let mut v = Validator::new(ValidationFlags::all(), Capabilities::empty());
+        let info = v
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
+        let keys: Vec<KernelKey> = all
+            .iter()
+            .copied()
+            .filter(|k| k.shader() == shader)
+            .collect();
+        assert!(!keys.is_empty(), "{}: no key compiles it", shader.file());
+        for key in keys {
+            let mut pc = naga::back::PipelineConstants::default();
+            for (k, val) in key.constants().unwrap() {
+                assert!(
+                    module
+                        .overrides
+                        .iter()
+                        .any(|(_, o)| o.name.as_deref() == Some(k)),
+                    "{key}: no override named {k}"
+                );
+                pc.insert(k.to_string(), val);
+            }
+            let ep = Some((naga::ShaderStage::Compute, shader.entry_point()));
+            let (m2, i2) =
+                naga::back::pipeline_constants::process_overrides(&module, &info, ep, &pc)
+                    .unwrap_or_else(|e| panic!("{key}: overrides: {e}"));
+            let mut v2 = Validator::new(ValidationFlags::all(), Capabilities::empty());
+            v2.validate(&m2)
+                .unwrap_or_else(|e| panic!("{key}: {}", e.emit_to_string(&src)));
+            let opts = naga::back::spv::Options::default();
+            naga::back::spv::write_vec(&m2, &i2, &opts, None)
+                .unwrap_or_else(|e| panic!("{key}: SPIR-V: {e}"));
+            count += 1;
+        }
+    }
+    assert_eq!(count, all.len());
+}
+
+/// Labels name pipelines in profiles, docs and the cache: one key, one label.
+#[test]
+fn labels_are_unique() {
+    let all = KernelKey::all();
+    let mut labels: Vec<String> = all.iter().map(|k| k.to_string()).collect();
+    labels.sort();
+    labels.dedup();
+    assert_eq!(labels.len(), all.len());
+    let keys: std::collections::HashSet<KernelKey> = all.iter().copied().collect();
+    assert_eq!(keys.len(), all.len());
+}
+
+/// A combination no kernel is compiled for is a typed error, not a pipeline.
+#[test]
+fn a_key_outside_the_registry_is_an_error() {
+    for k in [
+        KernelKey::KvStore(KvFormat::Kivi4),
+        KernelKey::KvKivi {
+            quant: KvFormat::F16,
+            keys: true,
+            step: false,
+        },
+        KernelKey::AttentionWords(KvFormat::Q8, KvRole::Own),
+        KernelKey::AttentionPrefill(KvFormat::Q8),
+        KernelKey::CceFloat(FloatType::F32, 32),
+        KernelKey::GgmlGemv(GgmlType::Tq2_0),
+        KernelKey::TernaryGemm {
+            layout: TernaryLayout::Base3,
+            scale_type: FloatType::F32,
+            act: ActBits::Int8,
+            dot: DotKind::Packed,
+            tile: GemmTile::Wide,
+            grouped: false,
+        },
+        KernelKey::TernaryGemvDecNorm {
+            scale_type: FloatType::F32,
+            act: ActBits::Int4,
+            dot: DotKind::Packed,
+            topk: true,
+        },
+    ] {
+        assert!(k.constants().is_err(), "{k}");
+        assert!(!KernelKey::all().contains(&k), "{k}");
+    }
+}
+
+/// The WGSL names of the KV formats (`kv_formats.wgsl`'s `FMT_*`) are `KvQuant::index()`.
+#[test]
+fn wgsl_kv_format_names_are_kv_quant_indexes() {
+    let (_, text) = tern_shaders::MODULES
+        .iter()
+        .find(|(n, _)| *n == "kv_formats")
+        .unwrap();
+    let module = naga::front::wgsl::parse_str(text).unwrap();
+    let mut found = 0;
+    for (_, c) in module.constants.iter() {
+        let Some(name) = c.name.as_deref().and_then(|n| n.strip_prefix("FMT_")) else {
+            continue;
+        };
+        let q = KvFormat::ALL
+            .into_iter()
+            .find(|q| q.name().eq_ignore_ascii_case(name))
+            .unwrap_or_else(|| panic!("FMT_{name} names no KvQuant"));
+        let naga::Expression::Literal(naga::Literal::U32(v)) = module.global_expressions[c.init]
+        else {
+            panic!("FMT_{name} is not a u32 literal");
+        };
+        assert_eq!(v, q.index(), "FMT_{name}");
+        found += 1;
+    }
+    assert_eq!(found, KvFormat::ALL.len());
 }
