@@ -45,10 +45,10 @@ pub enum FormatError {
     Corrupt { codec: &'static str, detail: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// The model's architecture ([`crate::spec::ModelSpec`]) needs a feature the backend that
-    /// loads it does not implement.
+    /// The model's architecture (`spec::ModelSpec`) needs a feature the backend that loads it
+    /// does not implement.
     #[error(transparent)]
-    UnsupportedModel(#[from] crate::spec::Unsupported),
+    UnsupportedModel(#[from] crate::features::Unsupported),
 }
 
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;

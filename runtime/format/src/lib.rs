@@ -57,6 +57,7 @@ pub mod delta;
 pub mod dtype;
 pub mod encoding;
 pub mod error;
+pub mod features;
 pub mod ggml;
 pub mod kv;
 pub mod meta;
