@@ -123,9 +123,10 @@ fn format_status(e: &FormatError) -> tern_status {
     use FormatError as F;
     match e {
         F::Io(io) => io_status(io),
-        F::UnsupportedVersion { .. } | F::UnsupportedFeatures { .. } | F::UnknownEncoding(_) => {
-            TERN_UNSUPPORTED
-        }
+        F::UnsupportedVersion { .. }
+        | F::UnsupportedFeatures { .. }
+        | F::UnknownEncoding(_)
+        | F::UnsupportedModel(_) => TERN_UNSUPPORTED,
         F::BadMagic { .. }
         | F::Truncated { .. }
         | F::Checksum { .. }

@@ -45,6 +45,10 @@ pub enum FormatError {
     Corrupt { codec: &'static str, detail: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The model's architecture (`spec::ModelSpec`) needs a feature the backend that loads it
+    /// does not implement.
+    #[error(transparent)]
+    UnsupportedModel(#[from] crate::features::Unsupported),
 }
 
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;

@@ -57,10 +57,12 @@ pub mod delta;
 pub mod dtype;
 pub mod encoding;
 pub mod error;
+pub mod features;
 pub mod ggml;
 pub mod kv;
 pub mod meta;
 pub mod neuzip;
+pub mod spec;
 pub mod ternary;
 
 pub use check::{check_hparams, check_hparams_alone};
@@ -70,6 +72,7 @@ pub use encoding::Encoding;
 pub use error::{FormatError, Result};
 pub use kv::{Kivi, KvQuant, KvSpec, KvSpecError, MiniCache};
 pub use meta::*;
+pub use spec::{Caps, Feature, LayerSpec, ModelSpec, Unsupported};
 
 /// Required-feature bit: some tensor uses NeuZip.
 pub const FEATURE_NEUZIP: u64 = 1 << 0;

@@ -1,23 +1,26 @@
-//! The whole forward pass: llama family and BitNet b1.58 / a4.8.
+//! The whole forward pass: llama family and BitNet b1.58 / a4.8, as the model's
+//! [`ModelSpec`] (`tern_format::spec`) says, layer by layer; a spec needing a feature this pass
+//! does not implement is refused at load ([`CPU_CAPS`]).
 //!
 //! ```text
 //! h = Embed[token]
 //! for each layer:
 //!   a = RMSNorm(h; attn_norm)
 //!   q, k, v = Wq·A(a), Wk·A(a), Wv·A(a)          A = activations.qkv quantizer (BitNet) or identity
-//!   q, k = RoPE(q, k; pos)                        (NeoX or adjacent pairing, from hparams)
+//!   q, k = RoPE(q, k; pos)                        (the layer's RoPE: base, dims, pairing)
 //!   cache[pos] = k, v
 //!   o = softmax(q·Kᵀ/√d + causal) · V             GQA: n_head / n_head_kv query heads per kv head
-//!   o = RMSNorm(o; attn_sub_norm)                 BitNet only
+//!   o = RMSNorm(o; attn_sub_norm)                 when the layer has sub-norms (BitNet)
 //!   h = h + Wo·A_out(o)
 //!   m = RMSNorm(h; ffn_norm)
-//!   g = act(Wgate·A_gu(m)) ⊙ Wup·A_gu(m)          act = silu (llama) or relu² (BitNet)
-//!   g = RMSNorm(g; ffn_sub_norm)                  BitNet only
+//!   g = act(Wgate·A_gu(m)) ⊙ Wup·A_gu(m)          the layer's act: silu (llama) or relu² (BitNet)
+//!   g = RMSNorm(g; ffn_sub_norm)                  when the layer has sub-norms (BitNet)
 //!   h = h + Wdown·A_down(g)
 //! logits = Wout · RMSNorm(h; output_norm)         Wout = Embed when tied
 //! ```
 
-use tern_format::{ActQuant, ActivationScheme, Arch, FfnAct, HParams, TensorView, TernFile};
+use tern_format::spec::{Activation, Caps, Feature, RopeSpec};
+use tern_format::{ActQuant, ActivationScheme, Arch, HParams, ModelSpec, TensorView, TernFile};
 
 use crate::error::{probe_alloc, ReferenceError, Result};
 use crate::ggml_cpu;
@@ -71,6 +74,13 @@ impl ForwardOptions {
     }
 }
 
+/// What this forward pass implements beyond the baseline layer (`tern_format::spec`): BitNet's
+/// sub-norms and ReLU². [`Model::load`] refuses a spec that needs more.
+pub const CPU_CAPS: Caps = Caps {
+    backend: "CPU",
+    features: &[Feature::SubNormAttn, Feature::SubNormFfn, Feature::Relu2],
+};
+
 struct Layer {
     attn_norm: Vec<f32>,
     wq: Matrix,
@@ -90,7 +100,8 @@ struct Layer {
 /// norm vectors and f32 tensors are f32), decoded per row tile when used
 /// ([`Model::resident_bytes`]).
 pub struct Model {
-    arch: Arch,
+    /// What the forward pass does, per layer.
+    spec: ModelSpec,
     hp: HParams,
     acts: ActivationScheme,
     tok_embd: Matrix,
@@ -104,7 +115,7 @@ pub struct Model {
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
-            .field("arch", &self.arch)
+            .field("arch", &self.spec.arch)
             .field("hparams", &self.hp)
             .field("activations", &self.acts)
             .finish()
@@ -203,29 +214,29 @@ impl Model {
     /// [`Self::load`], with NeuZip matrices kept compressed or decoded at load as `neuzip` says
     /// (see [`Self::neuzip_decoded_bytes`] for what decoding costs).
     pub fn load_with(file: &TernFile, neuzip: NeuZipResidency) -> Result<Self> {
-        tern_format::check_hparams(file)?;
+        let spec = ModelSpec::from_file(file)?;
+        Self::check_spec(&spec)?;
         let meta = file.meta();
         let hp = meta.hparams.clone();
-        let (n_embd, n_ff, n_vocab) = (u(hp.n_embd), u(hp.n_ff), u(hp.n_vocab));
-        let q_dim = u(hp.n_head) * u(hp.head_dim);
-        let kv_dim = u(hp.n_head_kv) * u(hp.head_dim);
+        let (n_embd, n_vocab) = (u(spec.n_embd), u(spec.n_vocab));
         let tok_embd = load_matrix(file, "token_embd.weight", n_vocab, n_embd, neuzip)?;
         let output_norm = load_vector(file, "output_norm.weight", n_embd)?;
-        let output = if hp.tied_embeddings {
+        let output = if spec.tied_head {
             None
         } else {
             Some(load_matrix(file, "output.weight", n_vocab, n_embd, neuzip)?)
         };
-        let mut layers = Vec::with_capacity(u(hp.n_layer));
-        for l in 0..u(hp.n_layer) {
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for (l, ls) in spec.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
+            let (q_dim, kv_dim, n_ff) = (ls.q_dim() as usize, ls.kv_dim() as usize, u(ls.ffn.n_ff));
             layers.push(Layer {
                 attn_norm: load_vector(file, &n("attn_norm"), n_embd)?,
                 wq: load_matrix(file, &n("attn_q"), q_dim, n_embd, neuzip)?,
                 wk: load_matrix(file, &n("attn_k"), kv_dim, n_embd, neuzip)?,
                 wv: load_matrix(file, &n("attn_v"), kv_dim, n_embd, neuzip)?,
                 wo: load_matrix(file, &n("attn_output"), n_embd, q_dim, neuzip)?,
-                attn_sub_norm: if hp.sub_norms {
+                attn_sub_norm: if ls.norms.sub_attn {
                     Some(load_vector(file, &n("attn_sub_norm"), q_dim)?)
                 } else {
                     None
@@ -234,7 +245,7 @@ impl Model {
                 gate: load_matrix(file, &n("ffn_gate"), n_ff, n_embd, neuzip)?,
                 up: load_matrix(file, &n("ffn_up"), n_ff, n_embd, neuzip)?,
                 down: load_matrix(file, &n("ffn_down"), n_embd, n_ff, neuzip)?,
-                ffn_sub_norm: if hp.sub_norms {
+                ffn_sub_norm: if ls.norms.sub_ffn {
                     Some(load_vector(file, &n("ffn_sub_norm"), n_ff)?)
                 } else {
                     None
@@ -242,7 +253,7 @@ impl Model {
             });
         }
         Ok(Self {
-            arch: meta.arch,
+            spec,
             hp,
             acts: meta.activations,
             tok_embd,
@@ -302,7 +313,20 @@ impl Model {
     }
 
     pub fn arch(&self) -> Arch {
-        self.arch
+        self.spec.arch
+    }
+
+    /// What the forward pass does, per layer.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// `Ok` when this forward pass implements everything `spec` needs ([`CPU_CAPS`]), else the
+    /// typed [`tern_format::FormatError::UnsupportedModel`] naming the first missing feature.
+    /// [`Model::load`] calls it before reading any tensor.
+    pub fn check_spec(spec: &ModelSpec) -> Result<()> {
+        spec.check_supported(&CPU_CAPS)
+            .map_err(|e| ReferenceError::Format(e.into()))
     }
 
     pub fn activations(&self) -> ActivationScheme {
@@ -447,7 +471,7 @@ impl Model {
             });
         }
         let mm = &opts.matmul;
-        let eps = hp.rms_eps;
+        let eps = self.spec.eps;
 
         let mut x = vec![0.0f32; n * n_embd];
         for (&t, row) in tokens.iter().zip(x.chunks_exact_mut(n_embd)) {
@@ -473,6 +497,8 @@ impl Model {
                 cache.truncate(p0);
                 return Ok(None);
             }
+            // what this layer does (its shape is the model's: `CPU_CAPS` has no `LayerShapes`)
+            let ls = self.spec.layer(li)?;
             // attention
             self.norm(opts, &x, &layer.attn_norm, &mut a)?;
             layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
@@ -481,9 +507,9 @@ impl Model {
             for i in 0..n {
                 let pos = p0 + i;
                 let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                self.rope(opts, qi, n_head, pos, &mut rope_cache)?;
+                self.rope(opts, &ls.rope, qi, n_head, pos, &mut rope_cache)?;
                 let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                self.rope(opts, ki, n_head_kv, pos, &mut rope_cache)?;
+                self.rope(opts, &ls.rope, ki, n_head_kv, pos, &mut rope_cache)?;
             }
             if !cache.is_plain_f32(li) {
                 // A compressed cache (kv.rs): write (or merge) this layer's rows, then attend
@@ -607,10 +633,21 @@ impl Model {
             self.norm(opts, &x, &layer.ffn_norm, &mut a)?;
             layer.gate.matmul(&a, self.acts.gate_up, mm, &mut g)?;
             layer.up.matmul(&a, self.acts.gate_up, mm, &mut up)?;
-            match hp.ffn_act {
-                FfnAct::Silu if opts.llama_cpp_ops => ggml_cpu::swiglu(&g, &up, &mut h),
-                FfnAct::Silu => swiglu(&g, &up, &mut h)?,
-                FfnAct::Relu2 => relu2_glu(&g, &up, &mut h)?,
+            match ls.ffn.act {
+                Activation::Silu if opts.llama_cpp_ops => ggml_cpu::swiglu(&g, &up, &mut h),
+                Activation::Silu => swiglu(&g, &up, &mut h)?,
+                Activation::Relu2 => relu2_glu(&g, &up, &mut h)?,
+                // refused at load (`CPU_CAPS`)
+                Activation::GeluTanh => {
+                    return Err(ReferenceError::Format(
+                        tern_format::spec::Unsupported {
+                            backend: CPU_CAPS.backend,
+                            feature: Feature::GeluTanh,
+                            layer: Some(li as u32), // ok: li < n_layer, a u32
+                        }
+                        .into(),
+                    ));
+                }
             }
             let down_in = match &layer.ffn_sub_norm {
                 Some(w) => {
@@ -641,31 +678,32 @@ impl Model {
             if w.is_empty() || x.len() % w.len() != 0 || out.len() != x.len() {
                 return Err(ReferenceError::shape("rms_norm", "input is not whole rows"));
             }
-            ggml_cpu::rms_norm(x, w, self.hp.rms_eps, out);
+            ggml_cpu::rms_norm(x, w, self.spec.eps, out);
             Ok(())
         } else {
-            rmsnorm(x, w, self.hp.rms_eps, out)
+            rmsnorm(x, w, self.spec.eps, out)
         }
     }
 
+    /// RoPE as the layer's `r` says (plain RoPE: `CPU_CAPS` has no scaling).
     fn rope(
         &self,
         opts: &ForwardOptions,
+        r: &RopeSpec,
         x: &mut [f32],
         heads: usize,
         pos: usize,
         cache: &mut Vec<(f32, f32)>,
     ) -> Result<()> {
-        let hp = &self.hp;
-        let (hd, rd) = (u(hp.head_dim), u(hp.rope_dim));
+        let (hd, rd) = (u(self.hp.head_dim), u(r.dim));
         if opts.llama_cpp_ops {
             if x.len() != heads * hd {
                 return Err(ReferenceError::shape("rope", "x is not n_heads × head_dim"));
             }
-            ggml_cpu::rope(x, hd, rd, pos, hp.rope_theta, hp.rope_neox, cache);
+            ggml_cpu::rope(x, hd, rd, pos, r.theta, r.neox(), cache);
             Ok(())
         } else {
-            rope(x, heads, hd, rd, pos, hp.rope_theta, hp.rope_neox)
+            rope(x, heads, hd, rd, pos, r.theta, r.neox())
         }
     }
 

@@ -343,8 +343,10 @@ impl ActivationPlan {
                 file.tensors().len()
             )));
         }
+        // which inputs are normed: the layers' sub-norms, as the spec says
+        let spec = tern_format::ModelSpec::from_meta(meta)?;
         let mut layers = Vec::with_capacity(n_layer);
-        for l in 0..hp.n_layer {
+        for (l, ls) in (0..hp.n_layer).zip(&spec.layers) {
             let k = |s: &str| kind(&format!("blk.{l}.{s}.weight"));
             layers.push(BlockInputs {
                 qkv: input(
@@ -358,7 +360,7 @@ impl ActivationPlan {
                     Linear::AttnOut,
                     &[k("attn_output")?],
                     acts.out,
-                    hp.sub_norms,
+                    ls.norms.sub_attn,
                     a48,
                 ),
                 gate_up: input(
@@ -372,12 +374,12 @@ impl ActivationPlan {
                     Linear::Down,
                     &[k("ffn_down")?],
                     acts.down,
-                    hp.sub_norms,
+                    ls.norms.sub_ffn,
                     a48,
                 ),
             });
         }
-        let head_name = if hp.tied_embeddings {
+        let head_name = if spec.tied_head {
             "token_embd.weight"
         } else {
             "output.weight"

@@ -1,5 +1,6 @@
-//! The forward pass recorded into a [`Plan`], from small functions that read the model's
-//! [`ActivationPlan`](crate::ActivationPlan): [`Graph::embed`], [`Graph::attention_block`],
+//! The forward pass recorded into a [`Plan`], from small functions that read the layer's
+//! [`LayerSpec`] (what it does: RoPE, activation; its sub-norms are the loaded `Layer`'s) and the
+//! model's [`ActivationPlan`](crate::ActivationPlan): [`Graph::embed`], [`Graph::attention_block`],
 //! [`Graph::ffn_block`], [`Graph::head`], with [`Graph::input`] (a linear's input as the plan
 //! says: normed, quantized, fused) and [`Graph::linear`] (the matmul for the weight's storage).
 //!
@@ -28,7 +29,7 @@ use crate::model::activation::{BlockInputs, Linear, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GateUp, GpuModel, KvCache, Layer, Lin, Qkv};
-use tern_format::FfnAct;
+use tern_format::spec::Activation;
 
 mod head;
 
@@ -191,7 +192,7 @@ pub(crate) fn record(
                 GpuError::internal("plan", format!("no activation plan for {li}"))
             })?;
         g.attention_block(li, layer, inputs)?;
-        g.ffn_block(layer, inputs)?;
+        g.ffn_block(li, layer, inputs)?;
     }
     g.head(wanted)?;
     segments.push(g.p);
@@ -200,7 +201,7 @@ pub(crate) fn record(
 
 impl<'a> Graph<'a> {
     fn eps(&self) -> f32 {
-        self.m.hp.rms_eps
+        self.m.spec.eps
     }
 
     /// `x0` ← the batch's token embeddings: looked up here in the tied head, or already written
@@ -440,16 +441,17 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// `x1` ← `x0` + attention(`x0`), writing this batch's keys and values into the cache.
+    /// `x1` ← `x0` + attention(`x0`), writing this batch's keys and values into the cache:
+    /// layer `li` as its spec says.
     fn attention_block(&mut self, li: usize, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
-        let (ctx, s, n, hp) = (self.ctx, self.s, self.n, &self.m.hp);
+        let (ctx, s, n, ls) = (self.ctx, self.s, self.n, self.m.spec.layer(li)?);
         let (d, nh, nkv, hd) = (
-            u64::from(hp.n_embd),
-            u64::from(hp.n_head),
-            u64::from(hp.n_head_kv),
-            u64::from(hp.head_dim),
+            u64::from(self.m.spec.n_embd),
+            u64::from(ls.attn.n_head),
+            u64::from(ls.attn.n_head_kv),
+            u64::from(ls.attn.head_dim),
         );
-        let (q_dim, rd) = (nh * hd, u64::from(hp.rope_dim));
+        let (q_dim, rd, neox) = (nh * hd, u64::from(ls.rope.dim), ls.rope.neox());
         let kv_dim = nkv * hd;
         let ws: Vec<&Lin> = match &l.qkv {
             Qkv::Fused(w) => vec![w],
@@ -458,8 +460,8 @@ impl<'a> Graph<'a> {
         let (cur, act_d) = (self.cur, self.act_d);
         let input = self.input(cur, Some(&l.attn_norm), d, &plan.qkv, &s.a, act_d, &ws)?;
         let rope = |p: &mut Plan| -> Result<()> {
-            kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, hp.rope_neox)?;
-            kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, hp.rope_neox)
+            kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, neox)?;
+            kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, neox)
         };
         match &l.qkv {
             Qkv::Split { wq, wk, wv } => {
@@ -490,7 +492,7 @@ impl<'a> Graph<'a> {
                     let shape = QkvShape {
                         n_head: nh,
                         rope_dim: rd,
-                        neox: hp.rope_neox,
+                        neox,
                     };
                     kernels::rope_kv_store(
                         ctx, p, layout, shape, &s.step, qkv, &s.rope, caches, n,
@@ -512,7 +514,7 @@ impl<'a> Graph<'a> {
     /// The residual stream ← itself + `w · input`: in place through the GEMV's epilogue where it
     /// fuses, else into `proj` and an add into the other stream buffer.
     fn residual(&mut self, w: &Lin, input: Input<'_>, sparse: bool) -> Result<()> {
-        let (n, d) = (self.n, u64::from(self.m.hp.n_embd));
+        let (n, d) = (self.n, u64::from(self.m.spec.n_embd));
         if self.epilogue_fuses(w, sparse) {
             return self.linear_epi(w, input, n, self.cur, Epilogue::Add);
         }
@@ -530,8 +532,8 @@ impl<'a> Graph<'a> {
     /// pairs: the first layer keeps its rows for the merge and attends over the pair's merged
     /// past plus its own rows; the second merges the pair, stores the directions, attends.
     fn kv_attention(&mut self, li: usize, n: u64, stored: Option<&wgpu::Buffer>) -> Result<()> {
-        let (ctx, s, hp) = (self.ctx, self.s, &self.m.hp);
-        let (nh, hd) = (u64::from(hp.n_head), u64::from(hp.head_dim));
+        let (ctx, s, attn) = (self.ctx, self.s, &self.m.spec.layer(li)?.attn);
+        let (nh, hd) = (u64::from(attn.n_head), u64::from(attn.head_dim));
         let p = &mut self.p;
         let (cache, role) = self.kv.layer(li)?;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -588,13 +590,24 @@ impl<'a> Graph<'a> {
     /// side by side) and the GLU over the pairs. As stored (`GateUp::Split`): the gate into `h`
     /// and the up GEMV folding the GLU into its store, or gate and up (into `h2`, free until the
     /// down projection's input) and the GLU pass.
-    fn ffn_block(&mut self, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
-        let (ctx, s, n, hp) = (self.ctx, self.s, self.n, &self.m.hp);
-        let (d, ff) = (u64::from(hp.n_embd), u64::from(hp.n_ff));
+    fn ffn_block(&mut self, li: usize, l: &'a Layer, plan: &BlockInputs) -> Result<()> {
+        let (ctx, s, n, ls) = (self.ctx, self.s, self.n, self.m.spec.layer(li)?);
+        let (d, ff) = (u64::from(self.m.spec.n_embd), u64::from(ls.ffn.n_ff));
         let gu = &plan.gate_up;
-        let (op, epi) = match hp.ffn_act {
-            FfnAct::Silu => (EltOp::SwiGlu, Epilogue::SwiGlu),
-            FfnAct::Relu2 => (EltOp::Relu2Glu, Epilogue::Relu2Glu),
+        let (op, epi) = match ls.ffn.act {
+            Activation::Silu => (EltOp::SwiGlu, Epilogue::SwiGlu),
+            Activation::Relu2 => (EltOp::Relu2Glu, Epilogue::Relu2Glu),
+            // refused at load (`GPU_CAPS`)
+            Activation::GeluTanh => {
+                return Err(GpuError::Format(
+                    tern_format::Unsupported {
+                        backend: crate::model::GPU_CAPS.backend,
+                        feature: tern_format::Feature::GeluTanh,
+                        layer: Some(li as u32), // ok: li < n_layer, a u32
+                    }
+                    .into(),
+                ));
+            }
         };
         let norm = Some(&l.ffn_norm);
         match &l.gate_up {

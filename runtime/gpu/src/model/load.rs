@@ -1,9 +1,10 @@
-//! [`GpuModel::load`]: the file checked against its hyperparameters, the weights uploaded as
-//! stored, NeuZip tensors placed by the memory plan.
+//! [`GpuModel::load`]: the model's spec built from the file (its hyperparameters checked
+//! against its tensors) and checked against [`GPU_CAPS`](crate::model::GPU_CAPS), the weights
+//! uploaded as stored, NeuZip tensors placed by the memory plan.
 
 use std::sync::Arc;
 
-use tern_format::{Encoding, FloatType, TensorView, TernFile};
+use tern_format::{Encoding, FloatType, ModelSpec, TensorView, TernFile};
 
 use crate::device::context::GpuContext;
 use crate::error::{GpuError, Result};
@@ -338,8 +339,10 @@ impl GpuModel {
         let meta = file.meta();
         let hp = meta.hparams.clone();
         // Hyperparameters against each other and the tensors present, before anything is sized
-        // from them (a hostile file must not make the loader allocate what it says).
-        tern_format::check_hparams(file)?;
+        // from them (a hostile file must not make the loader allocate what it says); then what
+        // the layers do, refused when the graph does not implement it.
+        let spec = ModelSpec::from_file(file)?;
+        Self::check_spec(&spec)?;
         let act_plan = ActivationPlan::from_file(file)?;
         if let Some((layer, i)) = act_plan.unsupported() {
             let at = layer.map_or("the head".to_string(), |l| format!("layer {l}"));
@@ -353,19 +356,6 @@ impl GpuModel {
                     i.scheme.name(),
                 ),
             });
-        }
-        let zero = [
-            hp.n_embd,
-            hp.n_layer,
-            hp.n_head,
-            hp.n_head_kv,
-            hp.head_dim,
-            hp.n_ff,
-        ];
-        if zero.contains(&0) || hp.n_head % hp.n_head_kv != 0 || hp.rope_dim > hp.head_dim {
-            return Err(GpuError::bad_model(format!(
-                "inconsistent hyperparameters {hp:?}"
-            )));
         }
         let (n_embd, n_ff, n_vocab) = (
             u64::from(hp.n_embd),
@@ -398,11 +388,13 @@ impl GpuModel {
         let stack = q_dim + 2 * kv_dim <= n_ff && qkv_stacking_enabled();
         for l in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
+            // what the layer holds (its shape is the model's: `GPU_CAPS` has no `LayerShapes`)
+            let ls = spec.layer(l as usize)?;
             layers.push(Layer {
                 attn_norm: ld.vector(&n("attn_norm"), n_embd)?,
                 qkv: ld.qkv(l, (q_dim, kv_dim), n_embd, stack)?,
                 wo: ld.matrix(&n("attn_output"), n_embd, q_dim)?,
-                attn_sub_norm: if hp.sub_norms {
+                attn_sub_norm: if ls.norms.sub_attn {
                     Some(ld.vector(&n("attn_sub_norm"), q_dim)?)
                 } else {
                     None
@@ -416,7 +408,7 @@ impl GpuModel {
                     ld.gate_up(l, n_ff, n_embd, sparse)?
                 },
                 down: ld.matrix(&n("ffn_down"), n_embd, n_ff)?,
-                ffn_sub_norm: if hp.sub_norms {
+                ffn_sub_norm: if ls.norms.sub_ffn {
                     Some(ld.vector(&n("ffn_sub_norm"), n_ff)?)
                 } else {
                     None
@@ -424,7 +416,7 @@ impl GpuModel {
             });
         }
         let output_norm = ld.vector("output_norm.weight", n_embd)?;
-        let head_name = if hp.tied_embeddings {
+        let head_name = if spec.tied_head {
             "token_embd.weight"
         } else {
             "output.weight"
@@ -434,7 +426,7 @@ impl GpuModel {
         check_shape(&ev, &[n_vocab, n_embd])?;
         // Tied embeddings already on the GPU as a float or ggml matrix, or kept NeuZip-compressed
         // in blocks of whole rows: rows are looked up (decoded) there.
-        let gpu_embed = hp.tied_embeddings && super::embed_table(&head, &ld.jit).is_some();
+        let gpu_embed = spec.tied_head && super::embed_table(&head, &ld.jit).is_some();
         let embed = if gpu_embed {
             None
         } else {
@@ -450,7 +442,7 @@ impl GpuModel {
             })
             .inspect(|_| file.release_tensor("token_embd.weight"))
         };
-        if !hp.tied_embeddings {
+        if !spec.tied_head {
             ld.plan.tensors.push(TensorPlacement {
                 name: "token_embd.weight".into(),
                 encoding: ev.info.encoding.name(),
@@ -476,6 +468,7 @@ impl GpuModel {
         let model = GpuModel {
             ctx,
             hp,
+            spec,
             layers,
             output_norm,
             head,

@@ -1,9 +1,11 @@
 //! The whole forward pass on the GPU, recorded once into [`Plan`](crate::Plan)s and replayed
 //! per step.
 //!
-//! Same graph as `tern_reference::Model` (see its module doc). The parts, each in its own file:
+//! Same graph as `tern_reference::Model` (see its module doc), read from the same
+//! [`ModelSpec`] (`tern_format::spec`): what each layer does. The parts, each in its own file:
 //!
-//! * `load.rs` — [`GpuModel::load`]: checks the file against its hyperparameters, uploads the
+//! * `load.rs` — [`GpuModel::load`]: builds the spec (the file checked against its
+//!   hyperparameters), refuses one that needs a feature beyond [`GPU_CAPS`], uploads the
 //!   weights as stored (ternary codes, ggml blocks, raw floats) and applies the memory plan;
 //! * `memory.rs` — [`MemoryPlan`]: NeuZip tensors kept decoded while the budget allows, else
 //!   kept compressed and decoded just in time into a shared scratch right before use;
@@ -12,7 +14,7 @@
 //!   produces it, built once from the file;
 //! * `kv_cache.rs` — [`KvCache`]: buffers, element format, byte accounting;
 //! * `graph.rs` — the recording: embedding, attention block, FFN block, head, from small
-//!   functions that read the activation plan;
+//!   functions that read the layer's spec and the activation plan;
 //! * `session.rs` — [`GpuSession`]: KV cache, activation scratch (sized for `max_batch`
 //!   tokens), one recorded plan per batch size; a step writes the token embeddings, the RoPE
 //!   table and the step parameters (`p0`) with `queue.write_buffer`, encodes the plan (one
@@ -33,7 +35,8 @@ pub mod sparsity;
 
 use std::sync::Arc;
 
-use tern_format::{FloatType, HParams};
+use tern_format::spec::{Caps, Feature};
+use tern_format::{FloatType, HParams, ModelSpec};
 
 use crate::device::context::GpuContext;
 use crate::kernels::EmbedTable;
@@ -47,6 +50,13 @@ pub use memory::{GpuModelOptions, MemoryPlan, TensorPlacement};
 pub use relayout::{ggml_gate_up, ternary_gate_up};
 pub use session::{GpuSession, SessionMemory};
 pub use sparsity::SparsityCount;
+
+/// What the GPU graph implements beyond the baseline layer (`tern_format::spec`): BitNet's
+/// sub-norms and ReLU². [`GpuModel::load`] refuses a spec that needs more.
+pub const GPU_CAPS: Caps = Caps {
+    backend: "GPU",
+    features: &[Feature::SubNormAttn, Feature::SubNormFfn, Feature::Relu2],
+};
 
 /// A linear layer's weight as it lives on the GPU.
 pub(crate) enum Lin {
@@ -111,6 +121,8 @@ pub(crate) fn embed_table<'a>(head: &'a Lin, jit: &'a [JitTensor]) -> Option<Emb
 pub struct GpuModel {
     pub(crate) ctx: Arc<GpuContext>,
     pub(crate) hp: HParams,
+    /// What the forward pass does, per layer (the graph reads `spec.layers[li]`).
+    pub(crate) spec: ModelSpec,
     pub(crate) layers: Vec<Layer>,
     pub(crate) output_norm: wgpu::Buffer,
     pub(crate) head: Lin,
@@ -136,6 +148,28 @@ impl std::fmt::Debug for GpuModel {
 impl GpuModel {
     pub fn hparams(&self) -> &HParams {
         &self.hp
+    }
+
+    /// What the forward pass does, per layer.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// `Ok` when the GPU graph implements everything `spec` needs ([`GPU_CAPS`]), else the
+    /// typed [`tern_format::FormatError::UnsupportedModel`] naming the first missing feature.
+    /// [`GpuModel::load`] calls it before allocating anything.
+    pub fn check_spec(spec: &ModelSpec) -> crate::error::Result<()> {
+        spec.check_supported(&GPU_CAPS)
+            .map_err(|e| crate::error::GpuError::Format(e.into()))
+    }
+
+    /// The rotated dimensions and base of a step's one RoPE cos/sin table, shared by every
+    /// layer ([`GPU_CAPS`] has neither `LayerRope` nor RoPE scaling).
+    pub(crate) fn rope_table_params(&self) -> (u64, f32) {
+        match self.spec.layers.first() {
+            Some(l) => (u64::from(l.rope.dim), l.rope.theta),
+            None => (u64::from(self.hp.rope_dim), self.hp.rope_theta),
+        }
     }
 
     pub fn context(&self) -> &Arc<GpuContext> {

@@ -247,7 +247,8 @@ impl GpuSession {
             }
         }
         let positions: Vec<u64> = (pos..pos + n).collect();
-        let table = rope_table(&positions, u64::from(hp.rope_dim), hp.rope_theta);
+        let (rope_dim, theta) = m.rope_table_params();
+        let table = rope_table(&positions, rope_dim, theta);
         if !table.is_empty() {
             ctx.queue.write_buffer(&self.s.rope, 0, &table);
         }

@@ -13,7 +13,7 @@ impl Graph<'_> {
     /// or — for scoring — `log p(target)` of every token through the fused CCE kernel.
     pub(super) fn head(&mut self, wanted: Wanted) -> Result<()> {
         let (ctx, s, n, m) = (self.ctx, self.s, self.n, self.m);
-        let (d, eps) = (u64::from(m.hp.n_embd), self.eps());
+        let (d, eps) = (u64::from(m.spec.n_embd), self.eps());
         let (x, other) = (self.cur, self.other);
         match wanted {
             Wanted::Score => {
@@ -58,7 +58,7 @@ impl Graph<'_> {
                     norm: None,
                 };
                 self.linear(&m.head, input, 1, &s.logits)?;
-                let vocab = u64::from(m.hp.n_vocab);
+                let vocab = u64::from(m.spec.n_vocab);
                 if wanted == Wanted::Argmax {
                     kernels::argmax(ctx, &mut self.p, &s.logits, vocab, 1, &s.argmax)?;
                 }
