@@ -268,6 +268,7 @@ impl Engine {
         let opts = LoadOptions {
             device: req.device,
             max_memory: req.max_memory,
+            gpu: tern_engine::GpuTuning::from_env().map_err(tern_engine::EngineError::from)?,
         };
         let opened = match req.activations {
             Some(acts) => Model::open_with_activations(&path, &opts, acts),

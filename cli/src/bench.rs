@@ -146,6 +146,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             .as_deref()
             .map(crate::run::parse_bytes)
             .transpose()?,
+        gpu: tern_engine::GpuTuning::from_env()?,
     };
     let path = crate::models::resolve(a.model.as_deref())?;
     let acts = match a.activations.as_deref() {

@@ -52,6 +52,7 @@ pub fn load_model(model: Option<&std::path::Path>, device: tern_engine::Device) 
         &tern_engine::LoadOptions {
             device,
             max_memory: None,
+            gpu: tern_engine::GpuTuning::from_env()?,
         },
     )
 }

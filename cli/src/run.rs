@@ -83,6 +83,7 @@ impl SamplingArgs {
         self.numerics.load_options(LoadOptions {
             device,
             max_memory: self.max_memory.as_deref().map(parse_bytes).transpose()?,
+            gpu: tern_engine::GpuTuning::from_env()?,
         })
     }
 }

@@ -44,6 +44,7 @@ fn load(path: &str, opts: &tern_model_options) -> Result<Model> {
     let lo = tern_engine::LoadOptions {
         device,
         max_memory: Some(opts.max_memory).filter(|&m| m != 0),
+        gpu: tern_engine::GpuTuning::from_env().map_err(EngineError::from)?,
     };
     let mut model = Model::open_with(Path::new(path), &lo).map_err(|e| match e {
         // At load time a tokenizer that does not build is a problem of the file.

@@ -470,6 +470,7 @@ fn a_missing_tensor_is_corrupt_file_on_every_device() {
         &tern_engine::LoadOptions {
             device: tern_engine::Device::Gpu,
             max_memory: None,
+            gpu: Default::default(),
         },
     )
     .err()

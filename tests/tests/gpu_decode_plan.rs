@@ -19,12 +19,12 @@
 //! lavapipe, its 160-column down projection is not the decode kernel's shape; the 2B4T shape 187
 //! on an H100). a4.8: 10 until h-topk (issue 13), now 8 too: its norms fuse by default, the
 //! attention output's TopK 50% input included (the decode GEMV's TopK prologue).
-//! `TERN_GPU_FUSE_NORM` (process-wide) picks which norms fuse; the tests here that set it hold
-//! `ENV`, and the others take it too, so each sees the mode it expects.
+//! `GpuTuning::fuse_norm` (`TERN_GPU_FUSE_NORM`) picks which norms fuse: the tests here parse
+//! each mode as the CLI does (`GpuTuning::from_lookup`) and pass it in `LoadOptions::gpu`.
 
 use std::path::{Path, PathBuf};
 
-use tern_engine::{Device, LoadOptions, Model, Session};
+use tern_engine::{Device, GpuTuning, LoadOptions, Model, Session};
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
 use tern_tests::{golden, nmse, scratch};
@@ -32,25 +32,21 @@ use tern_tests::{golden, nmse, scratch};
 /// Dispatches outside the layers (see the module doc).
 const HEAD: usize = 4;
 
-/// Serializes the tests of this file around `TERN_GPU_FUSE_NORM` (process-wide).
-static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Runs `f` with `TERN_GPU_FUSE_NORM` set to `mode` (unset: the default), then unsets it.
-fn with_fuse_mode<T>(mode: Option<&str>, f: impl FnOnce() -> T) -> T {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    match mode {
-        Some(m) => std::env::set_var("TERN_GPU_FUSE_NORM", m),
-        None => std::env::remove_var("TERN_GPU_FUSE_NORM"),
-    }
-    let r = f();
-    std::env::remove_var("TERN_GPU_FUSE_NORM");
-    r
+/// The tuning the environment variable `var` set to `value` gives (`None`: unset, the defaults),
+/// parsed as the CLI parses it.
+fn tuning(var: &str, value: Option<&str>) -> GpuTuning {
+    GpuTuning::from_lookup(|n| value.filter(|_| n == var).map(str::to_string)).unwrap()
 }
 
 fn open_gpu(path: &Path) -> Option<Model> {
+    open_gpu_with(path, GpuTuning::default())
+}
+
+fn open_gpu_with(path: &Path, gpu: GpuTuning) -> Option<Model> {
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory: None,
+        gpu,
     };
     match Model::open_with(path, &opts) {
         Ok(m) => Some(m),
@@ -64,9 +60,9 @@ fn open_gpu(path: &Path) -> Option<Model> {
     }
 }
 
-/// (dispatches per decoded token, layers) of `path` on the GPU.
-fn dispatches(path: &Path) -> Option<(usize, usize)> {
-    let m = open_gpu(path)?;
+/// (dispatches per decoded token, layers) of `path` on the GPU under `gpu`.
+fn dispatches(path: &Path, gpu: GpuTuning) -> Option<(usize, usize)> {
+    let m = open_gpu_with(path, gpu)?;
     let layers = m.meta().hparams.n_layer as usize;
     let mut s = Session::new(&m, 1024).unwrap();
     let d = s.report().unwrap().dispatches_per_token.unwrap();
@@ -74,7 +70,7 @@ fn dispatches(path: &Path) -> Option<(usize, usize)> {
 }
 
 fn check(name: &str, path: &Path, per_layer: usize) {
-    let Some((d, layers)) = with_fuse_mode(None, || dispatches(path)) else {
+    let Some((d, layers)) = dispatches(path, tuning("TERN_GPU_FUSE_NORM", None)) else {
         return;
     };
     let bound = per_layer * layers + HEAD;
@@ -122,13 +118,7 @@ fn smollm2_decode_dispatches() {
     // past SHORT_ATTENTION_KEYS positions (TERN_GPU_ATTN_SHORT=0: every plan split, so the
     // count needs no long prefill on lavapipe): one combine more per layer, within the issue's
     // ≤ 270 (half of the 543 before issue 15)
-    let long = {
-        let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-        std::env::set_var("TERN_GPU_ATTN_SHORT", "0");
-        let d = dispatches(&path);
-        std::env::remove_var("TERN_GPU_ATTN_SHORT");
-        d
-    };
+    let long = dispatches(&path, tuning("TERN_GPU_ATTN_SHORT", Some("0")));
     let Some((d, layers)) = long else {
         return;
     };
@@ -141,7 +131,6 @@ fn smollm2_decode_dispatches() {
 /// equal the CPU reference's (A8 bound of gpu_engine).
 #[test]
 fn bitnet_long_context_plan_splits_attention() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let path = bitnet("long", &PackOptions::default());
     let cpu = Model::open(&path).unwrap();
     let Some(gpu) = open_gpu(&path) else {
@@ -213,7 +202,7 @@ fn bitnet_fused_norm_decode_matches_cpu() {
                 Some("notopk"),
             ] {
                 let run = || -> Option<(f64, usize)> {
-                    let gpu = open_gpu(&path)?;
+                    let gpu = open_gpu_with(&path, tuning("TERN_GPU_FUSE_NORM", mode))?;
                     let mut sg = Session::new(&gpu, 16).unwrap();
                     let mut got = Vec::new();
                     for &t in &toks {
@@ -222,7 +211,7 @@ fn bitnet_fused_norm_decode_matches_cpu() {
                     let d = sg.report().unwrap().dispatches_per_token.unwrap();
                     Some((nmse(&got, &want), d))
                 };
-                let Some((e, d)) = with_fuse_mode(mode, run) else {
+                let Some((e, d)) = run() else {
                     return;
                 };
                 let mode = mode.unwrap_or("default");

@@ -3,26 +3,32 @@
 //! graph before the change) end to end on the GPU: the same logits bit for bit, through a prefill
 //! (the GEMM over the pairs + `glu_pairs`) and decode steps (one GEMV with the GLU epilogue), on the
 //! random BitNet models (2-bit and base-3, A8 and a4.8) and SmolLM2-135M (Q4_1/Q8_0 ggml GEMVs).
-//! One test: the variable is process-wide and read when a model loads.
+//! The switch is `GpuTuning::gate_up` (`TERN_GPU_GATE_UP` at the CLI's edge), passed in
+//! `LoadOptions::gpu`.
 
 use std::path::{Path, PathBuf};
 
-use tern_engine::{Device, LoadOptions, Model, Session};
+use tern_engine::{Device, GpuTuning, LoadOptions, Model, Session};
+use tern_gpu::GateUpLayout;
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
 use tern_tests::{golden, scratch};
 
 fn open_gpu(path: &Path, split: bool) -> Option<Model> {
-    if split {
-        std::env::set_var("TERN_GPU_GATE_UP", "split");
+    let gate_up = if split {
+        GateUpLayout::Split
     } else {
-        std::env::remove_var("TERN_GPU_GATE_UP");
-    }
+        GateUpLayout::Paired
+    };
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory: None,
+        gpu: GpuTuning {
+            gate_up,
+            ..GpuTuning::default()
+        },
     };
-    let m = match Model::open_with(path, &opts) {
+    match Model::open_with(path, &opts) {
         Ok(m) => Some(m),
         Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::NoAdapter(e)))
             if !tern_tests::gpu_required("gpu_gate_up") =>
@@ -31,9 +37,7 @@ fn open_gpu(path: &Path, split: bool) -> Option<Model> {
             None
         }
         Err(e) => panic!("loading {} on the GPU: {e}", path.display()),
-    };
-    std::env::remove_var("TERN_GPU_GATE_UP");
-    m
+    }
 }
 
 /// Logits of a `prefill`-token prefill (≥ 4: the GEMM path), then of each further token

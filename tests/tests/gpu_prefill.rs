@@ -4,19 +4,21 @@
 //! (RoPE fused with the KV store over the stacked q/k/v rows, `attention_prefill.wgsl` reading the
 //! queries inside them): logits of every position within NMSE 1e-11 of the CPU reference either
 //! way, and the prefill profile names the kernels each path runs (so neither can pass on the other).
-//! One test: the variable is process-wide and read when a batch's plan is recorded.
+//! The switch is `GpuTuning::attn_prefill` (`TERN_GPU_ATTN_PREFILL` at the CLI's edge), passed in
+//! `LoadOptions::gpu`.
 
 use std::path::Path;
 
-use tern_engine::{Device, LoadOptions, Model, Session};
+use tern_engine::{Device, GpuTuning, LoadOptions, Model, Session};
 use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
 use tern_tests::{golden, nmse, scratch};
 
-fn open_gpu(path: &Path) -> Option<Model> {
+fn open_gpu(path: &Path, gpu: GpuTuning) -> Option<Model> {
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory: None,
+        gpu,
     };
     match Model::open_with(path, &opts) {
         Ok(m) => Some(m),
@@ -30,9 +32,17 @@ fn open_gpu(path: &Path) -> Option<Model> {
     }
 }
 
-/// The 40-token prefill's logits against the CPU's, and the kernels its profile names.
-fn check(path: &Path, cpu_logits: &[f32], toks: &[u32], tag: &str, want: &[&str], not: &[&str]) {
-    let Some(gpu) = open_gpu(path) else {
+/// The 40-token prefill's logits against the CPU's, and the kernels its profile names, with the
+/// model loaded under `tuning`.
+fn check(
+    (path, tuning): (&Path, GpuTuning),
+    cpu_logits: &[f32],
+    toks: &[u32],
+    tag: &str,
+    want: &[&str],
+    not: &[&str],
+) {
+    let Some(gpu) = open_gpu(path, tuning) else {
         return;
     };
     let mut g = Session::new(&gpu, 64).unwrap();
@@ -88,20 +98,29 @@ fn long_prompt_prefill_paths_match_cpu() {
         let vocab = cpu.n_vocab() as u32;
         let toks: Vec<u32> = (0..40u32).map(|i| (i * 37 + 11) % vocab).collect();
         let want = Session::new(&cpu, 64).unwrap().eval_all(&toks).unwrap();
-        std::env::remove_var("TERN_GPU_ATTN_PREFILL");
+        let default = (path.as_path(), GpuTuning::default());
         let per_token = ["attention_f32_wg256", "qkv_split", "kv_store_f32"];
-        check(&path, &want, &toks, tag, &per_token, &["attention_prefill"]);
-        std::env::set_var("TERN_GPU_ATTN_PREFILL", "1");
+        check(
+            default,
+            &want,
+            &toks,
+            tag,
+            &per_token,
+            &["attention_prefill"],
+        );
+        let prefill = GpuTuning {
+            attn_prefill: true,
+            ..GpuTuning::default()
+        };
         let tiled = ["attention_prefill_f32", "rope_kv"];
         let tag1 = format!("{tag} TERN_GPU_ATTN_PREFILL=1");
         check(
-            &path,
+            (path.as_path(), prefill),
             &want,
             &toks,
             &tag1,
             &tiled,
             &["qkv_split", "kv_store"],
         );
-        std::env::remove_var("TERN_GPU_ATTN_PREFILL");
     }
 }

@@ -27,5 +27,7 @@ pub use score::{
 pub use session::{
     Device, GenerateOptions, GenerateOutput, LoadOptions, Model, Session, StopReason,
 };
+/// The GPU engine's tuning knobs ([`LoadOptions::gpu`]), parsed from the environment at the edge.
+pub use tern_gpu::GpuTuning;
 /// The CPU forward pass's numerical options ([`Model::set_forward_options`]).
 pub use tern_reference::ForwardOptions;

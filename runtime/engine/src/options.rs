@@ -44,6 +44,10 @@ pub struct LoadOptions {
     /// CPU: NeuZip matrices are decoded at load unless that would exceed it (then they stay
     /// compressed and are decoded per tile when used).
     pub max_memory: Option<u64>,
+    /// The GPU engine's kernel and layout choices (`TERN_GPU_*`, `TERN_GEMM_TILE`; see
+    /// [`GpuTuning`](crate::GpuTuning)): the defaults unless the caller's edge (the CLI, the app,
+    /// the C ABI) parsed the environment with `GpuTuning::from_env`. The CPU ignores them.
+    pub gpu: tern_gpu::GpuTuning,
 }
 
 /// Options of [`Model::score_with`](crate::Model::score_with).

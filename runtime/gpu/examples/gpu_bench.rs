@@ -19,6 +19,9 @@
 //! it, not the host-side encoding. NeuZip (gpu_bench/neuzip.rs) is timed with GPU timestamps around
 //! many decodes and counts decoded output bytes; GEMV GB/s count the packed weight bytes read per
 //! token.
+//!
+//! The kernel choices follow the `TERN_GPU_GEMV` / `TERN_GEMM_TILE` environment variables, read
+//! here at the edge (`GpuTuning::from_env`), as `tern bench` follows them.
 
 use std::time::Instant;
 
@@ -32,7 +35,18 @@ use tern_gpu::kernels;
 use tern_gpu::kernels::cce::{self, Head};
 use tern_gpu::FloatWeight;
 use tern_gpu::{DevicePreference, GgmlType, GpuContext};
-use tern_gpu::{GgmlWeight, TernaryWeight};
+use tern_gpu::{GgmlWeight, GpuTuning, TernaryWeight};
+
+/// The ternary GEMV with the kernel `tuning` picks (`TERN_GPU_GEMV`).
+fn ternary_gemv(
+    ctx: &GpuContext,
+    enc: &mut wgpu::CommandEncoder,
+    (w, a, y): (&TernaryWeight, &kernels::ActInt8, &wgpu::Buffer),
+    tuning: &GpuTuning,
+) -> tern_gpu::Result<()> {
+    let store = kernels::Epilogue::Store;
+    kernels::ternary_gemv_fused(ctx, enc, w, a, None, store, y, tuning.gemv)
+}
 
 struct Rng(u64);
 impl Rng {
@@ -141,6 +155,7 @@ fn main() -> anyhow::Result<()> {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1).cloned());
     let want = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    let tuning = GpuTuning::from_env()?;
     let ctx = GpuContext::new(DevicePreference::Auto)?;
     let mut rng = Rng(42);
     let mut fields = vec![
@@ -179,11 +194,11 @@ fn main() -> anyhow::Result<()> {
                 ctx.submit_wait(enc)?;
                 // Warm-up, then the timed GEMVs (the activations are quantized once).
                 let mut enc = ctx.encoder();
-                kernels::ternary_gemv(&ctx, &mut enc, &w, &a, &y)?;
+                ternary_gemv(&ctx, &mut enc, (&w, &a, &y), &tuning)?;
                 ctx.submit_wait(enc)?;
                 let mut enc = ctx.encoder();
                 for _ in 0..iters {
-                    kernels::ternary_gemv(&ctx, &mut enc, &w, &a, &y)?;
+                    ternary_gemv(&ctx, &mut enc, (&w, &a, &y), &tuning)?;
                 }
                 let s = timed(&ctx, enc)? / iters as f64;
                 let wbytes = (bytes.len() - 4) as f64;
@@ -201,11 +216,11 @@ fn main() -> anyhow::Result<()> {
         }
     }
     if want("prefill") {
-        prefill(&ctx, &mut rng, quick, &mut fields)?;
+        prefill(&ctx, &mut rng, (quick, &tuning), &mut fields)?;
     }
     // Only on request (`--only tiles`): the ternary GEMM's three tiles side by side.
     if only.as_deref() == Some("tiles") {
-        tiles::tiles(&ctx, &mut rng, quick, &mut fields)?;
+        tiles::tiles(&ctx, &mut rng, (quick, &tuning), &mut fields)?;
     }
     if want("ggml_gemv") {
         ggml_gemv_section(&ctx, &mut rng, quick, &mut fields)?;
@@ -490,7 +505,7 @@ fn attention_section(
 fn prefill(
     ctx: &GpuContext,
     rng: &mut Rng,
-    quick: bool,
+    (quick, tuning): (bool, &GpuTuning),
     fields: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let (tokens, shrink, iters) = if quick {
@@ -514,8 +529,11 @@ fn prefill(
             let (w, a) = ternary_operands(ctx, rng, layout, rows, cols, tokens)?;
             let y1 = ctx.zeroed("y", tokens * rows * 4)?;
             let y2 = ctx.zeroed("y", tokens * rows * 4)?;
-            let t1 = per_call(ctx, iters, |e| kernels::ternary_gemv(ctx, e, &w, &a, &y1))?;
-            let t2 = per_call(ctx, iters, |e| kernels::ternary_gemm(ctx, e, &w, &a, &y2))?;
+            let t1 = per_call(ctx, iters, |e| ternary_gemv(ctx, e, (&w, &a, &y1), tuning))?;
+            let tile = tuning.gemm_tile;
+            let t2 = per_call(ctx, iters, |e| {
+                kernels::ternary_gemm(ctx, e, &w, &a, &y2, tile)
+            })?;
             let n = (tokens * rows) as usize;
             anyhow::ensure!(
                 ctx.read_bytes(&y1, 0, n as u64 * 4)? == ctx.read_bytes(&y2, 0, n as u64 * 4)?,
@@ -594,8 +612,9 @@ fn prefill(
             let (w, a) = ternary_operands(ctx, rng, TernaryLayout::Bits2, rows, cols, nt)?;
             let y = ctx.zeroed("y", nt * rows * 4)?;
             let it = if quick { 1 } else { 50 };
-            let t1 = per_call(ctx, it, |e| kernels::ternary_gemv(ctx, e, &w, &a, &y))?;
-            let t2 = per_call(ctx, it, |e| kernels::ternary_gemm(ctx, e, &w, &a, &y))?;
+            let t1 = per_call(ctx, it, |e| ternary_gemv(ctx, e, (&w, &a, &y), tuning))?;
+            let tile = tuning.gemm_tile;
+            let t2 = per_call(ctx, it, |e| kernels::ternary_gemm(ctx, e, &w, &a, &y, tile))?;
             pts.push(format!(
                 "\"t{nt}\":{{\"gemv_us\":{:.1},\"gemm_us\":{:.1}}}",
                 t1 * 1e6,

@@ -20,6 +20,11 @@
 //! * [`model`] — [`GpuModel`] (load, memory plan, activation plan) and [`GpuSession`] (KV cache,
 //!   scratch, the recorded graph, the verbs the engine calls).
 //!
+//! [`tuning`] ([`GpuTuning`]) holds the knobs that pick between equivalent kernels and layouts
+//! (`TERN_GPU_*`, `TERN_GEMM_TILE`), typed: parsed once at the edge ([`GpuTuning::from_env`],
+//! the crate's one reader of the environment), carried by [`GpuModelOptions`] into the model, and
+//! handed to the launchers as arguments.
+//!
 //! Every kernel has a CPU counterpart in `tern-reference`; `tests/parity.rs` runs each over a
 //! table of shapes (bit-exact on the integer and decoder paths, NMSE ≤ 1e-6 on float paths).
 
@@ -27,6 +32,7 @@ pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod model;
+pub mod tuning;
 pub mod weights;
 
 pub use device::check::split_rows;
@@ -44,5 +50,8 @@ pub use model::activation::{
 pub use model::{
     GpuModel, GpuModelOptions, GpuSession, KvCache, MemoryPlan, SessionMemory, SparsityCount,
     TensorPlacement, Wanted, SHORT_ATTENTION_KEYS,
+};
+pub use tuning::{
+    FuseNorm, GateUpLayout, GemmTileChoice, GemvKernel, GpuTuning, QkvLayout, TUNING_VARS,
 };
 pub use weights::{FloatPart, FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};

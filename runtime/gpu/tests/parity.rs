@@ -20,6 +20,7 @@
 use tern_format::{neuzip, ternary, ActQuant, Encoding, FloatType, TernaryLayout};
 use tern_gpu::kernels::{self, act_stride_words};
 use tern_gpu::{EltOp, GgmlType, GpuContext, GpuError, GpuOptions};
+use tern_gpu::{GemmTileChoice, GemvKernel};
 use tern_gpu::{GgmlWeight, NeuzipTensor, TernaryWeight};
 use tern_reference::{MatmulOptions, Matrix};
 
@@ -55,6 +56,9 @@ mod sample;
 mod topk_fused;
 
 const SPLIT_LIMIT: u64 = 64 << 10;
+
+/// The launchers' default kernel picks (`GpuTuning::default()`'s `gemv` and `gemm_tile`).
+const AUTO_PICK: (GemvKernel, GemmTileChoice) = (GemvKernel::Auto, GemmTileChoice::Auto);
 
 fn context(binding_limit: Option<u64>) -> Option<GpuContext> {
     match GpuContext::with_options(GpuOptions {

@@ -51,6 +51,7 @@ impl GpuBackend {
             tern_gpu::GpuModelOptions {
                 max_memory: opts.max_memory,
                 kv: tern_format::KvSpec::default(),
+                tuning: opts.gpu,
             },
         )?;
         Ok(Self {

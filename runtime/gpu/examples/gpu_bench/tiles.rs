@@ -6,15 +6,15 @@
 
 use tern_format::{ternary, FloatType, TernaryLayout};
 use tern_gpu::kernels::{self, A48Quant, ActInt8, GemmTile};
-use tern_gpu::GpuContext;
 use tern_gpu::TernaryWeight;
+use tern_gpu::{GpuContext, GpuTuning};
 
 use super::{per_call, Rng};
 
 pub fn tiles(
     ctx: &GpuContext,
     rng: &mut Rng,
-    quick: bool,
+    (quick, tuning): (bool, &GpuTuning),
     fields: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let (shrink, iters) = if quick { (8u64, 1) } else { (1, 20) };
@@ -81,7 +81,7 @@ pub fn tiles(
                 ));
             }
             let act = if int4 { "int4" } else { "int8" };
-            let chosen = format!("{:?}", GemmTile::choose(&w, tokens));
+            let chosen = format!("{:?}", GemmTile::choose(&w, tokens, tuning.gemm_tile));
             fields.push(format!(
                 "\"tiles_2bit_{rows}x{cols}_t{tokens}_{act}\":{{{},\"chosen\":\"{chosen}\"}}",
                 parts.join(",")

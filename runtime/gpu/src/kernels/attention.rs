@@ -80,34 +80,36 @@ fn prefill_unfit(
     None
 }
 
-/// Whether a batch of `n_tokens` goes to the prefill kernel: only with
-/// `TERN_GPU_ATTN_PREFILL=1` (opt-in), when the batch is long enough and its workgroups
+/// Whether a batch of `n_tokens` goes to the prefill kernel: only when opted in (`opt_in`:
+/// [`crate::GpuTuning::attn_prefill`]), when the batch is long enough and its workgroups
 /// (`wgs_x` per token tile) fill the GPU. Off by default because on the one GPU measured it loses:
 /// H100, 2B4T pp512, three calls (docs/bench/session6-2026-11-24): 0.3–1.7 % slower end to end
 /// than `attention.wgsl` one token per workgroup + the separate RoPE/KV store (its kernel 7.8 ms
 /// against 6.9 per prefill; the fused RoPE + store saves ~1.0 ms). What it saves — a quarter of
 /// the K/V reads, 120 fewer dispatches per 30-layer prefill — is what a phone GPU without a large
 /// L2 pays for, which is unmeasured.
-fn prefill_pays(ctx: &GpuContext, n_tokens: u64, wgs_x: u64) -> bool {
+fn prefill_pays(ctx: &GpuContext, n_tokens: u64, wgs_x: u64, opt_in: bool) -> bool {
     n_tokens >= PREFILL_MIN_TOKENS
         && wgs_x.saturating_mul(n_tokens.div_ceil(PREFILL_TOKENS_PER_WG))
             >= attn_target_wgs(ctx) / 8
-        && std::env::var("TERN_GPU_ATTN_PREFILL").as_deref() == Ok("1")
+        && opt_in
 }
 
 /// Whether [`attention_into`] with no split forced (or `Some(1)`) runs a batch of `n_tokens`
-/// through the prefill kernel, which alone reads strided query rows (`q_row`): the graph then
-/// leaves the queries in the stacked q/k/v rows (RoPE fused with the KV store).
+/// through the prefill kernel (opted in with `prefill`), which alone reads strided query rows
+/// (`q_row`): the graph then leaves the queries in the stacked q/k/v rows (RoPE fused with the
+/// KV store).
 pub(crate) fn prefill_takes(
     ctx: &GpuContext,
     layout: &KvLayout,
     (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
     n_tokens: u64,
     n_head: u64,
+    prefill: bool,
 ) -> bool {
     let n_hg = (n_head / layout.heads.max(1)).div_ceil(HEADS_PER_WG);
     prefill_unfit(layout, KvRead::Own, k_cache, v_cache).is_none()
-        && prefill_pays(ctx, n_tokens, layout.heads * n_hg)
+        && prefill_pays(ctx, n_tokens, layout.heads * n_hg, prefill)
 }
 
 /// Key chunks (workgroups per (token, head group)) that [`attention`] records for a batch of
@@ -197,8 +199,9 @@ pub fn attention_with_split(
 
 /// [`attention`] through the query-tiled prefill kernel (`attention_prefill.wgsl`: 4 tokens per
 /// workgroup; f32 / f16 caches of a layer of its own, head_dim a multiple of 16 up to 128), or a
-/// shape error saying why it does not apply. [`attention`] takes it by itself for batches of 16
-/// tokens and more with `TERN_GPU_ATTN_PREFILL=1` (parity tests and benchmarks call this).
+/// shape error saying why it does not apply. The graph's attention takes it by itself for batches
+/// of 16 tokens and more with [`crate::GpuTuning::attn_prefill`] (parity tests and benchmarks
+/// call this).
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_prefill(
@@ -230,6 +233,7 @@ pub fn attention_prefill(
         None,
         KvRead::Own,
         None,
+        true,
     )
 }
 
@@ -255,6 +259,8 @@ impl KvRead {
 }
 
 /// [`attention_with_split`] reading the cache as `read` says (MiniCache pairs; parity tests).
+/// These public launchers keep `attention.wgsl` (the prefill kernel is the graph's opt-in,
+/// [`crate::GpuTuning::attn_prefill`]; [`attention_prefill`] forces it).
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_role(
@@ -287,13 +293,15 @@ pub fn attention_role(
         None,
         read,
         None,
+        false,
     )
 }
 
 /// [`attention`] writing its split-K partials into `partials` (a session's scratch, shared by
 /// every layer of a recording and sized by [`attn_partials_bytes`]) instead of a buffer of its
 /// own per call; `split`: the key chunks forced (`Some(1)`: no split, no combine dispatch — a
-/// plan recorded for short contexts), else the adapter's choice.
+/// plan recorded for short contexts), else the adapter's choice; `prefill`: the prefill kernel
+/// where it applies and pays ([`crate::GpuTuning::attn_prefill`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_into(
     ctx: &GpuContext,
@@ -311,6 +319,7 @@ pub(crate) fn attention_into(
     read: KvRead,
     split: Option<u64>,
     q_row: Option<u64>,
+    prefill: bool,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -332,6 +341,7 @@ pub(crate) fn attention_into(
         Some(partials),
         read,
         q_row,
+        prefill,
     )
 }
 
@@ -380,6 +390,7 @@ fn attention_in(
     partials: Option<&wgpu::Buffer>,
     read: KvRead,
     q_row: Option<u64>,
+    prefill_opt_in: bool,
 ) -> Result<()> {
     const OP: &str = "attention";
     let (n_head_kv, head_dim, n_ctx) = (layout.heads, layout.head_dim, layout.n_ctx);
@@ -436,7 +447,7 @@ fn attention_in(
     let wgs_x = n_head_kv * n_hg;
     let token_tiles = n_tokens.div_ceil(PREFILL_TOKENS_PER_WG);
     let unfit = prefill_unfit(layout, read, k_cache, v_cache);
-    let pays = unfit.is_none() && prefill_pays(ctx, n_tokens, wgs_x);
+    let pays = unfit.is_none() && prefill_pays(ctx, n_tokens, wgs_x, prefill_opt_in);
     let prefill = match pick {
         Pick::Prefill => true,
         Pick::Auto | Pick::Unsplit => pays,

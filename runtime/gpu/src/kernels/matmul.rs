@@ -23,6 +23,7 @@ use crate::device::pipeline::{ActBits, KernelKey};
 use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
+use crate::tuning::{GemmTileChoice, GemvKernel};
 use crate::weights::ternary::{GEMV_ROWS_PER_WG, TERNARY_WIDE_MAX_GROUPS_PER_ROW};
 use crate::weights::{FloatWeight, Part, TernaryWeight};
 
@@ -46,26 +47,27 @@ pub const GEMM_TALL_TILE_TOKENS: u64 = 128;
 pub const GEMM_TALL_MIN_WORKGROUPS: u64 = 864;
 
 impl GemmTile {
-    /// The tile [`ternary_gemm`] uses for `w` at `n_tokens` tokens. Where the 4 × 8 micro-tiles
-    /// fit ([`GemmTile::tall_fits`]): [`GemmTile::Tall`] from [`GEMM_TALL_MIN_WORKGROUPS`] of its
-    /// workgroups on, else [`GemmTile::TallHalf`] where the 64-token tiles give ≥
-    /// [`GEMM_WIDE_MIN_WORKGROUPS`]; otherwise (and with `TERN_GEMM_TILE=old`, the choice before
-    /// the 4 × 8 tiles) [`GemmTile::Wide`] (2bit) from [`GEMM_WIDE_MIN_WORKGROUPS`] on, else
-    /// [`GemmTile::Narrow`]. `TERN_GEMM_TILE=32|64|128|64j8` forces a tile (measurements; 128
-    /// and 64j8 fall back to 64 where they do not fit, 64 to 32 on base3).
-    pub fn choose(w: &TernaryWeight, n_tokens: u64) -> GemmTile {
+    /// The tile for `w` at `n_tokens` tokens under `pick` ([`crate::GpuTuning::gemm_tile`]).
+    /// [`GemmTileChoice::Auto`]: where the 4 × 8 micro-tiles fit ([`GemmTile::tall_fits`]),
+    /// [`GemmTile::Tall`] from [`GEMM_TALL_MIN_WORKGROUPS`] of its workgroups on, else
+    /// [`GemmTile::TallHalf`] where the 64-token tiles give ≥ [`GEMM_WIDE_MIN_WORKGROUPS`];
+    /// otherwise (and always with [`GemmTileChoice::Old`], the choice before the 4 × 8 tiles)
+    /// [`GemmTile::Wide`] (2bit) from [`GEMM_WIDE_MIN_WORKGROUPS`] on, else [`GemmTile::Narrow`].
+    /// The other choices force a tile (measurements; `Tall` and `TallHalf` fall back to `Wide`
+    /// where they do not fit, every tile to `Narrow` on base3).
+    pub fn choose(w: &TernaryWeight, n_tokens: u64, pick: GemmTileChoice) -> GemmTile {
         if w.layout != tern_format::TernaryLayout::Bits2 {
             return GemmTile::Narrow;
         }
         let mut tall = GemmTile::tall_fits(w);
-        match std::env::var("TERN_GEMM_TILE").as_deref() {
-            Ok("32") => return GemmTile::Narrow,
-            Ok("64") => return GemmTile::Wide,
-            Ok("128") if tall => return GemmTile::Tall,
-            Ok("64j8") if tall => return GemmTile::TallHalf,
-            Ok("128" | "64j8") => return GemmTile::Wide,
-            Ok("old") => tall = false,
-            _ => {}
+        match pick {
+            GemmTileChoice::Narrow => return GemmTile::Narrow,
+            GemmTileChoice::Wide => return GemmTile::Wide,
+            GemmTileChoice::Tall if tall => return GemmTile::Tall,
+            GemmTileChoice::TallHalf if tall => return GemmTile::TallHalf,
+            GemmTileChoice::Tall | GemmTileChoice::TallHalf => return GemmTile::Wide,
+            GemmTileChoice::Old => tall = false,
+            GemmTileChoice::Auto => {}
         }
         let row_tiles = w.rows.div_ceil(GEMM_TILE_ROWS);
         let wide = row_tiles * n_tokens.div_ceil(GEMM_WIDE_TILE_TOKENS) >= GEMM_WIDE_MIN_WORKGROUPS;
@@ -206,9 +208,9 @@ pub struct NormPrologue<'a> {
 pub const GEMV_FUSED_NORM_MAX_COLS: u32 = 8192;
 
 /// Whether a ternary GEMV of `w` fuses the norm producing `a` in the decode kernel
-/// ([`dec_norm_fits`]) or, with `wide`, in either kernel ([`fused_norm_fits`]).
-pub fn norm_fits(w: &TernaryWeight, a: &ActInt8, wide: bool) -> bool {
-    fused_norm_fits(w, a) && (wide || dec_norm_fits(w, a))
+/// ([`dec_norm_fits`] under `gemv`) or, with `wide`, in either kernel ([`fused_norm_fits`]).
+pub fn norm_fits(w: &TernaryWeight, a: &ActInt8, wide: bool, gemv: GemvKernel) -> bool {
+    fused_norm_fits(w, a) && (wide || dec_norm_fits(w, a, gemv))
 }
 
 /// Whether a ternary GEMV of `w` can fuse the norm and quantization producing `a` (the row fits
@@ -221,10 +223,10 @@ pub fn fused_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
 
 /// Whether the decode kernel (`ternary_gemv_dec.wgsl`: 2-bit codes, 64 per vec4 load) takes a
 /// ternary GEMV of `w` (`wpr` code words per row): rows start 16-byte aligned, scale groups are
-/// whole 64-column chunks and the group sums fit its workgroup memory. `TERN_GPU_GEMV=plain`
+/// whole 64-column chunks and the group sums fit its workgroup memory. [`GemvKernel::Plain`]
 /// keeps every GEMV on `ternary_gemv.wgsl` (A/B measurements).
-pub fn dec_gemv_fits(w: &TernaryWeight, wpr: u64) -> bool {
-    if std::env::var("TERN_GPU_GEMV").is_ok_and(|v| v == "plain") {
+pub fn dec_gemv_fits(w: &TernaryWeight, wpr: u64, gemv: GemvKernel) -> bool {
+    if gemv == GemvKernel::Plain {
         return false;
     }
     w.layout == tern_format::TernaryLayout::Bits2
@@ -244,9 +246,9 @@ pub const GEMV_DEC_NORM_ROWS_PER_WG: u64 = 32;
 /// norm-fused GEMV of `w` with activations `a`: the decode kernel takes the weight, the
 /// quantized row fits its workgroup memory and the group sums of its 32 rows do too. Else the
 /// fused norm goes to the wide kernel.
-pub fn dec_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
+pub fn dec_norm_fits(w: &TernaryWeight, a: &ActInt8, gemv: GemvKernel) -> bool {
     let wpr = ternary::words_per_row(w.layout, w.cols);
-    dec_gemv_fits(w, wpr)
+    dec_gemv_fits(w, wpr, gemv)
         && fused_norm_fits(w, a)
         && w.groups_per_row() * GEMV_DEC_NORM_ROWS_PER_WG <= 1024
 }
@@ -254,6 +256,7 @@ pub fn dec_norm_fits(w: &TernaryWeight, a: &ActInt8) -> bool {
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`
 /// (GEMV for one token, GEMM for several); `y` is `[n_tokens][rows]` f32. `a` holds INT8 or INT4
 /// activations (BitNet a4.8); the integer dot product is the context's ([`GpuContext::dot_kind`]).
+/// The kernel is [`GemvKernel::Auto`]'s pick; [`ternary_gemv_fused`] takes another.
 pub fn ternary_gemv(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -261,12 +264,14 @@ pub fn ternary_gemv(
     a: &ActInt8,
     y: &wgpu::Buffer,
 ) -> Result<()> {
-    ternary_gemv_fused(ctx, enc, w, a, None, Epilogue::Store, y)
+    ternary_gemv_fused(ctx, enc, w, a, None, Epilogue::Store, y, GemvKernel::Auto)
 }
 
 /// [`ternary_gemv`] with the decode fusions: with `norm`, the GEMV computes its activations itself
 /// from `norm.x` (RMSNorm then `a`'s quantization: `a` gives the scheme, columns and stride, its
-/// buffers are not read); `epi` says what it does with the result.
+/// buffers are not read); `epi` says what it does with the result; `gemv` picks the kernel
+/// ([`crate::GpuTuning::gemv`]).
+#[allow(clippy::too_many_arguments)]
 pub fn ternary_gemv_fused(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
@@ -275,6 +280,7 @@ pub fn ternary_gemv_fused(
     norm: Option<NormPrologue<'_>>,
     epi: Epilogue,
     y: &wgpu::Buffer,
+    gemv: GemvKernel,
 ) -> Result<()> {
     const OP: &str = "ternary_gemv";
     if u64::from(a.cols) != w.cols {
@@ -320,7 +326,7 @@ pub fn ternary_gemv_fused(
             check_buffer(OP, "x", n.x, xb)?;
             check_binding(ctx, "activations", xb)?;
             check_buffer(OP, "norm weight", n.weight, w.cols * 4)?;
-            if n.topk && (a.act != ActBits::Int8 || !dec_norm_fits(w, a)) {
+            if n.topk && (a.act != ActBits::Int8 || !dec_norm_fits(w, a, gemv)) {
                 return Err(GpuError::shape(
                     OP,
                     "a fused TopK prologue needs INT8 activations and the decode kernel's shape",
@@ -340,7 +346,7 @@ pub fn ternary_gemv_fused(
     // A fused norm: the decode kernel's fused variant where the shape fits, else the wide kernel.
     // Without: the decode kernel where the shape fits, else the plain one (the wide kernel
     // measured slower end to end on the H100: docs/measurements.md, issue 15).
-    let dec_norm = pro == 1 && dec_norm_fits(w, a);
+    let dec_norm = pro == 1 && dec_norm_fits(w, a, gemv);
     let key = if dec_norm {
         KernelKey::TernaryGemvDecNorm {
             scale_type,
@@ -355,7 +361,7 @@ pub fn ternary_gemv_fused(
             act,
             dot,
         }
-    } else if dec_gemv_fits(w, wpr) {
+    } else if dec_gemv_fits(w, wpr, gemv) {
         KernelKey::TernaryGemvDec {
             scale_type,
             act,
@@ -442,15 +448,17 @@ pub fn float_gemv(
 // Embedding lookup
 
 /// `y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} · q_t[c]) / s_t` for every token of `a`, by
-/// tiles of [`GemmTile::choose`]; `y` is `[n_tokens][rows]` f32. Bit-exact with [`ternary_gemv`].
+/// tiles of [`GemmTile::choose`] under `pick` ([`crate::GpuTuning::gemm_tile`]); `y` is
+/// `[n_tokens][rows]` f32. Bit-exact with [`ternary_gemv`].
 pub fn ternary_gemm(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
     w: &TernaryWeight,
     a: &ActInt8,
     y: &wgpu::Buffer,
+    pick: GemmTileChoice,
 ) -> Result<()> {
-    let tile = GemmTile::choose(w, u64::from(a.n_tokens));
+    let tile = GemmTile::choose(w, u64::from(a.n_tokens), pick);
     ternary_gemm_tiled(ctx, enc, w, a, y, tile)
 }
 
@@ -528,18 +536,20 @@ pub fn ternary_gemm_tiled(
 }
 
 /// [`ternary_gemv`] below [`GEMM_MIN_TOKENS`] tokens, [`ternary_gemm`] from there on (the
-/// two are bit-identical, so the choice never shows in the result).
+/// two are bit-identical, so the choice never shows in the result), with the GEMV kernel and
+/// GEMM tile picked as `gemv` and `tile` say ([`crate::GpuTuning`]'s `gemv` and `gemm_tile`).
 pub fn ternary_matmul(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
     w: &TernaryWeight,
     a: &ActInt8,
     y: &wgpu::Buffer,
+    (gemv, tile): (GemvKernel, GemmTileChoice),
 ) -> Result<()> {
     if u64::from(a.n_tokens) < GEMM_MIN_TOKENS {
-        ternary_gemv(ctx, enc, w, a, y)
+        ternary_gemv_fused(ctx, enc, w, a, None, Epilogue::Store, y, gemv)
     } else {
-        ternary_gemm(ctx, enc, w, a, y)
+        ternary_gemm(ctx, enc, w, a, y, tile)
     }
 }
 

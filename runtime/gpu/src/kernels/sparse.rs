@@ -18,6 +18,7 @@ use crate::device::plan::Recorder;
 use crate::error::{GpuError, Result};
 use crate::kernels::act_quant::ActInt8;
 use crate::kernels::matmul::{ternary_matmul, ternary_params, GEMM_MIN_TOKENS};
+use crate::tuning::{GemmTileChoice, GemvKernel};
 use crate::weights::TernaryWeight;
 
 /// Activation words (4 columns each) the kernel's list holds (`MAXW` in the shader).
@@ -115,17 +116,19 @@ pub fn ternary_gemv_sparse(
 }
 
 /// The matmul of an input that is often sparse: [`ternary_gemv_sparse`] at
-/// [`SPARSE_MAX_DENSITY`] where it applies, [`ternary_matmul`] otherwise (same result).
+/// [`SPARSE_MAX_DENSITY`] where it applies, [`ternary_matmul`] (with `pick`) otherwise (same
+/// result).
 pub fn ternary_matmul_sparse(
     ctx: &GpuContext,
     enc: &mut impl Recorder,
     w: &TernaryWeight,
     a: &ActInt8,
     y: &wgpu::Buffer,
+    pick: (GemvKernel, GemmTileChoice),
 ) -> Result<()> {
     if SPARSE_MAX_DENSITY > 0.0 && u64::from(a.cols) == w.cols && sparse_applies(w, a) {
         ternary_gemv_sparse(ctx, enc, w, a, y, SPARSE_MAX_DENSITY)
     } else {
-        ternary_matmul(ctx, enc, w, a, y)
+        ternary_matmul(ctx, enc, w, a, y, pick)
     }
 }

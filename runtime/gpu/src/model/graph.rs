@@ -29,50 +29,38 @@ use crate::model::activation::{BlockInputs, Linear, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
 use crate::model::{GateUp, GpuModel, KvCache, Layer, Lin, Qkv};
+use crate::tuning::{FuseNorm, GpuTuning};
 use tern_format::spec::Activation;
 
 mod head;
 
-/// Which linears' ternary GEMVs compute their input's RMSNorm + quantization themselves (the
-/// decode GEMV's fused prologue, `ternary_gemv_dec_norm.wgsl`; same bits) and whether the wide
-/// kernel may stand in where the decode kernel does not take the shape: `TERN_GPU_FUSE_NORM` =
-/// `0` none, `qkv`, `attn` (+ the attention output), `all` (the default, A8 and a4.8), `notopk`
-/// (`all` but a4.8's TopK input `topk`), `1` (all, the wide kernel too, which has no TopK
-/// prologue). H100 tg128 `all`: A8 +9 %; a4.8 within ±2 % of `0` and `notopk` (fewer dispatches,
-/// no faster on that GPU: docs/measurements.md, "Closing tables of session 5").
-fn fuse_norm_for(l: Linear, topk: bool) -> (bool, bool) {
-    match std::env::var("TERN_GPU_FUSE_NORM").as_deref() {
-        Ok("0") => (false, false),
-        Ok("1") => (true, !topk),
-        Ok("notopk") => (!topk, false),
-        Ok("attn") => (matches!(l, Linear::Qkv | Linear::AttnOut), false),
-        Ok("qkv") => (l == Linear::Qkv, false),
-        _ => (true, false),
+/// Under `mode` ([`GpuTuning::fuse_norm`], where the modes and their measurements are
+/// described): whether the ternary GEMVs of linear `l` (its input a4.8's TopK input or not)
+/// compute their input's RMSNorm + quantization themselves (the decode GEMV's fused prologue,
+/// `ternary_gemv_dec_norm.wgsl`; same bits), and whether the wide kernel may stand in where the
+/// decode kernel does not take the shape.
+fn fuse_norm_for(mode: FuseNorm, l: Linear, topk: bool) -> (bool, bool) {
+    match mode {
+        FuseNorm::Off => (false, false),
+        FuseNorm::Wide => (true, !topk),
+        FuseNorm::NoTopk => (!topk, false),
+        FuseNorm::Attn => (matches!(l, Linear::Qkv | Linear::AttnOut), false),
+        FuseNorm::Qkv => (l == Linear::Qkv, false),
+        FuseNorm::All => (true, false),
     }
 }
 
-/// Whether the ggml GEMVs of a decode batch compute their input's RMSNorm themselves
-/// (`ggml_gemv.wgsl`'s prologue: rmsnorm's values, summed by 8 lanes per row instead of 32, NMSE
-/// ~1e-15 apart): `TERN_GPU_FUSE_FLOAT_NORM=0` keeps the separate `rmsnorm` pass (A/B
-/// measurements); on by default (H100: speed-neutral, 60 dispatches fewer on SmolLM2).
-fn fuse_float_norm() -> bool {
-    std::env::var("TERN_GPU_FUSE_FLOAT_NORM").as_deref() != Ok("0")
-}
-
 /// Positions up to which a session runs plans recorded with unsplit attention (no combine
-/// dispatch per layer; `TERN_GPU_ATTN_SHORT=<keys>` overrides, 0 = always split as before). One
+/// dispatch per layer; [`GpuTuning::attn_short`] overrides, 0 = always split as before). One
 /// workgroup per (kv head, head group) then walks all keys in tiles of 64: over a short context
 /// that is one or two tiles, about the latency of one split chunk, without the combine pass.
 /// Past it the session records (once) and runs the split plan. Measured on an H100:
 /// docs/measurements.md (issue 15, h-rope).
 pub const SHORT_ATTENTION_KEYS: u64 = 128;
 
-/// [`SHORT_ATTENTION_KEYS`] or its override.
-pub(crate) fn short_attention_keys() -> u64 {
-    std::env::var("TERN_GPU_ATTN_SHORT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(SHORT_ATTENTION_KEYS)
+/// [`SHORT_ATTENTION_KEYS`] or its override in `t`.
+pub(crate) fn short_attention_keys(t: &GpuTuning) -> u64 {
+    t.attn_short.unwrap_or(SHORT_ATTENTION_KEYS)
 }
 
 /// Which rows of logits a step produces.
@@ -245,7 +233,8 @@ impl<'a> Graph<'a> {
         };
         let sparse = li.sparse;
         let ggml = !ws.is_empty() && ws.iter().all(|w| matches!(w, Lin::Ggml(_)));
-        let float_fuses = n < GEMM_MIN_TOKENS && li.producer == Producer::Norm && fuse_float_norm();
+        let float_fuses =
+            n < GEMM_MIN_TOKENS && li.producer == Producer::Norm && self.m.tuning.fuse_float_norm;
         if let (Some(weight), true) = (norm, ggml && float_fuses) {
             let norm = Some(NormPrologue {
                 x,
@@ -353,7 +342,8 @@ impl<'a> Graph<'a> {
     /// INT4 / TopK producer, the dense GEMV, no sparsity measurement (it reads the q buffers).
     fn prologue_fuses(&self, li: &LinearInput, ws: &[&Lin], act: &ActInt8) -> bool {
         let topk = li.producer == Producer::NormTopK;
-        let (on, wide) = fuse_norm_for(li.linear, topk);
+        let (on, wide) = fuse_norm_for(self.m.tuning.fuse_norm, li.linear, topk);
+        let gemv = self.m.tuning.gemv;
         self.n < GEMM_MIN_TOKENS
             && on
             && matches!(
@@ -363,7 +353,7 @@ impl<'a> Graph<'a> {
             && !ws.is_empty()
             && ws
                 .iter()
-                .all(|w| matches!(w, Lin::Ternary(tw) if kernels::norm_fits(tw, act, wide)))
+                .all(|w| matches!(w, Lin::Ternary(tw) if kernels::norm_fits(tw, act, wide, gemv)))
             && !(li.sparse && SPARSE_MAX_DENSITY > 0.0)
             && self.s.act_stats.is_none()
     }
@@ -393,12 +383,12 @@ impl<'a> Graph<'a> {
         y: &wgpu::Buffer,
         epi: Epilogue,
     ) -> Result<()> {
-        let ctx = self.ctx;
+        let (ctx, tuning) = (self.ctx, &self.m.tuning);
         if input.norm.is_some() || epi != Epilogue::Store {
             let p = &mut self.p;
             return match (w, input.int8) {
                 (Lin::Ternary(tw), Some(a)) => {
-                    kernels::ternary_gemv_fused(ctx, p, tw, a, input.norm, epi, y)
+                    kernels::ternary_gemv_fused(ctx, p, tw, a, input.norm, epi, y, tuning.gemv)
                 }
                 (Lin::Ggml(gw), None) => {
                     let (x, norm) = match (input.norm, input.f32) {
@@ -427,10 +417,11 @@ impl<'a> Graph<'a> {
                 let a = input
                     .int8
                     .ok_or_else(|| GpuError::internal("plan", "ternary weight given f32 input"))?;
+                let pick = (tuning.gemv, tuning.gemm_tile);
                 if input.sparse {
-                    kernels::ternary_matmul_sparse(ctx, &mut self.p, tw, a, y)
+                    kernels::ternary_matmul_sparse(ctx, &mut self.p, tw, a, y, pick)
                 } else {
-                    kernels::ternary_matmul(ctx, &mut self.p, tw, a, y)
+                    kernels::ternary_matmul(ctx, &mut self.p, tw, a, y, pick)
                 }
             }
             Lin::Ggml(gw) => kernels::ggml_matmul(ctx, &mut self.p, gw, f32_in()?, n, y),
@@ -483,8 +474,11 @@ impl<'a> Graph<'a> {
                     1 => kernels::rope_kv_fuses(layout),
                     // a batch: when the prefill attention reads the queries in the stacked rows
                     _ => {
+                        let prefill = self.m.tuning.attn_prefill;
                         kernels::rope_kv_fuses_batch(layout, n)
-                            && kernels::attention::prefill_takes(ctx, layout, caches, n, nh)
+                            && kernels::attention::prefill_takes(
+                                ctx, layout, caches, n, nh, prefill,
+                            )
                     }
                 };
                 if matches!(role, KvRole::Own) && fuse {
@@ -539,12 +533,13 @@ impl<'a> Graph<'a> {
         let scale = 1.0 / (hd as f32).sqrt();
         let (k, v, o, step) = (&cache.k, &cache.v, &s.o, &s.step);
         let split = self.short.then_some(1);
+        let prefill = self.m.tuning.attn_prefill;
         // queries left in the stacked [n][q | k | v] rows (`stored`) are that far apart
         let q_row = stored.map(|_| nh * hd + 2 * self.kv.row_values());
         let attend = |p: &mut Plan, q: &wgpu::Buffer, l: &KvLayout, read: KvRead| {
             let part = &s.attn_partials;
             kernels::attention::attention_into(
-                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split, q_row,
+                ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split, q_row, prefill,
             )
         };
         let mc = self.kv.mc_scratch();

@@ -14,6 +14,7 @@ use crate::model::{
     ActivationPlan, GateUp, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, Qkv,
     TensorPlacement,
 };
+use crate::tuning::{GateUpLayout, QkvLayout};
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
 /// Token embeddings, looked up on the host (any encoding; one row per token is decoded).
@@ -77,17 +78,6 @@ fn check_shape(v: &TensorView<'_>, want: &[u64]) -> Result<()> {
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// `TERN_GPU_QKV=split` keeps q/k/v as three matrices (three GEMVs, the separate RoPE and KV
-/// store): the comparison path of issue 15's measurements; the results are the same bits.
-fn qkv_stacking_enabled() -> bool {
-    std::env::var("TERN_GPU_QKV").map_or(true, |v| v != "split")
-}
-
-/// `TERN_GPU_GATE_UP=split` keeps gate and up as two weights (measurements; same results).
-fn gate_up_split() -> bool {
-    std::env::var("TERN_GPU_GATE_UP").is_ok_and(|v| v == "split")
 }
 
 struct Loader<'a> {
@@ -170,8 +160,9 @@ impl Loader<'_> {
 
     /// Layer `l`'s gate and up projections: one weight of interleaved row pairs where both are
     /// ternary of the same layout, group and scale type, or ggml blocks of the same type, and
-    /// their input is not the sparse (a4.8 TopK) walk's; else the two matrices as stored.
-    fn gate_up(&mut self, l: u32, rows: u64, cols: u64, sparse: bool) -> Result<GateUp> {
+    /// `as_stored` is not asked (their input is the sparse (a4.8 TopK) walk's, or
+    /// `GateUpLayout::Split`); else the two matrices as stored.
+    fn gate_up(&mut self, l: u32, rows: u64, cols: u64, as_stored: bool) -> Result<GateUp> {
         let (gn, un) = (
             format!("blk.{l}.ffn_gate.weight"),
             format!("blk.{l}.ffn_up.weight"),
@@ -180,7 +171,7 @@ impl Loader<'_> {
         check_shape(&g, &[rows, cols])?;
         check_shape(&u, &[rows, cols])?;
         let paired = match (&g.info.encoding, &u.info.encoding) {
-            _ if sparse || gate_up_split() => None,
+            _ if as_stored => None,
             (
                 Encoding::Ternary {
                     layout,
@@ -385,7 +376,8 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(act_plan.layers.len());
         // The stacked q/k/v projection's rows go to the FFN's `g` scratch (free during the
         // attention block): stacked when they fit it.
-        let stack = q_dim + 2 * kv_dim <= n_ff && qkv_stacking_enabled();
+        // (`QkvLayout::Split` keeps three matrices: the comparison path of issue 15's measurements)
+        let stack = q_dim + 2 * kv_dim <= n_ff && opts.tuning.qkv == QkvLayout::Stacked;
         for l in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             // what the layer holds (its shape is the model's: `GPU_CAPS` has no `LayerShapes`)
@@ -405,7 +397,8 @@ impl GpuModel {
                         .layers
                         .get(l as usize)
                         .is_some_and(|b| b.gate_up.sparse);
-                    ld.gate_up(l, n_ff, n_embd, sparse)?
+                    let split = opts.tuning.gate_up == GateUpLayout::Split;
+                    ld.gate_up(l, n_ff, n_embd, sparse || split)?
                 },
                 down: ld.matrix(&n("ffn_down"), n_embd, n_ff)?,
                 ffn_sub_norm: if ls.norms.sub_ffn {
@@ -477,6 +470,7 @@ impl GpuModel {
             jit_scratch,
             plan,
             act_plan,
+            tuning: opts.tuning,
         };
         // The just-in-time streams decoded once, their status read: a damaged stream that
         // passes the structural checks is a corrupt file now, not garbage later.

@@ -14,6 +14,7 @@ use crate::device::context::{GpuContext, UPLOAD_SLICE};
 use crate::error::{GpuError, Result};
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache};
+use crate::tuning::GpuTuning;
 
 /// Positions a model loaded under a budget leaves room for (the KV cache of one session of this
 /// context, beside its activation scratch for [`RESERVE_BATCH`] tokens). A larger session is
@@ -51,6 +52,9 @@ pub struct GpuModelOptions {
     /// The KV-cache format the budget's session reserve is sized for (sessions pass their own
     /// to `GpuSession::new`).
     pub kv: KvSpec,
+    /// The kernel and layout choices ([`GpuTuning`]; the caller parses the environment with
+    /// [`GpuTuning::from_env`] at its edge, or leaves the defaults).
+    pub tuning: GpuTuning,
 }
 
 /// How one tensor is held on the GPU (reported by `tern bench` and `-v`).

@@ -40,6 +40,7 @@ use tern_format::{FloatType, HParams, ModelSpec};
 
 use crate::device::context::GpuContext;
 use crate::kernels::EmbedTable;
+use crate::tuning::GpuTuning;
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
 pub use activation::ActivationPlan;
@@ -134,6 +135,9 @@ pub struct GpuModel {
     pub(crate) jit_scratch: Vec<wgpu::Buffer>,
     pub(crate) plan: MemoryPlan,
     pub(crate) act_plan: ActivationPlan,
+    /// The knobs it was loaded with ([`GpuModelOptions::tuning`]): the graph, the sessions and
+    /// the launchers they call read them here.
+    pub(crate) tuning: GpuTuning,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -184,5 +188,10 @@ impl GpuModel {
     /// Where every tensor went and what it costs.
     pub fn memory_plan(&self) -> &MemoryPlan {
         &self.plan
+    }
+
+    /// The tuning knobs it was loaded with.
+    pub fn tuning(&self) -> &GpuTuning {
+        &self.tuning
     }
 }

@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn bytes_for_matches_the_buffers() {
         let Ok(ctx) = GpuContext::new(crate::DevicePreference::Auto) else {
-            assert!(std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1"));
+            assert!(!crate::tuning::gpu_required());
             return;
         };
         let hp = HParams {

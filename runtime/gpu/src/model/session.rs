@@ -35,7 +35,8 @@ pub const LAYERED_SUBMIT_MIN_TOKENS: u64 = 8;
 pub type Stop<'a> = &'a dyn Fn() -> bool;
 
 /// A recorded plan's key: tokens per batch, output, and whether every key of the batch lies
-/// within [`graph::short_attention_keys`] (a plan whose attention is not split).
+/// within [`graph::short_attention_keys`] of the model's tuning (a plan whose attention is not
+/// split).
 pub(crate) type PlanKey = (u64, Wanted, bool);
 
 /// One conversation on the GPU: KV cache, scratch, recorded plans.
@@ -87,6 +88,7 @@ impl GpuSession {
         let kv = KvCache::new(&ctx, hp, n_ctx, kv, max_batch)?;
         let s = Scratch::alloc(&ctx, hp, max_batch)?;
         let scratch_bytes = s.bytes();
+        let lookahead = model.tuning.lookahead;
         Ok(GpuSession {
             mem: SessionMemory {
                 kv_bytes: kv.bytes(),
@@ -100,7 +102,7 @@ impl GpuSession {
             kv,
             s,
             plans: HashMap::new(),
-            lookahead: lookahead::lookahead_default(),
+            lookahead,
             ahead: None,
             ahead_staging: Vec::new(),
             logits_stale: false,
@@ -189,7 +191,7 @@ impl GpuSession {
 
     /// [`GpuSession::plan_for`] for a batch starting at position `pos`.
     fn plan_at(&mut self, pos: u64, n: u64, wanted: Wanted) -> Result<PlanKey> {
-        let short = pos.saturating_add(n) <= graph::short_attention_keys();
+        let short = pos.saturating_add(n) <= graph::short_attention_keys(&self.model.tuning);
         let key = (n, wanted, short);
         if self.plans.contains_key(&key) {
             return Ok(key);

@@ -266,7 +266,7 @@ fn run_matmul(
     };
     match mm {
         Mm::Gemv => kernels::ternary_gemv(ctx, &mut enc, &w, &a, &y),
-        Mm::Gemm => kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y),
+        Mm::Gemm => kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y, AUTO_PICK.1),
         Mm::GemmWide => {
             kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, kernels::GemmTile::Wide)
         }

@@ -63,7 +63,7 @@ fn run_fused_ternary(
     let got_b = ctx.upload("got", &f32_bytes(&y0)).map_err(e)?;
     let a8 = ActInt8::alloc(ctx, tokens as u64, cols as u64).map_err(e)?;
     let a = if act4 { a8.as_int4().map_err(e)? } else { a8 };
-    if dec && !kernels::dec_norm_fits(&w, &a) {
+    if dec && !kernels::dec_norm_fits(&w, &a, AUTO_PICK.0) {
         return Err("the decode kernel's fused variant does not take this shape".into());
     }
     // the unfused passes
@@ -89,12 +89,13 @@ fn run_fused_ternary(
         topk: false,
     });
     let mut enc = ctx.encoder();
-    kernels::ternary_gemv_fused(ctx, &mut enc, &w, &a, norm, epi, &got_b).map_err(e)?;
+    kernels::ternary_gemv_fused(ctx, &mut enc, &w, &a, norm, epi, &got_b, AUTO_PICK.0)
+        .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let got = ctx.read_f32(&got_b, tokens * rows).map_err(e)?;
     let want = ctx.read_f32(&want_b, tokens * rows).map_err(e)?;
     let s = score("fused ternary", Check::Exact, &got, &want)?;
-    let kernel = if fuse_norm && kernels::dec_norm_fits(&w, &a) {
+    let kernel = if fuse_norm && kernels::dec_norm_fits(&w, &a, AUTO_PICK.0) {
         "decode kernel"
     } else {
         "other kernel"

@@ -81,8 +81,8 @@ fn run_ternary_pairs(
     } else {
         kernels::rmsnorm_quant_int8(ctx, &mut enc, &xb, &nb, c, EPS, &a).map_err(e)?;
     }
-    kernels::ternary_matmul(ctx, &mut enc, &gw, &a, &g).map_err(e)?;
-    kernels::ternary_matmul(ctx, &mut enc, &uw, &a, &u).map_err(e)?;
+    kernels::ternary_matmul(ctx, &mut enc, &gw, &a, &g, AUTO_PICK).map_err(e)?;
+    kernels::ternary_matmul(ctx, &mut enc, &uw, &a, &u, AUTO_PICK).map_err(e)?;
     let n = (tokens * rows) as u64;
     kernels::elementwise(ctx, &mut enc, op, &g, &u, &want_b, n).map_err(e)?;
     if (tokens as u64) < GEMM_MIN_TOKENS {
@@ -92,9 +92,19 @@ fn run_ternary_pairs(
             eps: EPS,
             topk: false,
         });
-        kernels::ternary_gemv_fused(ctx, &mut enc, &pw, &a, norm, epi_of(op), &got_b).map_err(e)?;
+        kernels::ternary_gemv_fused(
+            ctx,
+            &mut enc,
+            &pw,
+            &a,
+            norm,
+            epi_of(op),
+            &got_b,
+            AUTO_PICK.0,
+        )
+        .map_err(e)?;
     } else {
-        kernels::ternary_matmul(ctx, &mut enc, &pw, &a, &gu).map_err(e)?;
+        kernels::ternary_matmul(ctx, &mut enc, &pw, &a, &gu, AUTO_PICK).map_err(e)?;
         kernels::glu_pairs(ctx, &mut enc, op, &gu, &got_b, n).map_err(e)?;
     }
     ctx.submit_wait(enc).map_err(e)?;

@@ -82,9 +82,9 @@ fn run_ternary_gemm(
     let a =
         kernels::quantize_act_int8(ctx, &mut enc, &xb, tokens as u64, cols as u64).map_err(e)?;
     match path {
-        Path::Gemm => tern_gpu::kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y),
+        Path::Gemm => tern_gpu::kernels::ternary_gemm(ctx, &mut enc, &w, &a, &y, AUTO_PICK.1),
         Path::Gemv => kernels::ternary_gemv(ctx, &mut enc, &w, &a, &y),
-        Path::Matmul => tern_gpu::kernels::ternary_matmul(ctx, &mut enc, &w, &a, &y),
+        Path::Matmul => tern_gpu::kernels::ternary_matmul(ctx, &mut enc, &w, &a, &y, AUTO_PICK),
         Path::GemmWide => {
             let wide = tern_gpu::kernels::GemmTile::Wide;
             tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, wide)

@@ -63,7 +63,7 @@ fn run_topk_fused(
     let want_b = ctx.upload("want", &f32_bytes(&y0)).map_err(e)?;
     let got_b = ctx.upload("got", &f32_bytes(&y0)).map_err(e)?;
     let a = ActInt8::alloc(ctx, tokens as u64, cols as u64).map_err(e)?;
-    if !kernels::dec_norm_fits(&w, &a) {
+    if !kernels::dec_norm_fits(&w, &a, AUTO_PICK.0) {
         return Err("the decode kernel's fused variant does not take this shape".into());
     }
     // the separate passes
@@ -88,7 +88,8 @@ fn run_topk_fused(
         topk: true,
     });
     let mut enc = ctx.encoder();
-    kernels::ternary_gemv_fused(ctx, &mut enc, &w, &a, norm, epi, &got_b).map_err(e)?;
+    kernels::ternary_gemv_fused(ctx, &mut enc, &w, &a, norm, epi, &got_b, AUTO_PICK.0)
+        .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let got = ctx.read_f32(&got_b, tokens * rows).map_err(e)?;
     let want = ctx.read_f32(&want_b, tokens * rows).map_err(e)?;

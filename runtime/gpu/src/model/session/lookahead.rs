@@ -19,8 +19,8 @@
 //! included: its merged directions, magnitudes and retained rows are kept per position) except
 //! the one KIVI step in `R` that fills a block of the full-precision window and quantizes it
 //! (its f16 rows are gone afterwards, which `truncate` cannot undo): that step is not run ahead.
-//! `TERN_GPU_LOOKAHEAD=0` turns it off (A/B measurements); [`GpuSession::set_lookahead`] per
-//! session.
+//! [`crate::GpuTuning::lookahead`] (`TERN_GPU_LOOKAHEAD=0`) turns it off for the model's sessions
+//! (A/B measurements); [`GpuSession::set_lookahead`] per session.
 
 use super::{read_mapped_after, GpuSession};
 use crate::error::{GpuError, Result};
@@ -35,11 +35,6 @@ pub(crate) struct Ahead {
     /// The staging buffer its token id is copied to.
     slot: usize,
     submission: wgpu::SubmissionIndex,
-}
-
-/// Whether sessions run greedy steps ahead unless told otherwise (`TERN_GPU_LOOKAHEAD=0`: no).
-pub(crate) fn lookahead_default() -> bool {
-    std::env::var("TERN_GPU_LOOKAHEAD").map_or(true, |v| v != "0")
 }
 
 impl GpuSession {
