@@ -1,6 +1,7 @@
 //! CPU-only checks of the WGSL sources: every kernel resolves its imports and validates with naga
 //! (the per-variant check with override values is tern-gpu's registry test, where the keys
 //! live), every `.wgsl` file is registered, and no struct or function is written twice.
+#![allow(clippy::unwrap_used)] // tests may unwrap
 
 use super::*;
 use naga::valid::{Capabilities, ValidationFlags, Validator};

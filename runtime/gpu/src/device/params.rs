@@ -371,7 +371,8 @@ mod tests {
         }
         // Every shader with a Params struct is covered.
         for s in tern_shaders::Shader::ALL {
-            if s.source().unwrap().contains("struct Params") {
+            let src = s.source().unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            if src.contains("struct Params") {
                 assert!(
                     ALL.iter()
                         .any(|l| l.wgsl.iter().any(|(sh, n)| *sh == s && *n == "Params")),

@@ -2,6 +2,7 @@
 //! override constants it implies; every key compiles with naga (parse, validate, resolve its
 //! overrides, validate again, write SPIR-V); labels are unique; the WGSL's KV format names are
 //! `KvQuant::index()`.
+#![allow(clippy::unwrap_used)] // tests may unwrap
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
