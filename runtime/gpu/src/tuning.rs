@@ -103,8 +103,9 @@ pub struct GpuTuning {
     pub fuse_float_norm: bool,
     /// `TERN_GPU_ATTN_SHORT` = a number of positions (default unset:
     /// [`crate::SHORT_ATTENTION_KEYS`] = 128): up to it sessions run plans whose attention is
-    /// not split (no combine dispatch per layer); `0` = always split. H100, issue 15 (h-rope):
-    /// 128 measured best of 0 / 128 / 512.
+    /// not split (no combine dispatch per layer); `0` = always split. H100 2B4T tg128 (issue 15,
+    /// h-rope): 156.1 / 157.1 / 155.7 tokens/s at 0 / 128 / 512, within noise; 128 saves one
+    /// dispatch per layer at short contexts.
     pub attn_short: Option<u64>,
     /// `TERN_GPU_ATTN_PREFILL` = `0` | `1` (default `0`): batches of ≥ 16 tokens over f32/f16
     /// caches go to the query-tiled prefill kernel (`attention_prefill.wgsl`, RoPE fused with the
@@ -113,7 +114,8 @@ pub struct GpuTuning {
     /// dispatches per 30-layer prefill) is what a GPU without a large L2 pays for, unmeasured.
     pub attn_prefill: bool,
     /// `TERN_GPU_QKV` = `stacked` | `split` (default `stacked`): q/k/v as one matrix or three;
-    /// same bits. Stacked: fewer dispatches (issue 15 measurements, docs/bench/h-rope-2026-11-24).
+    /// same bits. H100 2B4T tg128 (issue 15, h-rope): 157.1 tokens/s stacked (one GEMV, RoPE
+    /// fused with the KV store) against 132.3 split.
     pub qkv: QkvLayout,
     /// `TERN_GPU_GATE_UP` = `paired` | `split` (default `paired`): gate and up as one weight of
     /// row pairs with the GLU in the GEMV's epilogue, or two weights; same bits
