@@ -21,6 +21,7 @@ fn open_gpu(path: &Path, split: bool) -> Option<Model> {
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory: None,
+        ..Default::default()
     };
     let m = match Model::open_with(path, &opts) {
         Ok(m) => Some(m),
