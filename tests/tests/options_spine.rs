@@ -12,17 +12,22 @@ use tern_import::hf::import_hf_dir;
 use tern_import::pack::PackOptions;
 use tern_tests::{golden, scratch};
 
-/// A random BitNet model packed with the file's own activation scheme (a8).
+/// A random BitNet model packed with the file's own activation scheme (a8), packed once for
+/// all the tests of this file.
 fn bitnet() -> std::path::PathBuf {
-    let out = scratch("options_spine_tiny_a").join("model.tern");
-    import_hf_dir(
-        &golden("bitnet_hf/tiny_a"),
-        &out,
-        &PackOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
-    out
+    static P: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let out = scratch("options_spine_tiny_a").join("model.tern");
+        import_hf_dir(
+            &golden("bitnet_hf/tiny_a"),
+            &out,
+            &PackOptions::default(),
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        out
+    })
+    .clone()
 }
 
 /// Logits of every position of `tokens` and 6 greedy tokens after them.
