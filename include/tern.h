@@ -18,7 +18,10 @@
 // when the library loads.
 #define TERN_ABI_VERSION 1
 
-// `tern_model_options.device`: the CPU reference in this release (the GPU only when asked for).
+// `tern_model_options.device`: a hardware GPU when there is one and the model has kernels for
+// every tensor on it, else the CPU reference (never a software adapter such as lavapipe: ask for
+// `TERN_DEVICE_GPU` to use one). tern's one meaning of "auto" (`tern_engine::Device::Auto`).
+// `tern_session_get_report` says which one a session runs on.
 #define TERN_DEVICE_AUTO 0
 
 // `tern_model_options.device`: the CPU reference backend.
@@ -232,6 +235,38 @@ typedef struct tern_generation_stats {
   double decode_seconds;
 } tern_generation_stats;
 
+// What a session really uses, read back by `tern_session_get_report`. Set `struct_size` to
+// `sizeof(tern_session_report)` first; fields a newer library appends are not written to an
+// older caller's smaller struct.
+typedef struct tern_session_report {
+  // `sizeof(tern_session_report)`, set by the caller.
+  uint32_t struct_size;
+  // `TERN_DEVICE_CPU` or `TERN_DEVICE_GPU` (`TERN_DEVICE_AUTO` resolved).
+  uint32_t device;
+  // Positions the KV cache holds (`n_ctx = 0` resolved).
+  uint32_t n_ctx;
+  // One of `TERN_KV_*`.
+  uint32_t kv_format;
+  // KIVI group size `G` and window `R` of the cache (the defaults 32 / 128 unless set).
+  uint32_t kivi_group;
+  uint32_t kivi_window;
+  // `TERN_MINICACHE_OFF`, or `TERN_MINICACHE_CUSTOM` with the three fields below
+  // (`TERN_MINICACHE_ON` is reported with the values it resolved to).
+  uint32_t minicache;
+  uint32_t minicache_start_layer;
+  float minicache_t;
+  float minicache_gamma;
+  // Non-zero: llama.cpp's CPU numerics.
+  uint32_t llama_cpp_numerics;
+  // Unused; keeps the u64 fields 8-aligned on every ABI. 0.
+  uint32_t reserved0;
+  // The memory budget of the model and its sessions in bytes (`tern_model_options.max_memory`;
+  // 0: no cap).
+  uint64_t max_memory;
+  // Bytes of the KV cache (all positions, keys and values, every layer).
+  uint64_t kv_bytes;
+} tern_session_report;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -361,6 +396,18 @@ void tern_cancel(struct tern_session *session);
 // `session` is NULL or a live session handle; `out` is NULL or a writable
 // `tern_generation_stats` whose `struct_size` is set.
 enum tern_status tern_session_last_stats(const struct tern_session *session, struct tern_generation_stats *out);
+
+// What `session` really uses: its device (`TERN_DEVICE_AUTO` resolved), context, KV format,
+// KIVI group/window, MiniCache settings, numerics, the memory budget, KV-cache bytes. Set
+// `out->struct_size = sizeof(tern_session_report)` first.
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small), `TERN_BUSY`,
+// `TERN_DEVICE_LOST`.
+//
+// # Safety
+// `session` is NULL or a live session handle; `out` is NULL or a writable
+// `tern_session_report` whose `struct_size` is set.
+enum tern_status tern_session_get_report(const struct tern_session *session, struct tern_session_report *out);
 
 // Score `text`: `*out_total_logprob` = Σ ln p(tᵢ | t₀ … tᵢ₋₁) over i = 1 … n−1, the natural-log
 // probability the model gives each of the text's tokens after the ones before it, summed in

@@ -120,6 +120,45 @@ fun main(args: Array<String>) {
         session.generateBlocking(chat, Sampling(), 24) { answer.append(it); true }
         println("chat: $answer")
         check(answer.contains("Paris"), "chat answer mentions Paris")
+
+        // Every option reaches the engine and reads back from the session report.
+        val r0 = session.report()
+        check(r0.device == Device.CPU && r0.nCtx == 256 && r0.kvFormat == KvFormat.F32 &&
+            r0.miniCache == MiniCache.Off && r0.maxMemory == 0L && r0.kvBytes > 0, "default report: $r0")
+        val formats = listOf(KvFormat.F32, KvFormat.F16, KvFormat.Q8, KvFormat.Q4, KvFormat.Q3,
+            KvFormat.Q2, KvFormat.A4, KvFormat.A3)
+        for (f in formats) {
+            TernSession(model, SessionOptions(nCtx = 64, kvFormat = f, kiviGroup = 16, kiviWindow = 32)).use {
+                val r = it.report()
+                check(r.kvFormat == f && r.nCtx == 64 && r.kiviGroup == 16 && r.kiviWindow == 32,
+                    "kv format $f reads back: $r")
+            }
+        }
+        TernSession(model, SessionOptions(nCtx = 64, miniCache = MiniCache.Custom(26, 0.5f, 0.25f),
+            llamaCppNumerics = true)).use {
+            val r = it.report()
+            check(r.miniCache == MiniCache.Custom(26, 0.5f, 0.25f) && r.llamaCppNumerics,
+                "MiniCache custom + llama.cpp numerics read back: $r")
+        }
+        TernSession(model, SessionOptions(nCtx = 64, miniCache = MiniCache.On)).use {
+            check(it.report().miniCache is MiniCache.Custom, "MiniCache on reads back its values")
+        }
+        check(status { TernSession(model, SessionOptions(kvFormat = 8)).close() } == TernException.INVALID_ARGUMENT,
+            "kv format 8 -> INVALID_ARGUMENT")
+        check(status { TernSession(model, SessionOptions(kvFormat = KvFormat.Q4, kiviWindow = 40)).close() } ==
+            TernException.INVALID_ARGUMENT, "KIVI window 40 -> INVALID_ARGUMENT")
+        TernModel(modelPath, Device.CPU, false, 3L shl 30).use { m ->
+            TernSession(m, 32).use {
+                val r = it.report()
+                check(r.device == Device.CPU && r.maxMemory == 3L shl 30, "CPU device + budget read back: $r")
+            }
+        }
+        TernModel(modelPath, Device.AUTO).use { m ->
+            TernSession(m, 32).use {
+                val d = it.report().device
+                check(d == Device.CPU || d == Device.GPU, "auto resolves to a device ($d)")
+            }
+        }
     } finally {
         session.close()
         model.close()

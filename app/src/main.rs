@@ -9,6 +9,7 @@ use std::time::Duration;
 use eframe::egui;
 use tern_app::script::{Script, Scripted};
 use tern_app::{LoadSettings, TernApp};
+use tern_engine::Device;
 
 const USAGE: &str =
     "usage: tern-app [MODEL.tern|MODEL.gguf] [--device auto|gpu|cpu] [--ctx N] [--max-tokens N]
@@ -29,7 +30,14 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
             "-h" | "--help" => return Err(String::new()),
-            "--device" => load.device = val("--device")?.parse().map_err(|e| format!("{e}"))?,
+            "--device" => {
+                load.device = match val("--device")?.as_str() {
+                    "cpu" => Device::Cpu,
+                    "gpu" => Device::Gpu,
+                    "auto" => Device::Auto,
+                    o => return Err(format!("--device `{o}`: expected cpu, gpu or auto")),
+                }
+            }
             "--ctx" => {
                 load.n_ctx = val("--ctx")?
                     .parse()

@@ -4,7 +4,7 @@
 //! **Engine options section** ([`engine_options_ui`]): the session's KV-cache format (`--kv`:
 //! f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3), MiniCache cross-layer merging (off / on with the
 //! engine's measured defaults, [`tern_engine::minicache_on`]) and the activation scheme of ternary
-//! models (the file's, or a8 / a4.8 over the same weights, `Model::open_with_activations`). They
+//! models (the file's, or a8 / a4.8 over the same weights, `LoadOptions::activations`). They
 //! change what is loaded or allocated, so they apply on reload like the settings above. The live
 //! panel's KV bar shows the chosen format's bytes and its ratio to f16.
 

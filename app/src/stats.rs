@@ -170,6 +170,10 @@ mod tests {
             activation_plan: Default::default(),
         };
         let s = SessionReport {
+            backend: tern_engine::BackendKind::Cpu,
+            max_memory: None,
+            kv: tern_engine::KvSpec::default(),
+            numerics: tern_engine::Numerics::Model,
             n_ctx: 10,
             kv_bytes: 4000,
             kv_bytes_per_token: 400,

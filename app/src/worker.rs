@@ -16,7 +16,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tern_engine::chat::{render_chat, ChatMessage};
-use tern_engine::session::{Device, GenerateOptions, LoadOptions, Model, Session, StopReason};
+use tern_engine::session::{
+    Device, GenerateOptions, LoadOptions, Model, Session, SessionOptions, StopReason,
+};
 use tern_engine::{EngineError, ModelReport, SamplingParams, SessionReport};
 
 use crate::error::AppError;
@@ -269,12 +271,10 @@ impl Engine {
             device: req.device,
             max_memory: req.max_memory,
             gpu: tern_engine::GpuTuning::from_env().map_err(tern_engine::EngineError::from)?,
+            activations: req.activations,
+            ..Default::default()
         };
-        let opened = match req.activations {
-            Some(acts) => Model::open_with_activations(&path, &opts, acts),
-            None => Model::open_with(&path, &opts),
-        };
-        let model = opened.map_err(|e| AppError::Load {
+        let model = Model::open_with(&path, &opts).map_err(|e| AppError::Load {
             path: path.clone(),
             source: e,
         })?;
@@ -340,16 +340,21 @@ impl Engine {
 
     /// Serve sends on a loaded model until a new load or the end.
     fn serve(&mut self, model: &Model, req: &LoadRequest, path: PathBuf, secs: f64) -> Next {
-        let hp = &model.meta().hparams;
-        let spec = tern_engine::KvSpec {
-            quant: req.kv,
-            minicache: req.minicache.then(|| tern_engine::minicache_on(hp.n_layer)),
+        // The engine checks the options (once, in `Session::with_options`).
+        let opts = SessionOptions {
+            n_ctx: req.n_ctx,
+            kv: tern_engine::KvOptions {
+                format: req.kv,
+                minicache: if req.minicache {
+                    tern_engine::MiniCacheMode::On
+                } else {
+                    tern_engine::MiniCacheMode::Off
+                },
+                ..Default::default()
+            },
             ..Default::default()
         };
-        let made = spec
-            .check(hp)
-            .map_err(|e| EngineError::InvalidArgument(e.to_string()))
-            .and_then(|()| Session::with_kv(model, req.n_ctx, &spec));
+        let made = Session::with_options(model, &opts);
         let mut session = match made {
             Ok(s) => s,
             Err(e) => {

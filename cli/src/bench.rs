@@ -35,14 +35,10 @@ pub struct BenchArgs {
     /// TIMESTAMP_QUERY).
     #[arg(long)]
     pub profile: bool,
-    /// Device: cpu, gpu or auto.
-    #[arg(long, default_value = "gpu")]
-    pub device: String,
-    /// GPU memory budget (bytes or K/M/G) for everything the model and session allocate, as for
-    /// `tern run` (on the CPU: NeuZip matrices stay compressed when decoding them would exceed
-    /// it); the GPU's peak allocation is printed against it.
-    #[arg(long)]
-    pub max_memory: Option<String>,
+    /// `--device` (default here: gpu, the engine this command measures) and `--max-memory` (the
+    /// GPU's peak allocation is printed against it).
+    #[command(flatten)]
+    pub load: crate::load::DeviceArgs,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
     /// Run the ternary linears' inputs as BitNet `a8` (INT8 absmax) or `a4.8` (INT4 absmean,
@@ -139,15 +135,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     if a.reps == 0 {
         bail!("-r must be at least 1");
     }
-    let lo = tern_engine::LoadOptions {
-        device: a.numerics.device(a.device.parse()?)?,
-        max_memory: a
-            .max_memory
-            .as_deref()
-            .map(crate::run::parse_bytes)
-            .transpose()?,
-        gpu: tern_engine::GpuTuning::from_env()?,
-    };
+    let lo = a.load.load_options(tern_engine::Device::Gpu, &a.numerics)?;
     let path = crate::models::resolve(a.model.as_deref())?;
     let acts = match a.activations.as_deref() {
         None => None,
@@ -156,10 +144,11 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         Some(x) => bail!("--activations {x:?}: expected a8 or a4.8"),
     };
     let t0 = Instant::now();
-    let mut model = match acts {
-        Some(acts) => tern_engine::Model::open_with_activations(&path, &lo, acts)?,
-        None => crate::run::load(Some(&path), &lo)?,
+    let lo = tern_engine::LoadOptions {
+        activations: acts,
+        ..lo
     };
+    let mut model = crate::run::load(Some(&path), &lo)?;
     let file_scheme = scheme_name(tern_format::TernFile::open(&path)?.meta().activations);
     let ran_scheme = scheme_name(model.meta().activations);
     let overridden = acts.is_some() && ran_scheme != file_scheme;
@@ -173,7 +162,14 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             model.meta().hparams.n_ctx_train
         );
     }
-    let mut s = Session::with_kv(&model, n_ctx, &a.kv.spec(&model)?)?;
+    let mut s = Session::with_options(
+        &model,
+        &tern_engine::SessionOptions {
+            n_ctx,
+            kv: a.kv.options()?,
+            ..Default::default()
+        },
+    )?;
     let depth_toks = tokens(a.depth, vocab, 7);
 
     let mut results = Vec::new();

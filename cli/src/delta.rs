@@ -171,23 +171,3 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
         }
     }
 }
-
-/// Load `base` with the fine-tune delta `delta` applied in memory (`tern run BASE --delta D`).
-pub fn load_with_delta(
-    base: &std::path::Path,
-    delta: &std::path::Path,
-    opts: &tern_engine::LoadOptions,
-) -> Result<tern_engine::session::Model> {
-    let t0 = Instant::now();
-    let m = tern_engine::session::Model::open_with_delta_with(base, delta, opts)
-        .with_context(|| format!("loading {} + delta {}", base.display(), delta.display()))?;
-    log::info!(
-        "loaded {} + delta {} in {:.2}s on {}",
-        base.display(),
-        delta.display(),
-        t0.elapsed().as_secs_f64(),
-        m.device_name()
-    );
-    crate::models::log_plan(&m);
-    Ok(m)
-}

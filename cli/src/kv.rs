@@ -1,11 +1,13 @@
 //! `--kv`, `--minicache`, `--kv-group`, `--kv-window`: the KV-cache format, shared by `run`,
 //! `chat`, `perplexity`, `score` and `bench` (formats and their math: `tern_format::kv`; the
-//! MiniCache design and its measured defaults: `tern_reference::kv`).
+//! MiniCache design and its measured defaults: `tern_reference::kv`). The strings are parsed
+//! here into the engine's typed [`KvOptions`]; the engine checks them against the model
+//! ([`KvOptions::validate`]).
 
 use anyhow::Result;
 use clap::Args;
 use tern_engine::session::Model;
-use tern_engine::KvSpec;
+use tern_engine::{Kivi, KvOptions, KvQuant, KvSpec, MiniCacheMode};
 
 #[derive(Args, Clone, Debug)]
 pub struct KvArgs {
@@ -27,14 +29,28 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
-    /// The spec for `model` (`on` resolved for its depth; checked against it).
+    /// The typed options these flags spell (not yet checked against a model).
+    pub fn options(&self) -> Result<KvOptions> {
+        let format = KvQuant::parse(&self.kv)?;
+        let minicache = if self.minicache.trim().eq_ignore_ascii_case("on") {
+            MiniCacheMode::On
+        } else {
+            KvSpec::parse_minicache_explicit(&self.minicache)?
+                .map_or(MiniCacheMode::Off, MiniCacheMode::Custom)
+        };
+        let d = Kivi::default();
+        Ok(KvOptions {
+            format,
+            kivi: Kivi {
+                group: self.kv_group.unwrap_or(d.group),
+                residual: self.kv_window.unwrap_or(d.residual),
+            },
+            minicache,
+        })
+    }
+
+    /// The spec for `model` (`on` resolved for its depth; checked against it), for scoring.
     pub fn spec(&self, model: &Model) -> Result<KvSpec> {
-        Ok(tern_engine::kv_spec_from_flags(
-            &self.kv,
-            &self.minicache,
-            self.kv_group,
-            self.kv_window,
-            &model.meta().hparams,
-        )?)
+        Ok(self.options()?.validate(&model.meta().hparams)?)
     }
 }

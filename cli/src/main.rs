@@ -5,6 +5,7 @@ mod bench;
 mod delta;
 mod inspect;
 mod kv;
+mod load;
 mod models;
 mod numerics;
 mod pack;

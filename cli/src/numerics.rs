@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use tern_engine::session::{Device, LoadOptions, Model};
+use tern_engine::session::{Device, Model};
 
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct NumericsArgs {
@@ -32,14 +32,6 @@ impl NumericsArgs {
             }
             Device::Cpu => Ok(Device::Cpu),
         }
-    }
-
-    /// `lo` with its device chosen by [`NumericsArgs::device`].
-    pub fn load_options(&self, lo: LoadOptions) -> Result<LoadOptions> {
-        Ok(LoadOptions {
-            device: self.device(lo.device)?,
-            ..lo
-        })
     }
 
     /// Switch the loaded model's CPU forward pass to llama.cpp's numerics when asked.

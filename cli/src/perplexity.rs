@@ -34,27 +34,23 @@ pub struct PerplexityArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Device: cpu, gpu or auto.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[command(flatten)]
+    pub load: crate::load::DeviceArgs,
 }
 
-/// The `--device` of `perplexity` and `score`: on the GPU the forward pass and the fused CCE head
-/// run there (`peak_scoring_bytes` then counts only host memory).
-pub fn check_device(d: &str) -> Result<tern_engine::Device> {
-    Ok(d.parse()?)
-}
-
-/// Load the MODEL argument (a .tern, a .gguf packed once into the cache, or the default model).
-pub fn load_model(model: Option<&std::path::Path>, device: tern_engine::Device) -> Result<Model> {
-    crate::run::load(
-        model,
-        &tern_engine::LoadOptions {
-            device,
-            max_memory: None,
-            gpu: tern_engine::GpuTuning::from_env()?,
-        },
-    )
+/// Load the MODEL argument (a .tern, a .gguf packed once into the cache, or the default model)
+/// as `--device` (default auto), `--max-memory` and `--llama-cpp-numerics` say. On the GPU the
+/// forward pass and the fused CCE head run there (`peak_scoring_bytes` then counts only host
+/// memory).
+pub fn load_model(
+    model: Option<&std::path::Path>,
+    load: &crate::load::DeviceArgs,
+    numerics: &crate::numerics::NumericsArgs,
+) -> Result<Model> {
+    let lo = load.load_options(crate::load::DeviceArgs::DEFAULT, numerics)?;
+    let mut m = crate::run::load(model, &lo)?;
+    numerics.apply(&mut m);
+    Ok(m)
 }
 
 /// Progress bar + peak heap of the scoring stages.
@@ -79,15 +75,13 @@ impl ScoreObserver for Observer {
 }
 
 pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
-    let device = a.numerics.device(check_device(&a.device)?)?;
     let raw = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     if raw.is_empty() {
         bail!("{} is empty: nothing to score", a.file.display());
     }
     let text = String::from_utf8(raw)
         .map_err(|e| anyhow::anyhow!("{} is not UTF-8 text: {e}", a.file.display()))?;
-    let mut model = load_model(a.model.as_deref(), device)?;
-    a.numerics.apply(&mut model);
+    let model = load_model(a.model.as_deref(), &a.load, &a.numerics)?;
     let n_ctx_train = model.meta().hparams.n_ctx_train as usize;
     if a.ctx > n_ctx_train {
         bail!(

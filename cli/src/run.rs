@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use tern_engine::chat::{render_chat, ChatMessage};
-use tern_engine::session::{Device, GenerateOptions, LoadOptions, Model, Session};
+use tern_engine::session::{Device, GenerateOptions, LoadOptions, Model, Session, SessionOptions};
+
+use crate::load::DeviceArgs;
 use tern_engine::SamplingParams;
 
 #[derive(Args, Clone)]
@@ -36,16 +38,8 @@ pub struct SamplingArgs {
     /// Context size in tokens (0 = the model's training context, capped at 4096 positions).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub ctx: usize,
-    /// Device: cpu, gpu (the GPU engine; software adapters such as lavapipe count) or auto
-    /// (a hardware GPU when present, else the CPU).
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// GPU memory budget (bytes, or with K/M/G) for everything the model and session allocate:
-    /// NeuZip tensors that do not fit decoded stay compressed and are decoded just in time; a
-    /// budget below the smallest that works is refused, naming it. The plan is printed with -v.
-    /// On the CPU: NeuZip matrices stay compressed when decoding them would exceed it.
-    #[arg(long)]
-    pub max_memory: Option<String>,
+    #[command(flatten)]
+    pub load: crate::load::DeviceArgs,
     #[command(flatten)]
     pub numerics: crate::numerics::NumericsArgs,
     #[command(flatten)]
@@ -74,44 +68,25 @@ impl SamplingArgs {
     /// Whether a lost GPU device is replaced by the CPU (with a warning) instead of failing:
     /// `--device auto`, or a simulated loss.
     pub fn falls_back(&self) -> bool {
-        self.device == "auto" || self.debug_lose_device_after.is_some()
+        self.load.device_or(DeviceArgs::DEFAULT) == Device::Auto
+            || self.debug_lose_device_after.is_some()
     }
 
     /// The backend and memory budget asked for.
     pub fn load_options(&self) -> Result<LoadOptions> {
-        let device: Device = self.device.parse()?;
-        self.numerics.load_options(LoadOptions {
-            device,
-            max_memory: self.max_memory.as_deref().map(parse_bytes).transpose()?,
-            gpu: tern_engine::GpuTuning::from_env()?,
+        self.load.load_options(DeviceArgs::DEFAULT, &self.numerics)
+    }
+
+    /// The session these flags ask for: context, KV cache, sampling (checked by the engine when
+    /// the session is made). The llama.cpp numerics are the model's (`NumericsArgs::apply`).
+    pub fn session_options(&self) -> Result<SessionOptions> {
+        Ok(SessionOptions {
+            n_ctx: self.ctx,
+            kv: self.kv.options()?,
+            sampling: self.params(),
+            ..Default::default()
         })
     }
-}
-
-/// `123`, `512M`, `1.5G` (binary units: K = 1024) → bytes.
-pub fn parse_bytes(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'B' => 1,
-                _ => bail!("--max-memory {s:?}: use bytes or a K/M/G suffix"),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .with_context(|| format!("--max-memory {s:?}: not a number"))?;
-    if !(v.is_finite() && v >= 0.0) {
-        bail!("--max-memory {s:?}: must be a non-negative size");
-    }
-    Ok((v * mul as f64) as u64)
 }
 
 #[derive(Args)]
@@ -143,10 +118,13 @@ pub struct RunArgs {
 pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
     let path = crate::models::resolve(model)?;
     let t0 = std::time::Instant::now();
-    let m = Model::open_with(&path, opts).with_context(|| format!("loading {}", path.display()))?;
+    let what = match &opts.delta {
+        Some(d) => format!("{} + delta {}", path.display(), d.display()),
+        None => path.display().to_string(),
+    };
+    let m = Model::open_with(&path, opts).with_context(|| format!("loading {what}"))?;
     log::info!(
-        "loaded {} in {:.2}s on {}",
-        path.display(),
+        "loaded {what} in {:.2}s on {}",
         t0.elapsed().as_secs_f64(),
         m.device_name()
     );
@@ -156,12 +134,11 @@ pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let lo = a.sampling.load_options()?;
-    let mut model = match &a.delta {
-        Some(d) => {
-            crate::delta::load_with_delta(&crate::models::resolve(a.model.as_deref())?, d, &lo)?
-        }
-        None => load(a.model.as_deref(), &lo)?,
+    let lo = LoadOptions {
+        delta: a.delta.clone(),
+        ..lo
     };
+    let mut model = load(a.model.as_deref(), &lo)?;
     a.sampling.numerics.apply(&mut model);
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
@@ -170,7 +147,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     };
     model.check_tokens(&prompt)?;
     if let Some(path) = &a.dump_logits {
-        let mut s = Session::with_kv(&model, a.sampling.ctx, &a.sampling.kv.spec(&model)?)?;
+        let mut s = Session::with_options(&model, &a.sampling.session_options()?)?;
         let logits = s.eval_all(&prompt)?;
         write_npy(path, &logits, prompt.len(), model.n_vocab())?;
         log::info!(
@@ -195,8 +172,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let (mut model, mut prompt, mut opts) = (model, prompt, opts);
     let mut pieces = 0usize;
     let r = loop {
-        let mut s = Session::with_kv(&model, a.sampling.ctx, &a.sampling.kv.spec(&model)?)?;
-        let r = s.generate(&prompt, &a.sampling.params(), &opts, &mut |piece| {
+        let mut s = Session::with_options(&model, &a.sampling.session_options()?)?;
+        let r = s.generate(&prompt, &s.sampling().clone(), &opts, &mut |piece| {
             let _ = out.write_all(piece.as_bytes());
             let _ = out.flush();
             pieces += 1;
@@ -370,7 +347,7 @@ fn chat_on(
             .to_string()
     };
     let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
-    let mut s = Session::with_kv(model, a.sampling.ctx, &a.sampling.kv.spec(model)?)?;
+    let mut s = Session::with_options(model, &a.sampling.session_options()?)?;
     let stdin = std::io::stdin();
     let interactive = std::io::IsTerminal::is_terminal(&stdin);
     if interactive && resume.is_none() {
@@ -422,7 +399,7 @@ fn chat_on(
             stop_tokens: vec![],
             stop_strings: a.sampling.stop.clone(),
         };
-        let r = s.generate_from(&ids, &a.sampling.params(), &opts, &mut |p| {
+        let r = s.generate_from(&ids, &s.sampling().clone(), &opts, &mut |p| {
             let _ = out.write_all(p.as_bytes());
             let _ = out.flush();
             text.push_str(p);

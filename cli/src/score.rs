@@ -24,9 +24,8 @@ pub struct ScoreArgs {
     pub numerics: crate::numerics::NumericsArgs,
     #[command(flatten)]
     pub kv: crate::kv::KvArgs,
-    /// Device: cpu, gpu or auto.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[command(flatten)]
+    pub load: crate::load::DeviceArgs,
 }
 
 /// Ranks (1 = best) of `values`, higher is better; ties keep input order.
@@ -41,11 +40,7 @@ fn ranks(values: &[f64]) -> Vec<usize> {
 }
 
 pub fn run(a: ScoreArgs) -> Result<ExitCode> {
-    let device = a
-        .numerics
-        .device(crate::perplexity::check_device(&a.device)?)?;
-    let mut model = crate::perplexity::load_model(a.model.as_deref(), device)?;
-    a.numerics.apply(&mut model);
+    let model = crate::perplexity::load_model(a.model.as_deref(), &a.load, &a.numerics)?;
     let score_opts = tern_engine::ScoreOptions {
         kv: a.kv.spec(&model)?,
         ..Default::default()

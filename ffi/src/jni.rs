@@ -9,17 +9,18 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use jni::objects::{JClass, JObject, JObjectArray, JString, JValue};
-use jni::sys::{jboolean, jdoubleArray, jfloat, jint, jlong, jstring, JNI_VERSION_1_6};
+use jni::sys::{jboolean, jdoubleArray, jfloat, jint, jlong, jlongArray, jstring, JNI_VERSION_1_6};
 use jni::JNIEnv;
 
 use crate::chat::{tern_chat_apply, tern_chat_message, tern_string_free};
 use crate::model::{tern_model, tern_model_free, tern_model_load};
 use crate::options::{
     tern_model_options_default, tern_sampling_default, tern_session_options_default,
+    tern_session_report,
 };
 use crate::session::{
-    tern_cancel, tern_generate, tern_score, tern_session, tern_session_free, tern_session_new,
-    tern_session_reset,
+    tern_cancel, tern_generate, tern_score, tern_session, tern_session_free,
+    tern_session_get_report, tern_session_new, tern_session_reset,
 };
 use crate::status::{tern_last_error, tern_status};
 
@@ -142,12 +143,15 @@ pub extern "system" fn Java_dev_tern_Native_modelLoad(
     path: JString,
     device: jint,
     use_threads: jboolean,
+    max_memory: jlong,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let path = c_string(env, &path, "path")?;
         let mut o = tern_model_options_default();
         o.device = device as u32;
         o.use_threads = u32::from(use_threads != 0);
+        // 0 (or a negative value, which is no size): no cap.
+        o.max_memory = u64::try_from(max_memory).unwrap_or(0);
         let mut m: *mut tern_model = std::ptr::null_mut();
         // SAFETY: valid string, options and out-parameter.
         let s = unsafe { tern_model_load(path.as_ptr(), &o, &mut m) };
@@ -167,14 +171,71 @@ pub extern "system" fn Java_dev_tern_Native_sessionNew(
     _class: JClass,
     model: jlong,
     n_ctx: jint,
+    kv_format: jint,
+    minicache: jint,
+    minicache_start_layer: jint,
+    minicache_t: jfloat,
+    minicache_gamma: jfloat,
+    kivi_group: jint,
+    kivi_window: jint,
+    llama_cpp_numerics: jboolean,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let mut o = tern_session_options_default();
         o.n_ctx = n_ctx.max(0) as u32;
+        // Java ints are signed: a negative value passes as a large u32, which the C ABI refuses
+        // (an unknown format / mode) or reads as a size.
+        o.kv_format = kv_format as u32;
+        o.minicache = minicache as u32;
+        o.minicache_start_layer = minicache_start_layer as u32;
+        o.minicache_t = minicache_t;
+        o.minicache_gamma = minicache_gamma;
+        o.kivi_group = kivi_group as u32;
+        o.kivi_window = kivi_window as u32;
+        o.llama_cpp_numerics = u32::from(llama_cpp_numerics != 0);
         let mut s: *mut tern_session = std::ptr::null_mut();
         // SAFETY: the wrapper passes a live model handle (or 0, which is a NULL status).
         let st = unsafe { tern_session_new(model as *mut tern_model, &o, &mut s) };
         check(env, st).then_some(s as jlong)
+    })
+}
+
+/// `tern_session_get_report` as `long[]`: device, n_ctx, kv_format, kivi_group, kivi_window,
+/// minicache, minicache_start_layer, minicache_t and minicache_gamma (`Float.floatToRawIntBits`),
+/// llama_cpp_numerics, max_memory, kv_bytes.
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_sessionReport(
+    mut env: JNIEnv,
+    _class: JClass,
+    session: jlong,
+) -> jlongArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let mut r = tern_session_report {
+            struct_size: std::mem::size_of::<tern_session_report>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: the wrapper passes a live session handle (or 0); `r` is writable, sized.
+        let st = unsafe { tern_session_get_report(session as *const tern_session, &mut r) };
+        if !check(env, st) {
+            return None;
+        }
+        let v: [jlong; 12] = [
+            jlong::from(r.device),
+            jlong::from(r.n_ctx),
+            jlong::from(r.kv_format),
+            jlong::from(r.kivi_group),
+            jlong::from(r.kivi_window),
+            jlong::from(r.minicache),
+            jlong::from(r.minicache_start_layer),
+            jlong::from(r.minicache_t.to_bits()),
+            jlong::from(r.minicache_gamma.to_bits()),
+            jlong::from(r.llama_cpp_numerics),
+            r.max_memory as jlong,
+            r.kv_bytes as jlong,
+        ];
+        let arr = env.new_long_array(v.len() as i32).ok()?;
+        env.set_long_array_region(&arr, 0, &v).ok()?;
+        Some(arr.into_raw())
     })
 }
 

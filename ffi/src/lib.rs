@@ -42,9 +42,9 @@ pub use chat::{tern_chat_apply, tern_chat_message, tern_string_free};
 pub use model::{tern_model, tern_model_free, tern_model_load};
 pub use options::{
     tern_generation_stats, tern_model_options, tern_model_options_default, tern_sampling,
-    tern_sampling_default, tern_session_options, tern_session_options_default, TERN_DEVICE_AUTO,
-    TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT, TERN_STOP_MAX_TOKENS,
-    TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
+    tern_sampling_default, tern_session_options, tern_session_options_default, tern_session_report,
+    TERN_DEVICE_AUTO, TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT,
+    TERN_STOP_MAX_TOKENS, TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
 };
 pub use options::{
     TERN_KV_A3, TERN_KV_A4, TERN_KV_F16, TERN_KV_F32, TERN_KV_Q2, TERN_KV_Q3, TERN_KV_Q4,
@@ -52,7 +52,8 @@ pub use options::{
 };
 pub use session::{
     tern_cancel, tern_debug_lose_device, tern_generate, tern_piece_callback, tern_score,
-    tern_session, tern_session_free, tern_session_last_stats, tern_session_new, tern_session_reset,
+    tern_session, tern_session_free, tern_session_get_report, tern_session_last_stats,
+    tern_session_new, tern_session_reset,
 };
 pub use status::{tern_last_error, tern_status, tern_status_name};
 

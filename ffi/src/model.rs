@@ -5,12 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tern_engine::{EngineError, Model};
-use tern_reference::ForwardOptions;
 
-use crate::options::{
-    read_versioned, tern_model_options, tern_model_options_default, TERN_DEVICE_AUTO,
-    TERN_DEVICE_CPU, TERN_DEVICE_GPU,
-};
+use crate::options::{read_versioned, tern_model_options, tern_model_options_default};
 use crate::status::{arg_out, arg_str, boundary, boundary_void, tern_status, Error, Result};
 
 /// A loaded model (opaque). Free with `tern_model_free`.
@@ -26,27 +22,9 @@ const _: () = {
 };
 
 fn load(path: &str, opts: &tern_model_options) -> Result<Model> {
-    match opts.device {
-        TERN_DEVICE_AUTO | TERN_DEVICE_CPU | TERN_DEVICE_GPU => {}
-        other => {
-            return Err(Error::invalid(format!(
-                "device {other}: expected TERN_DEVICE_AUTO (0), TERN_DEVICE_CPU (1) or TERN_DEVICE_GPU (2)"
-            )))
-        }
-    }
-    // AUTO stays on the CPU in this release: the GPU is used when asked for explicitly.
-    let device = if opts.device == TERN_DEVICE_GPU {
-        tern_engine::Device::Gpu
-    } else {
-        tern_engine::Device::Cpu
-    };
+    let lo = opts.load_options()?;
     let t0 = std::time::Instant::now();
-    let lo = tern_engine::LoadOptions {
-        device,
-        max_memory: Some(opts.max_memory).filter(|&m| m != 0),
-        gpu: tern_engine::GpuTuning::from_env().map_err(EngineError::from)?,
-    };
-    let mut model = Model::open_with(Path::new(path), &lo).map_err(|e| match e {
+    let model = Model::open_with(Path::new(path), &lo).map_err(|e| match e {
         // At load time a tokenizer that does not build is a problem of the file.
         EngineError::Tokenizer(m) => Error::new(
             tern_status::TERN_CORRUPT_FILE,
@@ -58,9 +36,6 @@ fn load(path: &str, opts: &tern_model_options) -> Result<Model> {
             err
         }
     })?;
-    let mut fo = ForwardOptions::default();
-    fo.matmul.parallel = opts.use_threads != 0;
-    model.set_forward_options(fo);
     log::info!(
         "loaded {path} in {:.2}s ({} layers, vocabulary {})",
         t0.elapsed().as_secs_f64(),

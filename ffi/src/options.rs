@@ -9,11 +9,17 @@
 
 use std::mem::size_of;
 
-use tern_engine::{SamplingParams, StopReason};
+use tern_engine::{
+    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, MiniCache,
+    MiniCacheMode, Numerics, SamplingParams, SessionOptions, SessionReport, StopReason,
+};
 
 use crate::status::{Error, Result};
 
-/// `tern_model_options.device`: the CPU reference in this release (the GPU only when asked for).
+/// `tern_model_options.device`: a hardware GPU when there is one and the model has kernels for
+/// every tensor on it, else the CPU reference (never a software adapter such as lavapipe: ask for
+/// `TERN_DEVICE_GPU` to use one). tern's one meaning of "auto" (`tern_engine::Device::Auto`).
+/// `tern_session_get_report` says which one a session runs on.
 pub const TERN_DEVICE_AUTO: u32 = 0;
 /// `tern_model_options.device`: the CPU reference backend.
 pub const TERN_DEVICE_CPU: u32 = 1;
@@ -310,40 +316,160 @@ pub(crate) unsafe fn write_versioned<T: Versioned>(p: *mut T, mut value: T) -> R
     Ok(())
 }
 
-impl tern_session_options {
-    /// The KV-cache spec these options ask for, checked against the model (`TERN_INVALID_ARGUMENT`
-    /// naming the bad field).
-    pub(crate) fn kv_spec(&self, hp: &tern_format::HParams) -> Result<tern_engine::KvSpec> {
-        let kv = match tern_engine::KvQuant::ALL.get(self.kv_format as usize) {
-            Some(q) => q.name(),
-            None => {
+impl tern_model_options {
+    /// The engine's load options: each number mapped to its typed value (no strings), checked
+    /// by the engine when the model is opened.
+    pub(crate) fn load_options(&self) -> Result<LoadOptions> {
+        let device = match self.device {
+            TERN_DEVICE_AUTO => Device::Auto,
+            TERN_DEVICE_CPU => Device::Cpu,
+            TERN_DEVICE_GPU => Device::Gpu,
+            other => {
                 return Err(Error::invalid(format!(
-                    "tern_session_options.kv_format {} is not one of TERN_KV_*",
-                    self.kv_format
+                    "device {other}: expected TERN_DEVICE_AUTO (0), TERN_DEVICE_CPU (1) or \
+                     TERN_DEVICE_GPU (2)"
                 )))
             }
         };
-        let mc = match self.minicache {
-            TERN_MINICACHE_OFF => "off".to_string(),
-            TERN_MINICACHE_ON => "on".to_string(),
-            TERN_MINICACHE_CUSTOM => format!(
-                "{},{},{}",
-                self.minicache_start_layer, self.minicache_t, self.minicache_gamma
-            ),
+        Ok(LoadOptions {
+            device,
+            max_memory: Some(self.max_memory).filter(|&m| m != 0),
+            cpu_threads: if self.use_threads != 0 {
+                CpuThreads::Pool
+            } else {
+                CpuThreads::Caller
+            },
+            // The GPU knobs are developers' measurement switches (`TERN_GPU_*`); the C ABI is an
+            // edge like the CLI, so a bad value is `TERN_INVALID_ARGUMENT` naming the variable.
+            gpu: tern_engine::GpuTuning::from_env().map_err(tern_engine::EngineError::from)?,
+        })
+    }
+}
+
+impl tern_session_options {
+    /// The engine's session options: each number mapped to its typed value (`kv_format` by
+    /// `KvQuant::from_index`, no strings); the engine checks them once, against the model, in
+    /// `Session::with_options` (`TERN_INVALID_ARGUMENT` naming the bad value).
+    pub(crate) fn session_options(&self) -> Result<SessionOptions> {
+        let format = KvQuant::from_index(self.kv_format).ok_or_else(|| {
+            Error::invalid(format!(
+                "tern_session_options.kv_format {} is not one of TERN_KV_*",
+                self.kv_format
+            ))
+        })?;
+        let minicache = match self.minicache {
+            TERN_MINICACHE_OFF => MiniCacheMode::Off,
+            TERN_MINICACHE_ON => MiniCacheMode::On,
+            TERN_MINICACHE_CUSTOM => MiniCacheMode::Custom(MiniCache {
+                start_layer: self.minicache_start_layer,
+                t: self.minicache_t,
+                gamma: self.minicache_gamma,
+            }),
             o => {
                 return Err(Error::invalid(format!(
                     "tern_session_options.minicache {o} is not one of TERN_MINICACHE_*"
                 )))
             }
         };
-        let nz = |v: u32| (v != 0).then_some(v);
-        Ok(tern_engine::kv_spec_from_flags(
-            kv,
-            &mc,
-            nz(self.kivi_group),
-            nz(self.kivi_window),
-            hp,
-        )?)
+        let d = Kivi::default();
+        let or = |v: u32, d: u32| if v == 0 { d } else { v };
+        Ok(SessionOptions {
+            n_ctx: self.n_ctx as usize,
+            kv: KvOptions {
+                format,
+                kivi: Kivi {
+                    group: or(self.kivi_group, d.group),
+                    residual: or(self.kivi_window, d.residual),
+                },
+                minicache,
+            },
+            numerics: if self.llama_cpp_numerics != 0 {
+                Numerics::LlamaCpp
+            } else {
+                Numerics::Model
+            },
+            ..Default::default()
+        })
+    }
+}
+
+/// What a session really uses, read back by `tern_session_get_report`. Set `struct_size` to
+/// `sizeof(tern_session_report)` first; fields a newer library appends are not written to an
+/// older caller's smaller struct.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct tern_session_report {
+    /// `sizeof(tern_session_report)`, set by the caller.
+    pub struct_size: u32,
+    /// `TERN_DEVICE_CPU` or `TERN_DEVICE_GPU` (`TERN_DEVICE_AUTO` resolved).
+    pub device: u32,
+    /// Positions the KV cache holds (`n_ctx = 0` resolved).
+    pub n_ctx: u32,
+    /// One of `TERN_KV_*`.
+    pub kv_format: u32,
+    /// KIVI group size `G` and window `R` of the cache (the defaults 32 / 128 unless set).
+    pub kivi_group: u32,
+    pub kivi_window: u32,
+    /// `TERN_MINICACHE_OFF`, or `TERN_MINICACHE_CUSTOM` with the three fields below
+    /// (`TERN_MINICACHE_ON` is reported with the values it resolved to).
+    pub minicache: u32,
+    pub minicache_start_layer: u32,
+    pub minicache_t: f32,
+    pub minicache_gamma: f32,
+    /// Non-zero: llama.cpp's CPU numerics.
+    pub llama_cpp_numerics: u32,
+    /// Unused; keeps the u64 fields 8-aligned on every ABI. 0.
+    pub reserved0: u32,
+    /// The memory budget of the model and its sessions in bytes (`tern_model_options.max_memory`;
+    /// 0: no cap).
+    pub max_memory: u64,
+    /// Bytes of the KV cache (all positions, keys and values, every layer).
+    pub kv_bytes: u64,
+}
+
+impl tern_session_report {
+    pub(crate) fn from_report(r: &SessionReport) -> Self {
+        let (minicache, mc) = match r.kv.minicache {
+            None => (
+                TERN_MINICACHE_OFF,
+                MiniCache {
+                    start_layer: 0,
+                    t: 0.0,
+                    gamma: 0.0,
+                },
+            ),
+            Some(m) => (TERN_MINICACHE_CUSTOM, m),
+        };
+        tern_session_report {
+            struct_size: size_of::<Self>() as u32,
+            device: match r.backend {
+                BackendKind::Cpu => TERN_DEVICE_CPU,
+                BackendKind::Gpu => TERN_DEVICE_GPU,
+            },
+            n_ctx: u32::try_from(r.n_ctx).unwrap_or(u32::MAX),
+            kv_format: r.kv.quant.index(),
+            kivi_group: r.kv.kivi.group,
+            kivi_window: r.kv.kivi.residual,
+            minicache,
+            minicache_start_layer: mc.start_layer,
+            minicache_t: mc.t,
+            minicache_gamma: mc.gamma,
+            llama_cpp_numerics: u32::from(r.numerics == Numerics::LlamaCpp),
+            reserved0: 0,
+            max_memory: r.max_memory.unwrap_or(0),
+            kv_bytes: r.kv_bytes,
+        }
+    }
+}
+
+// SAFETY: repr(C), u32 struct_size first, only u32/u64/f32 fields.
+unsafe impl Versioned for tern_session_report {
+    /// The first version: every field above.
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_session_report";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
     }
 }
 

@@ -9,7 +9,7 @@ use tern_engine::{GenerateOptions, Model, Session};
 use crate::model::tern_model;
 use crate::options::{
     read_versioned, stop_reason_code, tern_generation_stats, tern_sampling, tern_sampling_default,
-    tern_session_options, tern_session_options_default, write_versioned,
+    tern_session_options, tern_session_options_default, tern_session_report, write_versioned,
 };
 use crate::status::{
     arg_out, arg_ref, arg_str, boundary, boundary_void, tern_status, Error, Result,
@@ -128,20 +128,10 @@ pub unsafe extern "C" fn tern_session_new(
         let out = arg_out(out, "out")?;
         // SAFETY: the caller's contract.
         let opts = unsafe { read_versioned(opts, tern_session_options_default()) }?;
-        let n_ctx = match opts.n_ctx {
-            0 => (model.model.meta().hparams.n_ctx_train as usize).min(Session::DEFAULT_MAX_CTX),
-            n => n as usize,
-        };
-        check_kv_memory(&model.model, n_ctx)?;
-        let kv = opts.kv_spec(&model.model.meta().hparams)?;
-        let session = OwnedSession::try_new(model.model.clone(), |m| {
-            let mut s = Session::with_kv(m, n_ctx, &kv)?;
-            if opts.llama_cpp_numerics != 0 {
-                s.set_llama_cpp_numerics(true)?;
-            }
-            Ok::<_, tern_engine::EngineError>(s)
-        })
-        .map_err(Error::from)?;
+        let so = opts.session_options()?;
+        check_kv_memory(&model.model, so.resolved_n_ctx(&model.model.meta().hparams))?;
+        let session = OwnedSession::try_new(model.model.clone(), |m| Session::with_options(m, &so))
+            .map_err(Error::from)?;
         let cancel = session.borrow_dependent().cancel_handle();
         let handle = Box::into_raw(Box::new(tern_session {
             state: Mutex::new(State {
@@ -307,6 +297,34 @@ pub unsafe extern "C" fn tern_session_last_stats(
         let stats = s.lock()?.stats;
         // SAFETY: `out` is non-NULL, writable, with struct_size set (caller's contract).
         unsafe { write_versioned(out, stats) }
+    })
+}
+
+/// What `session` really uses: its device (`TERN_DEVICE_AUTO` resolved), context, KV format,
+/// KIVI group/window, MiniCache settings, numerics, the memory budget, KV-cache bytes. Set
+/// `out->struct_size = sizeof(tern_session_report)` first.
+///
+/// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small), `TERN_BUSY`,
+/// `TERN_DEVICE_LOST`.
+///
+/// # Safety
+/// `session` is NULL or a live session handle; `out` is NULL or a writable
+/// `tern_session_report` whose `struct_size` is set.
+#[no_mangle]
+pub unsafe extern "C" fn tern_session_get_report(
+    session: *const tern_session,
+    out: *mut tern_session_report,
+) -> tern_status {
+    boundary("tern_session_get_report", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { arg_ref(session, "session") }?;
+        let out = arg_out(out, "out")?;
+        let r = s
+            .lock()?
+            .session
+            .with_dependent_mut(|_, sess| sess.report())?;
+        // SAFETY: `out` is non-NULL, writable, with struct_size set (caller's contract).
+        unsafe { write_versioned(out, tern_session_report::from_report(&r)) }
     })
 }
 

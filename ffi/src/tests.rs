@@ -6,7 +6,7 @@ use std::ptr;
 
 use tern_engine::{EngineError, GenerateOptions, Model, SamplingParams, Session};
 
-use crate::options::{read_versioned, tern_sampling, tern_session_options};
+use crate::options::{read_versioned, tern_sampling, tern_session_options, tern_session_report};
 use crate::status::{boundary, engine_status, Error};
 use crate::*;
 
@@ -470,7 +470,7 @@ fn a_missing_tensor_is_corrupt_file_on_every_device() {
         &tern_engine::LoadOptions {
             device: tern_engine::Device::Gpu,
             max_memory: None,
-            gpu: Default::default(),
+            ..Default::default()
         },
     )
     .err()
@@ -524,4 +524,243 @@ fn llama_cpp_numerics_is_a_cpu_session_option() {
     }
     assert_eq!(gpu, tern_status::TERN_INVALID_ARGUMENT, "{msg}");
     assert!(msg.contains("CPU mode"), "{msg}");
+}
+
+/// The `TERN_KV_*` values are the engine's format index (`KvQuant::index`), in the order of
+/// `KvQuant::ALL`; the device and MiniCache constants are distinct.
+#[test]
+fn kv_constants_are_the_engine_index() {
+    use tern_engine::KvQuant;
+    let abi = [
+        (TERN_KV_F32, KvQuant::F32),
+        (TERN_KV_F16, KvQuant::F16),
+        (TERN_KV_Q8, KvQuant::Q8),
+        (TERN_KV_Q4, KvQuant::Kivi4),
+        (TERN_KV_Q3, KvQuant::Kivi3),
+        (TERN_KV_Q2, KvQuant::Kivi2),
+        (TERN_KV_A4, KvQuant::Absmax4),
+        (TERN_KV_A3, KvQuant::Absmax3),
+    ];
+    assert_eq!(abi.len(), KvQuant::ALL.len());
+    for (c, q) in abi {
+        assert_eq!(c, q.index(), "{q:?}");
+        assert_eq!(KvQuant::from_index(c), Some(q));
+    }
+    assert_eq!(
+        (TERN_DEVICE_AUTO, TERN_DEVICE_CPU, TERN_DEVICE_GPU),
+        (0, 1, 2)
+    );
+    assert_eq!(
+        (TERN_MINICACHE_OFF, TERN_MINICACHE_ON, TERN_MINICACHE_CUSTOM),
+        (0, 1, 2)
+    );
+}
+
+/// Load a model with `mo` and make a session with `so`; the report, or the status and message.
+fn report_of(
+    mo: &tern_model_options,
+    so: &tern_session_options,
+) -> Result<tern_session_report, (tern_status, String)> {
+    let path = CString::new(default_model_path()).unwrap();
+    let mut m = ptr::null_mut();
+    // SAFETY: valid arguments.
+    let st = unsafe { tern_model_load(path.as_ptr(), mo, &mut m) };
+    if st != tern_status::TERN_OK {
+        return Err((st, last_error()));
+    }
+    let mut s = ptr::null_mut();
+    // SAFETY: a live model handle, valid options.
+    let st = unsafe { tern_session_new(m, so, &mut s) };
+    let r = if st == tern_status::TERN_OK {
+        let mut r = tern_session_report {
+            struct_size: std::mem::size_of::<tern_session_report>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: a live session, a writable report with struct_size set.
+        let st = unsafe { tern_session_get_report(s, &mut r) };
+        assert_eq!(st, tern_status::TERN_OK, "{}", last_error());
+        // A struct_size below the first version is refused.
+        let mut small = tern_session_report {
+            struct_size: 8,
+            ..Default::default()
+        };
+        // SAFETY: as above.
+        let st = unsafe { tern_session_get_report(s, &mut small) };
+        assert_eq!(st, tern_status::TERN_INVALID_ARGUMENT);
+        Ok(r)
+    } else {
+        Err((st, last_error()))
+    };
+    // SAFETY: NULL or live handles.
+    unsafe {
+        tern_session_free(s);
+        tern_model_free(m);
+    }
+    r
+}
+
+/// Every `TERN_KV_*` value, the KIVI and MiniCache fields, a memory budget and each device go
+/// through the ABI as numbers (no strings) and read back from `tern_session_get_report` as the
+/// session really uses them.
+#[test]
+fn every_option_reads_back_from_the_session_report() {
+    let mo = tern_model_options {
+        device: TERN_DEVICE_CPU,
+        max_memory: 3 << 30,
+        ..tern_model_options_default()
+    };
+    for kv in [
+        TERN_KV_F32,
+        TERN_KV_F16,
+        TERN_KV_Q8,
+        TERN_KV_Q4,
+        TERN_KV_Q3,
+        TERN_KV_Q2,
+        TERN_KV_A4,
+        TERN_KV_A3,
+    ] {
+        let so = tern_session_options {
+            n_ctx: 64,
+            kv_format: kv,
+            kivi_group: 16,
+            kivi_window: 32,
+            ..tern_session_options_default()
+        };
+        let r = report_of(&mo, &so).unwrap();
+        assert_eq!(r.kv_format, kv);
+        assert_eq!((r.kivi_group, r.kivi_window), (16, 32));
+        assert_eq!(
+            (r.device, r.n_ctx, r.max_memory),
+            (TERN_DEVICE_CPU, 64, 3 << 30)
+        );
+        assert_eq!((r.minicache, r.llama_cpp_numerics), (TERN_MINICACHE_OFF, 0));
+        assert!(r.kv_bytes > 0);
+    }
+    // Defaults: KIVI 32 / 128, n_ctx 0 = the training context capped at 4096, no budget.
+    let r = report_of(
+        &tern_model_options {
+            device: TERN_DEVICE_CPU,
+            ..tern_model_options_default()
+        },
+        &tern_session_options_default(),
+    )
+    .unwrap();
+    assert_eq!((r.kivi_group, r.kivi_window, r.max_memory), (32, 128, 0));
+    assert_eq!(r.n_ctx, 4096);
+    // MiniCache: custom values read back; `on` reads back as the values it resolved to.
+    let custom = tern_session_options {
+        n_ctx: 64,
+        minicache: TERN_MINICACHE_CUSTOM,
+        minicache_start_layer: 26,
+        minicache_t: 0.25,
+        minicache_gamma: 0.75,
+        llama_cpp_numerics: 1,
+        ..tern_session_options_default()
+    };
+    let r = report_of(&mo, &custom).unwrap();
+    assert_eq!(r.minicache, TERN_MINICACHE_CUSTOM);
+    assert_eq!(
+        (r.minicache_start_layer, r.minicache_t, r.minicache_gamma),
+        (26, 0.25, 0.75)
+    );
+    assert_eq!(r.llama_cpp_numerics, 1);
+    let on = tern_session_options {
+        minicache: TERN_MINICACHE_ON,
+        ..custom
+    };
+    let r = report_of(&mo, &on).unwrap();
+    let d = tern_engine::minicache_on(30);
+    assert_eq!(
+        (
+            r.minicache,
+            r.minicache_start_layer,
+            r.minicache_t,
+            r.minicache_gamma
+        ),
+        (TERN_MINICACHE_CUSTOM, d.start_layer, d.t, d.gamma)
+    );
+    // Values outside the enums and a bad KIVI window: TERN_INVALID_ARGUMENT naming them.
+    for (so, needle) in [
+        (
+            tern_session_options {
+                kv_format: 8,
+                ..tern_session_options_default()
+            },
+            "kv_format 8",
+        ),
+        (
+            tern_session_options {
+                minicache: 3,
+                ..tern_session_options_default()
+            },
+            "minicache 3",
+        ),
+        (
+            tern_session_options {
+                kv_format: TERN_KV_Q4,
+                kivi_window: 40,
+                ..tern_session_options_default()
+            },
+            "window",
+        ),
+    ] {
+        let (st, msg) = report_of(&mo, &so).err().unwrap();
+        assert_eq!(st, tern_status::TERN_INVALID_ARGUMENT, "{msg}");
+        assert!(msg.contains(needle), "{needle}: {msg}");
+    }
+    let (st, msg) = report_of(
+        &tern_model_options {
+            device: 3,
+            ..tern_model_options_default()
+        },
+        &tern_session_options_default(),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(st, tern_status::TERN_INVALID_ARGUMENT, "{msg}");
+    // TERN_DEVICE_AUTO is the engine's Device::Auto: the same backend.
+    let so = tern_session_options {
+        n_ctx: 32,
+        ..tern_session_options_default()
+    };
+    let auto = report_of(&tern_model_options_default(), &so).unwrap();
+    let engine = Model::open_with(
+        std::path::Path::new(&default_model_path()),
+        &tern_engine::LoadOptions {
+            device: tern_engine::Device::Auto,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let want = match engine.report().backend {
+        tern_engine::BackendKind::Cpu => TERN_DEVICE_CPU,
+        tern_engine::BackendKind::Gpu => TERN_DEVICE_GPU,
+    };
+    assert_eq!(auto.device, want);
+    // TERN_DEVICE_GPU with a budget, where an adapter exists.
+    match report_of(
+        &tern_model_options {
+            device: TERN_DEVICE_GPU,
+            max_memory: 3 << 30,
+            ..tern_model_options_default()
+        },
+        &tern_session_options {
+            kv_format: TERN_KV_F16,
+            ..so
+        },
+    ) {
+        Ok(r) => {
+            assert_eq!(
+                (r.device, r.max_memory, r.kv_format),
+                (TERN_DEVICE_GPU, 3 << 30, TERN_KV_F16)
+            );
+        }
+        Err((st, msg)) if st == tern_status::TERN_UNSUPPORTED && msg.contains("no GPU adapter") => {
+            tern_tests::skip_gpu_or_fail(
+                "every_option_reads_back_from_the_session_report",
+                "no GPU adapter for the GPU part",
+            );
+        }
+        Err((st, msg)) => panic!("GPU: {st:?}: {msg}"),
+    }
 }

@@ -473,6 +473,103 @@ static void test_kv_options(tern_model *m) {
   tern_session_free(def);
 }
 
+/* Every option goes through the ABI as a number and reads back from tern_session_get_report as
+   the session really uses it: each TERN_KV_* value with KIVI group/window, MiniCache (custom, and
+   `on` as the values it resolved to), llama.cpp numerics, the memory budget and the device. */
+static tern_session_report report_of(tern_model *m, const tern_session_options *o, tern_status want) {
+  tern_session_report r;
+  memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  tern_session *s = NULL;
+  CHECK_STATUS(tern_session_new(m, o, &s), want);
+  if (!s) return r;
+  CHECK_STATUS(tern_session_get_report(s, &r), TERN_OK);
+  tern_session_report small;
+  memset(&small, 0, sizeof small);
+  small.struct_size = 8; /* below the first version */
+  CHECK_STATUS(tern_session_get_report(s, &small), TERN_INVALID_ARGUMENT);
+  CHECK_STATUS(tern_session_get_report(s, NULL), TERN_NULL_ARGUMENT);
+  tern_session_free(s);
+  return r;
+}
+
+static void test_options_report(const char *model_path) {
+  tern_model_options mo = tern_model_options_default();
+  mo.device = TERN_DEVICE_CPU;
+  mo.max_memory = 3ull << 30;
+  tern_model *m = NULL;
+  CHECK_STATUS(tern_model_load(model_path, &mo, &m), TERN_OK);
+  if (!m) return;
+  const uint32_t formats[] = {TERN_KV_F32, TERN_KV_F16, TERN_KV_Q8, TERN_KV_Q4,
+                              TERN_KV_Q3,  TERN_KV_Q2,  TERN_KV_A4, TERN_KV_A3};
+  for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+    CHECK(formats[i] == i); /* the engine's format index */
+    tern_session_options o = tern_session_options_default();
+    o.n_ctx = 64;
+    o.kv_format = formats[i];
+    o.kivi_group = 16;
+    o.kivi_window = 32;
+    tern_session_report r = report_of(m, &o, TERN_OK);
+    CHECK(r.kv_format == formats[i] && r.kivi_group == 16 && r.kivi_window == 32);
+    CHECK(r.device == TERN_DEVICE_CPU && r.n_ctx == 64 && r.max_memory == (3ull << 30));
+    CHECK(r.minicache == TERN_MINICACHE_OFF && r.llama_cpp_numerics == 0 && r.kv_bytes > 0);
+  }
+  tern_session_options o = tern_session_options_default();
+  tern_session_report r = report_of(m, &o, TERN_OK);
+  CHECK(r.n_ctx == 4096 && r.kivi_group == 32 && r.kivi_window == 128 && r.kv_format == TERN_KV_F32);
+  o.n_ctx = 64;
+  o.minicache = TERN_MINICACHE_CUSTOM;
+  o.minicache_start_layer = 26;
+  o.minicache_t = 0.25f;
+  o.minicache_gamma = 0.75f;
+  o.llama_cpp_numerics = 1;
+  r = report_of(m, &o, TERN_OK);
+  CHECK(r.minicache == TERN_MINICACHE_CUSTOM && r.minicache_start_layer == 26);
+  CHECK(r.minicache_t == 0.25f && r.minicache_gamma == 0.75f && r.llama_cpp_numerics == 1);
+  o.minicache = TERN_MINICACHE_ON;
+  r = report_of(m, &o, TERN_OK);
+  CHECK(r.minicache == TERN_MINICACHE_CUSTOM && r.minicache_start_layer == 26); /* 30 layers - 4 */
+  CHECK(r.minicache_t == 0.7f && r.minicache_gamma == 0.55f);
+  tern_model_free(m);
+  /* No budget: 0 reads back. */
+  mo.max_memory = 0;
+  CHECK_STATUS(tern_model_load(model_path, &mo, &m), TERN_OK);
+  if (!m) return;
+  o = tern_session_options_default();
+  o.n_ctx = 16;
+  r = report_of(m, &o, TERN_OK);
+  CHECK(r.max_memory == 0 && r.device == TERN_DEVICE_CPU);
+  tern_model_free(m);
+}
+
+/* TERN_DEVICE_AUTO and TERN_DEVICE_GPU read back (the GPU pass: the Vulkan driver is loaded). */
+static void test_device_report(const char *model_path) {
+  tern_session_options o = tern_session_options_default();
+  o.n_ctx = 32;
+  tern_model_options mo = tern_model_options_default();
+  CHECK(mo.device == TERN_DEVICE_AUTO);
+  tern_model *m = NULL;
+  CHECK_STATUS(tern_model_load(model_path, &mo, &m), TERN_OK);
+  if (m) {
+    tern_session_report r = report_of(m, &o, TERN_OK);
+    /* AUTO: a hardware GPU, else the CPU (lavapipe is software: the CPU). */
+    CHECK(r.device == TERN_DEVICE_CPU || r.device == TERN_DEVICE_GPU);
+    printf("TERN_DEVICE_AUTO runs on %s\n", r.device == TERN_DEVICE_GPU ? "the GPU" : "the CPU");
+    tern_model_free(m);
+  }
+  mo.device = TERN_DEVICE_GPU;
+  mo.max_memory = 3ull << 30;
+  m = NULL;
+  tern_status st = tern_model_load(model_path, &mo, &m);
+  CHECK(st == TERN_OK || st == TERN_UNSUPPORTED);
+  if (m) {
+    o.kv_format = TERN_KV_F16;
+    tern_session_report r = report_of(m, &o, TERN_OK);
+    CHECK(r.device == TERN_DEVICE_GPU && r.max_memory == (3ull << 30) && r.kv_format == TERN_KV_F16);
+    tern_model_free(m);
+  }
+}
+
 static void test_callback_stop(tern_model *m) {
   tern_session *s = new_session(m, 256);
   if (!s) return;
@@ -846,6 +943,7 @@ int main(int argc, char **argv) {
   if (getenv("TERN_TEST_GPU_ONLY")) { /* run.sh's GPU pass (see there) */
     test_cancel_prefill_gpu(model_path);
     test_device_loss(model_path, prompt);
+    test_device_report(model_path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
   }
@@ -866,6 +964,7 @@ int main(int argc, char **argv) {
   test_greedy(m, prompt, n_tokens, out_path);
   test_llama_cpp_numerics(m, prompt, n_tokens, out_path);
   test_kv_options(m);
+  test_options_report(model_path);
   test_callback_stop(m);
   test_cancel(m);
   test_cancel_prefill_cpu(m);

@@ -118,7 +118,7 @@ fn neuzip_decoded_at_load_unless_the_budget_forbids() {
                 &LoadOptions {
                     device: Device::Cpu,
                     max_memory,
-                    ..LoadOptions::default()
+                    ..Default::default()
                 },
             )
             .unwrap();

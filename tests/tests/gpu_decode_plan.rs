@@ -47,6 +47,7 @@ fn open_gpu_with(path: &Path, gpu: GpuTuning) -> Option<Model> {
         device: Device::Gpu,
         max_memory: None,
         gpu,
+        ..Default::default()
     };
     match Model::open_with(path, &opts) {
         Ok(m) => Some(m),

@@ -29,7 +29,7 @@ fn open_gpu(path: &Path, max_memory: Option<u64>) -> Option<Model> {
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory,
-        ..LoadOptions::default()
+        ..Default::default()
     };
     match Model::open_with(path, &opts) {
         Ok(m) => {
@@ -152,7 +152,7 @@ fn min_budget(path: &Path) -> u64 {
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory: Some(0),
-        ..LoadOptions::default()
+        ..Default::default()
     };
     match Model::open_with(path, &opts) {
         Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::OverBudget { minimum, .. })) => {

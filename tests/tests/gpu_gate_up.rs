@@ -27,6 +27,7 @@ fn open_gpu(path: &Path, split: bool) -> Option<Model> {
             gate_up,
             ..GpuTuning::default()
         },
+        ..Default::default()
     };
     match Model::open_with(path, &opts) {
         Ok(m) => Some(m),

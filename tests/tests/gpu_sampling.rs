@@ -17,7 +17,7 @@ fn open_gpu(path: &Path) -> Option<Model> {
     let opts = LoadOptions {
         device: Device::Gpu,
         max_memory: None,
-        ..LoadOptions::default()
+        ..Default::default()
     };
     match Model::open_with(path, &opts) {
         Ok(m) => Some(m),

@@ -6,7 +6,8 @@
 use std::sync::OnceLock;
 
 use tern_engine::{
-    kv_spec_from_flags, EngineError, KvSpec, Model, NoObserver, PerplexityOptions, Session,
+    EngineError, Kivi, KvOptions, KvQuant, KvSpec, MiniCacheMode, Model, NoObserver,
+    PerplexityOptions, Session,
 };
 
 fn model() -> &'static Model {
@@ -19,14 +20,24 @@ fn model() -> &'static Model {
     })
 }
 
+/// The spec of `--kv kv --minicache mc [--kv-group G --kv-window R]`, as the CLI maps them.
 fn spec(kv: &str, mc: &str, gr: Option<(u32, u32)>) -> KvSpec {
-    kv_spec_from_flags(
-        kv,
-        mc,
-        gr.map(|g| g.0),
-        gr.map(|g| g.1),
-        &model().meta().hparams,
-    )
+    let minicache = if mc == "on" {
+        MiniCacheMode::On
+    } else {
+        KvSpec::parse_minicache_explicit(mc)
+            .unwrap()
+            .map_or(MiniCacheMode::Off, MiniCacheMode::Custom)
+    };
+    KvOptions {
+        format: KvQuant::parse(kv).unwrap(),
+        kivi: gr.map_or(Kivi::default(), |(group, residual)| Kivi {
+            group,
+            residual,
+        }),
+        minicache,
+    }
+    .validate(&model().meta().hparams)
     .unwrap()
 }
 

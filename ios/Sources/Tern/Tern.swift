@@ -49,15 +49,85 @@ func check(_ s: tern_status) throws {
     if s != TERN_OK { throw TernError(s) }
 }
 
+/// `tern_model_options.device` (`TERN_DEVICE_*`).
+public enum Device: UInt32 {
+    /// A hardware GPU when there is one and the model has kernels for it, else the CPU.
+    case auto = 0
+    case cpu = 1
+    /// The GPU engine (software adapters count); `TERN_UNSUPPORTED` without one.
+    case gpu = 2
+}
+
+/// `tern_session_options.kv_format` (`TERN_KV_*`): how the KV cache stores each value.
+public enum KvFormat: UInt32, CaseIterable {
+    case f32 = 0, f16 = 1, q8 = 2
+    /// KIVI 4/3/2-bit (group `kiviGroup`, window `kiviWindow`).
+    case q4 = 3, q3 = 4, q2 = 5
+    /// a4.8-style absmax 4/3-bit.
+    case a4 = 6, a3 = 7
+}
+
+/// MiniCache cross-layer merging of the KV cache (`TERN_MINICACHE_*`).
+public enum MiniCache: Equatable {
+    case off
+    /// The measured defaults for the model's depth.
+    case on
+    /// Pairs from `startLayer` on, SLERP `t` in [0, 1], retention threshold `gamma` in [0, 1].
+    case custom(startLayer: UInt32, t: Float, gamma: Float)
+}
+
+/// How a `Session` is made (`tern_session_options`; checked by the engine, which throws
+/// `TERN_INVALID_ARGUMENT` naming a bad value).
+public struct SessionOptions {
+    /// 0 = the model's training context, capped at 4096.
+    public var contextSize: UInt32 = 0
+    public var kvFormat: KvFormat = .f32
+    public var miniCache: MiniCache = .off
+    /// KIVI group size and window; 0 = 32 / 128.
+    public var kiviGroup: UInt32 = 0
+    public var kiviWindow: UInt32 = 0
+    /// llama.cpp's CPU numerics (a CPU mode: `TERN_INVALID_ARGUMENT` on a GPU model).
+    public var llamaCppNumerics = false
+    public init(contextSize: UInt32 = 0, kvFormat: KvFormat = .f32, miniCache: MiniCache = .off,
+                kiviGroup: UInt32 = 0, kiviWindow: UInt32 = 0, llamaCppNumerics: Bool = false) {
+        self.contextSize = contextSize
+        self.kvFormat = kvFormat
+        self.miniCache = miniCache
+        self.kiviGroup = kiviGroup
+        self.kiviWindow = kiviWindow
+        self.llamaCppNumerics = llamaCppNumerics
+    }
+}
+
+/// What a session really uses (`tern_session_get_report`).
+public struct SessionReport {
+    /// `.cpu` or `.gpu` (auto resolved).
+    public let device: Device
+    public let contextSize: UInt32
+    public let kvFormat: KvFormat
+    public let kiviGroup: UInt32
+    public let kiviWindow: UInt32
+    /// `.off` or `.custom` with the values used (`.on` resolved).
+    public let miniCache: MiniCache
+    public let llamaCppNumerics: Bool
+    /// The model's memory budget in bytes (0 = no cap).
+    public let maxMemory: UInt64
+    public let kvBytes: UInt64
+}
+
 /// A loaded `.tern` model, shareable by sessions and threads. Freed on deinit.
 public final class Model: @unchecked Sendable {
     let handle: OpaquePointer
 
-    public init(path: String, device: UInt32 = UInt32(TERN_DEVICE_AUTO), useThreads: Bool = true) throws {
+    /// `maxMemory`: bytes the model and its sessions may take (0 = no cap); `useThreads`: split
+    /// matrix products over a thread pool (bit-identical results either way).
+    public init(path: String, device: Device = .auto, useThreads: Bool = true,
+                maxMemory: UInt64 = 0) throws {
         try Tern.checkABI()
         var o = tern_model_options_default()
-        o.device = device
+        o.device = device.rawValue
         o.use_threads = useThreads ? 1 : 0
+        o.max_memory = maxMemory
         var out: OpaquePointer?
         try check(tern_model_load(path, &o, &out))
         handle = out!  // ok: set on TERN_OK
@@ -98,13 +168,49 @@ public final class Session: @unchecked Sendable {
     public let model: Model
 
     /// `contextSize` 0 = the model's training context.
-    public init(model: Model, contextSize: UInt32 = 0) throws {
+    public convenience init(model: Model, contextSize: UInt32 = 0) throws {
+        try self.init(model: model, options: SessionOptions(contextSize: contextSize))
+    }
+
+    public init(model: Model, options: SessionOptions) throws {
         var o = tern_session_options_default()
-        o.n_ctx = contextSize
+        o.n_ctx = options.contextSize
+        o.kv_format = options.kvFormat.rawValue
+        switch options.miniCache {
+        case .off: o.minicache = UInt32(TERN_MINICACHE_OFF)
+        case .on: o.minicache = UInt32(TERN_MINICACHE_ON)
+        case let .custom(startLayer, t, gamma):
+            o.minicache = UInt32(TERN_MINICACHE_CUSTOM)
+            o.minicache_start_layer = startLayer
+            o.minicache_t = t
+            o.minicache_gamma = gamma
+        }
+        o.kivi_group = options.kiviGroup
+        o.kivi_window = options.kiviWindow
+        o.llama_cpp_numerics = options.llamaCppNumerics ? 1 : 0
         var out: OpaquePointer?
         try check(tern_session_new(model.handle, &o, &out))
         handle = out!  // ok: set on TERN_OK
         self.model = model
+    }
+
+    /// What the session really uses: device, context, KV cache, numerics, budget.
+    public func report() throws -> SessionReport {
+        var r = tern_session_report()
+        r.struct_size = UInt32(MemoryLayout<tern_session_report>.size)
+        try check(tern_session_get_report(handle, &r))
+        return SessionReport(
+            device: Device(rawValue: r.device) ?? .cpu,
+            contextSize: r.n_ctx,
+            kvFormat: KvFormat(rawValue: r.kv_format) ?? .f32,
+            kiviGroup: r.kivi_group,
+            kiviWindow: r.kivi_window,
+            miniCache: r.minicache == UInt32(TERN_MINICACHE_OFF)
+                ? .off
+                : .custom(startLayer: r.minicache_start_layer, t: r.minicache_t, gamma: r.minicache_gamma),
+            llamaCppNumerics: r.llama_cpp_numerics != 0,
+            maxMemory: r.max_memory,
+            kvBytes: r.kv_bytes)
     }
 
     deinit { tern_session_free(handle) }

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use tern_engine::session::Model;
-use tern_engine::{kv_spec_from_flags, NoObserver, ScoreOptions};
+use tern_engine::{Kivi, KvOptions, KvQuant, KvSpec, MiniCacheMode, NoObserver, ScoreOptions};
 use tern_reference::{KvCache, Retention};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -95,7 +95,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             None => (None, None),
         };
-        let spec = kv_spec_from_flags(kv, mc, group, window, &hp)?;
+        let d = Kivi::default();
+        let spec = KvOptions {
+            format: KvQuant::parse(kv)?,
+            kivi: Kivi {
+                group: group.unwrap_or(d.group),
+                residual: window.unwrap_or(d.residual),
+            },
+            minicache: if mc == "on" {
+                MiniCacheMode::On
+            } else {
+                KvSpec::parse_minicache_explicit(mc)?
+                    .map_or(MiniCacheMode::Off, MiniCacheMode::Custom)
+            },
+        }
+        .validate(&hp)?;
         let t0 = std::time::Instant::now();
         let (mut nll, mut count, mut per_tok, mut retained) = (0.0f64, 0usize, 0.0f64, 0usize);
         let windows = (tokens.len() / c).min(chunks);

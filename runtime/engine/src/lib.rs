@@ -14,7 +14,10 @@ pub mod session;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};
-pub use options::{kv_spec_from_flags, minicache_on, Kivi, KvQuant, KvSpec, MiniCache};
+pub use options::{
+    minicache_on, CpuThreads, Kivi, KvOptions, KvQuant, KvSpec, KvSpecError, MiniCache,
+    MiniCacheMode, Numerics, OptionsError, SessionOptions, ValidSessionOptions,
+};
 pub use report::HostTransfers;
 pub use report::{
     ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, KernelTime, MemoryReport,

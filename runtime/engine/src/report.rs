@@ -106,9 +106,19 @@ pub struct ModelReport {
     pub activation_plan: ActivationPlanReport,
 }
 
-/// What a session holds ([`crate::Session::report`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a session holds and really uses ([`crate::Session::report`]): read back by the C ABI's
+/// `tern_session_get_report`, the CLI's `bench`, the desktop app.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SessionReport {
+    /// The backend the session runs on (`Device::Auto` resolved).
+    pub backend: BackendKind,
+    /// The memory budget the model and its sessions live within (`LoadOptions::max_memory`;
+    /// `None`: no cap).
+    pub max_memory: Option<u64>,
+    /// The KV cache's format, KIVI group/window and MiniCache settings (`on` resolved).
+    pub kv: crate::options::KvSpec,
+    /// The numerics of the forward pass.
+    pub numerics: crate::options::Numerics,
     /// Positions the KV cache holds.
     pub n_ctx: usize,
     /// Bytes of the KV cache (all positions, keys and values, every layer).

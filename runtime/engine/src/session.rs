@@ -10,8 +10,10 @@ use tern_reference::ForwardOptions;
 
 use crate::backend::{Logits, ModelBackend, SessionBackend};
 use crate::error::{EngineError, Result};
-pub use crate::options::{Device, LoadOptions};
-use crate::options::{KvSpec, NoObserver, ScoreObserver, ScoreOptions};
+pub use crate::options::{CpuThreads, Device, LoadOptions, SessionOptions};
+use crate::options::{
+    KvSpec, NoObserver, Numerics, ScoreObserver, ScoreOptions, ValidSessionOptions,
+};
 use crate::report::{KernelTime, ModelReport, SessionReport};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -24,18 +26,12 @@ pub struct Model {
     meta: ModelMeta,
     backend: Box<dyn ModelBackend>,
     tokenizer: Option<Tokenizer>,
-    /// Where the model came from, to open it again ([`Model::reopen_on`]); `None` when it was
-    /// made from a caller's [`TernFile`].
-    source: Option<Source>,
+    /// The file the model was opened from, to open it again ([`Model::reopen_on`]) with `opts`
+    /// (delta and activation override included); `None` when it was made from a caller's
+    /// [`TernFile`].
+    source: Option<PathBuf>,
     opts: LoadOptions,
     forward: Option<ForwardOptions>,
-}
-
-/// The files a model was opened from.
-#[derive(Debug, Clone)]
-struct Source {
-    path: PathBuf,
-    delta: Option<PathBuf>,
 }
 
 impl Model {
@@ -44,66 +40,41 @@ impl Model {
         Self::open_with(path, &LoadOptions::default())
     }
 
-    /// Open a `.tern` file for the backend `opts.device` asks for.
+    /// Open a `.tern` file as `opts` says: the fine-tune delta `opts.delta` applied in memory
+    /// (nothing is written to disk; a delta made against another base is refused before
+    /// anything is used), the activation override `opts.activations`, loaded for the backend
+    /// `opts.device` within `opts.max_memory`. The one way to open a model from a path: every
+    /// model opened here can be opened again by [`Model::reopen_on`].
     pub fn open_with(path: &Path, opts: &LoadOptions) -> Result<Self> {
-        let file = TernFile::open(path)?;
-        let mut m = Self::from_file_with(&file, opts)?;
-        m.source = Some(Source {
-            path: path.to_path_buf(),
-            delta: None,
-        });
+        let mut file = match &opts.delta {
+            Some(d) => tern_format::delta::open_with_delta(path, d)?,
+            None => TernFile::open(path)?,
+        };
+        if let Some(acts) = opts.activations {
+            file.override_activations(acts);
+        }
+        let mut m = Self::load(&file, opts)?;
+        m.source = Some(path.to_path_buf());
         Ok(m)
     }
 
-    /// [`Model::open_with`], with the ternary linears' inputs quantized as `acts` says instead of
-    /// the file's scheme (both backends; `tern bench --activations a8|a4.8`).
-    pub fn open_with_activations(
-        path: &Path,
-        opts: &LoadOptions,
-        acts: tern_format::ActivationScheme,
-    ) -> Result<Self> {
-        let mut file = TernFile::open(path)?;
-        file.override_activations(acts);
-        Self::from_file_with(&file, opts)
-    }
-
-    /// Open `base` with the fine-tune delta `delta` (`.ternd`) applied in memory, for the CPU
-    /// reference; nothing is written to disk. A delta made against another base is refused before
-    /// anything is used.
-    pub fn open_with_delta(base: &Path, delta: &Path) -> Result<Self> {
-        Self::open_with_delta_with(base, delta, &LoadOptions::default())
-    }
-
-    /// [`Model::open_with_delta`] for the backend and memory budget of `opts`.
-    pub fn open_with_delta_with(base: &Path, delta: &Path, opts: &LoadOptions) -> Result<Self> {
-        let file = tern_format::delta::open_with_delta(base, delta)?;
-        let mut m = Self::from_file_with(&file, opts)?;
-        m.source = Some(Source {
-            path: base.to_path_buf(),
-            delta: Some(delta.to_path_buf()),
-        });
-        Ok(m)
-    }
-
-    /// Open the same file(s) again for `device` (same memory budget and CPU numerical options):
-    /// what to do after [`EngineError::DeviceLost`], with `Device::Cpu`. The old model and its
-    /// sessions stay as they are (drop them); a new session fed the old one's
-    /// [`Session::history`] continues where it stopped. An error for a model made by
-    /// [`Model::from_file_with`] (open the file again instead).
+    /// Open the same file(s) again with the same [`LoadOptions`] (delta, activation override,
+    /// memory budget, CPU threads) and CPU numerical options, for `device`: what to do after
+    /// [`EngineError::DeviceLost`], with `Device::Cpu`. The old model and its sessions stay as
+    /// they are (drop them); a new session fed the old one's [`Session::history`] continues
+    /// where it stopped. An error for a model made by [`Model::from_file_with`] (open the file
+    /// again instead).
     pub fn reopen_on(&self, device: Device) -> Result<Model> {
-        let src = self.source.as_ref().ok_or_else(|| {
+        let path = self.source.as_ref().ok_or_else(|| {
             EngineError::InvalidArgument(
                 "this model was made from an open TernFile: load that file again instead".into(),
             )
         })?;
         let opts = LoadOptions {
             device,
-            ..self.opts
+            ..self.opts.clone()
         };
-        let mut m = match &src.delta {
-            Some(d) => Self::open_with_delta_with(&src.path, d, &opts)?,
-            None => Self::open_with(&src.path, &opts)?,
-        };
+        let mut m = Self::open_with(path, &opts)?;
         if let Some(f) = self.forward {
             m.set_forward_options(f);
         }
@@ -128,9 +99,26 @@ impl Model {
         Self::from_file_with(file, &LoadOptions::default())
     }
 
+    /// Load an already open `file` as `opts` says. `opts.delta` and `opts.activations` belong to
+    /// [`Model::open_with`] (apply them to the file: `tern_format::delta`,
+    /// `TernFile::override_activations`): an error here.
     pub fn from_file_with(file: &TernFile, opts: &LoadOptions) -> Result<Self> {
+        if opts.delta.is_some() || opts.activations.is_some() {
+            return Err(EngineError::InvalidArgument(
+                "LoadOptions.delta and .activations apply to a path: use Model::open_with".into(),
+            ));
+        }
+        Self::load(file, opts)
+    }
+
+    fn load(file: &TernFile, opts: &LoadOptions) -> Result<Self> {
         let meta = file.meta().clone();
-        let backend = crate::backend::load(file, opts)?;
+        let mut backend = crate::backend::load(file, opts)?;
+        if opts.cpu_threads == CpuThreads::Caller {
+            let mut f = ForwardOptions::default();
+            f.matmul.parallel = false;
+            backend.set_forward_options(f);
+        }
         let tokenizer = match &meta.tokenizer {
             Some(spec) => Some(
                 Tokenizer::from_spec(spec).map_err(|e| EngineError::Tokenizer(e.to_string()))?,
@@ -142,9 +130,14 @@ impl Model {
             backend,
             tokenizer,
             source: None,
-            opts: *opts,
+            opts: opts.clone(),
             forward: None,
         })
+    }
+
+    /// The options the model was loaded with.
+    pub fn load_options(&self) -> &LoadOptions {
+        &self.opts
     }
 
     /// "cpu", or "gpu (adapter name, backend)".
@@ -256,65 +249,79 @@ pub struct Session<'m> {
     unevaluated: Vec<u32>,
     /// Sample on the device when the backend can ([`Session::set_device_sampling`]).
     device_sampling: bool,
+    /// The options it was made with, validated.
+    opts: ValidSessionOptions,
 }
 
 impl<'m> Session<'m> {
     /// The largest context [`Session::new`] picks on its own when given `n_ctx = 0`.
-    pub const DEFAULT_MAX_CTX: usize = 4096;
+    pub const DEFAULT_MAX_CTX: usize = SessionOptions::DEFAULT_MAX_CTX;
 
-    /// A session with room for `n_ctx` tokens.
+    /// A session with room for `n_ctx` tokens and the default options
+    /// ([`Session::with_options`]).
+    pub fn new(model: &'m Model, n_ctx: usize) -> Result<Self> {
+        Self::with_options(
+            model,
+            &SessionOptions {
+                n_ctx,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`Session::with_options`] with the context `n_ctx` and the KV cache `kv` (any
+    /// [`KvSpec`]: it is checked as [`SessionOptions::validate`] checks every session).
+    pub fn with_kv(model: &'m Model, n_ctx: usize, kv: &KvSpec) -> Result<Self> {
+        Self::with_options(
+            model,
+            &SessionOptions {
+                n_ctx,
+                kv: (*kv).into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// A session made as `opts` says, checked once by [`SessionOptions::validate`].
     ///
-    /// `n_ctx = 0` means the model's training context `n_ctx_train`, capped at
+    /// `opts.n_ctx = 0` means the model's training context `n_ctx_train`, capped at
     /// [`Session::DEFAULT_MAX_CTX`] (4096) tokens: the training context is a number from the file
     /// (131072 for Llama 3, and a hostile file may say 4294967295), and the KV cache is allocated
     /// in full up front, so the default stays at a size every machine this runs on can hold (for
     /// SmolLM2-135M, 4096 positions are 360 MB of f32 KV cache). Ask for more explicitly.
     ///
-    /// The KV cache size (`2 · n_layer · n_head_kv · head_dim · 4 · n_ctx` bytes) is computed
-    /// with checked arithmetic and the cache is allocated fallibly: a size that overflows or that
-    /// the system refuses is a typed error naming the bytes, never an abort.
-    pub fn new(model: &'m Model, n_ctx: usize) -> Result<Self> {
-        Self::with_kv(model, n_ctx, &KvSpec::default())
-    }
-
-    /// [`Session::new`] with a KV cache in the format `kv` (`tern_format::kv`: f16, q8, KIVI
-    /// q4/q3/q2, absmax a4/a3, MiniCache; see `tern_reference::kv`). When the context is full a
-    /// prompt that does not fit is refused with [`EngineError::PromptTooLong`] before anything
-    /// runs (no context shift); the session is unchanged.
-    pub fn with_kv(model: &'m Model, n_ctx: usize, kv: &KvSpec) -> Result<Self> {
-        let hp = &model.meta.hparams;
-        let n_ctx = if n_ctx == 0 {
-            (hp.n_ctx_train as usize).min(Self::DEFAULT_MAX_CTX)
-        } else {
-            n_ctx
-        };
-        let bytes = 8usize.checked_mul(n_ctx).and_then(|b| {
-            [hp.n_layer, hp.n_head_kv, hp.head_dim]
-                .iter()
-                .try_fold(b, |a, &v| a.checked_mul(v as usize))
-        });
-        if bytes.is_none_or(|b| b > isize::MAX as usize) {
-            return Err(EngineError::InvalidArgument(format!(
-                "a context of {n_ctx} tokens needs a KV cache of {} bytes ({} layers × {} KV \
-                 heads × {} dims × 8 bytes per token), more than can be addressed",
-                8u128
-                    * n_ctx as u128
-                    * hp.n_layer as u128
-                    * hp.n_head_kv as u128
-                    * hp.head_dim as u128,
-                hp.n_layer,
-                hp.n_head_kv,
-                hp.head_dim
-            )));
+    /// The KV cache size is computed with checked arithmetic and the cache is allocated
+    /// fallibly: a size that overflows or that the system refuses is a typed error naming the
+    /// bytes, never an abort. The KV format (`tern_format::kv`: f16, q8, KIVI q4/q3/q2, absmax
+    /// a4/a3, MiniCache; see `tern_reference::kv`): when the context is full a prompt that does
+    /// not fit is refused with [`EngineError::PromptTooLong`] before anything runs (no context
+    /// shift); the session is unchanged. `Numerics::LlamaCpp` is a CPU mode
+    /// (`InvalidArgument` on the GPU).
+    pub fn with_options(model: &'m Model, opts: &SessionOptions) -> Result<Self> {
+        let opts = opts.validate(&model.meta.hparams)?;
+        let mut state = model.backend.new_session(opts.n_ctx(), opts.kv())?;
+        if opts.numerics() == Numerics::LlamaCpp {
+            state.set_llama_cpp_numerics(true)?;
         }
         Ok(Self {
             model,
-            state: model.backend.new_session(n_ctx, kv)?,
+            state,
             history: Vec::new(),
             cancel: Arc::new(AtomicBool::new(false)),
             unevaluated: Vec::new(),
             device_sampling: true,
+            opts,
         })
+    }
+
+    /// The options this session was made with, validated (context resolved, KV spec checked).
+    pub fn options(&self) -> &ValidSessionOptions {
+        &self.opts
+    }
+
+    /// The session's default sampling ([`SessionOptions::sampling`]).
+    pub fn sampling(&self) -> &SamplingParams {
+        self.opts.sampling()
     }
 
     pub fn model(&self) -> &'m Model {
@@ -381,6 +388,11 @@ impl<'m> Session<'m> {
     /// backend, which has no such mode.
     pub fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
         self.state.set_llama_cpp_numerics(on)?;
+        self.opts.set_numerics(if on {
+            Numerics::LlamaCpp
+        } else {
+            Numerics::Model
+        });
         self.reset();
         Ok(())
     }

@@ -9,7 +9,7 @@ use tern_reference::{ForwardOptions, KvCache, LogitsWanted, NeuZipResidency};
 
 use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
 use crate::error::{EngineError, Result};
-use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
+use crate::options::{KvSpec, Numerics, ScoreObserver, ScoreOptions};
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
     SessionReport, TensorReport,
@@ -17,6 +17,8 @@ use crate::report::{
 
 pub(crate) struct CpuModel {
     net: tern_reference::Model,
+    /// The memory budget it was loaded with (`LoadOptions::max_memory`).
+    max_memory: Option<u64>,
     memory: MemoryReport,
     plan: ActivationPlanReport,
 }
@@ -42,6 +44,7 @@ impl CpuModel {
         memory.host_resident_bytes = Some(net.resident_bytes());
         Ok(Self {
             net,
+            max_memory,
             memory,
             plan: activation_plan(file),
         })
@@ -59,6 +62,7 @@ impl ModelBackend for CpuModel {
             cache: KvCache::with_spec(&self.net, n_ctx, kv)?,
             opts: self.net.options(),
             tokens: Vec::new(),
+            max_memory: self.max_memory,
         }))
     }
 
@@ -105,6 +109,8 @@ struct CpuSession<'m> {
     /// The tokens in the cache (a compressed cache that cannot be truncated exactly re-runs
     /// some of them: `restore`).
     tokens: Vec<u32>,
+    /// The model's memory budget (reported).
+    max_memory: Option<u64>,
 }
 
 impl CpuSession<'_> {
@@ -198,6 +204,14 @@ impl SessionBackend for CpuSession<'_> {
     fn report(&mut self) -> Result<SessionReport> {
         let per = self.kv_bytes_per_token();
         Ok(SessionReport {
+            backend: BackendKind::Cpu,
+            max_memory: self.max_memory,
+            kv: *self.cache.spec(),
+            numerics: if self.opts.llama_cpp_ops {
+                Numerics::LlamaCpp
+            } else {
+                Numerics::Model
+            },
             n_ctx: self.cache.capacity(),
             kv_bytes: self.cache.bytes() as u64,
             kv_bytes_per_token: per,

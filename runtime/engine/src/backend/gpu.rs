@@ -12,7 +12,7 @@ use tern_reference::ForwardOptions;
 use super::{check_finite, Logits, ModelBackend, SessionBackend, StepOut, Stop};
 use crate::error::{EngineError, Result};
 use crate::options::LoadOptions;
-use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
+use crate::options::{KvSpec, Numerics, ScoreObserver, ScoreOptions};
 use crate::report::HostTransfers;
 use crate::report::{
     ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
@@ -70,6 +70,8 @@ impl ModelBackend for GpuBackend {
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
         Ok(Box::new(GpuState {
             session: GpuSession::new(Arc::clone(&self.model), n_ctx as u64, GPU_BATCH, kv)?,
+            kv: *kv,
+            max_memory: self.model.context().budget(),
             tokens: Vec::new(),
             xfer: HostTransfers::default(),
         }))
@@ -218,6 +220,9 @@ struct GpuState {
     tokens: Vec<u32>,
     /// Readback counters.
     xfer: HostTransfers,
+    /// The spec the cache was made with, and the context's memory budget (reported).
+    kv: KvSpec,
+    max_memory: Option<u64>,
 }
 
 impl GpuState {
@@ -374,6 +379,10 @@ impl SessionBackend for GpuState {
     fn report(&mut self) -> Result<SessionReport> {
         let m = self.session.memory();
         Ok(SessionReport {
+            backend: BackendKind::Gpu,
+            max_memory: self.max_memory,
+            kv: self.kv,
+            numerics: Numerics::Model,
             n_ctx: self.session.n_ctx() as usize,
             kv_bytes: m.kv_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(),

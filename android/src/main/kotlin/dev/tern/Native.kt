@@ -9,9 +9,21 @@ internal object Native {
     @JvmStatic external fun abiVersion(): Int
     @JvmStatic external fun version(): String
     @JvmStatic external fun liveHandles(): Long
-    @JvmStatic external fun modelLoad(path: String, device: Int, useThreads: Boolean): Long
+    @JvmStatic external fun modelLoad(
+        path: String, device: Int, useThreads: Boolean, maxMemory: Long
+    ): Long
     @JvmStatic external fun modelFree(model: Long)
-    @JvmStatic external fun sessionNew(model: Long, nCtx: Int): Long
+    @JvmStatic external fun sessionNew(
+        model: Long, nCtx: Int, kvFormat: Int,
+        miniCache: Int, miniCacheStartLayer: Int, miniCacheT: Float, miniCacheGamma: Float,
+        kiviGroup: Int, kiviWindow: Int, llamaCppNumerics: Boolean
+    ): Long
+    /**
+     * `tern_session_get_report`: device, nCtx, kvFormat, kiviGroup, kiviWindow, miniCache,
+     * miniCacheStartLayer, miniCacheT and miniCacheGamma (raw float bits), llamaCppNumerics,
+     * maxMemory, kvBytes.
+     */
+    @JvmStatic external fun sessionReport(session: Long): LongArray
     @JvmStatic external fun sessionFree(session: Long)
     @JvmStatic external fun sessionReset(session: Long)
     @JvmStatic external fun cancel(session: Long)

@@ -82,3 +82,72 @@ data class Score(val totalLogprob: Double, val tokens: Long) {
     /** `exp(-totalLogprob / tokens)`. */
     val perplexity: Double get() = Math.exp(-totalLogprob / tokens.toDouble())
 }
+
+/** `tern_model_options.device` (`TERN_DEVICE_*`). */
+object Device {
+    /** A hardware GPU when there is one and the model has kernels for it, else the CPU. */
+    const val AUTO = 0
+    const val CPU = 1
+    /** The GPU engine (software adapters count); UNSUPPORTED without one. */
+    const val GPU = 2
+}
+
+/** `tern_session_options.kv_format` (`TERN_KV_*`): how the KV cache stores each value. */
+object KvFormat {
+    const val F32 = 0
+    const val F16 = 1
+    const val Q8 = 2
+    /** KIVI 4/3/2-bit (group [SessionOptions.kiviGroup], window [SessionOptions.kiviWindow]). */
+    const val Q4 = 3
+    const val Q3 = 4
+    const val Q2 = 5
+    /** a4.8-style absmax 4/3-bit. */
+    const val A4 = 6
+    const val A3 = 7
+}
+
+/** MiniCache cross-layer merging of the KV cache (`TERN_MINICACHE_*`). */
+sealed class MiniCache {
+    object Off : MiniCache()
+    /** The measured defaults for the model's depth. */
+    object On : MiniCache()
+    /** Pairs from [startLayer] on, SLERP [t] in [0, 1], retention threshold [gamma] in [0, 1]. */
+    data class Custom(val startLayer: Int, val t: Float, val gamma: Float) : MiniCache()
+
+    companion object {
+        const val OFF = 0
+        const val ON = 1
+        const val CUSTOM = 2
+    }
+}
+
+/**
+ * How a [TernSession] is made (`tern_session_options`): context ([nCtx] 0 = the model's training
+ * context, capped at 4096), KV-cache format, KIVI group / window (0 = 32 / 128), MiniCache, and
+ * llama.cpp's CPU numerics (a CPU mode: INVALID_ARGUMENT on a GPU model).
+ */
+data class SessionOptions(
+    val nCtx: Int = 0,
+    val kvFormat: Int = KvFormat.F32,
+    val miniCache: MiniCache = MiniCache.Off,
+    val kiviGroup: Int = 0,
+    val kiviWindow: Int = 0,
+    val llamaCppNumerics: Boolean = false
+)
+
+/**
+ * What a session really uses ([TernSession.report], `tern_session_report`): [device] is
+ * [Device.CPU] or [Device.GPU] (auto resolved), [miniCache] is [MiniCache.Off] or the values
+ * used, [maxMemory] the model's budget (0 = no cap), [kvBytes] the KV cache's size.
+ */
+data class SessionReport(
+    val device: Int,
+    val nCtx: Int,
+    val kvFormat: Int,
+    val kiviGroup: Int,
+    val kiviWindow: Int,
+    val miniCache: MiniCache,
+    val llamaCppNumerics: Boolean,
+    val maxMemory: Long,
+    val kvBytes: Long
+)

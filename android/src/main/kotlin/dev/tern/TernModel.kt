@@ -6,19 +6,24 @@ import java.util.concurrent.atomic.AtomicLong
  * A loaded `.tern` model (`tern_model`). Share it between sessions and threads; [close] it when
  * done (sessions made from it stay usable: they keep the weights alive).
  *
- * @param device 0 = auto, 1 = CPU, 2 = GPU (`TERN_DEVICE_*`).
- * @throws TernException IO for a missing file, CORRUPT_FILE, UNSUPPORTED, ...
+ * @param device [Device.AUTO] (a hardware GPU when there is one and the model has kernels for it,
+ *   else the CPU), [Device.CPU] or [Device.GPU] (`TERN_DEVICE_*`).
+ * @param useThreads split matrix products over a thread pool (bit-identical results either way).
+ * @param maxMemory memory budget in bytes for the model and its sessions (0 = no cap;
+ *   `tern_model_options.max_memory`).
+ * @throws TernException IO for a missing file, CORRUPT_FILE, UNSUPPORTED, OUT_OF_MEMORY, ...
  */
 class TernModel @JvmOverloads constructor(
     path: String,
-    device: Int = 0,
-    useThreads: Boolean = true
+    device: Int = Device.AUTO,
+    useThreads: Boolean = true,
+    maxMemory: Long = 0
 ) : AutoCloseable {
     private val handle = AtomicLong(0)
 
     init {
         Tern.ensureLoaded()
-        handle.set(Native.modelLoad(path, device, useThreads))
+        handle.set(Native.modelLoad(path, device, useThreads, maxMemory))
     }
 
     internal fun handle(): Long {

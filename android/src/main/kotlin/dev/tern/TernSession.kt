@@ -4,12 +4,15 @@ import java.util.concurrent.LinkedBlockingQueue
 import java.util.concurrent.TimeUnit
 
 /**
- * One conversation on a [TernModel] (`tern_session`): a KV cache for [nCtx] tokens (0 = the
- * model's training context). Calls on one session run one at a time (they wait for each other);
- * [cancel] works from any thread. [close] cancels a running generation, waits for it, and frees
- * the session.
+ * One conversation on a [TernModel] (`tern_session`) made as [options] say (context, KV-cache
+ * format, KIVI, MiniCache, numerics; checked by the engine: INVALID_ARGUMENT names a bad value).
+ * Calls on one session run one at a time (they wait for each other); [cancel] works from any
+ * thread. [close] cancels a running generation, waits for it, and frees the session.
  */
-class TernSession @JvmOverloads constructor(model: TernModel, nCtx: Int = 0) : AutoCloseable {
+class TernSession(model: TernModel, options: SessionOptions) : AutoCloseable {
+    /** A session with a KV cache for [nCtx] tokens (0 = the model's training context, capped). */
+    @JvmOverloads constructor(model: TernModel, nCtx: Int = 0) : this(model, SessionOptions(nCtx = nCtx))
+
     /** Held by every native call except cancel. */
     private val callLock = Any()
     /** Guards [handle] against a concurrent free while cancel uses it. */
@@ -19,7 +22,37 @@ class TernSession @JvmOverloads constructor(model: TernModel, nCtx: Int = 0) : A
 
     init {
         Tern.ensureLoaded()
-        handle = Native.sessionNew(model.handle(), nCtx)
+        val mc = options.miniCache
+        handle = Native.sessionNew(
+            model.handle(), options.nCtx, options.kvFormat,
+            when (mc) {
+                is MiniCache.Off -> MiniCache.OFF
+                is MiniCache.On -> MiniCache.ON
+                is MiniCache.Custom -> MiniCache.CUSTOM
+            },
+            (mc as? MiniCache.Custom)?.startLayer ?: 0,
+            (mc as? MiniCache.Custom)?.t ?: 0.5f,
+            (mc as? MiniCache.Custom)?.gamma ?: 1f,
+            options.kiviGroup, options.kiviWindow, options.llamaCppNumerics
+        )
+    }
+
+    /** What the session really uses (`tern_session_get_report`): device, context, KV cache. */
+    fun report(): SessionReport = synchronized(callLock) {
+        val r = Native.sessionReport(live())
+        val mc = when (r[5].toInt()) {
+            MiniCache.OFF -> MiniCache.Off
+            else -> MiniCache.Custom(
+                r[6].toInt(),
+                java.lang.Float.intBitsToFloat(r[7].toInt()),
+                java.lang.Float.intBitsToFloat(r[8].toInt())
+            )
+        }
+        SessionReport(
+            device = r[0].toInt(), nCtx = r[1].toInt(), kvFormat = r[2].toInt(),
+            kiviGroup = r[3].toInt(), kiviWindow = r[4].toInt(), miniCache = mc,
+            llamaCppNumerics = r[9] != 0L, maxMemory = r[10], kvBytes = r[11]
+        )
     }
 
     private fun live(): Long {
