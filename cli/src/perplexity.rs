@@ -86,7 +86,7 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
     let text = String::from_utf8(raw)
         .map_err(|e| anyhow::anyhow!("{} is not UTF-8 text: {e}", a.file.display()))?;
     let mut model = load_model(a.model.as_deref(), device)?;
-    a.numerics.apply(&mut model);
+    a.numerics.apply(&mut model)?;
     let n_ctx_train = model.meta().hparams.n_ctx_train as usize;
     if a.ctx > n_ctx_train {
         bail!(

@@ -161,7 +161,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
         None => load(a.model.as_deref(), &lo)?,
     };
-    a.sampling.numerics.apply(&mut model);
+    a.sampling.numerics.apply(&mut model)?;
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
         (None, Some(t)) => t.clone(),
@@ -331,7 +331,7 @@ enum ChatEnd {
 
 pub fn chat(a: ChatArgs) -> Result<ExitCode> {
     let mut model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
-    a.sampling.numerics.apply(&mut model);
+    a.sampling.numerics.apply(&mut model)?;
     let mut messages = Vec::new();
     if let Some(sys) = &a.system {
         messages.push(ChatMessage::new("system", sys.clone()));

@@ -45,7 +45,7 @@ pub fn run(a: ScoreArgs) -> Result<ExitCode> {
         .numerics
         .device(crate::perplexity::check_device(&a.device)?)?;
     let mut model = crate::perplexity::load_model(a.model.as_deref(), device)?;
-    a.numerics.apply(&mut model);
+    a.numerics.apply(&mut model)?;
     let score_opts = tern_engine::ScoreOptions {
         kv: a.kv.spec(&model)?,
         ..Default::default()

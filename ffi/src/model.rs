@@ -4,8 +4,7 @@ use std::ffi::c_char;
 use std::path::Path;
 use std::sync::Arc;
 
-use tern_engine::{EngineError, Model};
-use tern_reference::ForwardOptions;
+use tern_engine::{EngineError, ForwardOptions, Model, Verb};
 
 use crate::options::{
     read_versioned, tern_model_options, tern_model_options_default, TERN_DEVICE_AUTO,
@@ -57,9 +56,11 @@ fn load(path: &str, opts: &tern_model_options) -> Result<Model> {
             err
         }
     })?;
-    let mut fo = ForwardOptions::default();
-    fo.matmul.parallel = opts.use_threads != 0;
-    model.set_forward_options(fo);
+    if model.capabilities().has(Verb::ForwardOptions) {
+        let mut fo = ForwardOptions::default();
+        fo.matmul.parallel = opts.use_threads != 0;
+        model.set_forward_options(fo)?;
+    }
     log::info!(
         "loaded {path} in {:.2}s ({} layers, vocabulary {})",
         t0.elapsed().as_secs_f64(),

@@ -134,6 +134,18 @@ pub unsafe extern "C" fn tern_session_new(
         };
         check_kv_memory(&model.model, n_ctx)?;
         let kv = opts.kv_spec(&model.model.meta().hparams)?;
+        if opts.llama_cpp_numerics != 0
+            && !model
+                .model
+                .capabilities()
+                .has(tern_engine::Verb::LlamaCppNumerics)
+        {
+            // An option this model's backend cannot honour: the caller's argument.
+            return Err(Error::invalid(
+                "llama_cpp_numerics is a CPU mode (llama.cpp's CPU kernels): load the model \
+                 with TERN_DEVICE_CPU to use it",
+            ));
+        }
         let session = OwnedSession::try_new(model.model.clone(), |m| {
             let mut s = Session::with_kv(m, n_ctx, &kv)?;
             if opts.llama_cpp_numerics != 0 {

@@ -4,6 +4,7 @@
 //! (prefill + decode with a preallocated KV cache) and sample.
 
 mod backend;
+pub mod capabilities;
 pub mod chat;
 pub mod error;
 pub mod options;
@@ -13,7 +14,8 @@ pub mod score;
 pub mod session;
 pub mod tokenizer;
 
-pub use error::{EngineError, Result};
+pub use capabilities::{Capabilities, Verb};
+pub use error::{BackendError, EngineError, ErrorKind, Result};
 pub use options::{kv_spec_from_flags, minicache_on, Kivi, KvQuant, KvSpec, MiniCache};
 pub use report::HostTransfers;
 pub use report::{
