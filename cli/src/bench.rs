@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use tern_engine::session::Session;
-use tern_engine::BackendKind;
+use tern_engine::{BackendKind, Verb};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -152,7 +152,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let file_scheme = scheme_name(tern_format::TernFile::open(&path)?.meta().activations);
     let ran_scheme = scheme_name(model.meta().activations);
     let overridden = acts.is_some() && ran_scheme != file_scheme;
-    a.numerics.apply(&mut model);
+    a.numerics.apply(&mut model)?;
     let load_secs = t0.elapsed().as_secs_f64();
     let vocab = model.n_vocab();
     let n_ctx = (a.depth + a.n_prompt.max(a.n_gen) + 1).max(64);
@@ -205,16 +205,19 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     // "Greedy steps run ahead"). The readback counters of the last repetition give the host
     // round trips and bytes read back per decoded token.
     let mut transfers = None;
+    let gpu_verbs = model.capabilities().has(Verb::HostTransfers);
     if a.n_gen > 0 {
         let first = tokens(1, vocab, 2).first().copied().unwrap_or(0);
         let mut sampler = tern_engine::Sampler::new(tern_engine::SamplingParams::greedy())?;
         run_test(format!("tg{}", a.n_gen), a.n_gen, &mut |s| {
-            s.reset_host_transfers();
+            if gpu_verbs {
+                s.reset_host_transfers()?;
+            }
             let mut t = first;
             for _ in 0..a.n_gen {
                 t = s.eval_next(t, &mut sampler)?;
             }
-            transfers = s.host_transfers();
+            transfers = gpu_verbs.then(|| s.host_transfers()).transpose()?;
             Ok(())
         })?;
     }
@@ -256,21 +259,23 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         if a.profile {
             s.reset();
             s.eval(&tokens(a.depth.max(1), vocab, 3))?;
-            profile = s.profile_decode_step(1)?.map(|p| {
-                p.into_iter()
+            profile = Some(
+                s.profile_decode_step(1)?
+                    .into_iter()
                     .map(|k| (k.kernel, k.dispatches, k.micros))
-                    .collect()
-            });
+                    .collect(),
+            );
             if a.n_prompt > 0 {
                 s.reset();
                 if a.depth > 0 {
                     s.eval(&tokens(a.depth, vocab, 3))?;
                 }
-                profile_prefill = s.profile_prefill(&tokens(a.n_prompt, vocab, 1))?.map(|p| {
-                    p.into_iter()
+                profile_prefill = Some(
+                    s.profile_prefill(&tokens(a.n_prompt, vocab, 1))?
+                        .into_iter()
                         .map(|k| (k.kernel, k.dispatches, k.micros))
-                        .collect()
-                });
+                        .collect(),
+                );
             }
         }
         let m = model.report().memory;
@@ -315,10 +320,12 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
 
     // Measured sparsity of the quantized inputs per linear kind: a pass of its own (the counters
     // cost dispatches; the timed runs above did not carry them), over the prefill's tokens.
-    let sparsity = if model.meta().activations != tern_format::ActivationScheme::FLOAT {
+    let sparsity = if model.meta().activations != tern_format::ActivationScheme::FLOAT
+        && model.capabilities().has(Verb::ActivationSparsity)
+    {
         s.reset();
         let n = a.n_prompt.clamp(1, 128);
-        s.measure_activation_sparsity(&tokens(n, vocab, 4))?
+        Some(s.measure_activation_sparsity(&tokens(n, vocab, 4))?)
     } else {
         None
     };

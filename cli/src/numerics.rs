@@ -35,9 +35,10 @@ impl NumericsArgs {
     }
 
     /// Switch the loaded model's CPU forward pass to llama.cpp's numerics when asked.
-    pub fn apply(&self, model: &mut Model) {
+    pub fn apply(&self, model: &mut Model) -> Result<()> {
         if self.llama_cpp_numerics {
-            model.set_forward_options(tern_engine::ForwardOptions::llama_cpp_like());
+            model.set_forward_options(tern_engine::ForwardOptions::llama_cpp_like())?;
         }
+        Ok(())
     }
 }

@@ -309,7 +309,7 @@ enum ChatEnd {
 
 pub fn chat(a: ChatArgs) -> Result<ExitCode> {
     let mut model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
-    a.sampling.numerics.apply(&mut model);
+    a.sampling.numerics.apply(&mut model)?;
     let mut messages = Vec::new();
     if let Some(sys) = &a.system {
         messages.push(ChatMessage::new("system", sys.clone()));

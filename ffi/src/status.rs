@@ -5,9 +5,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use tern_engine::EngineError;
-use tern_format::FormatError;
-use tern_reference::ReferenceError;
+use tern_engine::{EngineError, ErrorKind};
 
 /// What a call did. The numbers are stable: codes are only ever appended.
 #[repr(C)]
@@ -112,90 +110,30 @@ impl From<EngineError> for Error {
     }
 }
 
-fn io_status(e: &std::io::Error) -> tern_status {
-    match e.kind() {
-        std::io::ErrorKind::OutOfMemory => TERN_OUT_OF_MEMORY,
-        _ => TERN_IO,
-    }
-}
-
-fn format_status(e: &FormatError) -> tern_status {
-    use FormatError as F;
-    match e {
-        F::Io(io) => io_status(io),
-        F::UnsupportedVersion { .. }
-        | F::UnsupportedFeatures { .. }
-        | F::UnknownEncoding(_)
-        | F::UnsupportedModel(_) => TERN_UNSUPPORTED,
-        F::BadMagic { .. }
-        | F::Truncated { .. }
-        | F::Checksum { .. }
-        | F::OutOfRange { .. }
-        | F::BadShape { .. }
-        | F::Malformed { .. }
-        | F::NonZeroPadding { .. }
-        | F::NoSuchTensor(_)
-        | F::DuplicateTensor(_)
-        | F::Corrupt { .. } => TERN_CORRUPT_FILE,
-        F::InvalidArgument(_) => TERN_INVALID_ARGUMENT,
-    }
-}
-
-fn reference_status(e: &ReferenceError) -> tern_status {
-    use ReferenceError as R;
-    match e {
-        R::Format(f) => format_status(f),
-        R::MissingTensor { .. }
-        | R::TensorShape { .. }
-        | R::NotTernary { .. }
-        | R::BadHParams(_) => TERN_CORRUPT_FILE,
-        R::UnsupportedEncoding { .. } => TERN_UNSUPPORTED,
-        R::TokenOutOfRange { .. } | R::EmptyInput => TERN_INVALID_ARGUMENT,
-        R::ContextOverflow { .. } => TERN_CONTEXT_FULL,
-        R::CacheMismatch { .. } | R::Shape { .. } => TERN_INTERNAL,
-    }
-}
-
-/// The status of an engine error. Exhaustive on purpose: a new engine error variant must be given
-/// a status here.
+/// The status of an engine error: a function of its kind ([`EngineError::kind`], the engine's one
+/// classification) and of nothing else.
 pub(crate) fn engine_status(e: &EngineError) -> tern_status {
-    use EngineError as E;
-    match e {
-        E::Format(f) => format_status(f),
-        E::Reference(r) => reference_status(r),
-        E::Tokenizer(_)
-        | E::InvalidArgument(_)
-        | E::NothingToScore(_)
-        | E::TooFewTokens { .. }
-        | E::ContextTooLarge { .. } => TERN_INVALID_ARGUMENT,
-        E::Template(_) => TERN_TEMPLATE,
-        E::NoTokenizer => TERN_NO_TOKENIZER,
-        E::PromptTooLong { .. } => TERN_CONTEXT_FULL,
-        E::Numeric(_) => TERN_NUMERIC,
-        E::Cancelled => TERN_CANCELLED,
-        E::Io(io) => io_status(io),
-        E::Gpu(g) => gpu_status(g),
-        E::DeviceLost(_) => TERN_DEVICE_LOST,
-    }
+    kind_status(e.kind())
 }
 
-/// The status of a GPU error. A bad model file is `TERN_CORRUPT_FILE` as on the CPU
-/// (`GpuError::is_bad_file`); a broken invariant is `TERN_INTERNAL`; a lost device is
-/// `TERN_DEVICE_LOST`.
-fn gpu_status(e: &tern_gpu::GpuError) -> tern_status {
-    use tern_gpu::GpuError as G;
-    match e {
-        G::Format(f) => format_status(f),
-        G::BadModel(_) | G::Corrupt { .. } => TERN_CORRUPT_FILE,
-        G::OutOfMemory { .. } | G::OverBudget { .. } => TERN_OUT_OF_MEMORY,
-        G::CpuRequested | G::NoAdapter(_) | G::Unsupported { .. } | G::TooLarge { .. } => {
-            TERN_UNSUPPORTED
-        }
-        G::InvalidArgument { .. } => TERN_INVALID_ARGUMENT,
-        // Operands of the wrong shape inside the engine: its own checks ran before.
-        G::Shape { .. } | G::Internal { .. } => TERN_INTERNAL,
-        G::DeviceLost(_) => TERN_DEVICE_LOST,
-        G::RequestDevice(_) | G::Wgpu { .. } | G::Readback { .. } => TERN_INTERNAL,
+/// The status of each [`ErrorKind`]. `ErrorKind` is `#[non_exhaustive]`: a kind added to the
+/// engine after this table is `TERN_INTERNAL` until it is given a status here (the test
+/// `every_error_kind_has_its_own_status` fails until then).
+pub(crate) fn kind_status(k: ErrorKind) -> tern_status {
+    match k {
+        ErrorKind::InvalidArgument | ErrorKind::Tokenizer => TERN_INVALID_ARGUMENT,
+        ErrorKind::Io => TERN_IO,
+        ErrorKind::BadFile => TERN_CORRUPT_FILE,
+        ErrorKind::Unsupported => TERN_UNSUPPORTED,
+        ErrorKind::OutOfMemory => TERN_OUT_OF_MEMORY,
+        ErrorKind::ContextFull => TERN_CONTEXT_FULL,
+        ErrorKind::Cancelled => TERN_CANCELLED,
+        ErrorKind::Internal => TERN_INTERNAL,
+        ErrorKind::NoTokenizer => TERN_NO_TOKENIZER,
+        ErrorKind::Template => TERN_TEMPLATE,
+        ErrorKind::Numeric => TERN_NUMERIC,
+        ErrorKind::DeviceLost => TERN_DEVICE_LOST,
+        _ => TERN_INTERNAL,
     }
 }
 
@@ -313,5 +251,52 @@ pub(crate) fn arg_out<T>(p: *mut T, name: &str) -> Result<*mut T> {
         Err(Error::null(name))
     } else {
         Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    /// Every kind the engine has is given a status of its own: only `Internal` is
+    /// `TERN_INTERNAL`, and two kinds share a status only where the C ABI has always folded them
+    /// (a tokenizer failure is an invalid argument to the call that tokenized).
+    #[test]
+    fn every_error_kind_has_its_own_status() {
+        let mut seen: Vec<(tern_status, ErrorKind)> = Vec::new();
+        for k in ErrorKind::ALL {
+            let st = kind_status(k);
+            assert_eq!(
+                st == TERN_INTERNAL,
+                k == ErrorKind::Internal,
+                "{k:?} → {st:?}"
+            );
+            assert_ne!(st, TERN_OK, "{k:?}");
+            for &(other_st, other) in &seen {
+                if other_st == st {
+                    let pair = [other, k];
+                    assert!(
+                        pair == [ErrorKind::InvalidArgument, ErrorKind::Tokenizer],
+                        "{other:?} and {k:?} share {st:?}"
+                    );
+                }
+            }
+            seen.push((st, k));
+        }
+        // The statuses only the C ABI makes (no engine kind is them).
+        for st in [TERN_NULL_ARGUMENT, TERN_BUSY] {
+            assert!(seen.iter().all(|&(s, _)| s != st), "{st:?}");
+        }
+    }
+
+    /// A verb the backend lacks is `TERN_UNSUPPORTED`.
+    #[test]
+    fn unsupported_verb_is_tern_unsupported() {
+        let e = EngineError::Unsupported {
+            verb: tern_engine::Verb::Profile,
+            backend: tern_engine::BackendKind::Cpu,
+        };
+        assert_eq!(engine_status(&e), TERN_UNSUPPORTED);
+        assert!(e.to_string().contains("CPU"), "{e}");
     }
 }

@@ -66,7 +66,7 @@ fn engine_errors_map_to_stable_statuses() {
         engine_status(&EngineError::DeviceLost("destroyed".into())),
         TERN_DEVICE_LOST
     );
-    let lost: EngineError = tern_gpu::GpuError::DeviceLost("reset".into()).into();
+    let lost = EngineError::gpu_device_lost_for_tests("reset");
     assert!(matches!(lost, EngineError::DeviceLost(_)));
     assert_eq!(engine_status(&lost), TERN_DEVICE_LOST);
     assert_eq!(

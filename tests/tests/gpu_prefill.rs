@@ -23,10 +23,11 @@ fn open_gpu(path: &Path, gpu: GpuTuning) -> Option<Model> {
     };
     match Model::open_with(path, &opts) {
         Ok(m) => Some(m),
-        Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::NoAdapter(e)))
-            if !tern_tests::gpu_required("gpu_prefill") =>
+        Err(e)
+            if matches!(e.backend_error(), Some(tern_gpu::GpuError::NoAdapter(_)))
+                && !tern_tests::gpu_required("gpu_prefill") =>
         {
-            eprintln!("skipping: no GPU adapter{e}");
+            eprintln!("skipping: {e}");
             None
         }
         Err(e) => panic!("loading {} on the GPU: {e}", path.display()),
@@ -54,7 +55,7 @@ fn check(
     assert!(e <= 1e-11, "{tag}: 40-token prefill NMSE {e}");
     let mut p = Session::new(&gpu, 64).unwrap();
     match p.profile_prefill(toks) {
-        Ok(Some(prof)) => {
+        Ok(prof) => {
             let names: Vec<&String> = prof.iter().map(|k| &k.kernel).collect();
             for w in want {
                 assert!(
@@ -70,8 +71,7 @@ fn check(
                 );
             }
         }
-        Ok(None) => panic!("the GPU backend gave no profile"),
-        Err(tern_engine::EngineError::Gpu(tern_gpu::GpuError::Unsupported { .. })) => {
+        Err(e) if e.kind() == tern_engine::ErrorKind::Unsupported => {
             eprintln!("no timestamp queries on this adapter: kernel names not checked");
         }
         Err(e) => panic!("profile_prefill: {e}"),

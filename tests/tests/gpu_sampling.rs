@@ -65,7 +65,7 @@ fn decode(
     let logits = s.eval(prompt).unwrap();
     let mut history = prompt.to_vec();
     let mut t = sampler.sample(&logits, &history).unwrap();
-    s.reset_host_transfers();
+    s.reset_host_transfers().unwrap();
     let mut out = vec![t];
     for _ in 1..n {
         t = s.eval_next(t, &mut sampler).unwrap();

@@ -1,6 +1,7 @@
 //! Architecture invariants that are cheap to check by reading the source (ARCHITECTURE.md):
-//! the CLI and the desktop app reach the GPU engine only through `tern-engine`, and no file of the GPU
-//! engine grows back into a thousand-line module. (Import cycles are checked by
+//! the CLI, the desktop app and the C ABI reach the backends only through `tern-engine` (the C ABI
+//! and the app depend on no backend crate at all: `tern-engine`, and `tern-format` for plain
+//! types), and no file of the GPU engine grows back into a thousand-line module. (Import cycles are checked by
 //! `scripts/check_cycles.py`, also run in CI.)
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,81 @@ fn never_names_tern_gpu(dir: &str, src_dirs: &[&str], min_files: usize) {
     assert!(
         !manifest.contains("tern-gpu"),
         "{dir}/Cargo.toml depends on tern-gpu"
+    );
+}
+
+/// The workspace crates (`tern-*`) a manifest's `[dependencies]` names (dev-dependencies and
+/// target-specific sections aside).
+fn workspace_deps(manifest: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+        } else if section == "[dependencies]" && line.starts_with("tern-") {
+            let name: String = line
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// A front end (`dir`) that depends on no backend crate: its `[dependencies]` name only the
+/// workspace crates `allowed`, the whole manifest names neither `tern-gpu` nor `tern-reference`,
+/// and no source file names `tern_gpu` or `tern_reference` (errors are classified by
+/// `EngineError::kind`, backends are chosen through `tern-engine`'s options).
+fn depends_on_no_backend(dir: &str, src_dirs: &[&str], min_files: usize, allowed: &[&str]) {
+    let mut files = Vec::new();
+    for d in src_dirs {
+        rust_files(&root().join(dir).join(d), &mut files);
+    }
+    assert!(files.len() >= min_files, "{dir} sources found: {files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read");
+        for name in ["tern_gpu", "tern_reference"] {
+            assert!(
+                !text.contains(name),
+                "{} names {name}: {dir} uses tern-engine's API (EngineError::kind,                  Model::capabilities, LoadOptions)",
+                f.display()
+            );
+        }
+    }
+    let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).expect("read");
+    for name in ["tern-gpu", "tern-reference"] {
+        assert!(!manifest.contains(name), "{dir}/Cargo.toml names {name}");
+    }
+    let deps = workspace_deps(&manifest);
+    assert!(deps.iter().any(|d| d == "tern-engine"), "{dir}: {deps:?}");
+    for d in &deps {
+        assert!(
+            allowed.contains(&d.as_str()),
+            "{dir}/Cargo.toml depends on {d}: allowed are {allowed:?}"
+        );
+    }
+}
+
+#[test]
+fn workspace_deps_reads_the_dependencies_section() {
+    let m = "[package]\nname = \"tern-x\"\n[dependencies]\ntern-engine.workspace = true\n\
+             tern-gpu = { path = \"../g\" }\nlog = \"1\"\n[dev-dependencies]\ntern-tests = \"1\"\n";
+    assert_eq!(workspace_deps(m), ["tern-engine", "tern-gpu"]);
+}
+
+#[test]
+fn ffi_depends_on_no_backend() {
+    depends_on_no_backend("ffi", &["src"], 6, &["tern-engine", "tern-format"]);
+}
+
+#[test]
+fn app_depends_on_no_backend() {
+    depends_on_no_backend(
+        "app",
+        &["src", "tests"],
+        6,
+        &["tern-engine", "tern-format", "tern-import"],
     );
 }
 

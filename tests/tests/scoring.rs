@@ -432,7 +432,8 @@ fn engine_score_equals_session_logits() {
     }
     assert_eq!(model.score(&tokens[..1]).unwrap(), Vec::<f32>::new());
     // in a caller's (reused, non-empty) cache: same values, the cache holds the inputs afterwards
-    let net = model.net().unwrap();
+    // (the cache filled by the CPU reference of the same file)
+    let net = &Model::load(&file).unwrap();
     let mut cache = KvCache::new(net, 100).unwrap();
     net.forward(&[5, 6, 7], &mut cache, LogitsWanted::None)
         .unwrap();
@@ -639,7 +640,9 @@ fn gpl3_perplexity(llama_cpp_numerics: bool, quick: bool) -> f64 {
     let g = golden();
     let mut model = tern_engine::Model::open(smollm2_path()).unwrap();
     if llama_cpp_numerics {
-        model.set_forward_options(ForwardOptions::llama_cpp_like());
+        model
+            .set_forward_options(ForwardOptions::llama_cpp_like())
+            .unwrap();
     }
     let text = std::fs::read_to_string(GPL3).unwrap();
     let tokens = model.perplexity_tokens(&text).unwrap();

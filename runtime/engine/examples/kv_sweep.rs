@@ -36,14 +36,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tok = model.tokenizer()?;
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let hp = model.meta().hparams.clone();
-    let net = model.net()?;
     if settings.first().map(String::as_str) == Some("stats") {
         // Angular distance d = θ/π between adjacent layers' K (and V) head vectors, f32 cache.
         let mut win = tokens[..c].to_vec();
         if let Some(b) = bos {
             win[0] = b;
         }
-        let mut cache = KvCache::new(net, c - 1)?;
+        let mut cache = KvCache::for_hparams(&hp, c - 1)?;
         model.score_in_cache(&mut cache, &win, &ScoreOptions::default(), &mut NoObserver)?;
         let hd = hp.head_dim as usize;
         let row = hp.n_head_kv as usize * hd;
@@ -118,7 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if let Some(b) = bos {
                 win[0] = b;
             }
-            let mut cache = KvCache::with_spec(net, c - 1, &spec)?;
+            let mut cache = KvCache::for_spec(&hp, c - 1, &spec)?;
             cache.set_retention(rule);
             let lp = model.score_in_cache(&mut cache, &win, &score_opts, &mut NoObserver)?;
             let second = &lp[c / 2..];

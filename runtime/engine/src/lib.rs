@@ -4,6 +4,7 @@
 //! (prefill + decode with a preallocated KV cache) and sample.
 
 mod backend;
+pub mod capabilities;
 pub mod chat;
 pub mod error;
 pub mod options;
@@ -13,7 +14,8 @@ pub mod score;
 pub mod session;
 pub mod tokenizer;
 
-pub use error::{EngineError, Result};
+pub use capabilities::{Capabilities, Verb};
+pub use error::{BackendError, EngineError, ErrorKind, Result};
 pub use options::{
     minicache_on, CpuThreads, Kivi, KvOptions, KvQuant, KvSpec, KvSpecError, MiniCache,
     MiniCacheMode, Numerics, OptionsError, SessionOptions, ValidSessionOptions,

@@ -133,7 +133,9 @@ impl Model {
     /// [`Model::score_with`] in a caller's KV cache (e.g. a session's preallocated one) instead of
     /// a fresh one: the cache is cleared first, must hold `tokens.len() − 1` positions, and holds
     /// `tokens[..n−1]` afterwards (a prefix of them after an error). `opts.max_tokens` is not used:
-    /// the cache's capacity is the limit.
+    /// the cache's capacity is the limit. A CPU verb ([`crate::Verb::ScoreInCache`]; the cache
+    /// is `tern_reference::KvCache::for_spec(&model.meta().hparams, ..)`):
+    /// [`EngineError::Unsupported`] on the GPU.
     pub fn score_in_cache(
         &self,
         cache: &mut KvCache,
@@ -152,8 +154,7 @@ impl Model {
                 ctx: cache.capacity() + 1,
             });
         }
-        let net = self.net()?;
-        crate::backend::cpu::score_in_cache(net, &net.options(), cache, tokens, opts, obs)
+        self.backend().score_in_cache(cache, tokens, opts, obs)
     }
 
     /// Tokenize a text for [`Model::perplexity`] as llama-perplexity does: BOS when the model adds

@@ -9,6 +9,7 @@ use tern_format::{ModelMeta, TernFile};
 use tern_reference::ForwardOptions;
 
 use crate::backend::{Logits, ModelBackend, SessionBackend};
+use crate::capabilities::{Capabilities, Verb};
 use crate::error::{EngineError, Result};
 pub use crate::options::{CpuThreads, Device, LoadOptions, SessionOptions};
 use crate::options::{
@@ -75,8 +76,11 @@ impl Model {
             ..self.opts.clone()
         };
         let mut m = Self::open_with(path, &opts)?;
-        if let Some(f) = self.forward {
-            m.set_forward_options(f);
+        if let Some(f) = self
+            .forward
+            .filter(|_| m.capabilities().has(Verb::ForwardOptions))
+        {
+            m.set_forward_options(f)?;
         }
         Ok(m)
     }
@@ -88,11 +92,14 @@ impl Model {
     }
 
     /// Destroy the GPU device under this model (`wgpu::Device::destroy`) to test how an app
-    /// survives a device loss; returns `false` (and does nothing) on the CPU. Safe to call from
-    /// any thread, also during a generation on one of its sessions.
+    /// survives a device loss. Returns whether it did: `false` (and nothing is done) on a
+    /// backend without a device, the CPU ([`Verb::SimulateDeviceLoss`] is not among its
+    /// [`Model::capabilities`]) — a test hook, where "nothing to lose" is an answer, not an
+    /// error. Safe to call from any thread, also during a generation on one of its sessions.
     #[doc(hidden)]
     pub fn simulate_device_loss(&self) -> bool {
-        self.backend.simulate_device_loss()
+        self.capabilities().has(Verb::SimulateDeviceLoss)
+            && self.backend.simulate_device_loss().is_ok()
     }
 
     pub fn from_file(file: &TernFile) -> Result<Self> {
@@ -145,6 +152,12 @@ impl Model {
         self.backend.device_name()
     }
 
+    /// The verbs this model's backend has: a verb it lacks returns
+    /// [`EngineError::Unsupported`] and runs nothing (see [`Verb`]).
+    pub fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
     /// What the model holds: device, weight memory by part, the activation plan.
     pub fn report(&self) -> ModelReport {
         self.backend.report()
@@ -158,20 +171,13 @@ impl Model {
         &self.meta
     }
 
-    /// The CPU forward pass (an error when the model was loaded for the GPU).
-    pub fn net(&self) -> Result<&tern_reference::Model> {
-        self.backend.reference().ok_or_else(|| {
-            EngineError::InvalidArgument(
-                "this model was loaded for the GPU; the CPU forward pass is not loaded".into(),
-            )
-        })
-    }
-
-    /// Numerical options of the CPU forward pass (e.g. llama.cpp-like activation quantization);
-    /// no effect on the GPU backend.
-    pub fn set_forward_options(&mut self, o: ForwardOptions) {
+    /// Numerical options of the CPU forward pass (e.g. llama.cpp-like activation quantization)
+    /// for the sessions made after it ([`Verb::ForwardOptions`]: [`EngineError::Unsupported`]
+    /// on the GPU, whose kernels have their own numerics).
+    pub fn set_forward_options(&mut self, o: ForwardOptions) -> Result<()> {
+        self.backend.set_forward_options(o)?;
         self.forward = Some(o);
-        self.backend.set_forward_options(o);
+        Ok(())
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
@@ -299,6 +305,16 @@ impl<'m> Session<'m> {
     /// (`InvalidArgument` on the GPU).
     pub fn with_options(model: &'m Model, opts: &SessionOptions) -> Result<Self> {
         let opts = opts.validate(&model.meta.hparams)?;
+        if opts.numerics() == Numerics::LlamaCpp
+            && !model.capabilities().has(Verb::LlamaCppNumerics)
+        {
+            // An option this model's backend cannot honour is the caller's argument, named
+            // before anything is allocated.
+            return Err(EngineError::InvalidArgument(
+                "llama.cpp numerics are a CPU mode (llama.cpp's CPU kernels): load the model                  on the CPU to use them"
+                    .into(),
+            ));
+        }
         let mut state = model.backend.new_session(opts.n_ctx(), opts.kv())?;
         if opts.numerics() == Numerics::LlamaCpp {
             state.set_llama_cpp_numerics(true)?;
@@ -351,8 +367,9 @@ impl<'m> Session<'m> {
 
     /// Run one decode step of `token` (after what the cache holds; it enters the cache) with a
     /// GPU timestamp around every dispatch, and return per kernel (dispatches, total µs), largest
-    /// first. `None` on the CPU. Needs the adapter's `TIMESTAMP_QUERY`.
-    pub fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
+    /// first ([`Verb::Profile`]: the GPU with the adapter's `TIMESTAMP_QUERY`; elsewhere
+    /// [`EngineError::Unsupported`] and nothing runs).
+    pub fn profile_decode_step(&mut self, token: u32) -> Result<Vec<KernelTime>> {
         self.check_room(&[token])?;
         let p = self.state.profile_decode_step(token);
         self.sync_history_len(&[token]);
@@ -361,7 +378,7 @@ impl<'m> Session<'m> {
 
     /// [`Session::profile_decode_step`] for a batch of `tokens` run as one prefill (they enter
     /// the cache): per kernel, dispatches and µs summed over the whole batch.
-    pub fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
+    pub fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Vec<KernelTime>> {
         self.check_room(tokens)?;
         let p = self.state.profile_prefill(tokens);
         self.sync_history_len(tokens);
@@ -371,11 +388,12 @@ impl<'m> Session<'m> {
     /// Run `tokens` after what the cache holds (they enter it) while counting, per linear kind,
     /// the zero codes of every quantized input (BitNet: TopK and ReLU² sparsity). A measurement
     /// pass of its own (the counters cost a dispatch per input; timed runs never carry them).
-    /// `None` on the CPU backend.
+    /// [`Verb::ActivationSparsity`]: the GPU; elsewhere [`EngineError::Unsupported`] and nothing
+    /// runs.
     pub fn measure_activation_sparsity(
         &mut self,
         tokens: &[u32],
-    ) -> Result<Option<Vec<crate::ActivationSparsity>>> {
+    ) -> Result<Vec<crate::ActivationSparsity>> {
         self.check_room(tokens)?;
         let r = self.state.measure_activation_sparsity(tokens);
         self.sync_history_len(tokens);
@@ -384,8 +402,9 @@ impl<'m> Session<'m> {
 
     /// Run this session with llama.cpp's CPU numerics ([`ForwardOptions::llama_cpp_like`]: its
     /// greedy output token for token) or, with `false`, with the model's own. The cache is
-    /// cleared (its entries were computed with the other numerics). `InvalidArgument` on the GPU
-    /// backend, which has no such mode.
+    /// cleared (its entries were computed with the other numerics). `true` is a CPU verb
+    /// ([`Verb::LlamaCppNumerics`]): [`EngineError::Unsupported`] on the GPU, which has no such
+    /// mode.
     pub fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
         self.state.set_llama_cpp_numerics(on)?;
         self.opts.set_numerics(if on {

@@ -7,13 +7,20 @@ use std::collections::BTreeMap;
 use tern_format::{ActQuant, Encoding, TernFile};
 use tern_reference::{ForwardOptions, KvCache, LogitsWanted, NeuZipResidency};
 
-use super::{check_finite, Logits, ModelBackend, SessionBackend, Stop};
+use super::{check_finite, Logits, ModelBackend, SessionBackend, StepOut, Stop};
+use crate::capabilities::{Capabilities, Verb};
 use crate::error::{EngineError, Result};
 use crate::options::{KvSpec, Numerics, ScoreObserver, ScoreOptions};
 use crate::report::{
-    ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
-    SessionReport, TensorReport,
+    ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, HostTransfers,
+    KernelTime, MemoryReport, ModelReport, SessionReport, TensorReport,
 };
+
+/// A verb the CPU backend does not have (not in [`Capabilities::CPU`]; the seam test checks
+/// that the two agree).
+fn lacks<T>(verb: Verb) -> Result<T> {
+    Err(EngineError::unsupported(verb, BackendKind::Cpu))
+}
 
 pub(crate) struct CpuModel {
     net: tern_reference::Model,
@@ -56,6 +63,10 @@ impl ModelBackend for CpuModel {
         "cpu".into()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::CPU
+    }
+
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
         Ok(Box::new(CpuSession {
             net: &self.net,
@@ -92,12 +103,27 @@ impl ModelBackend for CpuModel {
         }
     }
 
-    fn reference(&self) -> Option<&tern_reference::Model> {
-        Some(&self.net)
+    fn score_in_cache(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        score_in_cache(&self.net, &self.net.options(), cache, tokens, opts, obs)
     }
 
-    fn set_forward_options(&mut self, o: ForwardOptions) {
+    fn set_forward_options(&mut self, o: ForwardOptions) -> Result<()> {
         self.net.set_options(o);
+        Ok(())
+    }
+
+    fn device_lost(&self) -> bool {
+        false
+    }
+
+    fn simulate_device_loss(&self) -> Result<()> {
+        lacks(Verb::SimulateDeviceLoss)
     }
 }
 
@@ -220,14 +246,38 @@ impl SessionBackend for CpuSession<'_> {
         })
     }
 
-    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
-        self.eval(&[token], Logits::Last, &|| false)?;
-        Ok(None)
+    fn eval_sample(
+        &mut self,
+        _token: u32,
+        _penalized: &[u32],
+        _temperature: f32,
+        _stop: Stop<'_>,
+    ) -> Result<Option<StepOut>> {
+        lacks(Verb::DeviceSampling)
     }
 
-    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
-        self.eval(tokens, Logits::Last, &|| false)?;
-        Ok(None)
+    fn last_logits(&mut self) -> Result<Vec<f32>> {
+        lacks(Verb::DeviceSampling)
+    }
+
+    fn host_transfers(&self) -> Result<HostTransfers> {
+        lacks(Verb::HostTransfers)
+    }
+
+    fn reset_host_transfers(&mut self) -> Result<()> {
+        lacks(Verb::HostTransfers)
+    }
+
+    fn profile_decode_step(&mut self, _token: u32) -> Result<Vec<KernelTime>> {
+        lacks(Verb::Profile)
+    }
+
+    fn profile_prefill(&mut self, _tokens: &[u32]) -> Result<Vec<KernelTime>> {
+        lacks(Verb::Profile)
+    }
+
+    fn measure_activation_sparsity(&mut self, _tokens: &[u32]) -> Result<Vec<ActivationSparsity>> {
+        lacks(Verb::ActivationSparsity)
     }
 
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {

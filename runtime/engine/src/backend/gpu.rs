@@ -7,18 +7,30 @@ use std::sync::{Arc, Mutex, TryLockError};
 
 use tern_format::TernFile;
 use tern_gpu::{GpuError, GpuModel, GpuSession};
-use tern_reference::ForwardOptions;
+use tern_reference::{ForwardOptions, KvCache};
 
 use super::{check_finite, Logits, ModelBackend, SessionBackend, StepOut, Stop};
+use crate::capabilities::{Capabilities, Verb};
 use crate::error::{EngineError, Result};
 use crate::options::LoadOptions;
 use crate::options::{KvSpec, Numerics, ScoreObserver, ScoreOptions};
 use crate::report::HostTransfers;
 use crate::report::{
-    ActivationPlanReport, ActivationRow, BackendKind, KernelTime, MemoryReport, ModelReport,
-    SessionReport, TensorReport,
+    ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, KernelTime, MemoryReport,
+    ModelReport, SessionReport, TensorReport,
 };
 use crate::sampler::Candidates;
+
+/// A verb the GPU backend does not have (not in [`Capabilities::gpu`]; the seam test checks
+/// that the two agree).
+fn lacks<T>(verb: Verb) -> Result<T> {
+    Err(EngineError::unsupported(verb, BackendKind::Gpu))
+}
+
+/// This GPU backend's verbs ([`Verb::Profile`] needs the adapter's `TIMESTAMP_QUERY`).
+fn capabilities_of(model: &GpuModel) -> Capabilities {
+    Capabilities::gpu(model.context().info.timestamp_query)
+}
 
 /// Tokens per GPU batch (prefill chunk) of a session.
 const GPU_BATCH: u64 = 512;
@@ -74,7 +86,12 @@ impl ModelBackend for GpuBackend {
             max_memory: self.model.context().budget(),
             tokens: Vec::new(),
             xfer: HostTransfers::default(),
+            caps: capabilities_of(&self.model),
         }))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities_of(&self.model)
     }
 
     fn score(
@@ -124,10 +141,11 @@ impl ModelBackend for GpuBackend {
         }
         match guard.as_mut() {
             Some(s) => gpu_score(&mut s.session, tokens, obs),
-            None => Err(EngineError::Gpu(GpuError::Internal {
+            None => Err(GpuError::Internal {
                 op: "score",
                 detail: "no scoring session".into(),
-            })),
+            }
+            .into()),
         }
     }
 
@@ -176,19 +194,27 @@ impl ModelBackend for GpuBackend {
         }
     }
 
-    fn reference(&self) -> Option<&tern_reference::Model> {
-        None
+    fn score_in_cache(
+        &self,
+        _cache: &mut KvCache,
+        _tokens: &[u32],
+        _opts: &ScoreOptions,
+        _obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>> {
+        lacks(Verb::ScoreInCache)
     }
 
-    fn set_forward_options(&mut self, _o: ForwardOptions) {}
+    fn set_forward_options(&mut self, _o: ForwardOptions) -> Result<()> {
+        lacks(Verb::ForwardOptions)
+    }
 
     fn device_lost(&self) -> bool {
         self.model.context().is_lost()
     }
 
-    fn simulate_device_loss(&self) -> bool {
+    fn simulate_device_loss(&self) -> Result<()> {
         self.model.context().simulate_device_loss();
-        true
+        Ok(())
     }
 }
 
@@ -223,6 +249,8 @@ struct GpuState {
     /// The spec the cache was made with, and the context's memory budget (reported).
     kv: KvSpec,
     max_memory: Option<u64>,
+    /// The model's verbs.
+    caps: Capabilities,
 }
 
 impl GpuState {
@@ -338,12 +366,13 @@ impl SessionBackend for GpuState {
         Ok(l)
     }
 
-    fn host_transfers(&self) -> Option<HostTransfers> {
-        Some(self.xfer)
+    fn host_transfers(&self) -> Result<HostTransfers> {
+        Ok(self.xfer)
     }
 
-    fn reset_host_transfers(&mut self) {
+    fn reset_host_transfers(&mut self) -> Result<()> {
         self.xfer = HostTransfers::default();
+        Ok(())
     }
 
     fn truncate(&mut self, n: usize) {
@@ -391,30 +420,33 @@ impl SessionBackend for GpuState {
         })
     }
 
-    fn measure_activation_sparsity(
-        &mut self,
-        tokens: &[u32],
-    ) -> Result<Option<Vec<crate::report::ActivationSparsity>>> {
+    fn measure_activation_sparsity(&mut self, tokens: &[u32]) -> Result<Vec<ActivationSparsity>> {
         self.session.measure_activation_sparsity(true)?;
         let run = self
             .session
             .eval_all(tokens)
             .and_then(|_| self.session.activation_sparsity());
         self.session.measure_activation_sparsity(false)?;
-        Ok(run?.map(|counts| {
-            counts
-                .into_iter()
-                .filter(|c| c.total > 0)
-                .map(|c| crate::report::ActivationSparsity {
-                    linear: c.linear.name().to_string(),
-                    zero_fraction: c.fraction().unwrap_or(0.0),
-                    codes: c.total,
-                })
-                .collect()
-        }))
+        // The counters were on for this run, so they are there.
+        let counts = run?.ok_or(GpuError::Internal {
+            op: "measure_activation_sparsity",
+            detail: "the counters were off".into(),
+        })?;
+        Ok(counts
+            .into_iter()
+            .filter(|c| c.total > 0)
+            .map(|c| ActivationSparsity {
+                linear: c.linear.name().to_string(),
+                zero_fraction: c.fraction().unwrap_or(0.0),
+                codes: c.total,
+            })
+            .collect())
     }
 
-    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>> {
+    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Vec<KernelTime>> {
+        if !self.caps.has(Verb::Profile) {
+            return lacks(Verb::Profile);
+        }
         // As `eval`: `tokens` track what the cache holds (a later truncate keeps them).
         let p0 = self.session.len() as usize;
         self.tokens.truncate(p0);
@@ -423,30 +455,25 @@ impl SessionBackend for GpuState {
         self.tokens
             .extend_from_slice(tokens.get(..held).unwrap_or_default());
         let p = p?;
-        Ok(Some(
-            p.into_iter()
-                .map(|(kernel, dispatches, micros)| KernelTime {
-                    kernel,
-                    dispatches,
-                    micros,
-                })
-                .collect(),
-        ))
+        Ok(p.into_iter()
+            .map(|(kernel, dispatches, micros)| KernelTime {
+                kernel,
+                dispatches,
+                micros,
+            })
+            .collect())
     }
 
-    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>> {
+    fn profile_decode_step(&mut self, token: u32) -> Result<Vec<KernelTime>> {
         // `profile_step` of one token is `profile_decode_step`.
         self.profile_prefill(&[token])
     }
 
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
         if on {
-            return Err(EngineError::InvalidArgument(
-                "llama.cpp numerics are a CPU mode: load the model on the CPU (--device cpu, \
-                 TERN_DEVICE_CPU) to use them"
-                    .into(),
-            ));
+            return lacks(Verb::LlamaCppNumerics);
         }
+        // Off: the model's own numerics, which a GPU session always runs.
         Ok(())
     }
 }

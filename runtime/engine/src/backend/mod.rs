@@ -7,12 +7,19 @@
 //! * [`SessionBackend`]: one KV cache. Evaluates tokens (last or all logits), truncates, scores
 //!   with the fused Cut-Cross-Entropy scorer (no logit matrix), reports its memory.
 //!
+//! A verb only some backends have is named by a [`crate::Verb`]; each backend says which it has
+//! ([`ModelBackend::capabilities`]) and writes the others out as
+//! [`crate::EngineError::Unsupported`] (the traits have no default bodies). The engine's own
+//! fallbacks (e.g. sampling from the full logits where there is no device sampling) ask the
+//! capabilities, not a `None`.
+//!
 //! The checks every backend shares (empty input, token ids, room in the context) are done by the
 //! callers in `session.rs` / `score.rs` before a backend is called.
 
 use tern_format::TernFile;
-use tern_reference::ForwardOptions;
+use tern_reference::{ForwardOptions, KvCache};
 
+use crate::capabilities::Capabilities;
 use crate::error::Result;
 use crate::options::{Device, LoadOptions};
 use crate::options::{KvSpec, ScoreObserver, ScoreOptions};
@@ -46,9 +53,14 @@ pub(crate) enum StepOut {
 pub(crate) type Stop<'a> = &'a dyn Fn() -> bool;
 
 /// A model loaded for one backend.
+///
+/// No method has a default body: a verb a backend lacks (see [`Capabilities`]) is written out
+/// in that backend as an [`crate::EngineError::Unsupported`], never a silent default.
 pub(crate) trait ModelBackend: Send + Sync {
     /// "cpu", or "gpu (adapter name, backend)".
     fn device_name(&self) -> String;
+    /// The verbs this backend has (the others answer [`crate::EngineError::Unsupported`]).
+    fn capabilities(&self) -> Capabilities;
     /// A session with a KV cache of `n_ctx` positions (`n_ctx > 0`) in the format `kv`.
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>>;
     /// `log p(tokens[i+1] | tokens[..=i])` from an empty cache (`tokens.len() ≥ 2`, ids checked).
@@ -58,22 +70,25 @@ pub(crate) trait ModelBackend: Send + Sync {
         opts: &ScoreOptions,
         obs: &mut dyn ScoreObserver,
     ) -> Result<Vec<f32>>;
+    /// [`ModelBackend::score`] in a caller's CPU cache (cleared first; `tokens.len() − 1` fits
+    /// it, checked by the caller) ([`crate::Verb::ScoreInCache`]).
+    fn score_in_cache(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        opts: &ScoreOptions,
+        obs: &mut dyn ScoreObserver,
+    ) -> Result<Vec<f32>>;
     fn report(&self) -> ModelReport;
-    /// The CPU forward pass, when this is the CPU backend.
-    fn reference(&self) -> Option<&tern_reference::Model>;
-    /// The CPU forward pass's numerical options (no effect elsewhere).
-    fn set_forward_options(&mut self, o: ForwardOptions);
-    /// The device this model runs on was lost (never on the CPU).
-    fn device_lost(&self) -> bool {
-        false
-    }
-    /// Destroy the GPU device (tests of device loss); `false` on the CPU.
-    fn simulate_device_loss(&self) -> bool {
-        false
-    }
+    /// The CPU forward pass's numerical options ([`crate::Verb::ForwardOptions`]).
+    fn set_forward_options(&mut self, o: ForwardOptions) -> Result<()>;
+    /// The device this model runs on was lost (`false` on the CPU, which has none).
+    fn device_lost(&self) -> bool;
+    /// Destroy the GPU device (tests of device loss) ([`crate::Verb::SimulateDeviceLoss`]).
+    fn simulate_device_loss(&self) -> Result<()>;
 }
 
-/// One KV cache on a backend.
+/// One KV cache on a backend. As for [`ModelBackend`], no method has a default body.
 pub(crate) trait SessionBackend: Send {
     /// Run `tokens` after what the cache holds (non-empty, ids checked, room checked); `stop`
     /// cancels it ([`crate::EngineError::Cancelled`]). On any error `len()` is what it was.
@@ -81,30 +96,24 @@ pub(crate) trait SessionBackend: Send {
     /// Run one token as [`SessionBackend::eval`] does and return, instead of its logits, the
     /// argmax (when `penalized` is empty and `temperature` is 0) or the sampling candidates
     /// (the logits of the distinct ids `penalized` set aside raw, the top-k and log-sum-exp at
-    /// `temperature` of the rest); `None` when the backend has no such path (the CPU, whose
-    /// logits are in memory anyway) — then nothing ran.
+    /// `temperature` of the rest) ([`crate::Verb::DeviceSampling`]). `Ok(None)`: this call is beyond
+    /// the device path (more penalized ids than it holds) and nothing ran; the caller runs
+    /// [`SessionBackend::eval`] instead.
     fn eval_sample(
         &mut self,
-        _token: u32,
-        _penalized: &[u32],
-        _temperature: f32,
-        _stop: Stop<'_>,
-    ) -> Result<Option<StepOut>> {
-        Ok(None)
-    }
+        token: u32,
+        penalized: &[u32],
+        temperature: f32,
+        stop: Stop<'_>,
+    ) -> Result<Option<StepOut>>;
     /// After [`SessionBackend::eval_sample`]: the last token's full row of logits (the
-    /// penalized ids' entries as the backend left them; the caller puts the raw values back).
-    fn last_logits(&mut self) -> Result<Vec<f32>> {
-        Err(crate::EngineError::InvalidArgument(
-            "no logits held by this backend".into(),
-        ))
-    }
-    /// Readback counters (GPU only).
-    fn host_transfers(&self) -> Option<HostTransfers> {
-        None
-    }
-    /// Zero the readback counters.
-    fn reset_host_transfers(&mut self) {}
+    /// penalized ids' entries as the backend left them; the caller puts the raw values back)
+    /// ([`crate::Verb::DeviceSampling`]).
+    fn last_logits(&mut self) -> Result<Vec<f32>>;
+    /// Readback counters ([`crate::Verb::HostTransfers`]).
+    fn host_transfers(&self) -> Result<HostTransfers>;
+    /// Zero the readback counters ([`crate::Verb::HostTransfers`]).
+    fn reset_host_transfers(&mut self) -> Result<()>;
     /// Keep only the first `n` positions (a compressed cache that cannot keep exactly `n` —
     /// KIVI inside a quantized block — re-runs the tokens it dropped; `len()` says what is held).
     fn truncate(&mut self, n: usize);
@@ -125,23 +134,21 @@ pub(crate) trait SessionBackend: Send {
     /// KV-cache bytes one position takes over all layers (keys and values).
     fn kv_bytes_per_token(&self) -> u64;
     fn report(&mut self) -> Result<SessionReport>;
-    /// Per-kernel timings of one decode step of `token` (which enters the cache); `None` when
-    /// the backend has no such timings.
-    fn profile_decode_step(&mut self, token: u32) -> Result<Option<Vec<KernelTime>>>;
-    /// [`Backend::profile_decode_step`] for a batch of `tokens` (a prefill, last logits).
-    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Option<Vec<KernelTime>>>;
+    /// Per-kernel timings of one decode step of `token` (which enters the cache)
+    /// ([`crate::Verb::Profile`]; without it nothing runs).
+    fn profile_decode_step(&mut self, token: u32) -> Result<Vec<KernelTime>>;
+    /// [`SessionBackend::profile_decode_step`] for a batch of `tokens` (a prefill, last logits).
+    fn profile_prefill(&mut self, tokens: &[u32]) -> Result<Vec<KernelTime>>;
     /// Switch this session to llama.cpp's CPU numerics ([`ForwardOptions::llama_cpp_like`],
-    /// keeping the model's threading) or back to the model's own; an error on a backend that
-    /// has no such mode (the GPU).
+    /// keeping the model's threading) or back to the model's own
+    /// ([`crate::Verb::LlamaCppNumerics`] for `on`; `off` is accepted everywhere).
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()>;
     /// Run `tokens` (which enter the cache) counting the zero codes of every quantized linear
-    /// input; `None` on a backend that does not measure it (the CPU).
+    /// input ([`crate::Verb::ActivationSparsity`]; without it nothing runs).
     fn measure_activation_sparsity(
         &mut self,
-        _tokens: &[u32],
-    ) -> Result<Option<Vec<crate::report::ActivationSparsity>>> {
-        Ok(None)
-    }
+        tokens: &[u32],
+    ) -> Result<Vec<crate::report::ActivationSparsity>>;
 }
 
 /// Load `file` for the backend `opts.device` asks for.

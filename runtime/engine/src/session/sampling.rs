@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Session;
 use crate::backend::{Logits, StepOut};
+use crate::capabilities::Verb;
 use crate::error::Result;
 use crate::report::HostTransfers;
 use crate::sampler::{Draw, Sampler};
@@ -35,18 +36,21 @@ impl Session<'_> {
     }
 
     /// What this session's steps read back from the GPU since it was made or
-    /// [`Session::reset_host_transfers`] (`None` on the CPU).
-    pub fn host_transfers(&self) -> Option<HostTransfers> {
+    /// [`Session::reset_host_transfers`] ([`Verb::HostTransfers`]: the GPU; elsewhere
+    /// [`crate::EngineError::Unsupported`]).
+    pub fn host_transfers(&self) -> Result<HostTransfers> {
         self.state.host_transfers()
     }
 
-    pub fn reset_host_transfers(&mut self) {
-        self.state.reset_host_transfers();
+    /// Zero the counters of [`Session::host_transfers`] ([`Verb::HostTransfers`]).
+    pub fn reset_host_transfers(&mut self) -> Result<()> {
+        self.state.reset_host_transfers()
     }
 
-    /// Run one token for `sampler`'s next pick: on the device's sampling path when there is one.
+    /// Run one token for `sampler`'s next pick: on the device's sampling path when the backend
+    /// has one ([`Verb::DeviceSampling`]), else from the full logits.
     pub(super) fn run_for_sampling(&mut self, token: u32, sampler: &Sampler) -> Result<Pending> {
-        if self.device_sampling {
+        if self.device_sampling && self.model.capabilities().has(Verb::DeviceSampling) {
             let n = sampler.params().repeat_last_n;
             let start = (self.history.len() + 1).saturating_sub(n);
             let mut recent: Vec<u32> = self.history.get(start..).unwrap_or_default().to_vec();
