@@ -49,7 +49,7 @@ pub fn load_model(
 ) -> Result<Model> {
     let lo = load.load_options(crate::load::DeviceArgs::DEFAULT, numerics)?;
     let mut m = crate::run::load(model, &lo)?;
-    numerics.apply(&mut m);
+    numerics.apply(&mut m)?;
     Ok(m)
 }
 

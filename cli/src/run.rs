@@ -139,7 +139,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         ..lo
     };
     let mut model = load(a.model.as_deref(), &lo)?;
-    a.sampling.numerics.apply(&mut model);
+    a.sampling.numerics.apply(&mut model)?;
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
         (None, Some(t)) => t.clone(),

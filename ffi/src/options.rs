@@ -342,6 +342,7 @@ impl tern_model_options {
             // The GPU knobs are developers' measurement switches (`TERN_GPU_*`); the C ABI is an
             // edge like the CLI, so a bad value is `TERN_INVALID_ARGUMENT` naming the variable.
             gpu: tern_engine::GpuTuning::from_env().map_err(tern_engine::EngineError::from)?,
+            ..Default::default()
         })
     }
 }

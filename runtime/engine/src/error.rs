@@ -229,9 +229,10 @@ fn format_kind(e: &tern_format::FormatError) -> ErrorKind {
     use tern_format::FormatError as F;
     match e {
         F::Io(io) => io_kind(io),
-        F::UnsupportedVersion { .. } | F::UnsupportedFeatures { .. } | F::UnknownEncoding(_) => {
-            ErrorKind::Unsupported
-        }
+        F::UnsupportedVersion { .. }
+        | F::UnsupportedFeatures { .. }
+        | F::UnknownEncoding(_)
+        | F::UnsupportedModel(_) => ErrorKind::Unsupported,
         F::BadMagic { .. }
         | F::Truncated { .. }
         | F::Checksum { .. }

@@ -121,10 +121,14 @@ impl Model {
     fn load(file: &TernFile, opts: &LoadOptions) -> Result<Self> {
         let meta = file.meta().clone();
         let mut backend = crate::backend::load(file, opts)?;
-        if opts.cpu_threads == CpuThreads::Caller {
+        // The CPU's threading is a forward option: only a backend with them takes it (the GPU
+        // ignores `cpu_threads`, as documented on the field).
+        if opts.cpu_threads == CpuThreads::Caller
+            && backend.capabilities().has(Verb::ForwardOptions)
+        {
             let mut f = ForwardOptions::default();
             f.matmul.parallel = false;
-            backend.set_forward_options(f);
+            backend.set_forward_options(f)?;
         }
         let tokenizer = match &meta.tokenizer {
             Some(spec) => Some(
