@@ -214,7 +214,12 @@ impl Model {
     /// [`Self::load`], with NeuZip matrices kept compressed or decoded at load as `neuzip` says
     /// (see [`Self::neuzip_decoded_bytes`] for what decoding costs).
     pub fn load_with(file: &TernFile, neuzip: NeuZipResidency) -> Result<Self> {
-        let spec = ModelSpec::from_file(file)?;
+        Self::load_spec(file, ModelSpec::from_file(file)?, neuzip)
+    }
+
+    /// Load `file` as `spec` (the file's own, [`ModelSpec::from_file`]) says: refused before any
+    /// tensor is read when the spec needs a feature this pass lacks ([`Model::check_spec`]).
+    fn load_spec(file: &TernFile, spec: ModelSpec, neuzip: NeuZipResidency) -> Result<Self> {
         Self::check_spec(&spec)?;
         let meta = file.meta();
         let hp = meta.hparams.clone();
@@ -792,6 +797,67 @@ fn compressed_attention(
             let read = |p: usize, kr: &mut [f32], vr: &mut [f32]| c.read(li, p, None, kr, vr);
             attention_tiled(q, p0, shape, &read, out, parallel)?;
             Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_format::spec::QkNorm;
+    use tern_format::{FfnAct, FormatError, ModelMeta, TernWriter};
+
+    /// The loader checks the spec before it reads a tensor: a spec with per-head QK-norms (not in
+    /// [`CPU_CAPS`]) is the typed refusal even for a file with no tensors, whose baseline spec
+    /// gets as far as the first missing tensor.
+    #[test]
+    fn load_refuses_an_unsupported_spec_first() {
+        let hp = HParams {
+            n_vocab: 8,
+            n_embd: 8,
+            n_layer: 2,
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 4,
+            n_ff: 16,
+            n_ctx_train: 64,
+            rope_theta: 1e4,
+            rope_dim: 4,
+            rope_neox: false,
+            rms_eps: 1e-5,
+            ffn_act: FfnAct::Silu,
+            tied_embeddings: true,
+            sub_norms: false,
+        };
+        let meta = ModelMeta {
+            arch: Arch::Llama,
+            hparams: hp,
+            tokenizer: None,
+            activations: ActivationScheme::FLOAT,
+            provenance: Default::default(),
+            extra: Default::default(),
+        };
+        let path = std::env::temp_dir().join(format!("tern-spec-{}.tern", std::process::id()));
+        TernWriter::create(&path, meta.clone())
+            .unwrap()
+            .finish()
+            .unwrap();
+        let file = TernFile::open(&path).unwrap();
+        let base = ModelSpec::from_meta(&meta).unwrap();
+        let e = Model::load_spec(&file, base.clone(), NeuZipResidency::Compressed).unwrap_err();
+        assert!(matches!(e, ReferenceError::MissingTensor { .. }), "{e}");
+        let mut spec = base;
+        spec.layers[1].qk_norm = QkNorm::PerHeadRms;
+        let e = Model::load_spec(&file, spec, NeuZipResidency::Compressed).unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        match e {
+            ReferenceError::Format(FormatError::UnsupportedModel(u)) => {
+                assert_eq!(
+                    (u.backend, u.feature, u.layer),
+                    ("CPU", Feature::QkNorm, Some(1))
+                )
+            }
+            e => panic!("not the typed refusal: {e}"),
         }
     }
 }

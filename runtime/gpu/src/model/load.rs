@@ -327,13 +327,22 @@ impl GpuModel {
     }
 
     fn load_checked(ctx: Arc<GpuContext>, file: &TernFile, opts: GpuModelOptions) -> Result<Self> {
+        // Hyperparameters against each other and the tensors present, before anything is sized
+        // from them (a hostile file must not make the loader allocate what it says).
+        Self::load_spec(ctx, file, ModelSpec::from_file(file)?, opts)
+    }
+
+    /// Load `file` as `spec` (the file's own) says: refused before anything is read or allocated
+    /// when the spec needs a feature the graph lacks ([`GpuModel::check_spec`]).
+    fn load_spec(
+        ctx: Arc<GpuContext>,
+        file: &TernFile,
+        spec: ModelSpec,
+        opts: GpuModelOptions,
+    ) -> Result<Self> {
+        Self::check_spec(&spec)?;
         let meta = file.meta();
         let hp = meta.hparams.clone();
-        // Hyperparameters against each other and the tensors present, before anything is sized
-        // from them (a hostile file must not make the loader allocate what it says); then what
-        // the layers do, refused when the graph does not implement it.
-        let spec = ModelSpec::from_file(file)?;
-        Self::check_spec(&spec)?;
         let act_plan = ActivationPlan::from_file(file)?;
         if let Some((layer, i)) = act_plan.unsupported() {
             let at = layer.map_or("the head".to_string(), |l| format!("layer {l}"));
@@ -478,6 +487,10 @@ impl GpuModel {
         Ok(model)
     }
 }
+
+#[cfg(test)]
+#[path = "load_spec_test.rs"]
+mod spec_test;
 
 #[cfg(test)]
 mod tests {
