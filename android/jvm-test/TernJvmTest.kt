@@ -18,6 +18,14 @@ private fun check(cond: Boolean, what: String) {
     }
 }
 
+/** `use` for AutoCloseable (Kotlin 1.3's stdlib has it only for Closeable without the jdk7 jar). */
+private inline fun <T : AutoCloseable, R> T.using(block: (T) -> R): R =
+    try {
+        block(this)
+    } finally {
+        close()
+    }
+
 private fun status(block: () -> Unit): Int =
     try {
         block()
@@ -128,33 +136,33 @@ fun main(args: Array<String>) {
         val formats = listOf(KvFormat.F32, KvFormat.F16, KvFormat.Q8, KvFormat.Q4, KvFormat.Q3,
             KvFormat.Q2, KvFormat.A4, KvFormat.A3)
         for (f in formats) {
-            TernSession(model, SessionOptions(nCtx = 64, kvFormat = f, kiviGroup = 16, kiviWindow = 32)).use {
+            TernSession(model, SessionOptions(nCtx = 64, kvFormat = f, kiviGroup = 16, kiviWindow = 32)).using {
                 val r = it.report()
                 check(r.kvFormat == f && r.nCtx == 64 && r.kiviGroup == 16 && r.kiviWindow == 32,
                     "kv format $f reads back: $r")
             }
         }
         TernSession(model, SessionOptions(nCtx = 64, miniCache = MiniCache.Custom(26, 0.5f, 0.25f),
-            llamaCppNumerics = true)).use {
+            llamaCppNumerics = true)).using {
             val r = it.report()
             check(r.miniCache == MiniCache.Custom(26, 0.5f, 0.25f) && r.llamaCppNumerics,
                 "MiniCache custom + llama.cpp numerics read back: $r")
         }
-        TernSession(model, SessionOptions(nCtx = 64, miniCache = MiniCache.On)).use {
+        TernSession(model, SessionOptions(nCtx = 64, miniCache = MiniCache.On)).using {
             check(it.report().miniCache is MiniCache.Custom, "MiniCache on reads back its values")
         }
         check(status { TernSession(model, SessionOptions(kvFormat = 8)).close() } == TernException.INVALID_ARGUMENT,
             "kv format 8 -> INVALID_ARGUMENT")
         check(status { TernSession(model, SessionOptions(kvFormat = KvFormat.Q4, kiviWindow = 40)).close() } ==
             TernException.INVALID_ARGUMENT, "KIVI window 40 -> INVALID_ARGUMENT")
-        TernModel(modelPath, Device.CPU, false, 3L shl 30).use { m ->
-            TernSession(m, 32).use {
+        TernModel(modelPath, Device.CPU, false, 3L shl 30).using { m ->
+            TernSession(m, 32).using {
                 val r = it.report()
                 check(r.device == Device.CPU && r.maxMemory == 3L shl 30, "CPU device + budget read back: $r")
             }
         }
-        TernModel(modelPath, Device.AUTO).use { m ->
-            TernSession(m, 32).use {
+        TernModel(modelPath, Device.AUTO).using { m ->
+            TernSession(m, 32).using {
                 val d = it.report().device
                 check(d == Device.CPU || d == Device.GPU, "auto resolves to a device ($d)")
             }
