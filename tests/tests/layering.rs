@@ -78,7 +78,7 @@ fn depends_on_no_backend(dir: &str, src_dirs: &[&str], min_files: usize, allowed
         for name in ["tern_gpu", "tern_reference"] {
             assert!(
                 !text.contains(name),
-                "{} names {name}: {dir} uses tern-engine's API (EngineError::kind,                  Model::capabilities, LoadOptions)",
+                "{} names {name}: {dir} uses tern-engine's API (EngineError::kind, Model::capabilities, LoadOptions)",
                 f.display()
             );
         }

@@ -150,6 +150,13 @@ fn check(model: &mut Model, backend: BackendKind) {
     verbs.push(Verb::SimulateDeviceLoss);
     for verb in verbs {
         let r = call(model, verb);
+        if verb == Verb::DeviceSampling {
+            // No public call of its own: both backends generate, one on the device path.
+            if let Err(e) = r {
+                panic!("{backend:?}: decoding with and without device sampling: {e}");
+            }
+            continue;
+        }
         if caps.has(verb) {
             if let Err(e) = r {
                 panic!("{backend:?} has {verb:?} but it failed: {e}");
@@ -215,7 +222,6 @@ fn gpu_verbs_follow_the_capabilities() {
     s.set_llama_cpp_numerics(false).unwrap();
     drop(s);
     check(&mut m, BackendKind::Gpu);
-    assert!(m.is_device_lost());
 }
 
 /// A model reopened on the CPU after a device loss keeps no GPU-only state, and one reopened on
