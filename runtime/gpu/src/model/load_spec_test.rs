@@ -9,7 +9,7 @@ use super::*;
 #[test]
 fn load_refuses_an_unsupported_spec_first() {
     let Ok(ctx) = GpuContext::new(crate::DevicePreference::Auto) else {
-        assert!(std::env::var("TERN_REQUIRE_GPU").as_deref() != Ok("1"));
+        assert!(!crate::tuning::gpu_required());
         return;
     };
     let ctx = Arc::new(ctx);
