@@ -7,7 +7,14 @@
 
 use std::fmt;
 
-use crate::report::BackendKind;
+/// Which backend a model was loaded for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The CPU reference (`tern-reference`).
+    Cpu,
+    /// The GPU engine (`tern-gpu`).
+    Gpu,
+}
 
 /// A verb that only some backends have.
 #[non_exhaustive]

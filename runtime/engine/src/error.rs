@@ -9,8 +9,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::capabilities::Verb;
-use crate::report::BackendKind;
+use crate::capabilities::{BackendKind, Verb};
 
 /// What kind of failure an [`EngineError`] is: what a caller can do about it. The C ABI maps each
 /// kind to one `tern_status` and reads nothing else.

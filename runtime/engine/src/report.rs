@@ -7,14 +7,8 @@
 
 use std::fmt;
 
-/// Which backend a model was loaded for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// The CPU reference (`tern-reference`).
-    Cpu,
-    /// The GPU engine (`tern-gpu`).
-    Gpu,
-}
+/// Which backend a model was loaded for (defined beside the verbs each backend has).
+pub use crate::capabilities::BackendKind;
 
 /// One weight tensor as the backend holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
