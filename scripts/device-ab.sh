@@ -45,8 +45,23 @@ for shape in $SHAPES; do
   [ -s "$M/$shape.tern" ] || { log "packing $shape"; "$OLD" pack "$src" -o "$M/$shape.tern" > "$OUT/raw/pack-$shape.log" 2>&1 || { tail -5 "$OUT/raw/pack-$shape.log"; exit 1; }; }
 done
 
+# Interleaved: round k runs old then new for odd k, new then old for even k (drift cancels).
+for k in $(seq 1 "$ROUNDS"); do
+  order="old new"; [ $((k % 2)) = 0 ] && order="new old"
+  for shape in $SHAPES; do
+    for who in $order; do
+      bin=$OLD; [ "$who" = new ] && bin=$NEW
+      f=$OUT/raw/$shape-$who-$k.json
+      log "round $k $shape $who"
+      timeout 200 "$bin" bench "$M/$shape.tern" --device gpu -p 512 -n 128 -r "$R" -d "$DEPTH" --json > "$f" 2> "$f.err" \
+        || { log "FAILED (rc $?)"; tail -5 "$f.err"; }
+    done
+  done
+done
+
 LLAMA_KIT=${LLAMA_KIT:-.devkit/llama}
-if [ -s "$LLAMA_KIT/llama-src.tar.xz" ] && [ -s "$LLAMA_KIT/vk-tools.tar.xz" ]; then
+# llama.cpp after the A/B (the A/B is what must finish inside the call).
+if [ "${SECONDS}" -lt "${LLAMA_BEFORE_S:-330}" ] && [ -s "$LLAMA_KIT/llama-src.tar.xz" ] && [ -s "$LLAMA_KIT/vk-tools.tar.xz" ]; then
   log "building llama.cpp on the device (current glslc)"
   if bash "$(dirname "$0")/llamacpp-device-kit.sh" build "$LLAMA_KIT" > "$OUT/llama-build.log" 2>&1; then
     grep -iE "int dot|matrix cores" "$OUT/llama-build.log" | head -3
@@ -63,20 +78,6 @@ if [ -s "$LLAMA_KIT/llama-src.tar.xz" ] && [ -s "$LLAMA_KIT/vk-tools.tar.xz" ]; 
     log "llama.cpp build failed:"; tail -5 "$OUT/llama-build.log"
   fi
 fi
-
-# Interleaved: round k runs old then new for odd k, new then old for even k (drift cancels).
-for k in $(seq 1 "$ROUNDS"); do
-  order="old new"; [ $((k % 2)) = 0 ] && order="new old"
-  for shape in $SHAPES; do
-    for who in $order; do
-      bin=$OLD; [ "$who" = new ] && bin=$NEW
-      f=$OUT/raw/$shape-$who-$k.json
-      log "round $k $shape $who"
-      timeout 200 "$bin" bench "$M/$shape.tern" --device gpu -p 512 -n 128 -r "$R" -d "$DEPTH" --json > "$f" 2> "$f.err" \
-        || { log "FAILED (rc $?)"; tail -5 "$f.err"; }
-    done
-  done
-done
 
 python3 - "$OUT" "$ROUNDS" "$SHAPES" > "$OUT/ab.md" <<'PY'
 import json, sys, glob, statistics, os
