@@ -108,29 +108,22 @@ impl From<KvSpec> for KvOptions {
 }
 
 impl KvOptions {
-    /// The one check of a KV spec (every front end and both backends rely on it): KIVI's group
-    /// and window valid, MiniCache's `t`/`gamma` in [0, 1] and its start layer inside the model,
-    /// a row the cache can store. `On` is resolved for the model's depth here.
+    /// The one check of a KV spec (every front end and both backends rely on it): `On` resolved
+    /// for the model's depth, KIVI's group and window checked also for a non-KIVI format that
+    /// sets them, then `tern_format::KvSpec::check` (KIVI, MiniCache's `t`/`gamma` in [0, 1] and
+    /// start layer, a row the cache can store).
     pub fn validate(&self, hp: &HParams) -> Result<KvSpec, OptionsError> {
         let minicache = match self.minicache {
             MiniCacheMode::Off => None,
             MiniCacheMode::On => Some(minicache_on(hp.n_layer)),
-            MiniCacheMode::Custom(m) => {
-                if !(0.0..=1.0).contains(&m.t) || !(0.0..=1.0).contains(&m.gamma) {
-                    return Err(OptionsError::Kv(KvSpecError::BadMiniCache(format!(
-                        "{},{},{}",
-                        m.start_layer, m.t, m.gamma
-                    ))));
-                }
-                Some(m)
-            }
+            MiniCacheMode::Custom(m) => Some(m),
         };
         let spec = KvSpec {
             quant: self.format,
             kivi: self.kivi,
             minicache,
         };
-        if self.format.is_kivi() || self.kivi != Kivi::default() {
+        if self.kivi != Kivi::default() {
             self.kivi.check()?;
         }
         spec.check(hp)?;

@@ -339,6 +339,13 @@ impl KvSpec {
             });
         }
         if let Some(m) = self.minicache {
+            // `contains` is false for NaN too.
+            if !(0.0..=1.0).contains(&m.t) || !(0.0..=1.0).contains(&m.gamma) {
+                return Err(KvSpecError::BadMiniCache(format!(
+                    "{},{},{}",
+                    m.start_layer, m.t, m.gamma
+                )));
+            }
             if m.start_layer + 1 >= hp.n_layer {
                 return Err(KvSpecError::BadMiniCache(format!(
                     "start layer {} of a {}-layer model (needs a pair of layers from it on)",
