@@ -315,7 +315,8 @@ impl<'m> Session<'m> {
             // An option this model's backend cannot honour is the caller's argument, named
             // before anything is allocated.
             return Err(EngineError::InvalidArgument(
-                "llama.cpp numerics are a CPU mode (llama.cpp's CPU kernels): load the model                  on the CPU to use them"
+                "llama.cpp numerics are a CPU mode (llama.cpp's CPU kernels): load the model \
+                 on the CPU to use them"
                     .into(),
             ));
         }

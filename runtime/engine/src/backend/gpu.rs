@@ -82,7 +82,6 @@ impl ModelBackend for GpuBackend {
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
         Ok(Box::new(GpuState {
             session: GpuSession::new(Arc::clone(&self.model), n_ctx as u64, GPU_BATCH, kv)?,
-            kv: *kv,
             max_memory: self.model.context().budget(),
             tokens: Vec::new(),
             xfer: HostTransfers::default(),
@@ -246,8 +245,7 @@ struct GpuState {
     tokens: Vec<u32>,
     /// Readback counters.
     xfer: HostTransfers,
-    /// The spec the cache was made with, and the context's memory budget (reported).
-    kv: KvSpec,
+    /// The context's memory budget (reported).
     max_memory: Option<u64>,
     /// The model's verbs.
     caps: Capabilities,
@@ -410,7 +408,8 @@ impl SessionBackend for GpuState {
         Ok(SessionReport {
             backend: BackendKind::Gpu,
             max_memory: self.max_memory,
-            kv: self.kv,
+            // What the cache holds (its spec as made: MiniCache `on` already resolved).
+            kv: *self.session.kv_cache().spec(),
             numerics: Numerics::Model,
             n_ctx: self.session.n_ctx() as usize,
             kv_bytes: m.kv_bytes,
