@@ -83,38 +83,72 @@ fn kivi_code(x: f32, sm: u32, qmax: u32) -> u32 {
     return u32(clamp(y, 0.0, f32(qmax)));
 }
 
-// absmax of head h of batch row t: 8 values loaded before they are used (an invocation walks
-// the whole head, and a loop bound the driver cannot see is not pipelined: 22 µs per q8 store of
-// a 2B4T layer with one load per iteration, docs/measurements.md). max is exact, so the order
-// does not change the bits.
-fn head_amax(t: u32, h: u32) -> f32 {
-    var a = 0.0;
-    let b = h * g.head_dim;
-    var i = 0u;
-    for (; i + 8u <= g.head_dim; i = i + 8u) {
-        let x0 = abs(src_at(t, b + i));
-        let x1 = abs(src_at(t, b + i + 1u));
-        let x2 = abs(src_at(t, b + i + 2u));
-        let x3 = abs(src_at(t, b + i + 3u));
-        let x4 = abs(src_at(t, b + i + 4u));
-        let x5 = abs(src_at(t, b + i + 5u));
-        let x6 = abs(src_at(t, b + i + 6u));
-        let x7 = abs(src_at(t, b + i + 7u));
-        a = max(a, max(max(max(x0, x1), max(x2, x3)), max(max(x4, x5), max(x6, x7))));
-    }
-    for (; i < g.head_dim; i = i + 1u) {
-        a = max(a, abs(src_at(t, b + i)));
-    }
-    return a;
-}
-
 fn absmax_qmax(bits: u32) -> u32 {
     return (1u << (bits - 1u)) - 1u;
 }
 
-// f16 scale of head h of batch row t at `bits` (as f32)
-fn head_scale(t: u32, h: u32, bits: u32) -> f32 {
-    return to_f16(div_rn(head_amax(t, h), f32(absmax_qmax(bits))));
+// The absmax formats' scales pass (kv_store.wgsl's STAGE 6, rope_kv.wgsl's PASS 1), run before
+// stage 0: the scale words of the batch's entries e = p·heads + h (p0·heads ≤ e < e1), written
+// exactly as stage 0 wrote them before (f16(max|x| / qmax), two per word, the other half of a
+// word outside the batch kept), but each head's max|x| reduced by 32 invocations at once
+// (workgroup atomics over the f32 bits: abs values are ≥ 0, where the bits order as the values)
+// instead of one invocation walking the head for every code word. Stage 0's code words then read
+// their scale from the cache (one load: the same f16, so the same codes). Workgroup `wid` of the
+// pass takes the 8 entries from 2·⌊e0/2⌋ + 8·wid (word-aligned pairs); 32 lanes per entry.
+var<workgroup> amx: array<atomic<u32>, 8>;
+
+// Workgroups of the scales pass for one cache (the launchers compute the same).
+fn scales_groups() -> u32 {
+    return (g.n_tokens * g.heads + 1u + 7u) / 8u;
+}
+
+fn stage_scales(lid: u32, wid: u32) {
+    let slot = lid / 32u;
+    let lane = lid % 32u;
+    let e0 = step.p0 * g.heads;
+    let e1 = min(step.p0 + g.n_tokens, g.n_ctx) * g.heads;
+    let e = 2u * (e0 / 2u) + 8u * wid + slot;
+    if (lane == 0u) {
+        atomicStore(&amx[slot], 0u);
+    }
+    workgroupBarrier();
+    if (e >= e0 && e < e1) {
+        let p = e / g.heads;
+        let b = (e % g.heads) * g.head_dim;
+        let t = p - step.p0;
+        var a = 0.0;
+        var c = lane;
+        for (; c + 96u < g.head_dim; c = c + 128u) {
+            let x0 = abs(src_at(t, b + c));
+            let x1 = abs(src_at(t, b + c + 32u));
+            let x2 = abs(src_at(t, b + c + 64u));
+            let x3 = abs(src_at(t, b + c + 96u));
+            a = max(a, max(max(x0, x1), max(x2, x3)));
+        }
+        for (; c < g.head_dim; c = c + 32u) {
+            a = max(a, abs(src_at(t, b + c)));
+        }
+        atomicMax(&amx[slot], bitcast<u32>(a));
+    }
+    workgroupBarrier();
+    if (lane == 0u && slot % 2u == 0u && e + 1u >= e0 && e < e1) {
+        var word = cache_ld(g.par + e / 2u);
+        for (var k = 0u; k < 2u; k = k + 1u) {
+            let ek = e + k;
+            if (ek >= e0 && ek < e1) {
+                let amax = bitcast<f32>(atomicLoad(&amx[slot + k]));
+                let sb = f16_sat(div_rn(amax, f32(absmax_qmax(pos_bits(ek / g.heads)))));
+                word = (word & ~(0xffffu << (16u * k))) | (sb << (16u * k));
+            }
+        }
+        cache_st(g.par + e / 2u, word);
+    }
+}
+
+// f16 scale of entry (position p, head h) as the scales pass stored it (as f32)
+fn stored_scale(p: u32, h: u32) -> f32 {
+    let e = p * g.heads + h;
+    return h2f(cache_ld(g.par + e / 2u) >> ((e & 1u) * 16u));
 }
 
 fn stage_rows(idx: u32) {
@@ -157,7 +191,7 @@ fn stage_rows(idx: u32) {
             let h = c / g.head_dim;
             if (h != cur) {
                 cur = h;
-                s = head_scale(t, h, bits);
+                s = stored_scale(p, h);
             }
             var q = 0;
             if (s != 0.0) {
@@ -169,30 +203,8 @@ fn stage_rows(idx: u32) {
             word = word | ((code & mask) << ((c - w * cpw) * bits));
         }
         cache_st(code_base(p) + w, word);
-        return;
     }
-    if (FMT < FMT_Q8) {
-        return;
-    }
-    // scale words: entries e = p·heads + h, two per word
-    let e0 = step.p0 * g.heads;
-    let e1 = min(step.p0 + g.n_tokens, g.n_ctx) * g.heads;
-    let sw = e0 / 2u + (idx - n_code);
-    if (2u * sw >= e1 || e0 >= e1) {
-        return;
-    }
-    var word = cache_ld(g.par + sw);
-    for (var k = 0u; k < 2u; k = k + 1u) {
-        let e = 2u * sw + k;
-        if (e >= e0 && e < e1) {
-            let p = e / g.heads;
-            let h = e % g.heads;
-            let bits = pos_bits(p);
-            let sb = f16_sat(div_rn(head_amax(p - step.p0, h), f32(absmax_qmax(bits))));
-            word = (word & ~(0xffffu << (16u * k))) | (sb << (16u * k));
-        }
-    }
-    cache_st(g.par + sw, word);
+    // (the absmax scale words: written by the scales pass, stage_scales, before this stage)
 }
 
 fn stage_kivi_keys(idx: u32) {
@@ -311,13 +323,9 @@ fn stage_kivi_step(idx: u32, keys: bool) {
     }
 }
 
-// Invocations of stage 0 for the batch (kv.rs's count): code words, then the scale words.
+// Invocations of stage 0 for the batch (kv.rs's count): the code words.
 fn stage_rows_count() -> u32 {
-    let codes = g.n_tokens * max(g.wpr, g.wpr0);
-    if (FMT < FMT_Q8) {
-        return codes;
-    }
-    return codes + (g.n_tokens * g.heads + 1u) / 2u + 1u;
+    return g.n_tokens * max(g.wpr, g.wpr0);
 }
 
 // Invocations storing one cache (keys or values) of the batch: stage 0, or a one-token KIVI step.

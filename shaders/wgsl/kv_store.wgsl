@@ -13,10 +13,12 @@
 //   window [win, ..): KIVI only, the f16 full-precision window, a ring of min(R, n_ctx) rows
 //          (position p at row p % R): keys and values at positions ≥ Q(n) = R·⌊n/R⌋.
 //
-// STAGE 0 (f32, f16, q8, a4, a3): invocation (t, w) writes word w of position p0 + t's codes,
-//   computing the scale of each kv head it touches (absmax over the head's head_dim values);
-//   invocations past n_tokens · max(wpr, wpr0) write the scale words the batch touches (read-
-//   modify-write of the halves outside the batch: a word may be shared with another position).
+// STAGE 6 (q8, a4, a3; before stage 0, its own dispatch): the scale words the batch touches (the
+//   f16 scale of each (position, kv head), absmax over the head's head_dim values reduced by 32
+//   invocations; read-modify-write of the halves outside the batch: a word may be shared with
+//   another position) — kv_quant.wgsl's stage_scales.
+// STAGE 0 (f32, f16, q8, a4, a3): invocation (t, w) writes word w of position p0 + t's codes
+//   (absmax: with each kv head's scale as stage 6 stored it).
 // KIVI quantizes keys and values a block of R positions at a time, when the block fills: the
 // blocks of positions [Q(p0), Q(n)) (n = p0 + n_tokens).
 // STAGE 1 (KIVI keys): invocation (group, w) computes the channels of word w over the group's G
@@ -66,8 +68,17 @@ fn is_key() -> bool {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wg: vec3<u32>,
+) {
     let idx = gid.x + gid.y * nwg.x * 256u;
+    if (STAGE == 6u) {
+        stage_scales(lid, wg.x + wg.y * nwg.x);
+        return;
+    }
     switch STAGE {
         case 0u: { stage_rows(idx); }
         case 1u: { stage_kivi_keys(idx); }

@@ -38,6 +38,10 @@ struct Params {
 }
 
 override NEOX: u32 = 0u;
+// 1: the absmax formats' scales pass (kv_quant.wgsl's stage_scales), one dispatch before the
+// fused one (PASS 0): scales_groups() workgroups for the keys (their values rotated here), then
+// as many for the values.
+override PASS: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> rp: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -111,7 +115,19 @@ fn is_key() -> bool {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wg: vec3<u32>,
+) {
+    if (PASS == 1u) {
+        let wid = wg.x + wg.y * nwg.x;
+        let nk = scales_groups();
+        storing_keys = wid < nk;
+        stage_scales(lid, select(wid - nk, wid, storing_keys));
+        return;
+    }
     var idx = gid.x + gid.y * nwg.x * 256u;
     let half = rp.rope_dim / 2u;
     let nq = rp.n_tokens * rp.n_head * half;

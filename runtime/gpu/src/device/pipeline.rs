@@ -121,10 +121,19 @@ pub enum KernelKey {
         quant: KvFormat,
         neox: bool,
     },
+    /// The absmax formats' scales pass before [`KernelKey::RopeKv`] (`rope_kv.wgsl` PASS 1: each
+    /// (position, kv head)'s f16 scale, keys rotated, then values).
+    RopeKvScales {
+        quant: KvFormat,
+        neox: bool,
+    },
     /// The concatenated q/k/v projection split into planar q, k, v.
     QkvSplit,
     /// Whole rows into the cache (f32, f16, q8, a4, a3).
     KvStore(KvFormat),
+    /// The absmax formats' (q8, a4, a3) scales pass before [`KernelKey::KvStore`]
+    /// (`kv_store.wgsl` STAGE 6).
+    KvScales(KvFormat),
     /// KIVI: key blocks (`keys`) or values leaving the window, quantized; `step`: a one-token
     /// batch, whose window row goes in by the same dispatch.
     KvKivi {
@@ -270,8 +279,15 @@ impl fmt::Display for KernelKey {
                 quant.name(),
                 if *neox { "neox" } else { "normal" }
             ),
+            KernelKey::RopeKvScales { quant, neox } => write!(
+                f,
+                "rope_kv_scales_{}_{}",
+                quant.name(),
+                if *neox { "neox" } else { "normal" }
+            ),
             KernelKey::QkvSplit => f.write_str("qkv_split"),
             KernelKey::KvStore(kv) => write!(f, "kv_store_{}", kv.name()),
+            KernelKey::KvScales(kv) => write!(f, "kv_scales_{}", kv.name()),
             KernelKey::KvKivi { quant, keys, step } => write!(
                 f,
                 "kv_store_{}_{}{}",
@@ -354,11 +370,12 @@ impl KernelKey {
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
             KernelKey::Argmax => Shader::Argmax,
-            KernelKey::RopeKv { .. } => Shader::RopeKv,
+            KernelKey::RopeKv { .. } | KernelKey::RopeKvScales { .. } => Shader::RopeKv,
             KernelKey::QkvSplit => Shader::QkvSplit,
-            KernelKey::KvStore(_) | KernelKey::KvKivi { .. } | KernelKey::KvWindow => {
-                Shader::KvStore
-            }
+            KernelKey::KvStore(_)
+            | KernelKey::KvScales(_)
+            | KernelKey::KvKivi { .. }
+            | KernelKey::KvWindow => Shader::KvStore,
             KernelKey::Attention(..) | KernelKey::AttentionWords(..) => Shader::Attention,
             KernelKey::AttentionPrefill(_) => Shader::AttentionPrefill,
             KernelKey::MinicacheMerge => Shader::MinicacheMerge,

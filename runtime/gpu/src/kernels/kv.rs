@@ -344,12 +344,16 @@ pub fn kv_store(
     };
     let q = layout.quant;
     if !q.is_kivi() {
+        if q.is_absmax() {
+            // the scales first (kv_store.wgsl STAGE 6: 8 entries per workgroup), then the codes
+            run(
+                enc,
+                KernelKey::KvScales(q),
+                scales_groups(layout, n_tokens) * 256,
+            )?;
+        }
         let words = layout.wpr().max(layout.wpr0());
-        let scale_words = match q {
-            KvQuant::F32 | KvQuant::F16 => 0,
-            _ => (n_tokens * layout.heads).div_ceil(2) + 1,
-        };
-        return run(enc, KernelKey::KvStore(q), n_tokens * words + scale_words);
+        return run(enc, KernelKey::KvStore(q), n_tokens * words);
     }
     // the blocks of R positions that can fill in one batch: those overlapping [p0, p0 + n)
     let r = u64::from(layout.kivi.residual);
@@ -376,6 +380,13 @@ pub fn kv_store(
         return Ok(());
     }
     run(enc, KernelKey::KvWindow, n_tokens * (row / 2))
+}
+
+/// Workgroups of the absmax scales pass for one cache and a batch of `n_tokens`
+/// (`kv_quant.wgsl`'s `scales_groups`: 8 entries (position, kv head) each, from the word-aligned
+/// entry before the batch's first).
+pub(crate) fn scales_groups(layout: &KvLayout, n_tokens: u64) -> u64 {
+    (n_tokens.saturating_mul(layout.heads) + 1).div_ceil(8)
 }
 
 #[cfg(test)]

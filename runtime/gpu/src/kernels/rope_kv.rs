@@ -9,8 +9,6 @@
 //! (`model/load.rs`'s `concat_rows`). CPU references: `tern_reference::rope` and the store of
 //! `tern_reference::kv_codec` (parity: `tests/parity/rope_kv.rs`, bit for bit).
 
-use tern_format::KvQuant;
-
 use crate::device::check::{check_binding, check_buffer as need, groups_1d, u32_of};
 use crate::device::context::GpuContext;
 use crate::device::params::{QkvSplitParams, RopeKvParams, StepParams};
@@ -115,6 +113,19 @@ pub fn rope_kv_store(
         .saturating_add(store_invocations(layout, n_tokens, true))
         .saturating_add(store_invocations(layout, n_tokens, false));
     u32_of(OP, "invocations", invocations)?;
+    if layout.quant.is_absmax() {
+        // the scales pass first (rope_kv.wgsl PASS 1): the keys' workgroups, then the values'
+        let g = crate::kernels::kv::scales_groups(layout, n_tokens).saturating_mul(2);
+        ctx.dispatch(
+            enc,
+            KernelKey::RopeKvScales {
+                quant: layout.quant,
+                neox: shape.neox,
+            },
+            &[&params, step, qkv, table, k_cache, v_cache, &geom],
+            groups_1d(ctx, g),
+        )?;
+    }
     let key = KernelKey::RopeKv {
         quant: layout.quant,
         neox: shape.neox,
@@ -129,7 +140,7 @@ pub fn rope_kv_store(
 }
 
 /// Invocations of the keys' (`key`) or values' store of `n_tokens` rows (`kv_quant.wgsl`'s
-/// `store_count`: stage 0's code and scale words; KIVI's one-token step: the rows of the blocks
+/// `store_count`: stage 0's code words; KIVI's one-token step: the rows of the blocks
 /// that can fill, then the window row's words).
 fn store_invocations(layout: &KvLayout, n_tokens: u64, key: bool) -> u64 {
     let q = layout.quant;
@@ -142,11 +153,8 @@ fn store_invocations(layout: &KvLayout, n_tokens: u64, key: bool) -> u64 {
         };
         return rows * layout.wpr() + layout.row() / 2;
     }
-    let codes = n_tokens.saturating_mul(layout.wpr().max(layout.wpr0()));
-    match q {
-        KvQuant::F32 | KvQuant::F16 => codes,
-        _ => codes + n_tokens.saturating_mul(layout.heads).div_ceil(2) + 1,
-    }
+    // the code words (the absmax scales: the pass before, `rope_kv_store`)
+    n_tokens.saturating_mul(layout.wpr().max(layout.wpr0()))
 }
 
 /// `q`, `k`, `v` (planar, `[n][q_dim]`, `[n][kv_dim]`, `[n][kv_dim]`) ← the `n_tokens` rows of

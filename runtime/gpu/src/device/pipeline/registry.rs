@@ -194,7 +194,13 @@ impl KernelKey {
             KernelKey::RopeKv { quant, neox } => {
                 vec![("NEOX", f64::from(u8::from(neox))), fmt(quant)]
             }
+            KernelKey::RopeKvScales { quant, neox } if quant.is_absmax() => vec![
+                ("NEOX", f64::from(u8::from(neox))),
+                fmt(quant),
+                ("PASS", 1.0),
+            ],
             KernelKey::KvStore(kv) if !kv.is_kivi() => vec![fmt(kv), ("STAGE", 0.0)],
+            KernelKey::KvScales(kv) if kv.is_absmax() => vec![fmt(kv), ("STAGE", 6.0)],
             KernelKey::KvKivi { quant, keys, step } if quant.is_kivi() => {
                 vec![fmt(quant), ("STAGE", kivi_stage(keys, step))]
             }
@@ -222,6 +228,8 @@ impl KernelKey {
                 c
             }
             KernelKey::KvStore(_)
+            | KernelKey::KvScales(_)
+            | KernelKey::RopeKvScales { .. }
             | KernelKey::KvKivi { .. }
             | KernelKey::AttentionWords(..)
             | KernelKey::AttentionPrefill(_) => return Err(none()),
@@ -346,6 +354,12 @@ impl KernelKey {
             keys.push(KernelKey::AttentionPrefill(kv));
             for neox in [false, true] {
                 keys.push(KernelKey::RopeKv { quant: kv, neox });
+            }
+            if kv.is_absmax() {
+                keys.push(KernelKey::KvScales(kv));
+                for neox in [false, true] {
+                    keys.push(KernelKey::RopeKvScales { quant: kv, neox });
+                }
             }
             for (k, step) in [(true, false), (false, false), (true, true), (false, true)] {
                 keys.push(KernelKey::KvKivi {

@@ -146,6 +146,18 @@ fn every_key_has_a_registered_variant() {
         } else {
             keys.push(KernelKey::KvStore(kv));
         }
+        if kv.is_absmax() {
+            // the scales pass before the store (kv_store.wgsl STAGE 6, rope_kv.wgsl PASS 1)
+            let k = KernelKey::KvScales(kv);
+            keys.push(k);
+            assert_eq!(k_const(k, "STAGE"), Some(6), "{kv:?}");
+            for neox in [false, true] {
+                let k = KernelKey::RopeKvScales { quant: kv, neox };
+                keys.push(k);
+                assert_eq!(k_const(k, "PASS"), Some(1), "{kv:?}");
+                assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+            }
+        }
         for (i, role) in [KvRole::Own, KvRole::First, KvRole::Second]
             .into_iter()
             .enumerate()
