@@ -33,7 +33,11 @@
 // (NMSE ~1e-15 between the two). Every workgroup re-reads the row from cache (a model's width, a
 // few KiB), so this is for the layers' GEMVs, not for a vocabulary-sized head.
 //
-// Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
+// Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K (QTYPE 4..10): a unit is 32 columns dequantized 4 at
+// a time by ggml_kquants.wgsl's kq4 (bit-exact with the CPU's dequantization), two units per step
+// as Q8_0.
+//
+// Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K, 4..10 = ggml_kquants.wgsl's; TPR invocations per row
 // (divides 256); NORM 1 = the fused norm prologue.
 // Bindings: w [rows_part] rows of blocks (bytes; blocks_per_row = cols / 32 units); x [n_tokens][cols] f32
 //           (read as vec4: cols is a multiple of 32); y [n_tokens][out_stride] f32, this part
@@ -44,6 +48,7 @@
 // #import rms_scale
 // #import byte_load
 // #import ggml_common
+// #import ggml_kquants
 
 override QTYPE: u32 = 0u;
 override TPR: u32 = 32u;
@@ -120,7 +125,20 @@ fn row_bytes() -> u32 {
     if (QTYPE == 3u) {
         return p.blocks_per_row / 8u * 210u;
     }
+    if (QTYPE >= 4u) {
+        return kq_row_bytes(QTYPE, p.blocks_per_row);
+    }
     return p.blocks_per_row * block_bytes();
+}
+
+// QTYPE ≥ 4: 32-column unit `u` of the row at byte `rbase` dotted with x[xv .. xv + 8] (vec4s).
+fn dot_kq(rbase: u32, u: u32, xv: u32) -> f32 {
+    let c = u * 32u;
+    var s = dot(kq4(QTYPE, rbase, c), xin(xv)) + dot(kq4(QTYPE, rbase, c + 4u), xin(xv + 1u));
+    s = s + dot(kq4(QTYPE, rbase, c + 8u), xin(xv + 2u)) + dot(kq4(QTYPE, rbase, c + 12u), xin(xv + 3u));
+    s = s + dot(kq4(QTYPE, rbase, c + 16u), xin(xv + 4u)) + dot(kq4(QTYPE, rbase, c + 20u), xin(xv + 5u));
+    s = s + dot(kq4(QTYPE, rbase, c + 24u), xin(xv + 6u)) + dot(kq4(QTYPE, rbase, c + 28u), xin(xv + 7u));
+    return s;
 }
 
 // Q8_0: the block at byte `off` dotted with x[xv .. xv + 8] (vec4s).
@@ -230,9 +248,12 @@ fn dot_q6_k(r: Q6Unit, u: u32, tok: u32) -> f32 {
     return s * f16_bits_to_f32(r.c.x);
 }
 
-// Block `u` (Q8_0 / Q4_0 / Q4_1) of the row at byte `rbase` dotted with token `tok`'s activations.
+// Block `u` (Q8_0 / Q4_0 / Q4_1; a 32-column unit of QTYPE ≥ 4) of the row at byte `rbase` dotted with token `tok`'s activations.
 fn unit_dot(rbase: u32, u: u32, tok: u32) -> f32 {
     let xrow = tok * (p.cols / 4u);
+    if (QTYPE >= 4u) {
+        return dot_kq(rbase, u, xrow + u * 8u);
+    }
     if (QTYPE == 0u) {
         return dot_q8_0(rbase + u * 34u, xrow + u * 8u);
     }
