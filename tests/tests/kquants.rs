@@ -247,10 +247,11 @@ fn tokens() -> Vec<u32> {
         .collect()
 }
 
-/// The model's `.tern` (packed from the GGUF as it is: every tensor kept in its GGUF type).
-fn packed(name: &str) -> std::path::PathBuf {
+/// The model's `.tern` (packed from the GGUF as it is: every tensor kept in its GGUF type), in a
+/// scratch directory of the test `test`'s own.
+fn packed(name: &str, test: &str) -> std::path::PathBuf {
     let gguf = tern_tests::golden(&format!("ggml/kquants/tiny-{name}.gguf"));
-    let out = tern_tests::scratch(&format!("kquants_{name}")).join("model.tern");
+    let out = tern_tests::scratch(&format!("kquants_{test}_{name}")).join("model.tern");
     let opts = tern_import::PackOptions::default();
     tern_import::gguf_import::import_gguf(&gguf, &out, &opts, &mut |_, _, _| {}).unwrap();
     out
@@ -277,7 +278,7 @@ fn tiny_llama_quantized_by_llama_cpp_matches_llama_cpp() {
     use tern_reference::{ForwardOptions, KvCache, LogitsWanted, Model};
     let toks = tokens();
     for name in MODELS {
-        let path = packed(name);
+        let path = packed(name, "llama_cpp");
         let file = tern_format::TernFile::open(&path).unwrap();
         // every tensor kept as its GGUF type (nothing widened or re-quantized)
         let mut types = std::collections::BTreeSet::new();
@@ -323,7 +324,7 @@ fn tiny_llama_quantized_gpu_matches_cpu() {
     use tern_engine::{Device, LoadOptions, Model, Session};
     let toks = tokens();
     for name in MODELS {
-        let path = packed(name);
+        let path = packed(name, "gpu");
         let open = |device| {
             let opts = LoadOptions {
                 device,
