@@ -173,6 +173,9 @@ pub const MODULES: &[(&str, &str)] = &[
     ("byte_load", include_str!("../wgsl/byte_load.wgsl")),
     // The ggml-block matmuls' parameter uniform and f16 reads.
     ("ggml_common", include_str!("../wgsl/ggml_common.wgsl")),
+    // Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q5_K read as stored (kq4), shared by the ggml
+    // GEMV/GEMM, embed and cce.
+    ("ggml_kquants", include_str!("../wgsl/ggml_kquants.wgsl")),
     // f32 -> saturated f16 bits.
     ("f16_sat", include_str!("../wgsl/f16_sat.wgsl")),
     // NeuZip's rANS stream (Params, word and raw-field readers).

@@ -19,7 +19,8 @@
 // Pass B (cce_combine.wgsl) merges the partials of every vocab block and part in block order.
 //
 // Override constants: HEAD 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K (ggml blocks, byte-packed,
-// dequantized as ggml: q·d, (q − 8)·d, q·d + m, (d·sc)·q), 4 = f32, 5 = f16, 6 = bf16 (row-major
+// dequantized as ggml: q·d, (q − 8)·d, q·d + m, (d·sc)·q), 4..10 = ggml_kquants.wgsl's types
+// (Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, IQ4_NL; its kq4), 16 = f32, 17 = f16, 18 = bf16 (row-major
 // elements from element elem_offset of the binding).
 // Bindings: w     this part's head rows (rows × cols);
 //           hidden [*][cols] f32, this chunk's positions start at row pos0;
@@ -28,6 +29,7 @@
 
 // #import common
 // #import byte_load
+// #import ggml_kquants
 
 struct Params {
     rows: u32,
@@ -76,7 +78,7 @@ fn bf16_bits_to_f32(h: u32) -> f32 {
 // Element e (row-major index) of a 16-bit float head.
 fn half_at(e: u32) -> f32 {
     let bits = (w[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu;
-    if (HEAD == 5u) {
+    if (HEAD == 17u) {
         return f16_bits_to_f32(bits);
     }
     return bf16_bits_to_f32(bits);
@@ -86,6 +88,10 @@ fn half_at(e: u32) -> f32 {
 // block).
 fn head4(row: u32, k: u32) -> vec4<f32> {
     var v = vec4<f32>(0.0);
+    if (HEAD >= 4u && HEAD <= 10u) {
+        // blocks_per_row counts the type's blocks
+        return kq4(HEAD, row * p.blocks_per_row * kq_block_bytes(HEAD), k);
+    }
     if (HEAD == 3u) {
         // Q6_K super-block of 256: element e = 128·hf + 32·qd + l; ql byte 64·hf + 32·(qd & 1) + l
         // (nibble qd / 2), qh byte 32·hf + l (bits 2·qd), scale byte 8·hf + l / 16 + 2·qd, d at 208.
@@ -144,11 +150,11 @@ fn head4(row: u32, k: u32) -> vec4<f32> {
         return v;
     }
     let base = p.elem_offset + row * p.cols + k;
-    if (HEAD >= 5u && (base & 1u) == 0u && k + 3u < p.cols) {
+    if (HEAD >= 17u && (base & 1u) == 0u && k + 3u < p.cols) {
         // 4 halves in 2 aligned words.
         let w0 = w[base >> 1u];
         let w1 = w[(base >> 1u) + 1u];
-        if (HEAD == 5u) {
+        if (HEAD == 17u) {
             return vec4<f32>(f16_bits_to_f32(w0 & 0xffffu), f16_bits_to_f32(w0 >> 16u),
                              f16_bits_to_f32(w1 & 0xffffu), f16_bits_to_f32(w1 >> 16u));
         }
@@ -157,7 +163,7 @@ fn head4(row: u32, k: u32) -> vec4<f32> {
     }
     for (var i = 0u; i < 4u; i = i + 1u) {
         if (k + i < p.cols) {
-            if (HEAD == 4u) {
+            if (HEAD == 16u) {
                 v[i] = bitcast<f32>(w[base + i]);
             } else {
                 v[i] = half_at(base + i);

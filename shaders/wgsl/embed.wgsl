@@ -5,12 +5,14 @@
 // Q6_K x = (d·sc)·q — each a single correctly rounded f32 operation as on the CPU: bit-exact.
 // An id ≥ total_rows (the host validates ids first) reads nothing and writes zeros (part 0 only).
 // Override SRC: 0 f32, 1 f16, 2 bf16 (elements; 16-bit ones two per u32 word, low half first,
-// element e of the part at element elem_offset + e), 3 Q8_0, 4 Q4_0, 5 Q4_1, 6 Q6_K (blocks
-// byte-packed as stored, a row is row_bytes bytes from the part's start).
+// element e of the part at element elem_offset + e), 3 Q8_0, 4 Q4_0, 5 Q4_1, 6 Q6_K, 7..13 = 3 +
+// ggml_kquants.wgsl's types (Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, IQ4_NL; its kq4, bit-exact)
+// (blocks byte-packed as stored, a row is row_bytes bytes from the part's start).
 // Workgroup (column block, i): invocation c of the block writes column c.
 // Bindings: params; table (u32 words); ids [n] u32; out [n][cols] f32.
 
 // #import common
+// #import ggml_kquants
 
 override SRC: u32 = 0u;
 
@@ -52,6 +54,9 @@ fn float_elem(i: u32) -> f32 {
 
 // Element c of the row starting at byte `rb` of a block-quantized part.
 fn block_elem(rb: u32, c: u32) -> f32 {
+    if (SRC >= 7u) {
+        return kq4(SRC - 3u, rb, c & ~3u)[c & 3u];
+    }
     if (SRC == 6u) {
         let off = rb + (c / 256u) * 210u;
         let e = c % 256u;

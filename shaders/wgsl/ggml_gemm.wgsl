@@ -10,7 +10,8 @@
 // is read once per 32 tokens instead of once per token. f32 sums in another order than the
 // reference's `dot_f32`: NMSE against it ~1e-14.
 //
-// Override constant: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K.
+// Override constant: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K, 4..10 = Q5_0, Q5_1, Q2_K, Q3_K,
+// Q4_K, Q5_K, IQ4_NL (dequantized by ggml_kquants.wgsl's kq4, bit-exact with the CPU).
 // Bindings: w [rows_part] rows of blocks (bytes; a row is blocks_per_row 32-column units);
 //           x [n_tokens][cols / 4] vec4<f32>; y [n_tokens][out_stride] f32, this part writes
 //           columns row0 .. row0 + rows.
@@ -19,6 +20,7 @@
 // #import common
 // #import byte_load
 // #import ggml_common
+// #import ggml_kquants
 
 override QTYPE: u32 = 0u;
 
@@ -39,6 +41,9 @@ var<workgroup> xt: array<vec4<f32>, 256>; // 8 · TT
 fn row_bytes() -> u32 {
     if (QTYPE == 3u) {
         return p.blocks_per_row / 8u * 210u;
+    }
+    if (QTYPE >= 4u) {
+        return kq_row_bytes(QTYPE, p.blocks_per_row);
     }
     if (QTYPE == 0u) {
         return p.blocks_per_row * 34u;
@@ -92,6 +97,10 @@ struct Eight {
 }
 
 fn dequant8(rb: u32, u: u32, h: u32) -> Eight {
+    if (QTYPE >= 4u) {
+        let c = u * 32u + 8u * h;
+        return Eight(kq4(QTYPE, rb, c), kq4(QTYPE, rb, c + 4u));
+    }
     if (QTYPE == 0u) {
         let off = rb + u * 34u;
         let d = f16_at(off);

@@ -33,7 +33,12 @@
 // (NMSE ~1e-15 between the two). Every workgroup re-reads the row from cache (a model's width, a
 // few KiB), so this is for the layers' GEMVs, not for a vocabulary-sized head.
 //
-// Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K; TPR invocations per row
+// Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K (QTYPE 4..10): a unit is 32 columns, two units per
+// step as Q8_0. Q5_0/Q5_1 (`dot_q5`) and Q4_K/Q5_K (`dot_q45_k`: a unit is one sub-block, so one
+// scale and one min) sum q·x and x, then apply the scale and min once, as Q4_0/Q4_1; the others
+// dequantize 4 at a time with ggml_kquants.wgsl's kq4 (`dot_kq`).
+//
+// Override constants: QTYPE 0 = Q8_0, 1 = Q4_0, 2 = Q4_1, 3 = Q6_K, 4..10 = ggml_kquants.wgsl's; TPR invocations per row
 // (divides 256); NORM 1 = the fused norm prologue.
 // Bindings: w [rows_part] rows of blocks (bytes; blocks_per_row = cols / 32 units); x [n_tokens][cols] f32
 //           (read as vec4: cols is a multiple of 32); y [n_tokens][out_stride] f32, this part
@@ -44,6 +49,7 @@
 // #import rms_scale
 // #import byte_load
 // #import ggml_common
+// #import ggml_kquants
 
 override QTYPE: u32 = 0u;
 override TPR: u32 = 32u;
@@ -120,7 +126,64 @@ fn row_bytes() -> u32 {
     if (QTYPE == 3u) {
         return p.blocks_per_row / 8u * 210u;
     }
+    if (QTYPE >= 4u) {
+        return kq_row_bytes(QTYPE, p.blocks_per_row);
+    }
     return p.blocks_per_row * block_bytes();
+}
+
+// Q5_0 / Q5_1: the block at byte `off` dotted with x[xv .. xv + 8]: d·(Σq·x − 16·Σx) or
+// d·Σq·x + m·Σx (q = nibble | 5th bit << 4; layouts in ggml_kquants.wgsl).
+fn dot_q5(off: u32, xv: u32) -> f32 {
+    let qh = load32(off + select(2u, 4u, QTYPE == 5u));
+    let qo = off + select(6u, 8u, QTYPE == 5u);
+    var sq = 0.0;
+    var sx = vec4<f32>(0.0);
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        let nib = (kq_b4(load32(qo + (4u * i) % 16u)) >> vec4<u32>(select(0u, 4u, i >= 4u))) & vec4<u32>(0xfu);
+        let hb = (vec4<u32>(qh) >> (vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u))) & vec4<u32>(1u);
+        let xx = xin(xv + i);
+        sq = sq + dot(vec4<f32>(nib | (hb << vec4<u32>(4u))), xx);
+        sx = sx + xx;
+    }
+    let d = kq_f16(off);
+    if (QTYPE == 5u) {
+        return d * sq + kq_f16(off + 2u) * dot(sx, vec4<f32>(1.0));
+    }
+    return d * (sq - 16.0 * dot(sx, vec4<f32>(1.0)));
+}
+
+// Q4_K / Q5_K: unit `u` (sub-block u % 8 of super-block u / 8: one scale and one min) of the row at
+// byte `rbase` dotted with x[xv .. xv + 8]: (d·sc)·Σq·x − (dmin·m)·Σx.
+fn dot_q45_k(rbase: u32, u: u32, xv: u32) -> f32 {
+    let off = rbase + (u / 8u) * kq_block_bytes(QTYPE);
+    let j = u % 8u;
+    let sm = kq_scale_min(vec3<u32>(load32(off + 4u), load32(off + 8u), load32(off + 12u)), j);
+    let qo = off + select(16u, 48u, QTYPE == 9u) + 32u * (j / 2u);
+    var sq = 0.0;
+    var sx = vec4<f32>(0.0);
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        var q = (kq_b4(load32(qo + 4u * i)) >> vec4<u32>(4u * (j % 2u))) & vec4<u32>(0xfu);
+        if (QTYPE == 9u) {
+            // the 5th bit: bit j of qh byte l (ggml_kquants.wgsl)
+            q = q | (((kq_b4(load32(off + 16u + 4u * i)) >> vec4<u32>(j)) & vec4<u32>(1u)) << vec4<u32>(4u));
+        }
+        let xx = xin(xv + i);
+        sq = sq + dot(vec4<f32>(q), xx);
+        sx = sx + xx;
+    }
+    return kq_f16(off) * f32(sm.x) * sq - kq_f16(off + 2u) * f32(sm.y) * dot(sx, vec4<f32>(1.0));
+}
+
+// QTYPE ≥ 4 (the others): 32-column unit `u` of the row at byte `rbase` dotted with
+// x[xv .. xv + 8] (vec4s), dequantized 4 at a time by kq4.
+fn dot_kq(rbase: u32, u: u32, xv: u32) -> f32 {
+    let c = u * 32u;
+    var s = dot(kq4(QTYPE, rbase, c), xin(xv)) + dot(kq4(QTYPE, rbase, c + 4u), xin(xv + 1u));
+    s = s + dot(kq4(QTYPE, rbase, c + 8u), xin(xv + 2u)) + dot(kq4(QTYPE, rbase, c + 12u), xin(xv + 3u));
+    s = s + dot(kq4(QTYPE, rbase, c + 16u), xin(xv + 4u)) + dot(kq4(QTYPE, rbase, c + 20u), xin(xv + 5u));
+    s = s + dot(kq4(QTYPE, rbase, c + 24u), xin(xv + 6u)) + dot(kq4(QTYPE, rbase, c + 28u), xin(xv + 7u));
+    return s;
 }
 
 // Q8_0: the block at byte `off` dotted with x[xv .. xv + 8] (vec4s).
@@ -230,9 +293,18 @@ fn dot_q6_k(r: Q6Unit, u: u32, tok: u32) -> f32 {
     return s * f16_bits_to_f32(r.c.x);
 }
 
-// Block `u` (Q8_0 / Q4_0 / Q4_1) of the row at byte `rbase` dotted with token `tok`'s activations.
+// Block `u` (Q8_0 / Q4_0 / Q4_1; a 32-column unit of QTYPE ≥ 4) of the row at byte `rbase` dotted with token `tok`'s activations.
 fn unit_dot(rbase: u32, u: u32, tok: u32) -> f32 {
     let xrow = tok * (p.cols / 4u);
+    if (QTYPE == 4u || QTYPE == 5u) {
+        return dot_q5(rbase + u * kq_block_bytes(QTYPE), xrow + u * 8u);
+    }
+    if (QTYPE == 8u || QTYPE == 9u) {
+        return dot_q45_k(rbase, u, xrow + u * 8u);
+    }
+    if (QTYPE >= 4u) {
+        return dot_kq(rbase, u, xrow + u * 8u);
+    }
     if (QTYPE == 0u) {
         return dot_q8_0(rbase + u * 34u, xrow + u * 8u);
     }

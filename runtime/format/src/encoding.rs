@@ -27,6 +27,23 @@ pub enum Encoding {
     /// they are: llama-quantize gives the token embedding of ternary models this type.
     #[serde(rename = "q6_k")]
     Q6K,
+    /// ggml's Q5_0 / Q5_1 / IQ4_NL blocks (32 elements) and the K-quant super-blocks Q2_K, Q3_K,
+    /// Q4_K, Q5_K (256 elements; rows a whole number of blocks), kept as they are
+    /// ([`ggml::BlockType`] has their sizes and byte layouts).
+    #[serde(rename = "q5_0")]
+    Q5_0,
+    #[serde(rename = "q5_1")]
+    Q5_1,
+    #[serde(rename = "q2_k")]
+    Q2K,
+    #[serde(rename = "q3_k")]
+    Q3K,
+    #[serde(rename = "q4_k")]
+    Q4K,
+    #[serde(rename = "q5_k")]
+    Q5K,
+    #[serde(rename = "iq4_nl")]
+    Iq4Nl,
     /// Ternary codes followed by the scales. `group` is the number of consecutive elements of a row
     /// sharing one scale (0 = one scale for the whole tensor). Scales are `scale_type` (f32 or f16).
     Ternary {
@@ -50,9 +67,17 @@ impl Encoding {
             Encoding::F32 => "f32".into(),
             Encoding::F16 => "f16".into(),
             Encoding::Bf16 => "bf16".into(),
-            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => {
-                self.ggml_block().map_or("", |b| b.name()).into()
-            }
+            Encoding::Q8_0
+            | Encoding::Q4_0
+            | Encoding::Q4_1
+            | Encoding::Q6K
+            | Encoding::Q5_0
+            | Encoding::Q5_1
+            | Encoding::Q2K
+            | Encoding::Q3K
+            | Encoding::Q4K
+            | Encoding::Q5K
+            | Encoding::Iq4Nl => self.ggml_block().map_or("", |b| b.name()).into(),
             Encoding::Ternary {
                 layout: TernaryLayout::Bits2,
                 ..
@@ -84,6 +109,13 @@ impl Encoding {
             Encoding::Q4_0 => Some(ggml::BlockType::Q4_0),
             Encoding::Q4_1 => Some(ggml::BlockType::Q4_1),
             Encoding::Q6K => Some(ggml::BlockType::Q6K),
+            Encoding::Q5_0 => Some(ggml::BlockType::Q5_0),
+            Encoding::Q5_1 => Some(ggml::BlockType::Q5_1),
+            Encoding::Q2K => Some(ggml::BlockType::Q2K),
+            Encoding::Q3K => Some(ggml::BlockType::Q3K),
+            Encoding::Q4K => Some(ggml::BlockType::Q4K),
+            Encoding::Q5K => Some(ggml::BlockType::Q5K),
+            Encoding::Iq4Nl => Some(ggml::BlockType::Iq4Nl),
             _ => None,
         }
     }
@@ -96,6 +128,13 @@ impl Encoding {
             ggml::BlockType::Q4_0 => Some(Encoding::Q4_0),
             ggml::BlockType::Q4_1 => Some(Encoding::Q4_1),
             ggml::BlockType::Q6K => Some(Encoding::Q6K),
+            ggml::BlockType::Q5_0 => Some(Encoding::Q5_0),
+            ggml::BlockType::Q5_1 => Some(Encoding::Q5_1),
+            ggml::BlockType::Q2K => Some(Encoding::Q2K),
+            ggml::BlockType::Q3K => Some(Encoding::Q3K),
+            ggml::BlockType::Q4K => Some(Encoding::Q4K),
+            ggml::BlockType::Q5K => Some(Encoding::Q5K),
+            ggml::BlockType::Iq4Nl => Some(Encoding::Iq4Nl),
             ggml::BlockType::Tq1_0 | ggml::BlockType::Tq2_0 => None,
         }
     }
@@ -134,7 +173,17 @@ impl Encoding {
         Ok(Some(match self {
             Encoding::F32 => mul(n, 4)?,
             Encoding::F16 | Encoding::Bf16 => mul(n, 2)?,
-            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => {
+            Encoding::Q8_0
+            | Encoding::Q4_0
+            | Encoding::Q4_1
+            | Encoding::Q6K
+            | Encoding::Q5_0
+            | Encoding::Q5_1
+            | Encoding::Q2K
+            | Encoding::Q3K
+            | Encoding::Q4K
+            | Encoding::Q5K
+            | Encoding::Iq4Nl => {
                 let bt = self.block()?;
                 let (be, bb) = (bt.block_elems() as u64, bt.block_bytes() as u64);
                 if cols % be != 0 {
@@ -190,9 +239,17 @@ impl Encoding {
                 .chunks_exact(2)
                 .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
                 .collect()),
-            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => {
-                ggml::dequantize(self.block()?, bytes, n)
-            }
+            Encoding::Q8_0
+            | Encoding::Q4_0
+            | Encoding::Q4_1
+            | Encoding::Q6K
+            | Encoding::Q5_0
+            | Encoding::Q5_1
+            | Encoding::Q2K
+            | Encoding::Q3K
+            | Encoding::Q4K
+            | Encoding::Q5K
+            | Encoding::Iq4Nl => ggml::dequantize(self.block()?, bytes, n),
             Encoding::Ternary {
                 layout,
                 group,

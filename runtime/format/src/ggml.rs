@@ -21,7 +21,7 @@ use half::f16;
 
 use crate::error::{FormatError, Result};
 
-/// Elements of the 256-element super-block of Q6_K, TQ1_0 and TQ2_0 (ggml's `QK_K`).
+/// Elements of the 256-element super-block of the K-quants, TQ1_0 and TQ2_0 (ggml's `QK_K`).
 pub const QK_K: usize = 256;
 
 /// Q8_0: 32 elements, one f16 scale `d`, 32 `i8` quants; `x = q·d`. 8.5 bits per weight.
@@ -62,6 +62,96 @@ pub struct BlockQ6K {
     pub scales: [i8; 16],
     pub d: [u8; 2],
 }
+
+/// Q5_0: 32 elements, f16 `d`, `qh` the 5th bits (bit `j` of the little-endian u32 for element
+/// `j`), 16 bytes of low nibbles as Q4_0; `x = (q − 16)·d`. 5.5 bits per weight.
+/// (`ggml/src/ggml-common.h` `block_q5_0`; `ggml/src/ggml-quants.c` `dequantize_row_q5_0`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ5_0 {
+    pub d: [u8; 2],
+    pub qh: [u8; 4],
+    pub qs: [u8; 16],
+}
+
+/// Q5_1: 32 elements, f16 `d` and f16 min `m`, `qh` and nibbles as Q5_0; `x = q·d + m`. 6 bits per
+/// weight. (`ggml-common.h` `block_q5_1`; `ggml-quants.c` `dequantize_row_q5_1`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ5_1 {
+    pub d: [u8; 2],
+    pub m: [u8; 2],
+    pub qh: [u8; 4],
+    pub qs: [u8; 16],
+}
+
+/// Q2_K: 256 elements in 16 sub-blocks of 16; `scales[i]` holds sub-block `i`'s 4-bit scale (low
+/// nibble) and 4-bit min (high nibble); 2-bit quants `qs` (byte `32·n + l` of half `n` holds, at
+/// bits `2j`, element `128·n + 32·j + l`); f16 `d` and `dmin` last;
+/// `x = (d·sc)·q − dmin·m`. 2.625 bits per weight. (`ggml-common.h` `block_q2_K`;
+/// `ggml-quants.c` `dequantize_row_q2_K`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ2K {
+    pub scales: [u8; 16],
+    pub qs: [u8; 64],
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+}
+
+/// Q3_K: 256 elements in 16 sub-blocks of 16; `hmask` the high bits (bit `4·n + j` of byte `l`
+/// for element `128·n + 32·j + l`; a clear bit subtracts 4), `qs` the low 2 bits as Q2_K, 12
+/// bytes of 6-bit scales packed as `dequantize_row_q3_K` unpacks them, f16 `d` last;
+/// `x = (d·(sc − 32))·q`. 3.4375 bits per weight. (`ggml-common.h` `block_q3_K`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ3K {
+    pub hmask: [u8; 32],
+    pub qs: [u8; 64],
+    pub scales: [u8; 12],
+    pub d: [u8; 2],
+}
+
+/// Q4_K: 256 elements in 8 sub-blocks of 32; f16 `d` and `dmin` first, 12 bytes of 6-bit scales
+/// and mins (`get_scale_min_k4`), then 128 bytes of nibbles: byte `32·c + l` holds element
+/// `64·c + l` (low nibble) and `64·c + 32 + l` (high); `x = (d·sc)·q − dmin·m`. 4.5 bits per
+/// weight. (`ggml-common.h` `block_q4_K`; `ggml-quants.c` `dequantize_row_q4_K`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ4K {
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+    pub scales: [u8; 12],
+    pub qs: [u8; 128],
+}
+
+/// Q5_K: Q4_K plus `qh`, the 5th bits: bit `2·c` (low nibbles) / `2·c + 1` (high) of byte `l` for
+/// chunk `c`; `x = (d·sc)·(q + 16·h) − dmin·m`. 5.5 bits per weight. (`ggml-common.h` `block_q5_K`;
+/// `ggml-quants.c` `dequantize_row_q5_K`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ5K {
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+    pub scales: [u8; 12],
+    pub qh: [u8; 32],
+    pub qs: [u8; 128],
+}
+
+/// IQ4_NL: 32 elements, f16 `d`, nibbles as Q4_0 indexing the non-linear table
+/// [`KVALUES_IQ4NL`]; `x = d·kvalues[q]`. 4.5 bits per weight. (`ggml-common.h` `block_iq4_nl`;
+/// `ggml-quants.c` `dequantize_row_iq4_nl`.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockIq4Nl {
+    pub d: [u8; 2],
+    pub qs: [u8; 16],
+}
+
+/// IQ4_NL's code book (`ggml-common.h` `kvalues_iq4nl`).
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// TQ1_0: 256 ternary elements, 5 trits per byte in base-3 fixed point, then f16 `d` (last).
 /// 1.6875 bits per weight.
@@ -138,6 +228,17 @@ pub enum BlockType {
     Q6K,
     Tq1_0,
     Tq2_0,
+    Q5_0,
+    Q5_1,
+    /// 256-element super-blocks of 84 bytes.
+    Q2K,
+    /// 256-element super-blocks of 110 bytes.
+    Q3K,
+    /// 256-element super-blocks of 144 bytes.
+    Q4K,
+    /// 256-element super-blocks of 176 bytes.
+    Q5K,
+    Iq4Nl,
 }
 
 /// One row of the ggml block-type table (ggml's `type_traits[]`, for the types tern knows).
@@ -158,13 +259,20 @@ pub struct BlockTraits {
 
 impl BlockType {
     /// Every block type, in table order.
-    pub const ALL: [BlockType; 6] = [
+    pub const ALL: [BlockType; 13] = [
         BlockType::Q8_0,
         BlockType::Q4_0,
         BlockType::Q4_1,
         BlockType::Q6K,
         BlockType::Tq1_0,
         BlockType::Tq2_0,
+        BlockType::Q5_0,
+        BlockType::Q5_1,
+        BlockType::Q2K,
+        BlockType::Q3K,
+        BlockType::Q4K,
+        BlockType::Q5K,
+        BlockType::Iq4Nl,
     ];
 
     /// The table: this type's row.
@@ -189,6 +297,13 @@ impl BlockType {
             BlockType::Q6K => row("q6_k", 210, QK_K, Some(3)),
             BlockType::Tq1_0 => row("tq1_0", 54, QK_K, None),
             BlockType::Tq2_0 => row("tq2_0", 66, QK_K, None),
+            BlockType::Q5_0 => row("q5_0", 22, 32, Some(4)),
+            BlockType::Q5_1 => row("q5_1", 24, 32, Some(5)),
+            BlockType::Q2K => row("q2_k", 84, QK_K, Some(6)),
+            BlockType::Q3K => row("q3_k", 110, QK_K, Some(7)),
+            BlockType::Q4K => row("q4_k", 144, QK_K, Some(8)),
+            BlockType::Q5K => row("q5_k", 176, QK_K, Some(9)),
+            BlockType::Iq4Nl => row("iq4_nl", 18, 32, Some(10)),
         }
     }
     /// ggml's type name, lowercase (see [`BlockTraits::name`]).
@@ -234,7 +349,15 @@ const _: () = assert!(BlockType::Q4_1.block_bytes() == std::mem::size_of::<Block
 const _: () = assert!(BlockType::Q6K.block_bytes() == std::mem::size_of::<BlockQ6K>());
 const _: () = assert!(BlockType::Tq1_0.block_bytes() == std::mem::size_of::<BlockTq1_0>());
 const _: () = assert!(BlockType::Tq2_0.block_bytes() == std::mem::size_of::<BlockTq2_0>());
+const _: () = assert!(BlockType::Q5_0.block_bytes() == std::mem::size_of::<BlockQ5_0>());
+const _: () = assert!(BlockType::Q5_1.block_bytes() == std::mem::size_of::<BlockQ5_1>());
+const _: () = assert!(BlockType::Q2K.block_bytes() == std::mem::size_of::<BlockQ2K>());
+const _: () = assert!(BlockType::Q3K.block_bytes() == std::mem::size_of::<BlockQ3K>());
+const _: () = assert!(BlockType::Q4K.block_bytes() == std::mem::size_of::<BlockQ4K>());
+const _: () = assert!(BlockType::Q5K.block_bytes() == std::mem::size_of::<BlockQ5K>());
+const _: () = assert!(BlockType::Iq4Nl.block_bytes() == std::mem::size_of::<BlockIq4Nl>());
 const _: () = assert!(std::mem::align_of::<BlockQ6K>() == 1);
+const _: () = assert!(std::mem::align_of::<BlockQ5K>() == 1);
 
 /// Checks that `bytes` holds exactly the blocks of `n` elements.
 fn check_len(bt: BlockType, bytes: &[u8], n: usize) -> Result<()> {
@@ -305,6 +428,41 @@ pub fn dequantize_into(bt: BlockType, bytes: &[u8], out: &mut [f32]) -> Result<(
             let blocks: &[BlockQ6K] = bytemuck::try_cast_slice(bytes).map_err(cast_err)?;
             for (b, y) in blocks.iter().zip(out.chunks_exact_mut(be)) {
                 dequantize_q6_k_block(b, y);
+            }
+        }
+        BlockType::Q5_0 | BlockType::Q5_1 | BlockType::Iq4Nl => {
+            for (b, y) in bytes
+                .chunks_exact(bt.block_bytes())
+                .zip(out.chunks_exact_mut(be))
+            {
+                match bt {
+                    BlockType::Q5_0 => {
+                        dequantize_q5_0_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y)
+                    }
+                    BlockType::Q5_1 => {
+                        dequantize_q5_1_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y)
+                    }
+                    _ => dequantize_iq4_nl_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y),
+                }
+            }
+        }
+        BlockType::Q2K | BlockType::Q3K | BlockType::Q4K | BlockType::Q5K => {
+            for (b, y) in bytes
+                .chunks_exact(bt.block_bytes())
+                .zip(out.chunks_exact_mut(be))
+            {
+                match bt {
+                    BlockType::Q2K => {
+                        dequantize_q2_k_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y)
+                    }
+                    BlockType::Q3K => {
+                        dequantize_q3_k_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y)
+                    }
+                    BlockType::Q4K => {
+                        dequantize_q4_k_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y)
+                    }
+                    _ => dequantize_q5_k_block(bytemuck::try_from_bytes(b).map_err(cast_err)?, y),
+                }
             }
         }
         BlockType::Tq1_0 => {
@@ -384,6 +542,177 @@ fn dequantize_q6_k_block(b: &BlockQ6K, y: &mut [f32]) {
             y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
             y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
             y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+        }
+    }
+}
+
+// The blocks below are dequantized as `ggml/src/ggml-quants.c` does (`dequantize_row_*`), element
+// for element. Every product there is exact in f32 (an f16 scale, 11 significant bits, times a
+// 4..8-bit integer, times a ≤ 5-bit quant), so each value is rounded once, by its final addition or
+// subtraction, whether or not a compiler fuses it into a multiply-add: the f32 bits are llama.cpp's.
+
+/// The 5th bit of element `j` (0..32) of a Q5_0 / Q5_1 block, as 0 or 16: `dequantize_row_q5_0`'s
+/// `xh_0 = ((qh >> j) << 4) & 0x10` for `j < 16`, `xh_1 = (qh >> (j' + 12)) & 0x10` for `j = j' + 16`.
+fn q5_high(qh: u32, j: usize) -> u8 {
+    (((qh >> j) & 1) << 4) as u8
+}
+
+/// One Q5_0 block into `y` (32 values): `dequantize_row_q5_0`.
+fn dequantize_q5_0_block(b: &BlockQ5_0, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    let qh = u32::from_le_bytes(b.qh);
+    let (lo, hi) = y.split_at_mut(16);
+    for (j, ((q, y0), y1)) in b.qs.iter().zip(lo).zip(hi).enumerate() {
+        let x0 = ((q & 0x0F) | q5_high(qh, j)) as i32 - 16;
+        let x1 = ((q >> 4) | q5_high(qh, j + 16)) as i32 - 16;
+        *y0 = x0 as f32 * d;
+        *y1 = x1 as f32 * d;
+    }
+}
+
+/// One Q5_1 block into `y` (32 values): `dequantize_row_q5_1`, `x0*d + m`.
+fn dequantize_q5_1_block(b: &BlockQ5_1, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    let m = f16_to_f32(b.m);
+    let qh = u32::from_le_bytes(b.qh);
+    let (lo, hi) = y.split_at_mut(16);
+    for (j, ((q, y0), y1)) in b.qs.iter().zip(lo).zip(hi).enumerate() {
+        let x0 = (q & 0x0F) | q5_high(qh, j);
+        let x1 = (q >> 4) | q5_high(qh, j + 16);
+        *y0 = x0 as f32 * d + m;
+        *y1 = x1 as f32 * d + m;
+    }
+}
+
+/// One IQ4_NL block into `y` (32 values): `dequantize_row_iq4_nl`, `d * kvalues_iq4nl[q]`.
+fn dequantize_iq4_nl_block(b: &BlockIq4Nl, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    let (lo, hi) = y.split_at_mut(16);
+    for ((q, y0), y1) in b.qs.iter().zip(lo).zip(hi) {
+        *y0 = d * KVALUES_IQ4NL[(q & 0xF) as usize] as f32;
+        *y1 = d * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
+    }
+}
+
+/// Scale and min `j` (0..8) of a Q4_K / Q5_K block: `ggml-quants.c` `get_scale_min_k4`.
+pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// One Q4_K block into `y` (256 values): `dequantize_row_q4_K`.
+fn dequantize_q4_k_block(b: &BlockQ4K, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    let min = f16_to_f32(b.dmin);
+    for (c, (q, y)) in
+        b.qs.chunks_exact(32)
+            .zip(y.chunks_exact_mut(64))
+            .enumerate()
+    {
+        let (sc, m) = scale_min_k4(2 * c, &b.scales);
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        let (sc, m) = scale_min_k4(2 * c + 1, &b.scales);
+        let (d2, m2) = (d * sc as f32, min * m as f32);
+        let (lo, hi) = y.split_at_mut(32);
+        for ((q, y0), y1) in q.iter().zip(lo).zip(hi) {
+            *y0 = d1 * (q & 0xF) as f32 - m1;
+            *y1 = d2 * (q >> 4) as f32 - m2;
+        }
+    }
+}
+
+/// One Q5_K block into `y` (256 values): `dequantize_row_q5_K`.
+fn dequantize_q5_k_block(b: &BlockQ5K, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    let min = f16_to_f32(b.dmin);
+    for (c, (q, y)) in
+        b.qs.chunks_exact(32)
+            .zip(y.chunks_exact_mut(64))
+            .enumerate()
+    {
+        let (sc, m) = scale_min_k4(2 * c, &b.scales);
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        let (sc, m) = scale_min_k4(2 * c + 1, &b.scales);
+        let (d2, m2) = (d * sc as f32, min * m as f32);
+        let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
+        let (lo, hi) = y.split_at_mut(32);
+        for (((q, h), y0), y1) in q.iter().zip(&b.qh).zip(lo).zip(hi) {
+            let h0 = if h & u1 != 0 { 16 } else { 0 };
+            let h1 = if h & u2 != 0 { 16 } else { 0 };
+            *y0 = d1 * ((q & 0xF) + h0) as f32 - m1;
+            *y1 = d2 * ((q >> 4) + h1) as f32 - m2;
+        }
+    }
+}
+
+/// One Q2_K block into `y` (256 values): `dequantize_row_q2_K`.
+fn dequantize_q2_k_block(b: &BlockQ2K, y: &mut [f32]) {
+    let d = f16_to_f32(b.d);
+    let min = f16_to_f32(b.dmin);
+    let mut is = 0;
+    for (n, y) in y.chunks_exact_mut(128).enumerate() {
+        let q = &b.qs[32 * n..32 * n + 32];
+        for (j, y) in y.chunks_exact_mut(32).enumerate() {
+            let shift = 2 * j;
+            for (half, y) in y.chunks_exact_mut(16).enumerate() {
+                let sc = b.scales[is];
+                is += 1;
+                let (dl, ml) = (d * (sc & 0xF) as f32, min * (sc >> 4) as f32);
+                for (l, y) in y.iter_mut().enumerate() {
+                    *y = dl * ((q[l + 16 * half] >> shift) & 3) as f32 - ml;
+                }
+            }
+        }
+    }
+}
+
+/// The 16 signed 6-bit scales of a Q3_K block, unpacked as `dequantize_row_q3_K` does (before its
+/// `− 32`).
+pub fn q3_k_scales(s: &[u8; 12]) -> [u8; 16] {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a0, a1, tmp) = (w(0), w(1), w(2));
+    let aux = [
+        (a0 & KMASK2) | ((tmp & KMASK1) << 4),
+        (a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4),
+        ((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4),
+        ((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4),
+    ];
+    let mut out = [0u8; 16];
+    for (o, a) in out.chunks_exact_mut(4).zip(aux) {
+        o.copy_from_slice(&a.to_le_bytes());
+    }
+    out
+}
+
+/// One Q3_K block into `y` (256 values): `dequantize_row_q3_K`.
+fn dequantize_q3_k_block(b: &BlockQ3K, y: &mut [f32]) {
+    let d_all = f16_to_f32(b.d);
+    let scales = q3_k_scales(&b.scales);
+    let mut is = 0;
+    let mut m = 1u8;
+    for (n, y) in y.chunks_exact_mut(128).enumerate() {
+        let q = &b.qs[32 * n..32 * n + 32];
+        for (j, y) in y.chunks_exact_mut(32).enumerate() {
+            let shift = 2 * j;
+            for (half, y) in y.chunks_exact_mut(16).enumerate() {
+                let dl = d_all * (scales[is] as i8 as i32 - 32) as f32;
+                is += 1;
+                for (l, y) in y.iter_mut().enumerate() {
+                    let k = l + 16 * half;
+                    let lo = ((q[k] >> shift) & 3) as i32;
+                    let hi = if b.hmask[k] & m != 0 { 0 } else { 4 };
+                    *y = dl * (lo - hi) as f32;
+                }
+            }
+            m <<= 1;
         }
     }
 }
@@ -568,6 +897,13 @@ mod tests {
             ("q6_k", 210, 256, Some(3)),
             ("tq1_0", 54, 256, None),
             ("tq2_0", 66, 256, None),
+            ("q5_0", 22, 32, Some(4)),
+            ("q5_1", 24, 32, Some(5)),
+            ("q2_k", 84, 256, Some(6)),
+            ("q3_k", 110, 256, Some(7)),
+            ("q4_k", 144, 256, Some(8)),
+            ("q5_k", 176, 256, Some(9)),
+            ("iq4_nl", 18, 32, Some(10)),
         ];
         assert_eq!(BlockType::ALL.len(), want.len());
         for (bt, (name, bytes, elems, q)) in BlockType::ALL.into_iter().zip(want) {
@@ -589,6 +925,13 @@ mod tests {
             std::mem::size_of::<BlockQ6K>(),
             std::mem::size_of::<BlockTq1_0>(),
             std::mem::size_of::<BlockTq2_0>(),
+            std::mem::size_of::<BlockQ5_0>(),
+            std::mem::size_of::<BlockQ5_1>(),
+            std::mem::size_of::<BlockQ2K>(),
+            std::mem::size_of::<BlockQ3K>(),
+            std::mem::size_of::<BlockQ4K>(),
+            std::mem::size_of::<BlockQ5K>(),
+            std::mem::size_of::<BlockIq4Nl>(),
         ];
         for (bt, size) in BlockType::ALL.into_iter().zip(sizes) {
             assert_eq!(bt.block_bytes(), size, "{}", bt.name());
@@ -599,7 +942,7 @@ mod tests {
             .filter_map(|b| b.gpu_qtype())
             .collect();
         q.dedup();
-        assert_eq!(q, [0, 1, 2, 3]);
+        assert_eq!(q, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     }
 
     #[test]

@@ -42,6 +42,8 @@ mod gate_up;
 mod gemm;
 #[path = "parity/ggml_norm.rs"]
 mod ggml_norm;
+#[path = "parity/kquants.rs"]
+mod kquants;
 #[path = "parity/kv.rs"]
 mod kv;
 #[path = "parity/minicache.rs"]
@@ -300,6 +302,26 @@ fn run_ternary(
 /// and i8 sub-block scales, a small finite f16 `d` last (as llama-quantize's outputs look).
 fn random_blocks(rng: &mut Rng, qtype: GgmlType, n_blocks: usize) -> Vec<u8> {
     let mut out = Vec::new();
+    // Q5_0, Q5_1, IQ4_NL and Q2_K..Q5_K: random bytes (every scale, min and high-bit pattern),
+    // their f16 fields (byte offsets from ggml-common.h's block structs) set to small finite values.
+    let f16_fields: &[usize] = match qtype {
+        GgmlType::Q5_0 | GgmlType::Iq4Nl => &[0],
+        GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        _ => &[],
+    };
+    if !f16_fields.is_empty() {
+        for _ in 0..n_blocks {
+            let b0 = out.len();
+            out.extend((0..qtype.block_bytes()).map(|_| rng.next() as u8));
+            for &o in f16_fields {
+                let v = half::f16::from_f32((rng.unit() - 0.5) * 0.02);
+                out[b0 + o..b0 + o + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        return out;
+    }
     for _ in 0..n_blocks {
         if qtype == GgmlType::Q6K {
             for _ in 0..208 {
@@ -925,6 +947,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(neuzip_gemv::cases());
     v.extend(rope_kv::cases());
     v.extend(ggml_norm::cases());
+    v.extend(kquants::cases());
     v
 }
 

@@ -183,7 +183,7 @@ fn import_gguf_to(
                 let (enc, b) = encode_float(opts, dt, &shape, bytes)?;
                 w.add_tensor(&t.name, &shape, enc, &b)?;
             }
-            // ggml blocks tern keeps as they are (Q8_0, Q4_0, Q4_1, Q6_K)
+            // ggml blocks tern keeps as they are (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K)
             (None, gt) => match gt.block_type().and_then(Encoding::from_ggml_block) {
                 Some(enc) => w.add_tensor(&t.name, &shape, enc, bytes)?,
                 None => return Err(unsupported(t)),

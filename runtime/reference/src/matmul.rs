@@ -5,7 +5,7 @@
 //!
 //! | weights | activations `ActQuant::None` | quantized activations (BitNet) |
 //! |---|---|---|
-//! | f32; f16 / bf16 / Q6_K / NeuZip (kept as stored, [`crate::stored`]) | row (tile) decoded to f32, then [`dot_f32`] | dot with `x_q / s` |
+//! | f32; f16 / bf16 / Q6_K, Q5_0, Q5_1, IQ4_NL, Q2_K..Q5_K / NeuZip (kept as stored, [`crate::stored`]) | row (tile) decoded to f32, then [`dot_f32`] | dot with `x_q / s` |
 //! | Q8_0 / Q4_0 / Q4_1 | row dequantized, then [`dot_f32`]; or llama.cpp-style Q8 activation blocks | dot with `x_q / s` |
 //! | ternary (packed codes as stored, [`crate::packed`]) | `Σ_g scale_g · Σ t·x` (f32) | `(Σ_g scale_g · Σ t·x_q) / s`, inner sums in i32 on the codes |
 //!
@@ -36,6 +36,10 @@ pub enum WeightData {
     Bf16(Vec<half::bf16>),
     /// Q6_K super-blocks, each row a whole number of them.
     Q6K(Vec<u8>),
+    /// Other ggml blocks decoded a row at a time to f32 as Q6_K is (Q5_0, Q5_1, IQ4_NL and the
+    /// K-quants Q2_K..Q5_K; [`tern_format::ggml`] dequantizes them as llama.cpp does), each row a
+    /// whole number of blocks.
+    Blocks(BlockType, Vec<u8>),
     NeuZip(NeuZipRows),
     Q8_0(Vec<u8>),
     Q4_0(Vec<u8>),
@@ -214,6 +218,32 @@ impl Matrix {
                 WeightData::Q6K(bytes.to_vec())
             }
             (
+                _,
+                Some(
+                    bt @ (BlockType::Q5_0
+                    | BlockType::Q5_1
+                    | BlockType::Iq4Nl
+                    | BlockType::Q2K
+                    | BlockType::Q3K
+                    | BlockType::Q4K
+                    | BlockType::Q5K),
+                ),
+            ) => {
+                if cols % bt.block_elems() != 0
+                    || Some(bytes.len())
+                        != (cols / bt.block_elems())
+                            .checked_mul(bt.block_bytes())
+                            .and_then(|rb| rb.checked_mul(rows))
+                {
+                    return Err(ReferenceError::TensorShape {
+                        name: name.into(),
+                        expected: shape.to_vec(),
+                        found: vec![bytes.len() as u64],
+                    });
+                }
+                WeightData::Blocks(bt, bytes.to_vec())
+            }
+            (
                 Encoding::NeuZip {
                     dtype: dt @ (FloatType::F16 | FloatType::Bf16),
                     mantissa_bits,
@@ -287,6 +317,7 @@ impl Matrix {
             WeightData::F16(_)
             | WeightData::Bf16(_)
             | WeightData::Q6K(_)
+            | WeightData::Blocks(..)
             | WeightData::NeuZip(_) => self.float_row(r, out)?,
         }
         Ok(())
@@ -299,6 +330,7 @@ impl Matrix {
             WeightData::F16(v) => v.len() * 2,
             WeightData::Bf16(v) => v.len() * 2,
             WeightData::Q6K(b)
+            | WeightData::Blocks(_, b)
             | WeightData::Q8_0(b)
             | WeightData::Q4_0(b)
             | WeightData::Q4_1(b) => b.len(),
@@ -332,6 +364,11 @@ impl Matrix {
                 let rb = c / BlockType::Q6K.block_elems() * BlockType::Q6K.block_bytes();
                 let row = b.get(r * rb..(r + 1) * rb).unwrap_or_default();
                 tern_format::ggml::dequantize_into(BlockType::Q6K, row, out)?;
+            }
+            WeightData::Blocks(bt, b) => {
+                let rb = c / bt.block_elems() * bt.block_bytes();
+                let row = b.get(r * rb..(r + 1) * rb).unwrap_or_default();
+                tern_format::ggml::dequantize_into(*bt, row, out)?;
             }
             WeightData::NeuZip(z) => raw_to_f32(z.dtype(), &z.raw_rows(r, 1)?, out)?,
             _ => {
@@ -501,11 +538,13 @@ impl Matrix {
                     *o = dot_f32(wr, xrow(x, t, c));
                 }
             }
-            // f16 / bf16 / Q6_K / NeuZip: decode the row, then the f32 dot
+            // f16 / bf16 / Q6_K / the other K-quants, Q5_0/Q5_1/IQ4_NL / NeuZip: decode the row,
+            // then the f32 dot
             (
                 WeightData::F16(_)
                 | WeightData::Bf16(_)
                 | WeightData::Q6K(_)
+                | WeightData::Blocks(..)
                 | WeightData::NeuZip(_),
                 Acts::F32(x),
                 _,

@@ -390,8 +390,9 @@ fn memory_of(file: &TernFile) -> MemoryReport {
 fn weight_kind(e: &Encoding) -> &'static str {
     match e {
         Encoding::Ternary { .. } => "ternary",
-        Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => "ggml",
         Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => "float",
+        // every other encoding is a ggml block type (`Encoding::ggml_block`)
+        _ => "ggml",
     }
 }
 

@@ -44,6 +44,37 @@ impl GgmlLayout {
                 2,
             ),
             ggml::BlockType::Q6K => ([offset_of!(ggml::BlockQ6K, d), 0], 1),
+            ggml::BlockType::Q5_0 => ([offset_of!(ggml::BlockQ5_0, d), 0], 1),
+            ggml::BlockType::Q5_1 => (
+                [
+                    offset_of!(ggml::BlockQ5_1, d),
+                    offset_of!(ggml::BlockQ5_1, m),
+                ],
+                2,
+            ),
+            ggml::BlockType::Iq4Nl => ([offset_of!(ggml::BlockIq4Nl, d), 0], 1),
+            ggml::BlockType::Q3K => ([offset_of!(ggml::BlockQ3K, d), 0], 1),
+            ggml::BlockType::Q2K => (
+                [
+                    offset_of!(ggml::BlockQ2K, d),
+                    offset_of!(ggml::BlockQ2K, dmin),
+                ],
+                2,
+            ),
+            ggml::BlockType::Q4K => (
+                [
+                    offset_of!(ggml::BlockQ4K, d),
+                    offset_of!(ggml::BlockQ4K, dmin),
+                ],
+                2,
+            ),
+            ggml::BlockType::Q5K => (
+                [
+                    offset_of!(ggml::BlockQ5K, d),
+                    offset_of!(ggml::BlockQ5K, dmin),
+                ],
+                2,
+            ),
             // not a `.tern` encoding (re-laid out as ternary)
             ggml::BlockType::Tq1_0 | ggml::BlockType::Tq2_0 => return None,
         };

@@ -200,10 +200,11 @@ impl WeightKind {
     pub fn of(e: &Encoding) -> Self {
         match e {
             Encoding::Ternary { .. } => WeightKind::Ternary,
-            Encoding::Q8_0 | Encoding::Q4_0 | Encoding::Q4_1 | Encoding::Q6K => WeightKind::Ggml,
             Encoding::F32 | Encoding::F16 | Encoding::Bf16 | Encoding::NeuZip { .. } => {
                 WeightKind::Float
             }
+            // every other encoding is a ggml block type (`Encoding::ggml_block`)
+            _ => WeightKind::Ggml,
         }
     }
 

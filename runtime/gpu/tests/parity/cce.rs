@@ -21,7 +21,7 @@ use super::*;
 use tern_gpu::kernels::cce::{self, Head};
 use tern_gpu::FloatWeight;
 
-enum HeadKind {
+pub(super) enum HeadKind {
     Ggml(GgmlType),
     Float(FloatType),
 }
@@ -43,7 +43,7 @@ fn reference_logprobs(logits: &[f32], vocab: usize, targets: &[u32]) -> Vec<f64>
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_cce(
+pub(super) fn run_cce(
     ctx: &GpuContext,
     rng: &mut Rng,
     kind: &HeadKind,
@@ -56,7 +56,7 @@ fn run_cce(
     // Head bytes, its reference matrix, and the GPU weight.
     let (m, gw, fw) = match *kind {
         HeadKind::Ggml(q) => {
-            let be = if q == GgmlType::Q6K { 256 } else { 32 };
+            let be = q.block_elems();
             let bytes = random_blocks(rng, q, vocab * d / be);
             let m = Matrix::from_encoded("head", vocab, d, &ggml_encoding(q), &bytes)
                 .map_err(|e| e.to_string())?;

@@ -183,7 +183,7 @@ fn check_embed(
     score("embed_rows", Check::Exact, &got, &want)
 }
 
-fn run_embed(
+pub(super) fn run_embed(
     ctx: &GpuContext,
     rng: &mut Rng,
     src: Result<FloatType, GgmlType>,

@@ -11,7 +11,7 @@ use super::*;
 
 /// Which launcher a case runs.
 #[derive(Clone, Copy, Debug)]
-enum Path {
+pub(super) enum Path {
     Gemm,
     Gemv,
     /// `*_matmul` (GEMV or GEMM by token count).
@@ -106,7 +106,7 @@ fn run_ternary_gemm(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_ggml_gemm(
+pub(super) fn run_ggml_gemm(
     ctx: &GpuContext,
     rng: &mut Rng,
     path: Path,

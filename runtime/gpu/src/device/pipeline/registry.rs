@@ -221,9 +221,10 @@ impl KernelKey {
                 c.extend(cce_tile(bp).ok_or_else(none)?);
                 c
             }
-            // cce.wgsl's HEAD counts the four ggml heads first.
+            // cce.wgsl's HEAD numbers the float heads from 16 (the ggml heads are the table's
+            // gpu_qtype, 0..=10).
             KernelKey::CceFloat(t, bp) => {
-                let mut c = vec![("HEAD", 4.0 + float_id(t))];
+                let mut c = vec![("HEAD", 16.0 + float_id(t))];
                 c.extend(cce_tile(bp).ok_or_else(none)?);
                 c
             }
