@@ -125,20 +125,42 @@ fn spec_of(q: KvQuant) -> KvSpec {
     }
 }
 
-/// Bytes of the reference KV cache of `n` positions (`tern_reference::KvCache::bytes`, no
-/// MiniCache): every position preallocated; KIVI keeps its f16 window of `R` rows besides.
+/// Bytes of the reference KV cache of `n` positions as `tern_reference`'s store allocates them
+/// (`kv_store.rs` `Stream::new`, no MiniCache): codes in u32 words and f16 scales for every
+/// position; KIVI's f16 key parameters per group of `G` positions and value parameters per
+/// group of `G` channels, and its f16 window of `min(R, n)` rows; a3's 4-bit row for position 0
+/// besides. A format without its own rule here: `KvQuant::layer_bytes`.
 fn cpu_kv_bytes(hp: &HParams, spec: &KvSpec, n: u64) -> u64 {
     let layers = u64::from(hp.n_layer);
     let row = u64::from(hp.n_head_kv) * u64::from(hp.head_dim);
+    let heads = u64::from(hp.n_head_kv);
     let q = spec.quant;
-    let per_layer = if q.is_kivi() {
-        let r = u64::from(spec.kivi.residual);
-        // Every position's codes and parameters, plus the window's f16 rows.
-        let full = q.layer_bytes(hp, spec.kivi, r.saturating_mul(n.div_ceil(r.max(1))));
-        let window = 2 * r.saturating_mul(row) * 2;
-        full.saturating_add(window)
-    } else {
-        q.layer_bytes(hp, spec.kivi, n)
+    let codes = q.code_bytes(row);
+    let per_layer = match q {
+        KvQuant::F32 | KvQuant::F16 => 2 * n.saturating_mul(codes),
+        KvQuant::Q8 | KvQuant::Absmax4 | KvQuant::Absmax3 => {
+            let first = if q == KvQuant::Absmax3 {
+                KvQuant::Absmax4.code_bytes(row) + heads * 2
+            } else {
+                0
+            };
+            2 * (n.saturating_mul(codes + heads * 2) + first)
+        }
+        KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
+            let (g, r) = (
+                u64::from(spec.kivi.group.max(1)),
+                u64::from(spec.kivi.residual),
+            );
+            let key_params = 2 * n.div_ceil(g).saturating_mul(row) * 2;
+            let value_params = 2 * n.saturating_mul(row.div_ceil(g)) * 2;
+            let window = 2 * r.min(n.max(1)).saturating_mul(row) * 2;
+            (2 * n.saturating_mul(codes))
+                .saturating_add(key_params)
+                .saturating_add(value_params)
+                .saturating_add(window)
+        }
+        #[allow(unreachable_patterns)] // formats added later
+        _ => q.layer_bytes(hp, spec.kivi, n),
     };
     layers.saturating_mul(per_layer)
 }
