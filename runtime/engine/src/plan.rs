@@ -146,7 +146,8 @@ fn cpu_kv_bytes(hp: &HParams, spec: &KvSpec, n: u64) -> u64 {
             };
             2 * (n.saturating_mul(codes + heads * 2) + first)
         }
-        KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
+        // KIVI and any format stored as KIVI is (the rotated ones).
+        _ if q.is_kivi() => {
             let (g, r) = (
                 u64::from(spec.kivi.group.max(1)),
                 u64::from(spec.kivi.residual),
@@ -159,7 +160,6 @@ fn cpu_kv_bytes(hp: &HParams, spec: &KvSpec, n: u64) -> u64 {
                 .saturating_add(value_params)
                 .saturating_add(window)
         }
-        #[allow(unreachable_patterns)] // formats added later
         _ => q.layer_bytes(hp, spec.kivi, n),
     };
     layers.saturating_mul(per_layer)
