@@ -82,6 +82,12 @@
 // `tern_generation_stats.stop_reason`: the piece callback returned non-zero.
 #define TERN_STOP_CALLBACK 5
 
+// Capacity of `tern_plan.configs` (every `TERN_KV_*` format fits).
+#define TERN_PLAN_MAX_CONFIGS 16
+
+// `tern_plan.chosen_kv_format` when no format was chosen (no context asked, or none fits).
+#define TERN_PLAN_NONE 4294967295
+
 // What a call did. The numbers are stable: codes are only ever appended.
 typedef enum tern_status {
   // Success.
@@ -212,6 +218,48 @@ typedef struct tern_sampling {
   uint32_t repeat_last_n;
 } tern_sampling;
 
+// One KV format's line of a `tern_plan`.
+typedef struct tern_plan_config {
+  // One of `TERN_KV_*`.
+  uint32_t kv_format;
+  // Unused; keeps the u64 fields 8-aligned on every ABI. 0.
+  uint32_t reserved0;
+  // KV-cache bytes one position takes over all layers at `max_context` positions.
+  uint64_t kv_bytes_per_token;
+  // The largest context (positions) that fits the budget in this format; 0: none. Capped at
+  // `tern_plan.context_cap`.
+  uint64_t max_context;
+  // The largest context the budget holds without that cap (what a session under the budget
+  // may have).
+  uint64_t budget_context;
+} tern_plan_config;
+
+// What `tern_model_plan` computes. Set `struct_size = sizeof(tern_plan)` first.
+typedef struct tern_plan {
+  // `sizeof(tern_plan)`, set by the caller.
+  uint32_t struct_size;
+  // `TERN_DEVICE_CPU` or `TERN_DEVICE_GPU`: the device loading would pick (`AUTO` resolved).
+  uint32_t device;
+  // The budget (`tern_model_options.max_memory`).
+  uint64_t budget_bytes;
+  // Weights as they would be placed (GPU: what the loader allocates; CPU: resident bytes).
+  uint64_t weights_bytes;
+  // A session's bytes besides its KV cache (activations, logits, staging).
+  uint64_t scratch_bytes;
+  // The allowance kept beside the weights (GPU buffer granularity, small buffers; CPU: 0).
+  uint64_t reserve_bytes;
+  // The cap of every `max_context`: the model's training context.
+  uint64_t context_cap;
+  // The format chosen for the context asked (`TERN_KV_*`), or `TERN_PLAN_NONE`.
+  uint32_t chosen_kv_format;
+  // Entries of `configs` filled.
+  uint32_t n_configs;
+  // The context chosen (the one asked), or 0 with `TERN_PLAN_NONE`.
+  uint64_t chosen_context;
+  // Per KV format (in `TERN_KV_*` order), `n_configs` of them.
+  struct tern_plan_config configs[TERN_PLAN_MAX_CONFIGS];
+} tern_plan;
+
 // Called with each piece of generated text: `piece` points to `len` bytes of UTF-8 that end on a
 // character boundary, followed by a NUL (the text itself may contain NUL bytes: use `len`). The
 // pointer is valid only during the call. Return 0 to go on, non-zero to stop.
@@ -328,6 +376,23 @@ struct tern_session_options tern_session_options_default(void);
 
 // Greedy sampling (and the defaults of the other fields).
 struct tern_sampling tern_sampling_default(void);
+
+// Plan the model at `path` under `opts` before loading it: the weights' bytes as they would be
+// placed, a session's scratch, and per KV format the largest context within
+// `opts->max_memory` (required, non-zero), for the device `opts->device` picks (`AUTO`
+// resolved as `tern_model_load` resolves it). With `context` > 0, `chosen_kv_format` is the
+// best-quality format whose largest context reaches it (`TERN_PLAN_NONE` when none does, or
+// when `context` is 0). Only the file's header and tensor table are read. Set
+// `out->struct_size = sizeof(tern_plan)` first.
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (no budget, bad options, `struct_size`
+// too small), `TERN_IO`, `TERN_CORRUPT_FILE`, `TERN_UNSUPPORTED` (`TERN_DEVICE_GPU` without a
+// usable GPU or kernels).
+//
+// # Safety
+// `path` is NULL or NUL-terminated; `opts` is NULL or a valid `tern_model_options`; `out` is
+// NULL or a writable `tern_plan` whose `struct_size` is set.
+enum tern_status tern_model_plan(const char *path, const struct tern_model_options *opts, uint64_t context, struct tern_plan *out);
 
 // Make a session on `model`. `opts` may be NULL (defaults: the model's training context). On
 // success `*out` receives a handle to free with `tern_session_free`. The session keeps the model

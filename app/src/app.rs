@@ -77,6 +77,8 @@ pub struct TernApp {
     pub kv_len: usize,
     pub throughput: Throughput,
     since: Instant,
+    /// The memory plan of the settings, before loading (`plan.rs`).
+    plan: crate::plan::PlanView,
 }
 
 impl TernApp {
@@ -102,6 +104,7 @@ impl TernApp {
             kv_len: 0,
             throughput: Throughput::default(),
             since: Instant::now(),
+            plan: crate::plan::PlanView::default(),
         };
         app.start_load();
         Ok(app)
@@ -354,6 +357,7 @@ impl TernApp {
                     self.start_load();
                 }
             });
+        crate::plan::plan_ui(ui, &mut self.plan, &self.load);
         egui::CollapsingHeader::new("Sampling (next reply)")
             .default_open(true)
             .show(ui, |ui| sample_ui(ui, &mut self.sample));

@@ -29,12 +29,15 @@
 //! - [`settings`]: load and sampling settings, and the place for engine options (KV format,
 //!   MiniCache, activations) once the engine has them.
 //! - [`panels`]: the live panel; [`stats`]: its data (throughput series, memory by part).
+//! - [`plan`]: the memory plan shown before loading (budget, weights, scratch, per-format
+//!   largest contexts).
 //! - [`script`]: `--script`, the unattended run CI records the screenshot with.
 //! - [`error`]: the app's error type (tern's typed errors with context).
 
 pub mod app;
 pub mod error;
 pub mod panels;
+pub mod plan;
 pub mod script;
 pub mod settings;
 pub mod stats;

@@ -148,6 +148,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         activations: acts,
         ..lo
     };
+    // Every position a test uses: the depth and the longer test (no more).
+    let n_ctx = (a.depth + a.n_prompt.max(a.n_gen).max(1)).max(64);
+    crate::plan::check_bench(&path, &lo, a.kv.options()?.format, n_ctx as u64)?;
     let mut model = crate::run::load(Some(&path), &lo)?;
     let file_scheme = scheme_name(tern_format::TernFile::open(&path)?.meta().activations);
     let ran_scheme = scheme_name(model.meta().activations);
@@ -155,7 +158,6 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     a.numerics.apply(&mut model)?;
     let load_secs = t0.elapsed().as_secs_f64();
     let vocab = model.n_vocab();
-    let n_ctx = (a.depth + a.n_prompt.max(a.n_gen) + 1).max(64);
     if n_ctx > model.meta().hparams.n_ctx_train as usize {
         log::warn!(
             "depth + test length {n_ctx} exceeds the training context {}",

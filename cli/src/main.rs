@@ -10,6 +10,7 @@ mod models;
 mod numerics;
 mod pack;
 mod perplexity;
+mod plan;
 mod run;
 mod score;
 
@@ -51,6 +52,9 @@ enum Cmd {
     Score(score::ScoreArgs),
     /// Benchmark prefill and decode (llama-bench style) with a memory breakdown.
     Bench(bench::BenchArgs),
+    /// Fit a model and a context into a memory budget before loading (per KV format the
+    /// largest context; with --context the best format that fits it).
+    Plan(plan::PlanArgs),
     /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
     FetchDefault,
 }
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
         Cmd::Perplexity(a) => perplexity::run(a),
         Cmd::Score(a) => score::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Plan(a) => plan::run(a),
         Cmd::FetchDefault => models::default_model().map(|p| {
             println!("{}", p.display());
             ExitCode::SUCCESS

@@ -35,9 +35,11 @@ pub struct SamplingArgs {
     /// Stop when this string appears (repeatable).
     #[arg(long = "stop")]
     pub stop: Vec<String>,
-    /// Context size in tokens (0 = the model's training context, capped at 4096 positions).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
-    pub ctx: usize,
+    /// Context size in tokens (0 = the model's training context, capped at 4096 positions), or
+    /// `auto` with --max-memory: the largest context of the KV format within the budget
+    /// (`tern plan`; a fixed context above the plan's is refused under --max-memory).
+    #[arg(short = 'c', long = "ctx-size", default_value = "0")]
+    pub ctx: crate::plan::ContextArg,
     #[command(flatten)]
     pub load: crate::load::DeviceArgs,
     #[command(flatten)]
@@ -81,7 +83,7 @@ impl SamplingArgs {
     /// the session is made). The llama.cpp numerics are the model's (`NumericsArgs::apply`).
     pub fn session_options(&self) -> Result<SessionOptions> {
         Ok(SessionOptions {
-            n_ctx: self.ctx,
+            n_ctx: self.ctx.positions()?,
             kv: self.kv.options()?,
             sampling: self.params(),
             ..Default::default()
@@ -132,8 +134,14 @@ pub fn load(model: Option<&Path>, opts: &LoadOptions) -> Result<Model> {
     Ok(m)
 }
 
-pub fn run(a: RunArgs) -> Result<ExitCode> {
+pub fn run(mut a: RunArgs) -> Result<ExitCode> {
     let lo = a.sampling.load_options()?;
+    a.sampling.ctx = crate::plan::resolve_context(
+        a.model.as_deref(),
+        &lo,
+        a.sampling.kv.options()?.format,
+        a.sampling.ctx,
+    )?;
     let lo = LoadOptions {
         delta: a.delta.clone(),
         ..lo
@@ -307,8 +315,15 @@ enum ChatEnd {
     Lost(tern_engine::EngineError, Resume),
 }
 
-pub fn chat(a: ChatArgs) -> Result<ExitCode> {
-    let mut model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
+pub fn chat(mut a: ChatArgs) -> Result<ExitCode> {
+    let lo = a.sampling.load_options()?;
+    a.sampling.ctx = crate::plan::resolve_context(
+        a.model.as_deref(),
+        &lo,
+        a.sampling.kv.options()?.format,
+        a.sampling.ctx,
+    )?;
+    let mut model = load(a.model.as_deref(), &lo)?;
     a.sampling.numerics.apply(&mut model)?;
     let mut messages = Vec::new();
     if let Some(sys) = &a.system {

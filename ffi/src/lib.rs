@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 mod chat;
 mod model;
 mod options;
+mod plan;
 mod session;
 mod status;
 
@@ -49,6 +50,9 @@ pub use options::{
 pub use options::{
     TERN_KV_A3, TERN_KV_A4, TERN_KV_F16, TERN_KV_F32, TERN_KV_Q2, TERN_KV_Q3, TERN_KV_Q4,
     TERN_KV_Q8, TERN_MINICACHE_CUSTOM, TERN_MINICACHE_OFF, TERN_MINICACHE_ON,
+};
+pub use plan::{
+    tern_model_plan, tern_plan, tern_plan_config, TERN_PLAN_MAX_CONFIGS, TERN_PLAN_NONE,
 };
 pub use session::{
     tern_cancel, tern_debug_lose_device, tern_generate, tern_piece_callback, tern_score,

@@ -764,3 +764,86 @@ fn every_option_reads_back_from_the_session_report() {
         Err((st, msg)) => panic!("GPU: {st:?}: {msg}"),
     }
 }
+
+/// `tern_model_plan` (CPU): the engine's plan through the C struct — every format in `TERN_KV_*`
+/// order with the engine's numbers, the chosen format for a context, `TERN_PLAN_NONE` when
+/// nothing fits; the typed refusals (no budget, NULL, a short `struct_size`).
+#[test]
+fn model_plan_is_the_engines_plan() {
+    let path = default_model_path();
+    let cpath = CString::new(path.clone()).unwrap();
+    let budget = 200u64 << 20;
+    let mo = tern_model_options {
+        device: TERN_DEVICE_CPU,
+        max_memory: budget,
+        ..tern_model_options_default()
+    };
+    let new_plan = || tern_plan {
+        struct_size: std::mem::size_of::<tern_plan>() as u32,
+        ..tern_plan::from_plan(
+            &tern_engine::plan(
+                std::path::Path::new(&path),
+                &tern_engine::LoadOptions {
+                    device: tern_engine::Device::Cpu,
+                    max_memory: Some(1 << 40),
+                    ..Default::default()
+                },
+                None,
+            )
+            .unwrap(),
+        )
+    };
+    let mut out = new_plan();
+    // SAFETY: valid arguments.
+    let st = unsafe { tern_model_plan(cpath.as_ptr(), &mo, 2048, &mut out) };
+    assert_eq!(st, tern_status::TERN_OK, "{}", last_error());
+    let want = tern_engine::plan(
+        std::path::Path::new(&path),
+        &mo.load_options().unwrap(),
+        Some(2048),
+    )
+    .unwrap();
+    assert_eq!(out, tern_plan::from_plan(&want));
+    assert_eq!(out.device, TERN_DEVICE_CPU);
+    assert_eq!(out.budget_bytes, budget);
+    assert_eq!(out.n_configs as usize, tern_engine::KvQuant::ALL.len());
+    for (i, c) in out.configs[..out.n_configs as usize].iter().enumerate() {
+        assert_eq!(c.kv_format, i as u32);
+        assert!(c.kv_bytes_per_token > 0);
+    }
+    let chosen = want.chosen.unwrap();
+    assert_eq!(out.chosen_kv_format, chosen.kv.index());
+    assert_eq!(out.chosen_context, 2048);
+    // A budget of the weights alone: no format fits a context of 2048.
+    let tight = tern_model_options {
+        max_memory: out.weights_bytes + out.scratch_bytes,
+        ..mo
+    };
+    // SAFETY: valid arguments.
+    let st = unsafe { tern_model_plan(cpath.as_ptr(), &tight, 2048, &mut out) };
+    assert_eq!(st, tern_status::TERN_OK, "{}", last_error());
+    assert_eq!(out.chosen_kv_format, TERN_PLAN_NONE);
+    assert_eq!(out.chosen_context, 0);
+    // No context asked: nothing chosen.
+    // SAFETY: valid arguments.
+    let st = unsafe { tern_model_plan(cpath.as_ptr(), &mo, 0, &mut out) };
+    assert_eq!(st, tern_status::TERN_OK);
+    assert_eq!(out.chosen_kv_format, TERN_PLAN_NONE);
+    // No budget, NULL out, a short struct: typed refusals.
+    let none = tern_model_options {
+        max_memory: 0,
+        ..mo
+    };
+    // SAFETY: valid arguments.
+    let st = unsafe { tern_model_plan(cpath.as_ptr(), &none, 0, &mut out) };
+    assert_eq!(st, tern_status::TERN_INVALID_ARGUMENT);
+    assert!(last_error().contains("max_memory"), "{}", last_error());
+    // SAFETY: NULL out is checked.
+    let st = unsafe { tern_model_plan(cpath.as_ptr(), &mo, 0, ptr::null_mut()) };
+    assert_eq!(st, tern_status::TERN_NULL_ARGUMENT);
+    let mut short = new_plan();
+    short.struct_size = 8;
+    // SAFETY: valid arguments (the short size is refused before anything is written).
+    let st = unsafe { tern_model_plan(cpath.as_ptr(), &mo, 0, &mut short) };
+    assert_eq!(st, tern_status::TERN_INVALID_ARGUMENT);
+}

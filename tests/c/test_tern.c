@@ -930,6 +930,39 @@ static void test_model_freed_first(const char *model_path) {
   tern_session_free(s);
 }
 
+/* tern_model_plan (CPU, 200 MiB): every format planned in TERN_KV_* order, a context chosen
+ * that fits, TERN_PLAN_NONE for one that does not, and the typed refusals. */
+static void test_model_plan(const char *model_path) {
+  tern_model_options o = tern_model_options_default();
+  o.device = TERN_DEVICE_CPU;
+  o.max_memory = 200ull << 20;
+  tern_plan p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  CHECK_STATUS(tern_model_plan(model_path, &o, 1024, &p), TERN_OK);
+  CHECK(p.device == TERN_DEVICE_CPU && p.budget_bytes == (200ull << 20));
+  CHECK(p.weights_bytes > 0 && p.scratch_bytes > 0 && p.context_cap > 0);
+  CHECK(p.n_configs > TERN_KV_A3 && p.n_configs <= TERN_PLAN_MAX_CONFIGS);
+  for (uint32_t i = 0; i < p.n_configs && i < TERN_PLAN_MAX_CONFIGS; i++) {
+    CHECK(p.configs[i].kv_format == i && p.configs[i].kv_bytes_per_token > 0);
+    CHECK(p.configs[i].max_context <= p.configs[i].budget_context);
+  }
+  CHECK(p.configs[TERN_KV_F16].kv_bytes_per_token * 2 == p.configs[TERN_KV_F32].kv_bytes_per_token);
+  CHECK(p.chosen_kv_format != TERN_PLAN_NONE && p.chosen_context == 1024);
+  if (p.chosen_kv_format < TERN_PLAN_MAX_CONFIGS)
+    CHECK(p.configs[p.chosen_kv_format].max_context >= 1024);
+  uint64_t weights = p.weights_bytes;
+  o.max_memory = weights; /* the weights alone: no session fits */
+  CHECK_STATUS(tern_model_plan(model_path, &o, 1024, &p), TERN_OK);
+  CHECK(p.chosen_kv_format == TERN_PLAN_NONE && p.chosen_context == 0);
+  o.max_memory = 0; /* a plan needs a budget */
+  CHECK_STATUS(tern_model_plan(model_path, &o, 1024, &p), TERN_INVALID_ARGUMENT);
+  CHECK(strstr(tern_last_error(), "max_memory") != NULL);
+  o.max_memory = 200ull << 20;
+  CHECK_STATUS(tern_model_plan(model_path, &o, 1024, NULL), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_model_plan(NULL, &o, 1024, &p), TERN_NULL_ARGUMENT);
+}
+
 int main(int argc, char **argv) {
   if (argc != 5) {
     fprintf(stderr, "usage: %s MODEL.tern PROMPT N_TOKENS GREEDY_OUT.txt\n", argv[0]);
@@ -965,6 +998,7 @@ int main(int argc, char **argv) {
   test_llama_cpp_numerics(m, prompt, n_tokens, out_path);
   test_kv_options(m);
   test_options_report(model_path);
+  test_model_plan(model_path);
   test_callback_stop(m);
   test_cancel(m);
   test_cancel_prefill_cpu(m);

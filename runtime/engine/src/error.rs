@@ -156,6 +156,16 @@ pub enum EngineError {
         requested: usize,
         n_ctx_train: usize,
     },
+    /// A session larger than the planner's largest context for its format under the memory
+    /// budget ([`crate::plan::Plan::check`]); refused before anything is allocated.
+    #[error("a context of {requested} positions in KV format {kv} does not fit the {budget}-byte memory budget: the plan's largest context for {kv} is {max_context} ({detail})")]
+    ContextOverBudget {
+        requested: u64,
+        kv: &'static str,
+        max_context: u64,
+        budget: u64,
+        detail: String,
+    },
     #[error("numeric problem: {0}")]
     Numeric(String),
     #[error("cancelled")]
@@ -264,6 +274,7 @@ impl EngineError {
             E::Template(_) => ErrorKind::Template,
             E::NoTokenizer => ErrorKind::NoTokenizer,
             E::PromptTooLong { .. } => ErrorKind::ContextFull,
+            E::ContextOverBudget { .. } => ErrorKind::OutOfMemory,
             E::Numeric(_) => ErrorKind::Numeric,
             E::Cancelled => ErrorKind::Cancelled,
             E::Io(io) => io_kind(io),

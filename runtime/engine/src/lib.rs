@@ -8,6 +8,7 @@ pub mod capabilities;
 pub mod chat;
 pub mod error;
 pub mod options;
+pub mod plan;
 pub mod report;
 pub mod sampler;
 pub mod score;
@@ -20,6 +21,7 @@ pub use options::{
     minicache_on, CpuThreads, Kivi, KvOptions, KvQuant, KvSpec, KvSpecError, MiniCache,
     MiniCacheMode, Numerics, OptionsError, SessionOptions, ValidSessionOptions,
 };
+pub use plan::{plan, Plan, PlanChoice, PlanConfig};
 pub use report::HostTransfers;
 pub use report::{
     ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, KernelTime, MemoryReport,

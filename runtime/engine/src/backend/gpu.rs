@@ -51,25 +51,31 @@ pub(crate) struct GpuBackend {
 
 impl GpuBackend {
     pub(crate) fn load(file: &TernFile, opts: &LoadOptions, allow_software: bool) -> Result<Self> {
-        let ctx = tern_gpu::GpuContext::with_options(tern_gpu::GpuOptions {
-            preference: tern_gpu::DevicePreference::Gpu,
-            allow_software,
-            binding_limit: None,
-            packed_dot: None,
-        })?;
-        let model = GpuModel::load(
-            Arc::new(ctx),
-            file,
-            tern_gpu::GpuModelOptions {
-                max_memory: opts.max_memory,
-                kv: tern_format::KvSpec::default(),
-                tuning: opts.gpu,
-            },
-        )?;
+        let ctx = tern_gpu::GpuContext::with_options(context_options(allow_software))?;
+        let model = GpuModel::load(Arc::new(ctx), file, model_options(opts))?;
         Ok(Self {
             model: Arc::new(model),
             scorer: Mutex::new(None),
         })
+    }
+}
+
+/// The GPU context a load (and the planner, `crate::plan`) asks for.
+pub(crate) fn context_options(allow_software: bool) -> tern_gpu::GpuOptions {
+    tern_gpu::GpuOptions {
+        preference: tern_gpu::DevicePreference::Gpu,
+        allow_software,
+        binding_limit: None,
+        packed_dot: None,
+    }
+}
+
+/// The GPU model options a load (and the planner) passes for `opts`.
+pub(crate) fn model_options(opts: &LoadOptions) -> tern_gpu::GpuModelOptions {
+    tern_gpu::GpuModelOptions {
+        max_memory: opts.max_memory,
+        kv: tern_format::KvSpec::default(),
+        tuning: opts.gpu,
     }
 }
 

@@ -332,18 +332,15 @@ impl GpuModel {
         Self::load_spec(ctx, file, ModelSpec::from_file(file)?, opts)
     }
 
-    /// Load `file` as `spec` (the file's own) says: refused before anything is read or allocated
-    /// when the spec needs a feature the graph lacks ([`GpuModel::check_spec`]).
-    fn load_spec(
-        ctx: Arc<GpuContext>,
-        file: &TernFile,
-        spec: ModelSpec,
-        opts: GpuModelOptions,
-    ) -> Result<Self> {
-        Self::check_spec(&spec)?;
-        let meta = file.meta();
-        let hp = meta.hparams.clone();
-        let act_plan = ActivationPlan::from_file(file)?;
+    /// The checks a load runs before sizing anything (its spec's features, every linear's
+    /// activation kernels), for [`crate::model::memory::plan_load`].
+    pub(crate) fn preflight(ctx: &GpuContext, file: &TernFile) -> Result<()> {
+        Self::check_spec(&ModelSpec::from_file(file)?)?;
+        Self::check_activations(ctx, &ActivationPlan::from_file(file)?)
+    }
+
+    /// Refuse an activation plan with a linear the GPU has no kernel for.
+    fn check_activations(ctx: &GpuContext, act_plan: &ActivationPlan) -> Result<()> {
         if let Some((layer, i)) = act_plan.unsupported() {
             let at = layer.map_or("the head".to_string(), |l| format!("layer {l}"));
             return Err(GpuError::Unsupported {
@@ -357,6 +354,22 @@ impl GpuModel {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// Load `file` as `spec` (the file's own) says: refused before anything is read or allocated
+    /// when the spec needs a feature the graph lacks ([`GpuModel::check_spec`]).
+    fn load_spec(
+        ctx: Arc<GpuContext>,
+        file: &TernFile,
+        spec: ModelSpec,
+        opts: GpuModelOptions,
+    ) -> Result<Self> {
+        Self::check_spec(&spec)?;
+        let meta = file.meta();
+        let hp = meta.hparams.clone();
+        let act_plan = ActivationPlan::from_file(file)?;
+        Self::check_activations(&ctx, &act_plan)?;
         let (n_embd, n_ff, n_vocab) = (
             u64::from(hp.n_embd),
             u64::from(hp.n_ff),

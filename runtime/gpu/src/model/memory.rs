@@ -156,10 +156,7 @@ pub(crate) fn session_bytes(
     batch: u64,
     kv: &KvSpec,
 ) -> u64 {
-    let dispatches = u64::from(hp.n_layer) * 36 + 32;
-    KvCache::bytes_for(hp, n_ctx, kv, batch)
-        .saturating_add(Scratch::bytes_for(ctx, hp, batch))
-        .saturating_add(40 * SLACK + PLANS * dispatches * SLACK)
+    session_parts(ctx, hp, n_ctx, batch, kv).total()
 }
 
 /// Decide, before allocating anything, which NeuZip matrices are decoded at load and how the
@@ -185,24 +182,36 @@ fn stacked_scale_bytes(t: &tern_format::TensorInfo) -> u64 {
     }
 }
 
-pub(crate) fn decide(
-    ctx: &GpuContext,
-    file: &TernFile,
-    budget: Option<u64>,
-    kv: &KvSpec,
-) -> Result<Decision> {
+/// The file's tensors as [`decide`] and [`plan_load`] count them (one pass, one definition).
+struct Tally {
+    /// Bytes of every tensor kept as stored (vectors as f32), with the per-buffer allowance.
+    fixed: u64,
+    /// The allowance inside `fixed` (allocation granularity of each buffer).
+    slack: u64,
+    nz: Vec<Nz>,
+    /// The largest tensor's stored bytes (the upload staging of one slice).
+    largest: u64,
+}
+
+fn tally(file: &TernFile) -> Tally {
     let hp = &file.meta().hparams;
     let tied = hp.tied_embeddings;
-    let mut fixed = 0u64;
-    let mut nz = Vec::new();
-    let mut largest = 0u64;
+    let mut t_ = Tally {
+        fixed: 0,
+        slack: 0,
+        nz: Vec::new(),
+        largest: 0,
+    };
     for t in file.tensors() {
         if t.name == "token_embd.weight" && !tied {
             continue; // looked up on the host
         }
         let elems = t.shape.iter().product::<u64>();
         match (&t.encoding, t.shape.as_slice()) {
-            (_, [_]) => fixed += elems * 4 + SLACK,
+            (_, [_]) => {
+                t_.fixed += elems * 4 + SLACK;
+                t_.slack += SLACK;
+            }
             (Encoding::NeuZip { dtype, .. }, [rows, cols]) => {
                 let es = dtype.size() as u64;
                 let plan = file
@@ -212,21 +221,35 @@ pub(crate) fn decide(
                 let rows_per_group = plan
                     .as_ref()
                     .map_or(1, |p| u64::from(p.rows_per_block.max(1)));
-                nz.push(Nz {
+                t_.nz.push(Nz {
                     name: t.name.clone(),
                     decoded: rows * cols * es,
                     blob: t.size,
                     row_group: rows_per_group.min(*rows) * cols * es + 8,
                     fused: plan.is_some_and(|p| fusable(&p, *cols)),
                 });
-                largest = largest.max(t.size);
+                t_.largest = t_.largest.max(t.size);
             }
             _ => {
-                fixed += t.size + 4 * SLACK + stacked_scale_bytes(t);
-                largest = largest.max(t.size);
+                t_.fixed += t.size + 4 * SLACK + stacked_scale_bytes(t);
+                t_.slack += 4 * SLACK;
+                t_.largest = t_.largest.max(t.size);
             }
         }
     }
+    t_
+}
+
+pub(crate) fn decide(
+    ctx: &GpuContext,
+    file: &TernFile,
+    budget: Option<u64>,
+    kv: &KvSpec,
+) -> Result<Decision> {
+    let hp = &file.meta().hparams;
+    let Tally {
+        fixed, nz, largest, ..
+    } = tally(file);
     let session_reserve = session_bytes(ctx, hp, RESERVE_CTX, RESERVE_BATCH, kv);
     let base = ctx.live_bytes() + fixed + session_reserve + largest.min(UPLOAD_SLICE) + OVERHEAD;
     let all_decoded: u64 = nz.iter().map(|n| n.decoded + SLACK).sum();
@@ -350,4 +373,101 @@ impl GpuModel {
             ),
         })
     }
+}
+
+/// What [`GpuModel::load`] would allocate under `opts`, computed from the file's tensor table
+/// alone (nothing decoded or uploaded): the loader's own decision ([`decide`]) and the sizes it
+/// places. `tern_engine::plan` builds on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadPlan {
+    /// Weight bytes as the loader places them: what [`MemoryPlan::weight_bytes`] reports after
+    /// the load (tensors kept as stored as their stored bytes, vectors as f32, NeuZip tensors
+    /// decoded or kept compressed as the budget decides) plus the just-in-time scratch.
+    pub weights_bytes: u64,
+    /// The just-in-time decode scratch inside `weights_bytes`.
+    pub jit_scratch_bytes: u64,
+    /// The allowance the budget keeps beside the weights: the allocation granularity of each
+    /// weight buffer, the small buffers (NeuZip status, step inputs) and what the context held
+    /// before the load. Live bytes after the load are at most `weights_bytes + reserve_bytes`.
+    pub reserve_bytes: u64,
+    /// The smallest budget the model loads with ([`MemoryPlan::min_budget`]).
+    pub min_budget: u64,
+    /// Whether the load fits `opts.max_memory` (`false`: it would fail with
+    /// [`GpuError::OverBudget`] naming `min_budget`).
+    pub fits: bool,
+}
+
+/// A session's GPU bytes by part (their sum is what the budget check of `GpuSession::new`
+/// counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionBytes {
+    /// The KV cache's buffers ([`KvCache::bytes_for`]).
+    pub kv: u64,
+    /// The activation scratch, logits and staging of batches of `batch` tokens (every buffer
+    /// the session's scratch allocates).
+    pub scratch: u64,
+    /// The allowance for the recorded plans' parameter buffers and small per-session buffers.
+    pub params: u64,
+}
+
+impl SessionBytes {
+    pub fn total(&self) -> u64 {
+        self.kv
+            .saturating_add(self.scratch)
+            .saturating_add(self.params)
+    }
+}
+
+/// [`session_bytes`] by part.
+pub fn session_parts(
+    ctx: &GpuContext,
+    hp: &HParams,
+    n_ctx: u64,
+    batch: u64,
+    kv: &KvSpec,
+) -> SessionBytes {
+    let dispatches = u64::from(hp.n_layer) * 36 + 32;
+    SessionBytes {
+        kv: KvCache::bytes_for(hp, n_ctx, kv, batch),
+        scratch: Scratch::bytes_for(ctx, hp, batch),
+        params: 40 * SLACK + PLANS * dispatches * SLACK,
+    }
+}
+
+/// The load's sizes under `opts` (see [`LoadPlan`]); the same checks as the load run first
+/// (hyperparameters, features, activation kernels), so a file the GPU would refuse is refused
+/// here, typed, with nothing allocated.
+pub fn plan_load(ctx: &GpuContext, file: &TernFile, opts: &GpuModelOptions) -> Result<LoadPlan> {
+    GpuModel::preflight(ctx, file)?;
+    let t = tally(file);
+    let live0 = ctx.live_bytes();
+    let (d, fits) = match decide(ctx, file, opts.max_memory, &opts.kv) {
+        Ok(d) => (d, true),
+        Err(GpuError::OverBudget { .. }) => (decide(ctx, file, None, &opts.kv)?, false),
+        Err(e) => return Err(e),
+    };
+    let nz_bytes: u64 =
+        t.nz.iter()
+            .map(|n| {
+                if d.decode.contains(&n.name) {
+                    n.decoded
+                } else {
+                    n.compressed(d.jit_chunk)
+                }
+            })
+            .sum();
+    let any_jit = t.nz.iter().any(|n| !n.fused && !d.decode.contains(&n.name));
+    let jit_scratch_bytes = if any_jit {
+        d.jit_buffers.clamp(1, 2) * d.jit_chunk.max(4).div_ceil(4) * 4
+    } else {
+        0
+    };
+    let weights_bytes = t.fixed - t.slack + nz_bytes + jit_scratch_bytes;
+    Ok(LoadPlan {
+        weights_bytes,
+        jit_scratch_bytes,
+        reserve_bytes: live0 + t.slack + OVERHEAD + t.nz.len() as u64 * SLACK,
+        min_budget: d.min_budget,
+        fits,
+    })
 }
