@@ -9,7 +9,7 @@ use tern_format::kv::{Kivi, KvQuant};
 use crate::error::{try_zeroed, ReferenceError, Result};
 use crate::kv_codec::{
     absmax_dequantize_row, absmax_format_at, absmax_quantize_row, kivi_dequantize_key,
-    kivi_dequantize_values, kivi_quantize_keys, kivi_quantize_values, words_per_row,
+    kivi_dequantize_values, kivi_quantize_keys, kivi_quantize_values, row_words, words_per_row,
 };
 
 /// Codes and one f16 scale per head, per position (q8, a4, a3).
@@ -106,17 +106,24 @@ impl Stream {
                     v: rows()?,
                 }
             }
-            KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
-                let (g, r) = (kivi.group as usize, kivi.residual as usize);
-                let wpp = words_per_row(quant.bits(), row);
+            KvQuant::Kivi4
+            | KvQuant::Kivi3
+            | KvQuant::Kivi2
+            | KvQuant::Rot4
+            | KvQuant::Rot3
+            | KvQuant::Rot2 => {
+                let g = quant.key_group(kivi) as usize;
+                let vg = quant.value_group(kivi, head_dim as u32) as usize;
+                let r = kivi.residual as usize;
+                let wpp = row_words(quant, row);
                 let win = r.min(n_ctx.max(1)) * row;
                 Store::Kivi {
                     k_codes: zeroed(&what, n_ctx * wpp)?,
                     v_codes: zeroed(&what, n_ctx * wpp)?,
                     k_scales: zeroed(&what, n_ctx.div_ceil(g.max(1)) * row)?,
                     k_mins: zeroed(&what, n_ctx.div_ceil(g.max(1)) * row)?,
-                    v_scales: zeroed(&what, n_ctx * row.div_ceil(g.max(1)))?,
-                    v_mins: zeroed(&what, n_ctx * row.div_ceil(g.max(1)))?,
+                    v_scales: zeroed(&what, n_ctx * row.div_ceil(vg.max(1)))?,
+                    v_mins: zeroed(&what, n_ctx * row.div_ceil(vg.max(1)))?,
                     k_win: zeroed(&what, win)?,
                     v_win: zeroed(&what, win)?,
                 }
@@ -211,7 +218,10 @@ impl Stream {
         }
         let (quant, hd) = (self.quant, self.head_dim);
         let heads = row / hd.max(1);
-        let (g, r) = (self.kivi.group as usize, self.kivi.residual as usize);
+        let (g, r) = (
+            quant.key_group(self.kivi) as usize,
+            self.kivi.residual as usize,
+        );
         for i in 0..n {
             let p = p0 + i;
             let (kr, vr) = (&k[i * row..(i + 1) * row], &v[i * row..(i + 1) * row]); // ok: n·row = len
@@ -264,8 +274,9 @@ impl Stream {
     /// KIVI: quantize the block of `r` positions starting at `b0` from its f16 window rows.
     fn quantize_block(&mut self, b0: usize, g: usize, r: usize) -> Result<()> {
         let (quant, row) = (self.quant, self.row);
-        let wpp = words_per_row(quant.bits(), row);
-        let vg = row.div_ceil(g.max(1));
+        let wpp = row_words(quant, row);
+        let vgs = quant.value_group(self.kivi, self.head_dim as u32) as usize;
+        let vg = row.div_ceil(vgs.max(1));
         let Store::Kivi {
             k_codes,
             v_codes,
@@ -306,7 +317,7 @@ impl Stream {
             ) else {
                 return Err(ReferenceError::shape("KIVI block", "out of the cache"));
             };
-            kivi_quantize_values(quant, g, x, c, s, m)?;
+            kivi_quantize_values(quant, vgs, x, c, s, m)?;
         }
         Ok(())
     }
@@ -359,10 +370,12 @@ impl Stream {
                 k_win,
                 v_win,
             } => {
-                let (g, r) = (self.kivi.group as usize, self.kivi.residual.max(1) as usize);
+                let g = quant.key_group(self.kivi) as usize;
+                let r = self.kivi.residual.max(1) as usize;
                 if p < r * (self.written / r) {
-                    let wpp = words_per_row(quant.bits(), row);
-                    let vg = row.div_ceil(g.max(1));
+                    let wpp = row_words(quant, row);
+                    let vgs = quant.value_group(self.kivi, hd as u32) as usize;
+                    let vg = row.div_ceil(vgs.max(1));
                     let gi = p / g.max(1);
                     kivi_dequantize_key(
                         quant,
@@ -373,7 +386,7 @@ impl Stream {
                     )?;
                     kivi_dequantize_values(
                         quant,
-                        g,
+                        vgs,
                         v_codes.get(p * wpp..(p + 1) * wpp).ok_or_else(bad)?,
                         v_scales.get(p * vg..(p + 1) * vg).ok_or_else(bad)?,
                         v_mins.get(p * vg..(p + 1) * vg).ok_or_else(bad)?,
