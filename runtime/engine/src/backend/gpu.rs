@@ -62,7 +62,7 @@ impl GpuBackend {
             file,
             tern_gpu::GpuModelOptions {
                 max_memory: opts.max_memory,
-                kv: tern_format::KvSpec::default(),
+                kv: tern_format::KvSpec::f32(),
                 tuning: opts.gpu,
             },
         )?;
