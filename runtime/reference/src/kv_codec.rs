@@ -287,7 +287,7 @@ pub fn absmax_format_at(q: KvQuant, pos: usize) -> KvQuant {
 }
 
 fn kivi_bits(q: KvQuant) -> Result<u32> {
-    if q.is_kivi() {
+    if q.is_kivi() || q.is_rotated() {
         Ok(q.bits())
     } else {
         Err(ReferenceError::shape(

@@ -22,6 +22,14 @@ pub(crate) struct AbsmaxRows {
     scales0: Vec<f16>,
 }
 
+/// Rotated formats: codes and one f16 `(s, m)` per head, per position (keys and values alike).
+#[derive(Debug, Clone)]
+pub(crate) struct RotRows {
+    codes: Vec<u32>,
+    scales: Vec<f16>,
+    mins: Vec<f16>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Store {
     F32 {
@@ -35,6 +43,10 @@ pub(crate) enum Store {
     Absmax {
         k: AbsmaxRows,
         v: AbsmaxRows,
+    },
+    Rot {
+        k: RotRows,
+        v: RotRows,
     },
     Kivi {
         /// `[n_ctx][wpp]` codes of quantized keys / values.
@@ -106,24 +118,31 @@ impl Stream {
                     v: rows()?,
                 }
             }
-            KvQuant::Kivi4
-            | KvQuant::Kivi3
-            | KvQuant::Kivi2
-            | KvQuant::Rot4
-            | KvQuant::Rot3
-            | KvQuant::Rot2 => {
-                let g = quant.key_group(kivi) as usize;
-                let vg = quant.value_group(kivi, head_dim as u32) as usize;
-                let r = kivi.residual as usize;
+            KvQuant::Rot4 | KvQuant::Rot3 | KvQuant::Rot2 => {
                 let wpp = row_words(quant, row);
+                let rows = || -> Result<RotRows> {
+                    Ok(RotRows {
+                        codes: zeroed(&what, n_ctx * wpp)?,
+                        scales: zeroed(&what, n_ctx * heads)?,
+                        mins: zeroed(&what, n_ctx * heads)?,
+                    })
+                };
+                Store::Rot {
+                    k: rows()?,
+                    v: rows()?,
+                }
+            }
+            KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
+                let (g, r) = (kivi.group as usize, kivi.residual as usize);
+                let wpp = words_per_row(quant.bits(), row);
                 let win = r.min(n_ctx.max(1)) * row;
                 Store::Kivi {
                     k_codes: zeroed(&what, n_ctx * wpp)?,
                     v_codes: zeroed(&what, n_ctx * wpp)?,
                     k_scales: zeroed(&what, n_ctx.div_ceil(g.max(1)) * row)?,
                     k_mins: zeroed(&what, n_ctx.div_ceil(g.max(1)) * row)?,
-                    v_scales: zeroed(&what, n_ctx * row.div_ceil(vg.max(1)))?,
-                    v_mins: zeroed(&what, n_ctx * row.div_ceil(vg.max(1)))?,
+                    v_scales: zeroed(&what, n_ctx * row.div_ceil(g.max(1)))?,
+                    v_mins: zeroed(&what, n_ctx * row.div_ceil(g.max(1)))?,
                     k_win: zeroed(&what, win)?,
                     v_win: zeroed(&what, win)?,
                 }
@@ -151,6 +170,10 @@ impl Stream {
             Store::Absmax { k, v } => [k, v]
                 .iter()
                 .map(|r| b(&r.codes) + b(&r.scales) + b(&r.codes0) + b(&r.scales0))
+                .sum(),
+            Store::Rot { k, v } => [k, v]
+                .iter()
+                .map(|r| b(&r.codes) + b(&r.scales) + b(&r.mins))
                 .sum(),
             Store::Kivi {
                 k_codes,
@@ -218,10 +241,7 @@ impl Stream {
         }
         let (quant, hd) = (self.quant, self.head_dim);
         let heads = row / hd.max(1);
-        let (g, r) = (
-            quant.key_group(self.kivi) as usize,
-            self.kivi.residual as usize,
-        );
+        let (g, r) = (self.kivi.group as usize, self.kivi.residual as usize);
         for i in 0..n {
             let p = p0 + i;
             let (kr, vr) = (&k[i * row..(i + 1) * row], &v[i * row..(i + 1) * row]); // ok: n·row = len
@@ -253,6 +273,17 @@ impl Stream {
                         }
                     }
                 }
+                Store::Rot { k, v } => {
+                    let wpp = row_words(quant, row);
+                    for (rows, x) in [(k, kr), (v, vr)] {
+                        let codes = rows.codes.get_mut(p * wpp..(p + 1) * wpp);
+                        let scales = rows.scales.get_mut(p * heads..(p + 1) * heads);
+                        let mins = rows.mins.get_mut(p * heads..(p + 1) * heads);
+                        if let (Some(c), Some(s), Some(m)) = (codes, scales, mins) {
+                            kivi_quantize_values(quant, hd, x, c, s, m)?;
+                        }
+                    }
+                }
                 Store::Kivi { k_win, v_win, .. } => {
                     let slot = p % r.max(1);
                     for (d, s) in k_win[slot * row..(slot + 1) * row].iter_mut().zip(kr) {
@@ -274,9 +305,8 @@ impl Stream {
     /// KIVI: quantize the block of `r` positions starting at `b0` from its f16 window rows.
     fn quantize_block(&mut self, b0: usize, g: usize, r: usize) -> Result<()> {
         let (quant, row) = (self.quant, self.row);
-        let wpp = row_words(quant, row);
-        let vgs = quant.value_group(self.kivi, self.head_dim as u32) as usize;
-        let vg = row.div_ceil(vgs.max(1));
+        let wpp = words_per_row(quant.bits(), row);
+        let vg = row.div_ceil(g.max(1));
         let Store::Kivi {
             k_codes,
             v_codes,
@@ -317,7 +347,7 @@ impl Stream {
             ) else {
                 return Err(ReferenceError::shape("KIVI block", "out of the cache"));
             };
-            kivi_quantize_values(quant, vgs, x, c, s, m)?;
+            kivi_quantize_values(quant, g, x, c, s, m)?;
         }
         Ok(())
     }
@@ -360,6 +390,16 @@ impl Stream {
                     }
                 }
             }
+            Store::Rot { k: kr, v: vr } => {
+                let wpp = row_words(quant, row);
+                for (rows, out) in [(kr, k), (vr, v)] {
+                    let c = rows.codes.get(p * wpp..(p + 1) * wpp).ok_or_else(bad)?;
+                    let s = rows.scales.get(p * heads..(p + 1) * heads);
+                    let m = rows.mins.get(p * heads..(p + 1) * heads);
+                    let (s, m) = (s.ok_or_else(bad)?, m.ok_or_else(bad)?);
+                    kivi_dequantize_values(quant, hd, c, s, m, out)?;
+                }
+            }
             Store::Kivi {
                 k_codes,
                 v_codes,
@@ -370,12 +410,10 @@ impl Stream {
                 k_win,
                 v_win,
             } => {
-                let g = quant.key_group(self.kivi) as usize;
-                let r = self.kivi.residual.max(1) as usize;
+                let (g, r) = (self.kivi.group as usize, self.kivi.residual.max(1) as usize);
                 if p < r * (self.written / r) {
-                    let wpp = row_words(quant, row);
-                    let vgs = quant.value_group(self.kivi, hd as u32) as usize;
-                    let vg = row.div_ceil(vgs.max(1));
+                    let wpp = words_per_row(quant.bits(), row);
+                    let vg = row.div_ceil(g.max(1));
                     let gi = p / g.max(1);
                     kivi_dequantize_key(
                         quant,
@@ -386,7 +424,7 @@ impl Stream {
                     )?;
                     kivi_dequantize_values(
                         quant,
-                        vgs,
+                        g,
                         v_codes.get(p * wpp..(p + 1) * wpp).ok_or_else(bad)?,
                         v_scales.get(p * vg..(p + 1) * vg).ok_or_else(bad)?,
                         v_mins.get(p * vg..(p + 1) * vg).ok_or_else(bad)?,

@@ -477,15 +477,12 @@ fn input_jitter_is_bounded_deterministic_and_batch_independent() {
     assert_ne!(read_all(&c), ra, "another seed, another perturbation");
 }
 
-/// q4r/q3r/q2r streams: keys per channel over the whole block of `R` positions, values per
-/// (position, head), 3 bits densely packed — exactly the codec's functions, the window in f16,
-/// the bytes of the spec; a head_dim that is not a power of two is refused.
+/// q4r/q3r/q2r streams: keys and values alike per (position, head), 3 bits densely packed —
+/// exactly the codec's functions, no window, the bytes of the spec, every length an exact
+/// truncation point; a head_dim that is not a power of two is refused.
 #[test]
-fn rotated_formats_store_with_block_key_groups_and_head_value_groups() {
-    use crate::kv_codec::{
-        kivi_dequantize_key, kivi_dequantize_values, kivi_quantize_keys, kivi_quantize_values,
-        row_words,
-    };
+fn rotated_formats_store_per_position_and_head() {
+    use crate::kv_codec::{kivi_dequantize_values, kivi_quantize_values, row_words};
     let h = HParams {
         head_dim: 8,
         rope_dim: 8,
@@ -495,44 +492,35 @@ fn rotated_formats_store_with_block_key_groups_and_head_value_groups() {
     let row = 16;
     let n = 70;
     let data = (rows(n, row, 3), rows(n, row, 4));
-    let kivi = Kivi {
-        group: 4,
-        residual: 16,
-    };
+    let kivi = Kivi::default();
     for q in [KvQuant::Rot4, KvQuant::Rot3, KvQuant::Rot2] {
         let mut c = KvCache::for_spec(&h, 80, &spec(q, kivi)).unwrap();
         fill(&mut c, &data, &[1, 9, 30, 30]);
-        let f16r = |x: &[f32]| -> Vec<f32> { x.iter().map(|v| f16_round(*v)).collect() };
-        for b in 0..n / 16 {
-            // The block's keys: one (s, m) per channel over 16 positions, from the f16 window.
-            let xk = f16r(&data.0[b * 16 * row..(b + 1) * 16 * row]);
-            let wpp = row_words(q, row);
-            let mut codes = vec![0u32; 16 * wpp];
-            let (mut s, mut m) = (vec![half::f16::ZERO; row], vec![half::f16::ZERO; row]);
-            kivi_quantize_keys(q, row, &xk, &mut codes, &mut s, &mut m).unwrap();
-            for j in 0..16 {
-                let p = b * 16 + j;
-                let (mut k, mut v) = (vec![0.0; row], vec![0.0; row]);
-                c.read(0, p, None, &mut k, &mut v).unwrap();
-                let mut want = vec![0.0; row];
-                kivi_dequantize_key(q, &codes[j * wpp..(j + 1) * wpp], &s, &m, &mut want).unwrap();
-                assert_eq!(k, want, "{q:?} key {p}");
-                let xv = f16r(&data.1[p * row..(p + 1) * row]);
-                let mut vc = vec![0u32; wpp];
-                let (mut vs, mut vm) = (vec![half::f16::ZERO; 2], vec![half::f16::ZERO; 2]);
-                kivi_quantize_values(q, 8, &xv, &mut vc, &mut vs, &mut vm).unwrap();
-                let mut want = vec![0.0; row];
-                kivi_dequantize_values(q, 8, &vc, &vs, &vm, &mut want).unwrap();
-                assert_eq!(v, want, "{q:?} value {p}");
-            }
-        }
-        for p in 64..n {
+        let want_row = |x: &[f32]| {
+            let mut codes = vec![0u32; row_words(q, row)];
+            let (mut s, mut m) = (vec![half::f16::ZERO; 2], vec![half::f16::ZERO; 2]);
+            kivi_quantize_values(q, 8, x, &mut codes, &mut s, &mut m).unwrap();
+            let mut want = vec![0.0; row];
+            kivi_dequantize_values(q, 8, &codes, &s, &m, &mut want).unwrap();
+            want
+        };
+        for p in 0..n {
             let (mut k, mut v) = (vec![0.0; row], vec![0.0; row]);
             c.read(0, p, None, &mut k, &mut v).unwrap();
-            assert_eq!(k, f16r(&data.0[p * row..(p + 1) * row]));
-            assert_eq!(v, f16r(&data.1[p * row..(p + 1) * row]));
+            assert_eq!(
+                k,
+                want_row(&data.0[p * row..(p + 1) * row]),
+                "{q:?} key {p}"
+            );
+            assert_eq!(
+                v,
+                want_row(&data.1[p * row..(p + 1) * row]),
+                "{q:?} value {p}"
+            );
+            assert!(k.iter().zip(&data.0[p * row..]).any(|(a, b)| a != b));
         }
         assert_eq!(c.bytes_in_use(), q.layer_bytes(&h, kivi, n as u64), "{q:?}");
+        assert_eq!(c.truncate(37), 37);
         assert!(KvCache::for_spec(&hp(1), 80, &spec(q, kivi)).is_err());
     }
 }
