@@ -59,9 +59,8 @@
 // `tern_session_options.kv_format`: a4.8-style 3-bit absmax (the BOS token at 4 bits).
 #define TERN_KV_A3 7
 
-// `tern_session_options.kv_format`: rotated KIVI 4-bit (per-head Walsh–Hadamard rotation, keys
-// per channel over the window's block, values per head; `kivi_window` is its block, `kivi_group`
-// unused).
+// `tern_session_options.kv_format`: rotated 4-bit (per-head Walsh–Hadamard rotation, then
+// min-max per (token, kv-head) for keys and values; no window, `kivi_group/_window` unused).
 #define TERN_KV_Q4R 8
 
 // `tern_session_options.kv_format`: rotated KIVI 3-bit (codes packed 32 in 3 words).

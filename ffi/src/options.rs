@@ -108,9 +108,8 @@ pub const TERN_KV_Q2: u32 = 5;
 pub const TERN_KV_A4: u32 = 6;
 /// `tern_session_options.kv_format`: a4.8-style 3-bit absmax (the BOS token at 4 bits).
 pub const TERN_KV_A3: u32 = 7;
-/// `tern_session_options.kv_format`: rotated KIVI 4-bit (per-head Walsh–Hadamard rotation, keys
-/// per channel over the window's block, values per head; `kivi_window` is its block, `kivi_group`
-/// unused).
+/// `tern_session_options.kv_format`: rotated 4-bit (per-head Walsh–Hadamard rotation, then
+/// min-max per (token, kv-head) for keys and values; no window, `kivi_group/_window` unused).
 pub const TERN_KV_Q4R: u32 = 8;
 /// `tern_session_options.kv_format`: rotated KIVI 3-bit (codes packed 32 in 3 words).
 pub const TERN_KV_Q3R: u32 = 9;

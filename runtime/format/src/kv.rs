@@ -121,8 +121,8 @@ pub enum KvQuant {
     /// a4.8-style absmax per (position, head), unsigned codes.
     Absmax4 = 6,
     Absmax3 = 7,
-    /// Rotated KIVI (per-head Walsh–Hadamard rotation, then keys per channel over a block and
-    /// values per head; module doc).
+    /// Rotated (per-head Walsh–Hadamard rotation, then min-max per (position, kv-head) for keys
+    /// and values, no window; module doc).
     Rot4 = 8,
     Rot3 = 9,
     Rot2 = 10,
