@@ -31,13 +31,17 @@
 // adapter or the model has tensors without GPU kernels.
 #define TERN_DEVICE_GPU 2
 
-// `tern_session_options.kv_format`: f32 keys and values (the reference numerics; default).
+// `tern_session_options.kv_format`: the library's default format (`TERN_KV_Q8` today;
+// `TERN_KV_F32` with `llama_cpp_numerics`), set by `tern_session_options_default()`.
+#define TERN_KV_DEFAULT 4294967295
+
+// `tern_session_options.kv_format`: f32 keys and values (the reference numerics).
 #define TERN_KV_F32 0
 
 // `tern_session_options.kv_format`: f16.
 #define TERN_KV_F16 1
 
-// `tern_session_options.kv_format`: 8-bit absmax per (token, head).
+// `tern_session_options.kv_format`: 8-bit absmax per (token, head) (the default).
 #define TERN_KV_Q8 2
 
 // `tern_session_options.kv_format`: KIVI 4-bit (keys per channel, values per token).
@@ -54,6 +58,16 @@
 
 // `tern_session_options.kv_format`: a4.8-style 3-bit absmax (the BOS token at 4 bits).
 #define TERN_KV_A3 7
+
+// `tern_session_options.kv_format`: rotated 4-bit (per-head Walsh–Hadamard rotation, then
+// min-max per (token, kv-head) for keys and values; no window, `kivi_group/_window` unused).
+#define TERN_KV_Q4R 8
+
+// `tern_session_options.kv_format`: rotated KIVI 3-bit (codes packed 32 in 3 words).
+#define TERN_KV_Q3R 9
+
+// `tern_session_options.kv_format`: rotated KIVI 2-bit.
+#define TERN_KV_Q2R 10
 
 // `tern_session_options.minicache`: no cross-layer merging (default).
 #define TERN_MINICACHE_OFF 0
@@ -175,11 +189,13 @@ typedef struct tern_session_options {
   // activations and KV cache). A CPU mode: `TERN_INVALID_ARGUMENT` on a model loaded on the
   // GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
   uint32_t llama_cpp_numerics;
-  // KV-cache format, one of `TERN_KV_*` (default `TERN_KV_F32`). The formats and their math:
-  // `tern_format::kv`; how to choose: the README's "Compressed KV cache". Compressed formats
-  // run on the CPU backend (a GPU session refuses them with `TERN_INVALID_ARGUMENT` until the
-  // GPU implements them). Added with the fields below (issue 14): a caller whose
-  // `struct_size` ends before them gets the f32 cache.
+  // KV-cache format: one of `TERN_KV_*`, or `TERN_KV_DEFAULT` (what
+  // `tern_session_options_default()` sets): the library's default format, today
+  // `TERN_KV_Q8` (about half of f16's bytes for ≤ 0.1 % perplexity; docs/kv-cache.md), and
+  // `TERN_KV_F32` when `llama_cpp_numerics` is set. A value set explicitly is used as is:
+  // `TERN_KV_F32` (0, also what a zeroed struct holds) is the f32 reference cache. The
+  // formats and their math: `tern_format::kv`. Added with the fields below (issue 14): a
+  // caller whose `struct_size` ends before them gets `TERN_KV_DEFAULT`.
   uint32_t kv_format;
   // MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
   // measured defaults) or `TERN_MINICACHE_CUSTOM` (the three fields below).

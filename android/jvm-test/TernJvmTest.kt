@@ -131,10 +131,10 @@ fun main(args: Array<String>) {
 
         // Every option reaches the engine and reads back from the session report.
         val r0 = session.report()
-        check(r0.device == Device.CPU && r0.nCtx == 256 && r0.kvFormat == KvFormat.F32 &&
+        check(r0.device == Device.CPU && r0.nCtx == 256 && r0.kvFormat == KvFormat.Q8 &&
             r0.miniCache == MiniCache.Off && r0.maxMemory == 0L && r0.kvBytes > 0, "default report: $r0")
         val formats = listOf(KvFormat.F32, KvFormat.F16, KvFormat.Q8, KvFormat.Q4, KvFormat.Q3,
-            KvFormat.Q2, KvFormat.A4, KvFormat.A3)
+            KvFormat.Q2, KvFormat.A4, KvFormat.A3, KvFormat.Q4R, KvFormat.Q3R, KvFormat.Q2R)
         for (f in formats) {
             TernSession(model, SessionOptions(nCtx = 64, kvFormat = f, kiviGroup = 16, kiviWindow = 32)).using {
                 val r = it.report()
@@ -151,8 +151,8 @@ fun main(args: Array<String>) {
         TernSession(model, SessionOptions(nCtx = 64, miniCache = MiniCache.On)).using {
             check(it.report().miniCache is MiniCache.Custom, "MiniCache on reads back its values")
         }
-        check(status { TernSession(model, SessionOptions(kvFormat = 8)).close() } == TernException.INVALID_ARGUMENT,
-            "kv format 8 -> INVALID_ARGUMENT")
+        check(status { TernSession(model, SessionOptions(kvFormat = 11)).close() } == TernException.INVALID_ARGUMENT,
+            "kv format 11 -> INVALID_ARGUMENT")
         check(status { TernSession(model, SessionOptions(kvFormat = KvFormat.Q4, kiviWindow = 40)).close() } ==
             TernException.INVALID_ARGUMENT, "KIVI window 40 -> INVALID_ARGUMENT")
         TernModel(modelPath, Device.CPU, false, 3L shl 30).using { m ->

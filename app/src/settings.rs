@@ -68,7 +68,7 @@ impl Default for LoadSettings {
             limit_memory: false,
             budget_mib: 1024,
             n_ctx: 2048,
-            kv: KvQuant::F32,
+            kv: KvQuant::default(),
             minicache: false,
             activations: None,
         }

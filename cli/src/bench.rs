@@ -168,7 +168,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         &model,
         &tern_engine::SessionOptions {
             n_ctx,
-            kv: a.kv.options()?,
+            kv: a.kv.options(&a.numerics)?,
             ..Default::default()
         },
     )?;
@@ -373,7 +373,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "readback_bytes_per_token": readback,
                 "kv_bytes_per_token": session.kv_bytes_per_token,
                 "bytes_read_per_token": bytes_read_per_token(&model, session.kv_bytes_per_token, a.depth),
-                "kv": {"format": a.kv.kv, "minicache": a.kv.minicache},
+                "kv": {"format": a.kv.name(&a.numerics), "minicache": a.kv.minicache},
                 "profile_us_per_token": prof,
                 "activations": acts_json,
                 "activation_sparsity": sparsity_json,

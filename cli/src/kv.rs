@@ -9,13 +9,17 @@ use clap::Args;
 use tern_engine::session::Model;
 use tern_engine::{Kivi, KvOptions, KvQuant, KvSpec, MiniCacheMode};
 
+use crate::numerics::NumericsArgs;
+
 #[derive(Args, Clone, Debug)]
 pub struct KvArgs {
-    /// KV-cache format: f32 (the default: the reference numerics), f16, q8 (absmax per head),
-    /// q4|q3|q2 (KIVI: keys per channel, values per token, an f16 window of recent tokens),
-    /// a4|a3 (a4.8-style absmax per head; a3 keeps the BOS token at 4 bits).
-    #[arg(long = "kv", default_value = "f32")]
-    pub kv: String,
+    /// KV-cache format: q8 (the default: 8-bit absmax per head, about half of f16's bytes),
+    /// f32 (the reference numerics; the default with --llama-cpp-numerics), f16, q4|q3|q2
+    /// (KIVI: keys per channel, values per token, an f16 window of recent tokens), q4r|q3r|q2r
+    /// (KIVI after a per-head Walsh–Hadamard rotation: smaller at the same quality), a4|a3
+    /// (a4.8-style absmax per head; a3 keeps the BOS token at 4 bits). docs/kv-cache.md.
+    #[arg(long = "kv")]
+    pub kv: Option<String>,
     /// MiniCache cross-layer merging: off, on (the measured defaults), or S,t,gamma (start
     /// layer, SLERP t, retention threshold on the angular distance).
     #[arg(long = "minicache", default_value = "off")]
@@ -29,9 +33,20 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
+    /// The format's `--kv` name: as given, else the default — `q8`, or `f32` under
+    /// `--llama-cpp-numerics` (llama.cpp's numerics round an f32 cache to f16 as llama.cpp does;
+    /// a quantized cache has numerics of its own).
+    pub fn name(&self, numerics: &NumericsArgs) -> String {
+        match &self.kv {
+            Some(k) => k.clone(),
+            None if numerics.llama_cpp_numerics => KvQuant::F32.name().into(),
+            None => KvQuant::default().name().into(),
+        }
+    }
+
     /// The typed options these flags spell (not yet checked against a model).
-    pub fn options(&self) -> Result<KvOptions> {
-        let format = KvQuant::parse(&self.kv)?;
+    pub fn options(&self, numerics: &NumericsArgs) -> Result<KvOptions> {
+        let format = KvQuant::parse(&self.name(numerics))?;
         let minicache = if self.minicache.trim().eq_ignore_ascii_case("on") {
             MiniCacheMode::On
         } else {
@@ -50,7 +65,7 @@ impl KvArgs {
     }
 
     /// The spec for `model` (`on` resolved for its depth; checked against it), for scoring.
-    pub fn spec(&self, model: &Model) -> Result<KvSpec> {
-        Ok(self.options()?.validate(&model.meta().hparams)?)
+    pub fn spec(&self, model: &Model, numerics: &NumericsArgs) -> Result<KvSpec> {
+        Ok(self.options(numerics)?.validate(&model.meta().hparams)?)
     }
 }

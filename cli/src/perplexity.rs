@@ -89,7 +89,7 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
             a.ctx
         );
     }
-    let kv = a.kv.spec(&model)?;
+    let kv = a.kv.spec(&model, &a.numerics)?;
     let tokens = model.perplexity_tokens(&text)?;
     let opts = PerplexityOptions {
         kv,
@@ -139,7 +139,7 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
             "peak_scoring_bytes": obs.peak_extra,
             "materialized_logits_bytes_per_batch": materialized,
             "seconds": secs,
-            "kv": a.kv.kv,
+            "kv": a.kv.name(&a.numerics),
             "minicache": kv.minicache.map(|m| format!("{},{},{}", m.start_layer, m.t, m.gamma)),
             "kv_bytes_per_token": r.kv_bytes_per_token,
         });

@@ -84,7 +84,7 @@ impl SamplingArgs {
     pub fn session_options(&self) -> Result<SessionOptions> {
         Ok(SessionOptions {
             n_ctx: self.ctx.positions()?,
-            kv: self.kv.options()?,
+            kv: self.kv.options(&self.numerics)?,
             sampling: self.params(),
             ..Default::default()
         })

@@ -42,7 +42,7 @@ fn ranks(values: &[f64]) -> Vec<usize> {
 pub fn run(a: ScoreArgs) -> Result<ExitCode> {
     let model = crate::perplexity::load_model(a.model.as_deref(), &a.load, &a.numerics)?;
     let score_opts = tern_engine::ScoreOptions {
-        kv: a.kv.spec(&model)?,
+        kv: a.kv.spec(&model, &a.numerics)?,
         ..Default::default()
     };
     let tok = model.tokenizer()?;

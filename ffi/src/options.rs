@@ -66,11 +66,13 @@ pub struct tern_session_options {
     /// activations and KV cache). A CPU mode: `TERN_INVALID_ARGUMENT` on a model loaded on the
     /// GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
     pub llama_cpp_numerics: u32,
-    /// KV-cache format, one of `TERN_KV_*` (default `TERN_KV_F32`). The formats and their math:
-    /// `tern_format::kv`; how to choose: the README's "Compressed KV cache". Compressed formats
-    /// run on the CPU backend (a GPU session refuses them with `TERN_INVALID_ARGUMENT` until the
-    /// GPU implements them). Added with the fields below (issue 14): a caller whose
-    /// `struct_size` ends before them gets the f32 cache.
+    /// KV-cache format: one of `TERN_KV_*`, or `TERN_KV_DEFAULT` (what
+    /// `tern_session_options_default()` sets): the library's default format, today
+    /// `TERN_KV_Q8` (about half of f16's bytes for ≤ 0.1 % perplexity; docs/kv-cache.md), and
+    /// `TERN_KV_F32` when `llama_cpp_numerics` is set. A value set explicitly is used as is:
+    /// `TERN_KV_F32` (0, also what a zeroed struct holds) is the f32 reference cache. The
+    /// formats and their math: `tern_format::kv`. Added with the fields below (issue 14): a
+    /// caller whose `struct_size` ends before them gets `TERN_KV_DEFAULT`.
     pub kv_format: u32,
     /// MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
     /// measured defaults) or `TERN_MINICACHE_CUSTOM` (the three fields below).
@@ -87,11 +89,14 @@ pub struct tern_session_options {
     pub kivi_window: u32,
 }
 
-/// `tern_session_options.kv_format`: f32 keys and values (the reference numerics; default).
+/// `tern_session_options.kv_format`: the library's default format (`TERN_KV_Q8` today;
+/// `TERN_KV_F32` with `llama_cpp_numerics`), set by `tern_session_options_default()`.
+pub const TERN_KV_DEFAULT: u32 = 0xFFFF_FFFF;
+/// `tern_session_options.kv_format`: f32 keys and values (the reference numerics).
 pub const TERN_KV_F32: u32 = 0;
 /// `tern_session_options.kv_format`: f16.
 pub const TERN_KV_F16: u32 = 1;
-/// `tern_session_options.kv_format`: 8-bit absmax per (token, head).
+/// `tern_session_options.kv_format`: 8-bit absmax per (token, head) (the default).
 pub const TERN_KV_Q8: u32 = 2;
 /// `tern_session_options.kv_format`: KIVI 4-bit (keys per channel, values per token).
 pub const TERN_KV_Q4: u32 = 3;
@@ -103,6 +108,13 @@ pub const TERN_KV_Q2: u32 = 5;
 pub const TERN_KV_A4: u32 = 6;
 /// `tern_session_options.kv_format`: a4.8-style 3-bit absmax (the BOS token at 4 bits).
 pub const TERN_KV_A3: u32 = 7;
+/// `tern_session_options.kv_format`: rotated 4-bit (per-head Walsh–Hadamard rotation, then
+/// min-max per (token, kv-head) for keys and values; no window, `kivi_group/_window` unused).
+pub const TERN_KV_Q4R: u32 = 8;
+/// `tern_session_options.kv_format`: rotated KIVI 3-bit (codes packed 32 in 3 words).
+pub const TERN_KV_Q3R: u32 = 9;
+/// `tern_session_options.kv_format`: rotated KIVI 2-bit.
+pub const TERN_KV_Q2R: u32 = 10;
 /// `tern_session_options.minicache`: no cross-layer merging (default).
 pub const TERN_MINICACHE_OFF: u32 = 0;
 /// `tern_session_options.minicache`: MiniCache with the measured defaults.
@@ -188,7 +200,7 @@ pub extern "C" fn tern_session_options_default() -> tern_session_options {
         struct_size: size_of::<tern_session_options>() as u32,
         n_ctx: 0,
         llama_cpp_numerics: 0,
-        kv_format: TERN_KV_F32,
+        kv_format: TERN_KV_DEFAULT,
         minicache: TERN_MINICACHE_OFF,
         minicache_start_layer: 0,
         minicache_t: 0.5,
@@ -352,7 +364,12 @@ impl tern_session_options {
     /// `KvQuant::from_index`, no strings); the engine checks them once, against the model, in
     /// `Session::with_options` (`TERN_INVALID_ARGUMENT` naming the bad value).
     pub(crate) fn session_options(&self) -> Result<SessionOptions> {
-        let format = KvQuant::from_index(self.kv_format).ok_or_else(|| {
+        let format = match self.kv_format {
+            TERN_KV_DEFAULT if self.llama_cpp_numerics != 0 => Some(KvQuant::F32),
+            TERN_KV_DEFAULT => Some(KvQuant::default()),
+            i => KvQuant::from_index(i),
+        };
+        let format = format.ok_or_else(|| {
             Error::invalid(format!(
                 "tern_session_options.kv_format {} is not one of TERN_KV_*",
                 self.kv_format

@@ -163,7 +163,8 @@ fn versioned_structs() {
     // SAFETY: `older` holds (more than) struct_size readable bytes.
     let got = unsafe { read_versioned(&older, tern_session_options_default()) }.unwrap();
     assert_eq!((got.n_ctx, got.llama_cpp_numerics), (5, 0));
-    assert_eq!(got.kv_format, crate::options::TERN_KV_F32);
+    // Issue 28: a caller that never set kv_format gets the library's default format.
+    assert_eq!(got.kv_format, crate::options::TERN_KV_DEFAULT);
     // A caller compiled before the KV-cache fields (struct ends after llama_cpp_numerics).
     let before_kv = tern_session_options {
         struct_size: std::mem::offset_of!(tern_session_options, kv_format) as u32,
@@ -179,7 +180,7 @@ fn versioned_structs() {
     assert_eq!(
         (got.kv_format, got.minicache),
         (
-            crate::options::TERN_KV_F32,
+            crate::options::TERN_KV_DEFAULT,
             crate::options::TERN_MINICACHE_OFF
         )
     );
@@ -540,8 +541,13 @@ fn kv_constants_are_the_engine_index() {
         (TERN_KV_Q2, KvQuant::Kivi2),
         (TERN_KV_A4, KvQuant::Absmax4),
         (TERN_KV_A3, KvQuant::Absmax3),
+        (TERN_KV_Q4R, KvQuant::Rot4),
+        (TERN_KV_Q3R, KvQuant::Rot3),
+        (TERN_KV_Q2R, KvQuant::Rot2),
     ];
     assert_eq!(abi.len(), KvQuant::ALL.len());
+    // The default sentinel is no format's index.
+    assert_eq!(KvQuant::from_index(crate::options::TERN_KV_DEFAULT), None);
     for (c, q) in abi {
         assert_eq!(c, q.index(), "{q:?}");
         assert_eq!(KvQuant::from_index(c), Some(q));
@@ -618,6 +624,9 @@ fn every_option_reads_back_from_the_session_report() {
         TERN_KV_Q2,
         TERN_KV_A4,
         TERN_KV_A3,
+        TERN_KV_Q4R,
+        TERN_KV_Q3R,
+        TERN_KV_Q2R,
     ] {
         let so = tern_session_options {
             n_ctx: 64,
@@ -647,6 +656,21 @@ fn every_option_reads_back_from_the_session_report() {
     .unwrap();
     assert_eq!((r.kivi_group, r.kivi_window, r.max_memory), (32, 128, 0));
     assert_eq!(r.n_ctx, 4096);
+    // Issue 28: the default format is q8; with llama.cpp's numerics it is f32; an explicit
+    // TERN_KV_F32 (also a zeroed field) stays f32.
+    assert_eq!(r.kv_format, TERN_KV_Q8);
+    for (llama, kv, want) in [
+        (1, crate::options::TERN_KV_DEFAULT, TERN_KV_F32),
+        (0, TERN_KV_F32, TERN_KV_F32),
+    ] {
+        let so = tern_session_options {
+            n_ctx: 64,
+            llama_cpp_numerics: llama,
+            kv_format: kv,
+            ..tern_session_options_default()
+        };
+        assert_eq!(report_of(&mo, &so).unwrap().kv_format, want);
+    }
     // MiniCache: custom values read back; `on` reads back as the values it resolved to.
     let custom = tern_session_options {
         n_ctx: 64,

@@ -10,6 +10,11 @@ const FMT_Q3: u32 = 4u;
 const FMT_Q2: u32 = 5u;
 const FMT_A4: u32 = 6u;
 const FMT_A3: u32 = 7u;
+// Rotated KIVI (issue 28): CPU only for now — no GPU kernel is built for them (the registry
+// leaves them out and the cache refuses them); named here so that every index has its name.
+const FMT_Q4R: u32 = 8u;
+const FMT_Q3R: u32 = 9u;
+const FMT_Q2R: u32 = 10u;
 
 // The cache's format: one of the FMT_* above.
 override FMT: u32 = 0u;

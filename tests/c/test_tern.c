@@ -380,14 +380,15 @@ out:
   tern_session_free(ll), tern_session_free(ll2), tern_session_free(def), tern_session_free(old);
 }
 
-/* Compressed KV caches as session options (issue 14): the defaults are the f32 cache, every
-   format and MiniCache make a session that scores close to the f32 one (but not identically),
-   bad values are TERN_INVALID_ARGUMENT, a caller compiled against the struct before these fields
-   gets f32, and a full context is TERN_CONTEXT_FULL. */
+/* Compressed KV caches as session options (issue 14): the default is TERN_KV_DEFAULT (q8, issue
+   28), every format and MiniCache make a session that scores close to the f32 one (but not
+   identically), bad values are TERN_INVALID_ARGUMENT, a caller compiled against the struct before
+   these fields gets the default (q8), and a full context is TERN_CONTEXT_FULL. */
 static void test_kv_options(tern_model *m) {
   tern_session_options so = tern_session_options_default();
-  CHECK(so.kv_format == TERN_KV_F32 && so.minicache == TERN_MINICACHE_OFF);
+  CHECK(so.kv_format == TERN_KV_DEFAULT && so.minicache == TERN_MINICACHE_OFF);
   CHECK(so.kivi_group == 0 && so.kivi_window == 0);
+  so.kv_format = TERN_KV_F32; /* the reference the formats are compared with */
   so.n_ctx = 128;
   const char *text = "The cat sat on the mat. It was a sunny day, and the children played.";
   tern_session *def = NULL;
@@ -396,8 +397,9 @@ static void test_kv_options(tern_model *m) {
   double t_def = 0;
   size_t n_def = 0;
   CHECK_STATUS(tern_score(def, text, &t_def, &n_def), TERN_OK);
-  const uint32_t formats[] = {TERN_KV_F16, TERN_KV_Q8, TERN_KV_Q4, TERN_KV_Q3,
-                              TERN_KV_Q2,  TERN_KV_A4, TERN_KV_A3};
+  const uint32_t formats[] = {TERN_KV_F16, TERN_KV_Q8,  TERN_KV_Q4,  TERN_KV_Q3,  TERN_KV_Q2,
+                              TERN_KV_A4,  TERN_KV_A3,  TERN_KV_Q4R, TERN_KV_Q3R, TERN_KV_Q2R};
+  double t_q8 = 0;
   for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
     tern_session_options o = so;
     o.kv_format = formats[i];
@@ -412,6 +414,7 @@ static void test_kv_options(tern_model *m) {
     CHECK(n == n_def);
     CHECK(t != t_def || formats[i] == TERN_KV_F16);
     CHECK(fabs(t - t_def) < 0.25 * fabs(t_def));
+    if (formats[i] == TERN_KV_Q8) t_q8 = t;
     printf("score with kv_format %u: %.4f (f32: %.4f)\n", formats[i], t, t_def);
     tern_session_free(s);
   }
@@ -445,7 +448,7 @@ static void test_kv_options(tern_model *m) {
   o.kivi_window = 48; /* not a multiple of the group */
   CHECK_STATUS(tern_session_new(m, &o, &bad), TERN_INVALID_ARGUMENT);
   CHECK(bad == NULL);
-  /* The struct before these fields ended at kv_format: such a caller gets the f32 cache. */
+  /* The struct before these fields ended at kv_format: such a caller gets the default (q8). */
   o = so;
   o.struct_size = (uint32_t)offsetof(tern_session_options, kv_format);
   o.kv_format = TERN_KV_Q2; /* not read */
@@ -455,7 +458,7 @@ static void test_kv_options(tern_model *m) {
     double t = 0;
     size_t n = 0;
     CHECK_STATUS(tern_score(old, text, &t, &n), TERN_OK);
-    CHECK(t == t_def);
+    CHECK(t == t_q8);
     tern_session_free(old);
   }
   /* Context full with a compressed cache: a typed status, not a shift. */
@@ -500,8 +503,9 @@ static void test_options_report(const char *model_path) {
   tern_model *m = NULL;
   CHECK_STATUS(tern_model_load(model_path, &mo, &m), TERN_OK);
   if (!m) return;
-  const uint32_t formats[] = {TERN_KV_F32, TERN_KV_F16, TERN_KV_Q8, TERN_KV_Q4,
-                              TERN_KV_Q3,  TERN_KV_Q2,  TERN_KV_A4, TERN_KV_A3};
+  const uint32_t formats[] = {TERN_KV_F32, TERN_KV_F16, TERN_KV_Q8,  TERN_KV_Q4,
+                              TERN_KV_Q3,  TERN_KV_Q2,  TERN_KV_A4,  TERN_KV_A3,
+                              TERN_KV_Q4R, TERN_KV_Q3R, TERN_KV_Q2R};
   for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
     CHECK(formats[i] == i); /* the engine's format index */
     tern_session_options o = tern_session_options_default();
@@ -516,7 +520,7 @@ static void test_options_report(const char *model_path) {
   }
   tern_session_options o = tern_session_options_default();
   tern_session_report r = report_of(m, &o, TERN_OK);
-  CHECK(r.n_ctx == 4096 && r.kivi_group == 32 && r.kivi_window == 128 && r.kv_format == TERN_KV_F32);
+  CHECK(r.n_ctx == 4096 && r.kivi_group == 32 && r.kivi_window == 128 && r.kv_format == TERN_KV_Q8);
   o.n_ctx = 64;
   o.minicache = TERN_MINICACHE_CUSTOM;
   o.minicache_start_layer = 26;

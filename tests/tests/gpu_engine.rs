@@ -461,7 +461,8 @@ fn gpu_prefill_stops_between_layers_and_rolls_back() {
     let n_layer = file.meta().hparams.n_layer as usize;
     let vocab = file.meta().hparams.n_vocab;
     let toks: Vec<u32> = (0..12u32).map(|i| (i * 37 + 1) % vocab).collect();
-    let mut s = tern_gpu::GpuSession::new(model.clone(), 64, 64, &Default::default()).unwrap();
+    let mut s =
+        tern_gpu::GpuSession::new(model.clone(), 64, 64, &tern_format::KvSpec::f32()).unwrap();
     s.eval(&toks[..3]).unwrap();
     // Count the checks; stop at the k-th.
     let calls = std::cell::Cell::new(0usize);

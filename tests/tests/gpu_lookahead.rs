@@ -51,6 +51,7 @@ fn model_with(
 fn opts_with(max_memory: Option<u64>) -> tern_gpu::GpuModelOptions {
     tern_gpu::GpuModelOptions {
         max_memory,
+        kv: KvSpec::f32(),
         ..Default::default()
     }
 }
@@ -144,7 +145,7 @@ fn greedy_steps_run_ahead_match_step_by_step() {
         minicache,
     };
     for kv in [
-        KvSpec::default(),
+        KvSpec::f32(),
         spec(KvQuant::Q8, None),
         spec(KvQuant::Absmax4, None),
         spec(KvQuant::Kivi4, None),
@@ -157,7 +158,7 @@ fn greedy_steps_run_ahead_match_step_by_step() {
         assert_eq!(l_on, l_off, "{kv:?}: the final logits, bit for bit");
     }
     // the session ran at positions up to its context: the step ahead never ran past it
-    let mut s = tern_gpu::GpuSession::new(model.clone(), 8, 8, &Default::default()).unwrap();
+    let mut s = tern_gpu::GpuSession::new(model.clone(), 8, 8, &KvSpec::f32()).unwrap();
     let mut t = argmax(&s.eval(&[1, 2]).unwrap());
     for _ in 0..6 {
         t = s.step_argmax(t).unwrap();
@@ -193,7 +194,7 @@ fn kept_neuzip_head_steps_run_ahead() {
             "{tag}: the tied head is kept compressed: {:?}",
             model.memory_plan().tensors
         );
-        let kv = KvSpec::default();
+        let kv = KvSpec::f32();
         let (t_on, l_on, n_on) = script(&model, vocab, &kv, true);
         let (t_off, l_off, n_off) = script(&model, vocab, &kv, false);
         assert_eq!(t_on, t_off, "{tag}: tokens with and without the lookahead");

@@ -65,6 +65,8 @@ public enum KvFormat: UInt32, CaseIterable {
     case q4 = 3, q3 = 4, q2 = 5
     /// a4.8-style absmax 4/3-bit.
     case a4 = 6, a3 = 7
+    /// Rotated KIVI 4/3/2-bit (per-head Walsh–Hadamard rotation first; window `kiviWindow`).
+    case q4r = 8, q3r = 9, q2r = 10
 }
 
 /// MiniCache cross-layer merging of the KV cache (`TERN_MINICACHE_*`).
@@ -81,14 +83,15 @@ public enum MiniCache: Equatable {
 public struct SessionOptions {
     /// 0 = the model's training context, capped at 4096.
     public var contextSize: UInt32 = 0
-    public var kvFormat: KvFormat = .f32
+    /// nil = `TERN_KV_DEFAULT`: the library's default (`.q8`; `.f32` with llama.cpp numerics).
+    public var kvFormat: KvFormat? = nil
     public var miniCache: MiniCache = .off
     /// KIVI group size and window; 0 = 32 / 128.
     public var kiviGroup: UInt32 = 0
     public var kiviWindow: UInt32 = 0
     /// llama.cpp's CPU numerics (a CPU mode: `TERN_INVALID_ARGUMENT` on a GPU model).
     public var llamaCppNumerics = false
-    public init(contextSize: UInt32 = 0, kvFormat: KvFormat = .f32, miniCache: MiniCache = .off,
+    public init(contextSize: UInt32 = 0, kvFormat: KvFormat? = nil, miniCache: MiniCache = .off,
                 kiviGroup: UInt32 = 0, kiviWindow: UInt32 = 0, llamaCppNumerics: Bool = false) {
         self.contextSize = contextSize
         self.kvFormat = kvFormat
@@ -175,7 +178,7 @@ public final class Session: @unchecked Sendable {
     public init(model: Model, options: SessionOptions) throws {
         var o = tern_session_options_default()
         o.n_ctx = options.contextSize
-        o.kv_format = options.kvFormat.rawValue
+        o.kv_format = options.kvFormat?.rawValue ?? 0xFFFF_FFFF  // TERN_KV_DEFAULT
         switch options.miniCache {
         case .off: o.minicache = UInt32(TERN_MINICACHE_OFF)
         case .on: o.minicache = UInt32(TERN_MINICACHE_ON)

@@ -87,7 +87,7 @@ pub enum MiniCacheMode {
 /// [`KvOptions::validate`].
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct KvOptions {
-    /// How each K/V value is stored (default f32).
+    /// How each K/V value is stored (default q8, `KvQuant::default()`; f32 is the reference).
     pub format: KvQuant,
     /// KIVI's group `G` and window `R` (default 32 / 128); checked for the KIVI formats, and for
     /// the others when not the default.
@@ -268,7 +268,7 @@ impl SessionOptions {
 }
 
 /// Options of [`Model::score_with`](crate::Model::score_with).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScoreOptions {
     /// Tokens per forward call (0 = 512, llama.cpp's default micro-batch).
     pub batch: usize,
@@ -276,8 +276,20 @@ pub struct ScoreOptions {
     pub max_tokens: usize,
     /// Block sizes of the fused scorer.
     pub cce: CceOptions,
-    /// The KV-cache format of the scoring cache (`--kv`, `--minicache`; default f32).
+    /// The KV-cache format of the scoring cache (`--kv`, `--minicache`; default f32, the
+    /// reference numerics of the goldens: the front ends pass the user's format, q8 by default).
     pub kv: KvSpec,
+}
+
+impl Default for ScoreOptions {
+    fn default() -> Self {
+        ScoreOptions {
+            batch: 0,
+            max_tokens: 0,
+            cce: CceOptions::default(),
+            kv: KvSpec::f32(),
+        }
+    }
 }
 
 /// Hooks into a long scoring run: progress, cancellation, and the bounds of each scoring stage

@@ -38,7 +38,8 @@ pub struct PerplexityOptions {
     pub windows: Option<Vec<usize>>,
     /// Block sizes of the fused scorer.
     pub cce: CceOptions,
-    /// The KV-cache format (default f32).
+    /// The KV-cache format (default f32, the reference numerics of the goldens; `tern
+    /// perplexity` passes the user's `--kv`, q8 by default).
     pub kv: KvSpec,
 }
 
@@ -49,7 +50,7 @@ impl Default for PerplexityOptions {
             batch: 0,
             windows: None,
             cce: CceOptions::default(),
-            kv: KvSpec::default(),
+            kv: KvSpec::f32(),
         }
     }
 }

@@ -267,13 +267,19 @@ impl<'m> Session<'m> {
     /// The largest context [`Session::new`] picks on its own when given `n_ctx = 0`.
     pub const DEFAULT_MAX_CTX: usize = SessionOptions::DEFAULT_MAX_CTX;
 
-    /// A session with room for `n_ctx` tokens and the default options
-    /// ([`Session::with_options`]).
+    /// A session with room for `n_ctx` tokens, the reference f32 KV cache and the other options
+    /// at their defaults — the numerics the parity tests and goldens compare. The default KV
+    /// format of the front ends (q8, `KvQuant::default()`) is `SessionOptions::default()`'s:
+    /// [`Session::with_options`].
     pub fn new(model: &'m Model, n_ctx: usize) -> Result<Self> {
         Self::with_options(
             model,
             &SessionOptions {
                 n_ctx,
+                kv: crate::options::KvOptions {
+                    format: crate::options::KvQuant::F32,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )

@@ -199,7 +199,7 @@ impl KvCache {
     /// the bytes, not an abort). `KvCache::new(&model, n_ctx)` (in `model.rs`, which uses this
     /// module, not the reverse) reads `hp` from a [`crate::Model`].
     pub fn for_hparams(hp: &HParams, n_ctx: usize) -> Result<Self> {
-        Self::for_spec(hp, n_ctx, &KvSpec::default())
+        Self::for_spec(hp, n_ctx, &KvSpec::f32())
     }
 
     /// A cache in the format `spec` (checked against `hp`).

@@ -2,6 +2,10 @@
 //! [`TILE`] positions at a time (tiles at absolute positions `0, TILE, 2·TILE, …`) and folded
 //! into an online softmax per query and head, in position order. Each query's result depends
 //! only on the cache's contents, not on the batch it is in or the thread count.
+//!
+//! The rotated formats (q4r/q3r/q2r, `tern_format::kv`) store `H·k` and `H·v` per kv-head;
+//! [`Rotation`] turns a layer's queries, keys and values into that space before the store and
+//! the scores (`(Hq)·(Hk) = q·k`) and the attention output back (`Hᵀ·Σ p·Hv = Σ p·v`).
 
 use crate::error::{check_len, ReferenceError, Result};
 use crate::kernels::dot_f32;
@@ -15,6 +19,35 @@ const QUERY_CHUNK: usize = 16;
 
 /// Reads position `p`'s key and value rows (dequantized) into the two slices.
 pub type RowReader<'a> = dyn Fn(usize, &mut [f32], &mut [f32]) -> Result<()> + Sync + 'a;
+
+/// The per-head rotation of the rotated formats (`None` for every other format).
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    signs: Vec<f32>,
+    head_dim: usize,
+}
+
+impl Rotation {
+    /// The rotation of format `q` for heads of `head_dim` values (`None` when `q` is not rotated).
+    pub fn for_format(q: tern_format::kv::KvQuant, head_dim: usize) -> Option<Self> {
+        q.is_rotated().then(|| Rotation {
+            signs: crate::kv_codec::rot_signs(head_dim),
+            head_dim,
+        })
+    }
+
+    /// `H·x` per head (queries, keys after RoPE, values).
+    pub fn rotate(&self, x: &[f32]) -> Result<Vec<f32>> {
+        let mut y = x.to_vec();
+        crate::kv_codec::rotate_heads(&mut y, self.head_dim, &self.signs)?;
+        Ok(y)
+    }
+
+    /// `x ← Hᵀ·x` per head (the attention output).
+    pub fn unrotate(&self, x: &mut [f32]) -> Result<()> {
+        crate::kv_codec::unrotate_heads(x, self.head_dim, &self.signs)
+    }
+}
 
 /// The shape of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -208,6 +241,48 @@ mod tests {
             {
                 assert!((a - b).abs() < 1e-5, "{a} vs {b}");
             }
+        }
+    }
+
+    /// Attention in the rotated space (queries, keys and values rotated per head, the output
+    /// rotated back) equals the plain attention: `(Hq)·(Hk) = q·k` and `Hᵀ Σ p·Hv = Σ p·v`.
+    #[test]
+    fn rotated_attention_equals_the_plain_one() {
+        let (n_head, n_head_kv, hd) = (4, 2, 16);
+        let row = n_head_kv * hd;
+        let n_kv = 40;
+        let mut seed = 7u32;
+        let mut rnd = || {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        let k: Vec<f32> = (0..n_kv * row).map(|_| rnd() * 3.0).collect();
+        let v: Vec<f32> = (0..n_kv * row).map(|_| rnd()).collect();
+        let q: Vec<f32> = (0..n_head * hd).map(|_| rnd() * 2.0).collect();
+        let rot = Rotation::for_format(tern_format::kv::KvQuant::Rot4, hd).unwrap();
+        assert!(Rotation::for_format(tern_format::kv::KvQuant::Kivi4, hd).is_none());
+        let (hk, hv, hq) = (
+            rot.rotate(&k).unwrap(),
+            rot.rotate(&v).unwrap(),
+            rot.rotate(&q).unwrap(),
+        );
+        let read = |p: usize, kr: &mut [f32], vr: &mut [f32]| -> Result<()> {
+            kr.copy_from_slice(&hk[p * row..(p + 1) * row]);
+            vr.copy_from_slice(&hv[p * row..(p + 1) * row]);
+            Ok(())
+        };
+        let shape = AttnShape {
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+        };
+        let mut out = vec![0.0; q.len()];
+        attention_tiled(&hq, n_kv - 1, shape, &read, &mut out, false).unwrap();
+        rot.unrotate(&mut out).unwrap();
+        let mut want = vec![0.0; q.len()];
+        attention(&q, &k, &v, n_kv, n_head, n_head_kv, hd, &mut want).unwrap();
+        for (a, b) in out.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
     }
 }

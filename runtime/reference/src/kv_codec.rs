@@ -7,7 +7,9 @@
 //! saturated to ±65504 ([`f16_sat`]: a value whose scale would overflow f16 gets the largest
 //! finite scale, never ±inf); codes are packed LSB-first into u32 words ([`put_code`],
 //! [`get_code`]), `32 / bits` per word for 8/4/2 bits and 10 per word for 3 bits; a position's
-//! codes start at a word boundary ([`words_per_row`]).
+//! codes start at a word boundary ([`words_per_row`]). q3r packs its rows densely
+//! ([`row_words`], [`pack_put`], [`pack_get`]); the rotated formats rotate each head first
+//! ([`rotate_heads`], [`unrotate_heads`]).
 
 use half::f16;
 use tern_format::kv::KvQuant;
@@ -63,6 +65,121 @@ pub fn get_code(words: &[u32], bits: u32, i: usize) -> u32 {
     let mask = (1u32 << bits) - 1;
     let shift = bits * (i % per) as u32;
     words.get(i / per).map_or(0, |w| (w >> shift) & mask)
+}
+
+/// u32 words of one position's `values` codes in format `q` (q3r: `⌈3·values / 32⌉`, dense).
+pub fn row_words(q: KvQuant, values: usize) -> usize {
+    if q.dense() {
+        (values * 3).div_ceil(32)
+    } else {
+        words_per_row(q.bits(), values)
+    }
+}
+
+/// Write code `i` of a row in format `q` (q3r: bits `3i..3i+2` of the row's bit string, which
+/// may cross a word boundary); out of range does nothing.
+pub fn pack_put(q: KvQuant, words: &mut [u32], i: usize, code: u32) {
+    if !q.dense() {
+        return put_code(words, q.bits(), i, code);
+    }
+    let (bit, code) = (3 * i, code & 7);
+    let (w, sh) = (bit / 32, (bit % 32) as u32);
+    if let Some(x) = words.get_mut(w) {
+        *x = (*x & !(7u32 << sh)) | (code << sh);
+    }
+    if sh > 29 {
+        let hi = 32 - sh; // bits already written
+        if let Some(x) = words.get_mut(w + 1) {
+            *x = (*x & !(7u32 >> hi)) | (code >> hi);
+        }
+    }
+}
+
+/// Read code `i` of a row in format `q` (0 when out of range).
+pub fn pack_get(q: KvQuant, words: &[u32], i: usize) -> u32 {
+    if !q.dense() {
+        return get_code(words, q.bits(), i);
+    }
+    let bit = 3 * i;
+    let (w, sh) = (bit / 32, (bit % 32) as u32);
+    let lo = words.get(w).map_or(0, |x| x >> sh);
+    let hi = if sh > 29 {
+        words.get(w + 1).map_or(0, |x| x << (32 - sh))
+    } else {
+        0
+    };
+    (lo | hi) & 7
+}
+
+/// The rotated formats' signs `σ_0 .. σ_{d−1}` as ±1.0 (`tern_format::kv::rot_sign` with
+/// `ROT_SEED`).
+pub fn rot_signs(head_dim: usize) -> Vec<f32> {
+    (0..head_dim as u32)
+        .map(|i| {
+            if tern_format::kv::rot_sign(tern_format::kv::ROT_SEED, i) {
+                -1.0
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}
+
+/// The unnormalized Walsh–Hadamard butterflies of one head, `h = 1, 2, 4, …` (the spec's order).
+fn fwht(x: &mut [f32]) {
+    let d = x.len();
+    let mut h = 1;
+    while h < d {
+        for j in 0..d {
+            if j & h == 0 {
+                if let (Some(&a), Some(&b)) = (x.get(j), x.get(j + h)) {
+                    x[j] = a + b; // ok: j < d
+                    x[j + h] = a - b; // ok: j + h < d (checked by the get)
+                }
+            }
+        }
+        h *= 2;
+    }
+}
+
+fn check_rot(what: &'static str, len: usize, head_dim: usize, signs: &[f32]) -> Result<()> {
+    if !head_dim.is_power_of_two() || len % head_dim != 0 {
+        return Err(ReferenceError::shape(
+            what,
+            format!("{len} values are not whole heads of a power-of-two head_dim {head_dim}"),
+        ));
+    }
+    check_len(what, "signs", signs.len(), head_dim)
+}
+
+/// `x ← H·x` for each head of `head_dim` values (`H = c·W·diag(σ)`, the spec's operation order:
+/// signs, butterflies, scale).
+pub fn rotate_heads(x: &mut [f32], head_dim: usize, signs: &[f32]) -> Result<()> {
+    check_rot("KV rotation", x.len(), head_dim, signs)?;
+    let c = tern_format::kv::rot_scale(head_dim as u32);
+    for h in x.chunks_exact_mut(head_dim) {
+        for (v, s) in h.iter_mut().zip(signs) {
+            *v *= s;
+        }
+        fwht(h);
+        for v in h.iter_mut() {
+            *v *= c;
+        }
+    }
+    Ok(())
+}
+
+/// `x ← Hᵀ·x` for each head (butterflies, scale, signs).
+pub fn unrotate_heads(x: &mut [f32], head_dim: usize, signs: &[f32]) -> Result<()> {
+    check_rot("KV inverse rotation", x.len(), head_dim, signs)?;
+    let c = tern_format::kv::rot_scale(head_dim as u32);
+    for h in x.chunks_exact_mut(head_dim) {
+        fwht(h);
+        for (v, s) in h.iter_mut().zip(signs) {
+            *v = *v * c * s;
+        }
+    }
+    Ok(())
 }
 
 /// The bits and the signedness of an absmax format: q8 stores `q` as an i8 byte (two's
@@ -170,12 +287,15 @@ pub fn absmax_format_at(q: KvQuant, pos: usize) -> KvQuant {
 }
 
 fn kivi_bits(q: KvQuant) -> Result<u32> {
-    if q.is_kivi() {
+    if q.is_kivi() || q.is_rotated() {
         Ok(q.bits())
     } else {
         Err(ReferenceError::shape(
             "KIVI quantizer",
-            format!("{} is not a KIVI format (q4, q3, q2)", q.name()),
+            format!(
+                "{} is not a KIVI format (q4, q3, q2, q4r, q3r, q2r)",
+                q.name()
+            ),
         ))
     }
 }
@@ -218,7 +338,7 @@ pub fn kivi_quantize_values(
         "KIVI value quantizer",
         "codes",
         codes.len(),
-        words_per_row(bits, x.len()),
+        row_words(q, x.len()),
     )?;
     check_len("KIVI value quantizer", "scales", scales.len(), n_groups)?;
     check_len("KIVI value quantizer", "mins", mins.len(), n_groups)?;
@@ -232,7 +352,7 @@ pub fn kivi_quantize_values(
         let (lo, hi) = min_max(xg);
         (*s, *m) = kivi_params(lo, hi, bits);
         for (j, &v) in xg.iter().enumerate() {
-            put_code(codes, bits, gi * group + j, kivi_code(v, *s, *m, bits));
+            pack_put(q, codes, gi * group + j, kivi_code(v, *s, *m, bits));
         }
     }
     Ok(())
@@ -247,20 +367,20 @@ pub fn kivi_dequantize_values(
     mins: &[f16],
     out: &mut [f32],
 ) -> Result<()> {
-    let bits = kivi_bits(q)?;
+    kivi_bits(q)?;
     let n_groups = check_groups("KIVI value dequantizer", out.len(), group)?;
     check_len(
         "KIVI value dequantizer",
         "codes",
         codes.len(),
-        words_per_row(bits, out.len()),
+        row_words(q, out.len()),
     )?;
     check_len("KIVI value dequantizer", "scales", scales.len(), n_groups)?;
     check_len("KIVI value dequantizer", "mins", mins.len(), n_groups)?;
     for (i, o) in out.iter_mut().enumerate() {
         let (s, m) = (scales.get(i / group), mins.get(i / group));
         *o = kivi_value(
-            get_code(codes, bits, i),
+            pack_get(q, codes, i),
             *s.unwrap_or(&f16::ZERO),
             *m.unwrap_or(&f16::ZERO),
         );
@@ -287,7 +407,7 @@ pub fn kivi_quantize_keys(
         ));
     }
     let g = x.len() / row;
-    let wpp = words_per_row(bits, row);
+    let wpp = row_words(q, row);
     check_len("KIVI key quantizer", "codes", codes.len(), g * wpp)?;
     check_len("KIVI key quantizer", "scales", scales.len(), row)?;
     check_len("KIVI key quantizer", "mins", mins.len(), row)?;
@@ -304,7 +424,7 @@ pub fn kivi_quantize_keys(
         for p in 0..g {
             let v = x.get(p * row + c).copied().unwrap_or(0.0);
             if let Some(w) = codes.get_mut(p * wpp..(p + 1) * wpp) {
-                put_code(w, bits, c, kivi_code(v, *s, *m, bits));
+                pack_put(q, w, c, kivi_code(v, *s, *m, bits));
             }
         }
     }
@@ -319,17 +439,17 @@ pub fn kivi_dequantize_key(
     mins: &[f16],
     out: &mut [f32],
 ) -> Result<()> {
-    let bits = kivi_bits(q)?;
+    kivi_bits(q)?;
     check_len(
         "KIVI key dequantizer",
         "codes",
         codes.len(),
-        words_per_row(bits, out.len()),
+        row_words(q, out.len()),
     )?;
     check_len("KIVI key dequantizer", "scales", scales.len(), out.len())?;
     check_len("KIVI key dequantizer", "mins", mins.len(), out.len())?;
     for (i, ((o, s), m)) in out.iter_mut().zip(scales).zip(mins).enumerate() {
-        *o = kivi_value(get_code(codes, bits, i), *s, *m);
+        *o = kivi_value(pack_get(q, codes, i), *s, *m);
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use tern_format::kv::{Kivi, KvQuant};
 use crate::error::{try_zeroed, ReferenceError, Result};
 use crate::kv_codec::{
     absmax_dequantize_row, absmax_format_at, absmax_quantize_row, kivi_dequantize_key,
-    kivi_dequantize_values, kivi_quantize_keys, kivi_quantize_values, words_per_row,
+    kivi_dequantize_values, kivi_quantize_keys, kivi_quantize_values, row_words, words_per_row,
 };
 
 /// Codes and one f16 scale per head, per position (q8, a4, a3).
@@ -20,6 +20,14 @@ pub(crate) struct AbsmaxRows {
     /// a3 only: position 0 at 4 bits.
     codes0: Vec<u32>,
     scales0: Vec<f16>,
+}
+
+/// Rotated formats: codes and one f16 `(s, m)` per head, per position (keys and values alike).
+#[derive(Debug, Clone)]
+pub(crate) struct RotRows {
+    codes: Vec<u32>,
+    scales: Vec<f16>,
+    mins: Vec<f16>,
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +43,10 @@ pub(crate) enum Store {
     Absmax {
         k: AbsmaxRows,
         v: AbsmaxRows,
+    },
+    Rot {
+        k: RotRows,
+        v: RotRows,
     },
     Kivi {
         /// `[n_ctx][wpp]` codes of quantized keys / values.
@@ -106,6 +118,20 @@ impl Stream {
                     v: rows()?,
                 }
             }
+            KvQuant::Rot4 | KvQuant::Rot3 | KvQuant::Rot2 => {
+                let wpp = row_words(quant, row);
+                let rows = || -> Result<RotRows> {
+                    Ok(RotRows {
+                        codes: zeroed(&what, n_ctx * wpp)?,
+                        scales: zeroed(&what, n_ctx * heads)?,
+                        mins: zeroed(&what, n_ctx * heads)?,
+                    })
+                };
+                Store::Rot {
+                    k: rows()?,
+                    v: rows()?,
+                }
+            }
             KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2 => {
                 let (g, r) = (kivi.group as usize, kivi.residual as usize);
                 let wpp = words_per_row(quant.bits(), row);
@@ -144,6 +170,10 @@ impl Stream {
             Store::Absmax { k, v } => [k, v]
                 .iter()
                 .map(|r| b(&r.codes) + b(&r.scales) + b(&r.codes0) + b(&r.scales0))
+                .sum(),
+            Store::Rot { k, v } => [k, v]
+                .iter()
+                .map(|r| b(&r.codes) + b(&r.scales) + b(&r.mins))
                 .sum(),
             Store::Kivi {
                 k_codes,
@@ -240,6 +270,17 @@ impl Stream {
                             if let (Some(c), Some(s)) = (codes, scales) {
                                 absmax_quantize_row(q, x, hd, c, s)?;
                             }
+                        }
+                    }
+                }
+                Store::Rot { k, v } => {
+                    let wpp = row_words(quant, row);
+                    for (rows, x) in [(k, kr), (v, vr)] {
+                        let codes = rows.codes.get_mut(p * wpp..(p + 1) * wpp);
+                        let scales = rows.scales.get_mut(p * heads..(p + 1) * heads);
+                        let mins = rows.mins.get_mut(p * heads..(p + 1) * heads);
+                        if let (Some(c), Some(s), Some(m)) = (codes, scales, mins) {
+                            kivi_quantize_values(quant, hd, x, c, s, m)?;
                         }
                     }
                 }
@@ -347,6 +388,16 @@ impl Stream {
                             .ok_or_else(bad)?;
                         absmax_dequantize_row(q, c, s, hd, out)?;
                     }
+                }
+            }
+            Store::Rot { k: kr, v: vr } => {
+                let wpp = row_words(quant, row);
+                for (rows, out) in [(kr, k), (vr, v)] {
+                    let c = rows.codes.get(p * wpp..(p + 1) * wpp).ok_or_else(bad)?;
+                    let s = rows.scales.get(p * heads..(p + 1) * heads);
+                    let m = rows.mins.get(p * heads..(p + 1) * heads);
+                    let (s, m) = (s.ok_or_else(bad)?, m.ok_or_else(bad)?);
+                    kivi_dequantize_values(quant, hd, c, s, m, out)?;
                 }
             }
             Store::Kivi {

@@ -83,7 +83,8 @@ fn every_format_reads_back_what_its_codec_says() {
         group: 4,
         residual: 16,
     };
-    for q in KvQuant::ALL {
+    // The rotated formats need a power-of-two head_dim: `rotated_formats_store_…` below.
+    for q in KvQuant::ALL.into_iter().filter(|q| !q.is_rotated()) {
         let mut c = KvCache::for_spec(&h, 80, &spec(q, kivi)).unwrap();
         fill(&mut c, &data, &[1, 9, 30, 30]);
         for p in 0..n {
@@ -141,7 +142,7 @@ fn every_format_reads_back_what_its_codec_says() {
 fn bytes_per_token_follow_the_formats() {
     let h = hp(3);
     let n_ctx = 64;
-    let f32c = KvCache::for_spec(&h, n_ctx, &KvSpec::default()).unwrap();
+    let f32c = KvCache::for_spec(&h, n_ctx, &KvSpec::f32()).unwrap();
     assert_eq!(f32c.bytes_per_token(), 3 * 2 * 12 * 4);
     let f16c = KvCache::for_spec(&h, n_ctx, &spec(KvQuant::F16, Kivi::default())).unwrap();
     assert_eq!(f16c.kv_bytes_per_token(), 3.0 * 2.0 * 12.0 * 2.0);
@@ -270,7 +271,7 @@ fn minicache_reads_magnitudes_times_the_merged_direction_and_restores_retained_t
     // Pairs (1,2), (3,4); t = 0: the direction is layer a's own, so layer a reads back x_a.
     let s = KvSpec {
         minicache: minicache(1, 0.0, 1.0),
-        ..KvSpec::default()
+        ..KvSpec::f32()
     };
     let mut c = KvCache::for_spec(&h, 64, &s).unwrap();
     assert_eq!(c.streams.len(), 3);
@@ -305,7 +306,7 @@ fn minicache_reads_magnitudes_times_the_merged_direction_and_restores_retained_t
     // with the first ones in position order and the rest are merged.
     let s = KvSpec {
         minicache: minicache(1, 0.5, 0.0),
-        ..KvSpec::default()
+        ..KvSpec::f32()
     };
     let mut c = KvCache::for_spec(&h, 64, &s).unwrap();
     fill_mc(&mut c, &layers, 0, 10);
@@ -375,7 +376,7 @@ fn bad_specs_are_errors() {
     let h = hp(4);
     let s = KvSpec {
         minicache: minicache(3, 0.5, 0.1),
-        ..KvSpec::default()
+        ..KvSpec::f32()
     };
     assert!(KvCache::for_spec(&h, 8, &s).is_err());
     let s = spec(
@@ -474,4 +475,52 @@ fn input_jitter_is_bounded_deterministic_and_batch_independent() {
     c.set_input_jitter(1e-2, 8);
     fill(&mut c, &data, &[n]);
     assert_ne!(read_all(&c), ra, "another seed, another perturbation");
+}
+
+/// q4r/q3r/q2r streams: keys and values alike per (position, head), 3 bits densely packed —
+/// exactly the codec's functions, no window, the bytes of the spec, every length an exact
+/// truncation point; a head_dim that is not a power of two is refused.
+#[test]
+fn rotated_formats_store_per_position_and_head() {
+    use crate::kv_codec::{kivi_dequantize_values, kivi_quantize_values, row_words};
+    let h = HParams {
+        head_dim: 8,
+        rope_dim: 8,
+        n_embd: 32,
+        ..hp(1)
+    };
+    let row = 16;
+    let n = 70;
+    let data = (rows(n, row, 3), rows(n, row, 4));
+    let kivi = Kivi::default();
+    for q in [KvQuant::Rot4, KvQuant::Rot3, KvQuant::Rot2] {
+        let mut c = KvCache::for_spec(&h, 80, &spec(q, kivi)).unwrap();
+        fill(&mut c, &data, &[1, 9, 30, 30]);
+        let want_row = |x: &[f32]| {
+            let mut codes = vec![0u32; row_words(q, row)];
+            let (mut s, mut m) = (vec![half::f16::ZERO; 2], vec![half::f16::ZERO; 2]);
+            kivi_quantize_values(q, 8, x, &mut codes, &mut s, &mut m).unwrap();
+            let mut want = vec![0.0; row];
+            kivi_dequantize_values(q, 8, &codes, &s, &m, &mut want).unwrap();
+            want
+        };
+        for p in 0..n {
+            let (mut k, mut v) = (vec![0.0; row], vec![0.0; row]);
+            c.read(0, p, None, &mut k, &mut v).unwrap();
+            assert_eq!(
+                k,
+                want_row(&data.0[p * row..(p + 1) * row]),
+                "{q:?} key {p}"
+            );
+            assert_eq!(
+                v,
+                want_row(&data.1[p * row..(p + 1) * row]),
+                "{q:?} value {p}"
+            );
+            assert!(k.iter().zip(&data.0[p * row..]).any(|(a, b)| a != b));
+        }
+        assert_eq!(c.bytes_in_use(), q.layer_bytes(&h, kivi, n as u64), "{q:?}");
+        assert_eq!(c.truncate(37), 37);
+        assert!(KvCache::for_spec(&hp(1), 80, &spec(q, kivi)).is_err());
+    }
 }

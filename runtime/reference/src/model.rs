@@ -26,7 +26,7 @@ use crate::error::{probe_alloc, ReferenceError, Result};
 use crate::ggml_cpu;
 use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
 use crate::kv::{KvCache, Role};
-use crate::kv_attn::{attention_tiled, AttnShape};
+use crate::kv_attn::{attention_tiled, AttnShape, Rotation};
 use crate::matmul::{GgmlActivations, MatmulOptions, Matrix, NeuZipResidency};
 use crate::par_map;
 
@@ -770,6 +770,28 @@ fn compressed_attention(
         n_head_kv,
         head_dim: hd,
     };
+    // Rotated formats: queries, keys and values into the rotated space, the output back.
+    if let Some(rot) = Rotation::for_format(cache.spec().quant, hd) {
+        let (q, k, v) = (rot.rotate(q)?, rot.rotate(k)?, rot.rotate(v)?);
+        let pend =
+            compressed_attention_in(cache, li, p0, (&q, &k, &v), pending, shape, parallel, out)?;
+        rot.unrotate(out)?;
+        return Ok(pend);
+    }
+    compressed_attention_in(cache, li, p0, (q, k, v), pending, shape, parallel, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compressed_attention_in(
+    cache: &mut KvCache,
+    li: usize,
+    p0: usize,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    pending: Option<(Vec<f32>, Vec<f32>)>,
+    shape: AttnShape,
+    parallel: bool,
+    out: &mut [f32],
+) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
     match cache.role(li)? {
         Role::Own(_) => {
             cache.write_own(li, p0, k, v)?;

@@ -350,7 +350,8 @@ impl KernelKey {
                 keys.push(KernelKey::CceGgml(t, bp));
             }
         }
-        for kv in KvFormat::ALL {
+        // The rotated formats (q4r/q3r/q2r) have no GPU kernels yet (`KvCache` refuses them).
+        for kv in KvFormat::ALL.into_iter().filter(|q| !q.is_rotated()) {
             keys.push(KernelKey::KvStore(kv));
             keys.push(KernelKey::AttentionPrefill(kv));
             for neox in [false, true] {

@@ -94,6 +94,8 @@ object Device {
 
 /** `tern_session_options.kv_format` (`TERN_KV_*`): how the KV cache stores each value. */
 object KvFormat {
+    /** `TERN_KV_DEFAULT`: the library's default (Q8; F32 with llama.cpp numerics). */
+    const val DEFAULT = -1
     const val F32 = 0
     const val F16 = 1
     const val Q8 = 2
@@ -104,6 +106,10 @@ object KvFormat {
     /** a4.8-style absmax 4/3-bit. */
     const val A4 = 6
     const val A3 = 7
+    /** Rotated KIVI 4/3/2-bit (per-head Walsh–Hadamard rotation first; window [SessionOptions.kiviWindow]). */
+    const val Q4R = 8
+    const val Q3R = 9
+    const val Q2R = 10
 }
 
 /** MiniCache cross-layer merging of the KV cache (`TERN_MINICACHE_*`). */
@@ -128,7 +134,7 @@ sealed class MiniCache {
  */
 data class SessionOptions(
     val nCtx: Int = 0,
-    val kvFormat: Int = KvFormat.F32,
+    val kvFormat: Int = KvFormat.DEFAULT,
     val miniCache: MiniCache = MiniCache.Off,
     val kiviGroup: Int = 0,
     val kiviWindow: Int = 0,
