@@ -30,18 +30,35 @@ use std::ffi::c_char;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod chat;
+mod info;
+mod log;
 mod model;
 mod options;
 mod session;
+mod session_ext;
 mod status;
 
 #[cfg(feature = "jni")]
 mod jni;
 
-pub use chat::{tern_chat_apply, tern_chat_message, tern_string_free};
+pub use chat::{tern_chat_apply, tern_chat_apply_template, tern_chat_message, tern_string_free};
+pub use info::{
+    tern_detokenize, tern_model_get_info, tern_model_get_string, tern_model_info, tern_tokenize,
+    tern_tokens_free, TERN_MODEL_STR_ARCHITECTURE, TERN_MODEL_STR_CHAT_TEMPLATE,
+    TERN_MODEL_STR_DEVICE, TERN_MODEL_STR_NAME,
+};
+pub use log::{
+    tern_log_callback, tern_set_log_callback, TERN_LOG_DEBUG, TERN_LOG_ERROR, TERN_LOG_INFO,
+    TERN_LOG_OFF, TERN_LOG_TRACE, TERN_LOG_WARN,
+};
+pub use session_ext::{
+    tern_bytes_free, tern_generate_ex, tern_generate_options, tern_generate_options_default,
+    tern_session_restore, tern_session_restore_file, tern_session_save, tern_session_save_file,
+};
 pub use model::{tern_model, tern_model_free, tern_model_load};
 pub use options::{
-    tern_generation_stats, tern_model_options, tern_model_options_default, tern_sampling,
+    tern_generation_stats, tern_model_options, tern_model_options_default, tern_progress_callback,
+    tern_sampling,
     tern_sampling_default, tern_session_options, tern_session_options_default, tern_session_report,
     TERN_DEVICE_AUTO, TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT,
     TERN_STOP_MAX_TOKENS, TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,

@@ -7,10 +7,11 @@
 //! is `TERN_INVALID_ARGUMENT`. All fields are plain numbers (no `bool`, no enums) so that any bit
 //! pattern is a valid value.
 
+use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 
 use tern_engine::{
-    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, MiniCache,
+    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, LoadProgress, MiniCache,
     MiniCacheMode, Numerics, SamplingParams, SessionOptions, SessionReport, StopReason,
 };
 
@@ -47,7 +48,30 @@ pub struct tern_model_options {
     /// `TERN_OUT_OF_MEMORY` and a message naming the smallest budget that works. 0 (default): no
     /// cap. Added after the first version (`struct_size` 12 = no budget).
     pub max_memory: u64,
+    /// CPU backend: the number of threads that split the matrix products; 0 (default): one per
+    /// core (or the calling thread only when `use_threads` is 0). The thread pool is made once
+    /// per process, by the first model that runs on the CPU: a later model asking for another
+    /// count fails with `TERN_INVALID_ARGUMENT` naming the count in use. The GPU ignores it.
+    /// `tern_model_info.cpu_threads` reads back what a model uses. Appended (issue 32): a
+    /// caller whose `struct_size` ends before it gets 0.
+    pub cpu_threads: u32,
+    /// Unused; keeps the pointers below aligned on every ABI. Set to 0.
+    pub reserved1: u32,
+    /// Called on the loading thread as `tern_model_load` goes (NULL: not reported; see
+    /// `tern_progress_callback`). Appended with `cpu_threads`.
+    pub progress: tern_progress_callback,
+    /// Passed to `progress`.
+    pub progress_user_data: *mut c_void,
 }
+
+/// Load progress: `fraction` in [0, 1] and the stage that just finished, a static
+/// NUL-terminated string — `"open"` (the file mapped and its header, metadata and tensor table
+/// checked), `"weights"` (the weights loaded for the device: the long part), `"tokenizer"`,
+/// `"done"` (1.0) — each once, in that order, on the thread calling `tern_model_load`; `"done"`
+/// only when the load succeeds. The strings are valid only during the call.
+#[allow(non_camel_case_types)]
+pub type tern_progress_callback =
+    Option<unsafe extern "C" fn(fraction: f32, stage: *const c_char, user_data: *mut c_void)>;
 
 /// How to make a session. Initialise with `tern_session_options_default()`.
 #[repr(C)]
@@ -178,6 +202,10 @@ pub extern "C" fn tern_model_options_default() -> tern_model_options {
         use_threads: 1,
         reserved0: 0,
         max_memory: 0,
+        cpu_threads: 0,
+        reserved1: 0,
+        progress: None,
+        progress_user_data: std::ptr::null_mut(),
     }
 }
 
@@ -226,7 +254,8 @@ pub(crate) unsafe trait Versioned: Copy {
     fn set_struct_size(&mut self);
 }
 
-// SAFETY: repr(C), u32 struct_size first, only u32/u64 fields.
+// SAFETY: repr(C), u32 struct_size first, u32/u64 fields, a nullable function pointer and a raw
+// pointer (any bit pattern is a value; they are only passed back to the caller).
 unsafe impl Versioned for tern_model_options {
     /// The first version: `struct_size`, `device`, `use_threads`.
     const MIN_SIZE: usize = 12;
@@ -334,11 +363,23 @@ impl tern_model_options {
         Ok(LoadOptions {
             device,
             max_memory: Some(self.max_memory).filter(|&m| m != 0),
-            cpu_threads: if self.use_threads != 0 {
-                CpuThreads::Pool
-            } else {
-                CpuThreads::Caller
+            cpu_threads: match (self.use_threads, self.cpu_threads) {
+                (0, _) => CpuThreads::Caller,
+                (_, 0) => CpuThreads::Pool,
+                (_, n) => CpuThreads::Count(n as usize),
             },
+            progress: self.progress.map(|cb| {
+                let user = self.progress_user_data as usize;
+                LoadProgress(std::sync::Arc::new(move |f: f32, stage: &str| {
+                    let c = std::ffi::CString::new(stage).unwrap_or_default();
+                    // SAFETY: the caller's callback with its user data, during tern_model_load
+                    // (the callback's contract); the string lives for the call.
+                    unsafe { cb(f, c.as_ptr(), user as *mut c_void) };
+                }))
+            }),
+            // The one exception to "Auto never takes a software adapter": tests of an app's
+            // Auto path on a machine with only lavapipe (CI's GPU job).
+            auto_software_gpu: std::env::var("TERN_AUTO_SOFTWARE_GPU").is_ok_and(|v| v == "1"),
             // The GPU knobs are developers' measurement switches (`TERN_GPU_*`); the C ABI is an
             // edge like the CLI, so a bad value is `TERN_INVALID_ARGUMENT` naming the variable.
             gpu: tern_engine::GpuTuning::from_env().map_err(tern_engine::EngineError::from)?,

@@ -17,18 +17,18 @@ use crate::status::{
 
 self_cell::self_cell!(
     /// A session that owns (a share of) its model: the handle can outlive `tern_model_free`.
-    struct OwnedSession {
+    pub(crate) struct OwnedSession {
         owner: Arc<Model>,
         #[covariant]
         dependent: Session,
     }
 );
 
-struct State {
-    session: OwnedSession,
-    stats: tern_generation_stats,
+pub(crate) struct State {
+    pub(crate) session: OwnedSession,
+    pub(crate) stats: tern_generation_stats,
     /// The current piece, NUL-terminated, handed to the callback.
-    piece: Vec<u8>,
+    pub(crate) piece: Vec<u8>,
 }
 
 /// A session (opaque): a KV cache on a model. Free with `tern_session_free`.
@@ -47,7 +47,7 @@ const _: () = {
 impl tern_session {
     /// The session's state, or `TERN_BUSY` while another call holds it. After a panic in an
     /// earlier call the cache is cleared and the session is usable again.
-    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
         match self.state.try_lock() {
             Ok(g) => Ok(g),
             Err(TryLockError::WouldBlock) => Err(Error::new(
@@ -74,7 +74,7 @@ pub type tern_piece_callback =
 
 /// Tokenize text the way `tern run -p` does (special tokens parsed, BOS added when the model's
 /// tokenizer adds one), except that a BOS the text already starts with is not doubled.
-fn tokenize(model: &Model, text: &str) -> Result<Vec<u32>> {
+pub(crate) fn tokenize(model: &Model, text: &str) -> Result<Vec<u32>> {
     let mut ids = model.tokenize(text, true)?;
     let tok = model.tokenizer()?;
     if tok.add_bos() && ids.len() >= 2 && tok.bos() == Some(ids[0]) && ids[1] == ids[0] {
@@ -214,49 +214,65 @@ pub unsafe extern "C" fn tern_generate(
         let s = unsafe { arg_ref(session.cast_const(), "session") }?;
         let prompt = unsafe { arg_str(prompt, "prompt") }?;
         let params = unsafe { read_versioned(params, tern_sampling_default()) }?.to_params()?;
-        let cb = cb.ok_or_else(|| Error::null("cb"))?;
-        let mut guard = s.lock()?;
-        let State {
-            session,
-            stats,
-            piece,
-        } = &mut *guard;
-        session.with_dependent_mut(|model, sess| -> Result<()> {
-            let ids = tokenize(model, prompt)?;
-            let opts = GenerateOptions {
-                max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
-                ..GenerateOptions::default()
-            };
-            let mut on_piece = |text: &str| -> bool {
-                piece.clear();
-                piece.extend_from_slice(text.as_bytes());
-                piece.push(0);
-                // SAFETY: `cb` is callable with `user_data` (caller's contract); `piece` holds
-                // `text.len()` bytes plus a NUL and is not touched during the call.
-                unsafe { cb(piece.as_ptr().cast(), text.len(), user_data) == 0 }
-            };
-            // The engine's prefix reuse: keep the cached common prefix, run the rest.
-            let (out, keep) = sess.generate_from(&ids, &params, &opts, &mut on_piece)?;
-            let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-            *stats = tern_generation_stats {
-                struct_size: 0,
-                stop_reason: stop_reason_code(out.stop),
-                prompt_tokens: sat(ids.len()),
-                reused_tokens: sat(keep),
-                generated_tokens: sat(out.tokens.len()),
-                prefill_seconds: out.prefill_secs,
-                decode_seconds: out.decode_secs,
-            };
-            log::debug!(
-                "generated {} tokens ({} prompt tokens, {} reused) in {:.2}s + {:.2}s",
-                out.tokens.len(),
-                ids.len(),
-                keep,
-                out.prefill_secs,
-                out.decode_secs
-            );
-            Ok(())
-        })
+        let opts = GenerateOptions {
+            max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
+            ..GenerateOptions::default()
+        };
+        // SAFETY: the caller's contract.
+        unsafe { generate_with(s, prompt, &params, &opts, cb, user_data) }
+    })
+}
+
+/// The body of `tern_generate` and `tern_generate_ex`.
+///
+/// # Safety
+/// `cb` is NULL or a function safe to call with `user_data`.
+pub(crate) unsafe fn generate_with(
+    s: &tern_session,
+    prompt: &str,
+    params: &tern_engine::SamplingParams,
+    opts: &GenerateOptions,
+    cb: tern_piece_callback,
+    user_data: *mut c_void,
+) -> Result<()> {
+    let cb = cb.ok_or_else(|| Error::null("cb"))?;
+    let mut guard = s.lock()?;
+    let State {
+        session,
+        stats,
+        piece,
+    } = &mut *guard;
+    session.with_dependent_mut(|model, sess| -> Result<()> {
+        let ids = tokenize(model, prompt)?;
+        let mut on_piece = |text: &str| -> bool {
+            piece.clear();
+            piece.extend_from_slice(text.as_bytes());
+            piece.push(0);
+            // SAFETY: `cb` is callable with `user_data` (caller's contract); `piece` holds
+            // `text.len()` bytes plus a NUL and is not touched during the call.
+            unsafe { cb(piece.as_ptr().cast(), text.len(), user_data) == 0 }
+        };
+        // The engine's prefix reuse: keep the cached common prefix, run the rest.
+        let (out, keep) = sess.generate_from(&ids, params, opts, &mut on_piece)?;
+        let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        *stats = tern_generation_stats {
+            struct_size: 0,
+            stop_reason: stop_reason_code(out.stop),
+            prompt_tokens: sat(ids.len()),
+            reused_tokens: sat(keep),
+            generated_tokens: sat(out.tokens.len()),
+            prefill_seconds: out.prefill_secs,
+            decode_seconds: out.decode_secs,
+        };
+        log::debug!(
+            "generated {} tokens ({} prompt tokens, {} reused) in {:.2}s + {:.2}s",
+            out.tokens.len(),
+            ids.len(),
+            keep,
+            out.prefill_secs,
+            out.decode_secs
+        );
+        Ok(())
     })
 }
 

@@ -48,6 +48,9 @@ pub enum tern_status {
     /// load the model again (`TERN_DEVICE_CPU` always works) and make a new session. Appended
     /// (ABI version unchanged); libraries before it reported a lost device as `TERN_INTERNAL`.
     TERN_DEVICE_LOST = 14,
+    /// `tern_session_restore`: the state was saved from another model, KV format, context size,
+    /// numerics or device; the session is unchanged. Appended (issue 32; ABI version unchanged).
+    TERN_STATE_MISMATCH = 15,
 }
 
 use tern_status::*;
@@ -72,6 +75,7 @@ pub extern "C" fn tern_status_name(status: i32) -> *const c_char {
         12 => "TERN_TEMPLATE\0",
         13 => "TERN_NUMERIC\0",
         14 => "TERN_DEVICE_LOST\0",
+        15 => "TERN_STATE_MISMATCH\0",
         _ => "TERN_UNKNOWN\0",
     };
     s.as_ptr().cast()
@@ -133,6 +137,7 @@ pub(crate) fn kind_status(k: ErrorKind) -> tern_status {
         ErrorKind::Template => TERN_TEMPLATE,
         ErrorKind::Numeric => TERN_NUMERIC,
         ErrorKind::DeviceLost => TERN_DEVICE_LOST,
+        ErrorKind::StateMismatch => TERN_STATE_MISMATCH,
         _ => TERN_INTERNAL,
     }
 }

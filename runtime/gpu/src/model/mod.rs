@@ -24,6 +24,7 @@
 pub mod activation;
 mod graph;
 mod jit;
+mod kv_state;
 pub mod kv_cache;
 mod load;
 pub mod memory;
