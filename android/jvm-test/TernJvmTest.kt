@@ -183,7 +183,7 @@ fun main(args: Array<String>) {
         session.generateBlocking(chat, Sampling(), 24) { full.append(it); true }
         val cut = StringBuilder()
         session.generateBlocking(chat, Sampling(), 24, Stop(strings = listOf(" "))) { cut.append(it); true }
-        val firstSpace = full.indexOf(" ", 1)
+        val firstSpace = full.indexOf(" ")
         check(firstSpace < 0 || cut.toString() == full.substring(0, firstSpace),
             "stop string: [$cut] from [$full]")
         val answerIds = model.tokenize(full.toString(), false, false)

@@ -16,22 +16,22 @@ use jni::sys::{
 use jni::JNIEnv;
 
 use crate::chat::{tern_chat_apply, tern_chat_message, tern_string_free};
-use crate::model::{tern_model, tern_model_free, tern_model_load};
-use crate::options::{
-    tern_model_options_default, tern_sampling_default, tern_session_options_default,
-    tern_session_report,
-};
 use crate::info::{
     tern_detokenize, tern_model_get_info, tern_model_get_string, tern_model_info, tern_tokenize,
     tern_tokens_free,
 };
+use crate::model::{tern_model, tern_model_free};
+use crate::options::{
+    tern_model_options_default, tern_sampling_default, tern_session_options_default,
+    tern_session_report,
+};
+use crate::session::{
+    tern_cancel, tern_score, tern_session, tern_session_free, tern_session_get_report,
+    tern_session_new, tern_session_reset,
+};
 use crate::session_ext::{
     tern_bytes_free, tern_generate_ex, tern_generate_options_default, tern_session_restore,
     tern_session_save,
-};
-use crate::session::{
-    tern_cancel, tern_score, tern_session, tern_session_free,
-    tern_session_get_report, tern_session_new, tern_session_reset,
 };
 use crate::status::{tern_last_error, tern_status};
 
@@ -178,10 +178,11 @@ pub extern "system" fn Java_dev_tern_Native_modelLoad(
         o.use_threads = u32::from(use_threads != 0);
         // 0 (or a negative value, which is no size): no cap.
         o.max_memory = u64::try_from(max_memory).unwrap_or(0);
-        o.cpu_threads = cpu_threads.max(0) as u32;
+        let mut lo = crate::options::tern_load_options_default();
+        lo.cpu_threads = cpu_threads.max(0) as u32;
         let mut m: *mut tern_model = std::ptr::null_mut();
         // SAFETY: valid string, options and out-parameter.
-        let s = unsafe { tern_model_load(path.as_ptr(), &o, &mut m) };
+        let s = unsafe { crate::model::tern_model_load_ex(path.as_ptr(), &o, &lo, &mut m) };
         check(env, s).then_some(m as jlong)
     })
 }
@@ -631,7 +632,11 @@ pub extern "system" fn Java_dev_tern_Native_detokenize(
 ) -> jstring {
     guard(&mut env, std::ptr::null_mut(), |env| {
         if tokens.is_null() {
-            throw(env, tern_status::TERN_NULL_ARGUMENT as i32, "tokens is null");
+            throw(
+                env,
+                tern_status::TERN_NULL_ARGUMENT as i32,
+                "tokens is null",
+            );
             return None;
         }
         let ids: Vec<u32> = int_array(env, &tokens, "tokens")?
@@ -640,9 +645,8 @@ pub extern "system" fn Java_dev_tern_Native_detokenize(
             .collect();
         let mut p: *mut c_char = std::ptr::null_mut();
         // SAFETY: a live model handle (or 0), `ids` readable, `p` writable.
-        let st = unsafe {
-            tern_detokenize(model as *const tern_model, ids.as_ptr(), ids.len(), &mut p)
-        };
+        let st =
+            unsafe { tern_detokenize(model as *const tern_model, ids.as_ptr(), ids.len(), &mut p) };
         if !check(env, st) {
             return None;
         }
@@ -743,8 +747,9 @@ pub extern "system" fn Java_dev_tern_Native_sessionRestore(
         }
         let bytes = env.convert_byte_array(&state).ok()?;
         // SAFETY: a live session handle (or 0); `bytes` readable.
-        let st =
-            unsafe { tern_session_restore(session as *mut tern_session, bytes.as_ptr(), bytes.len()) };
+        let st = unsafe {
+            tern_session_restore(session as *mut tern_session, bytes.as_ptr(), bytes.len())
+        };
         check(env, st).then_some(())
     })
 }

@@ -51,17 +51,13 @@ pub use log::{
     tern_log_callback, tern_set_log_callback, TERN_LOG_DEBUG, TERN_LOG_ERROR, TERN_LOG_INFO,
     TERN_LOG_OFF, TERN_LOG_TRACE, TERN_LOG_WARN,
 };
-pub use session_ext::{
-    tern_bytes_free, tern_generate_ex, tern_generate_options, tern_generate_options_default,
-    tern_session_restore, tern_session_restore_file, tern_session_save, tern_session_save_file,
-};
-pub use model::{tern_model, tern_model_free, tern_model_load};
+pub use model::{tern_model, tern_model_free, tern_model_load, tern_model_load_ex};
 pub use options::{
-    tern_generation_stats, tern_model_options, tern_model_options_default, tern_progress_callback,
-    tern_sampling,
-    tern_sampling_default, tern_session_options, tern_session_options_default, tern_session_report,
-    TERN_DEVICE_AUTO, TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT,
-    TERN_STOP_MAX_TOKENS, TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
+    tern_generation_stats, tern_load_options, tern_load_options_default, tern_model_options,
+    tern_model_options_default, tern_progress_callback, tern_sampling, tern_sampling_default,
+    tern_session_options, tern_session_options_default, tern_session_report, TERN_DEVICE_AUTO,
+    TERN_DEVICE_CPU, TERN_DEVICE_GPU, TERN_STOP_CALLBACK, TERN_STOP_CONTEXT, TERN_STOP_MAX_TOKENS,
+    TERN_STOP_NONE, TERN_STOP_STRING, TERN_STOP_TOKEN,
 };
 pub use options::{
     TERN_KV_A3, TERN_KV_A4, TERN_KV_F16, TERN_KV_F32, TERN_KV_Q2, TERN_KV_Q3, TERN_KV_Q4,
@@ -71,6 +67,10 @@ pub use session::{
     tern_cancel, tern_debug_lose_device, tern_generate, tern_piece_callback, tern_score,
     tern_session, tern_session_free, tern_session_get_report, tern_session_last_stats,
     tern_session_new, tern_session_reset,
+};
+pub use session_ext::{
+    tern_bytes_free, tern_generate_ex, tern_generate_options, tern_generate_options_default,
+    tern_session_restore, tern_session_restore_file, tern_session_save, tern_session_save_file,
 };
 pub use status::{tern_last_error, tern_status, tern_status_name};
 

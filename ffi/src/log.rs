@@ -73,7 +73,14 @@ impl log::Log for CLogger {
         // SAFETY: the callback and its user data were given by the app, which keeps them valid
         // until it replaces them (`tern_set_log_callback`'s contract); the strings live for the
         // call.
-        unsafe { (s.cb)(level_code(r.level()), target.as_ptr(), msg.as_ptr(), s.user_data as _) };
+        unsafe {
+            (s.cb)(
+                level_code(r.level()),
+                target.as_ptr(),
+                msg.as_ptr(),
+                s.user_data as _,
+            )
+        };
     }
 
     fn flush(&self) {}

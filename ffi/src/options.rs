@@ -11,8 +11,8 @@ use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 
 use tern_engine::{
-    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, LoadProgress, MiniCache,
-    MiniCacheMode, Numerics, SamplingParams, SessionOptions, SessionReport, StopReason,
+    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, LoadProgress,
+    MiniCache, MiniCacheMode, Numerics, SamplingParams, SessionOptions, SessionReport, StopReason,
 };
 
 use crate::status::{Error, Result};
@@ -48,17 +48,24 @@ pub struct tern_model_options {
     /// `TERN_OUT_OF_MEMORY` and a message naming the smallest budget that works. 0 (default): no
     /// cap. Added after the first version (`struct_size` 12 = no budget).
     pub max_memory: u64,
+}
+
+/// What `tern_model_load_ex` adds to `tern_model_options`: the CPU thread count and a load-progress
+/// callback. Initialise with `tern_load_options_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct tern_load_options {
+    /// `sizeof(tern_load_options)`, set by `tern_load_options_default()`.
+    pub struct_size: u32,
     /// CPU backend: the number of threads that split the matrix products; 0 (default): one per
-    /// core (or the calling thread only when `use_threads` is 0). The thread pool is made once
-    /// per process, by the first model that runs on the CPU: a later model asking for another
-    /// count fails with `TERN_INVALID_ARGUMENT` naming the count in use. The GPU ignores it.
-    /// `tern_model_info.cpu_threads` reads back what a model uses. Appended (issue 32): a
-    /// caller whose `struct_size` ends before it gets 0.
+    /// core (or the calling thread only when `tern_model_options.use_threads` is 0). The thread
+    /// pool is made once per process, by the first model that runs on the CPU: a later model
+    /// asking for another count fails with `TERN_INVALID_ARGUMENT` naming the count in use. The
+    /// GPU ignores it. `tern_model_info.cpu_threads` reads back what a model uses.
     pub cpu_threads: u32,
-    /// Unused; keeps the pointers below aligned on every ABI. Set to 0.
-    pub reserved1: u32,
-    /// Called on the loading thread as `tern_model_load` goes (NULL: not reported; see
-    /// `tern_progress_callback`). Appended with `cpu_threads`.
+    /// Called on the loading thread as the load goes (NULL: not reported; see
+    /// `tern_progress_callback`).
     pub progress: tern_progress_callback,
     /// Passed to `progress`.
     pub progress_user_data: *mut c_void,
@@ -202,10 +209,27 @@ pub extern "C" fn tern_model_options_default() -> tern_model_options {
         use_threads: 1,
         reserved0: 0,
         max_memory: 0,
+    }
+}
+
+/// Load options (`tern_model_load_ex`) with their defaults: one thread per core, no callback.
+#[no_mangle]
+pub extern "C" fn tern_load_options_default() -> tern_load_options {
+    tern_load_options {
+        struct_size: size_of::<tern_load_options>() as u32,
         cpu_threads: 0,
-        reserved1: 0,
         progress: None,
         progress_user_data: std::ptr::null_mut(),
+    }
+}
+
+// SAFETY: repr(C), u32 struct_size first, a u32, a nullable function pointer and a raw pointer
+// (any bit pattern is a value; the pointers are only passed back to the caller).
+unsafe impl Versioned for tern_load_options {
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_load_options";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
     }
 }
 
@@ -254,8 +278,7 @@ pub(crate) unsafe trait Versioned: Copy {
     fn set_struct_size(&mut self);
 }
 
-// SAFETY: repr(C), u32 struct_size first, u32/u64 fields, a nullable function pointer and a raw
-// pointer (any bit pattern is a value; they are only passed back to the caller).
+// SAFETY: repr(C), u32 struct_size first, only u32/u64 fields.
 unsafe impl Versioned for tern_model_options {
     /// The first version: `struct_size`, `device`, `use_threads`.
     const MIN_SIZE: usize = 12;
@@ -348,7 +371,7 @@ pub(crate) unsafe fn write_versioned<T: Versioned>(p: *mut T, mut value: T) -> R
 impl tern_model_options {
     /// The engine's load options: each number mapped to its typed value (no strings), checked
     /// by the engine when the model is opened.
-    pub(crate) fn load_options(&self) -> Result<LoadOptions> {
+    pub(crate) fn load_options(&self, extra: &tern_load_options) -> Result<LoadOptions> {
         let device = match self.device {
             TERN_DEVICE_AUTO => Device::Auto,
             TERN_DEVICE_CPU => Device::Cpu,
@@ -363,13 +386,13 @@ impl tern_model_options {
         Ok(LoadOptions {
             device,
             max_memory: Some(self.max_memory).filter(|&m| m != 0),
-            cpu_threads: match (self.use_threads, self.cpu_threads) {
+            cpu_threads: match (self.use_threads, extra.cpu_threads) {
                 (0, _) => CpuThreads::Caller,
                 (_, 0) => CpuThreads::Pool,
                 (_, n) => CpuThreads::Count(n as usize),
             },
-            progress: self.progress.map(|cb| {
-                let user = self.progress_user_data as usize;
+            progress: extra.progress.map(|cb| {
+                let user = extra.progress_user_data as usize;
                 LoadProgress(std::sync::Arc::new(move |f: f32, stage: &str| {
                     let c = std::ffi::CString::new(stage).unwrap_or_default();
                     // SAFETY: the caller's callback with its user data, during tern_model_load

@@ -96,9 +96,10 @@ int main(int argc, char **argv) {
 
   /* 3. Load with TERN_DEVICE_AUTO: the hardware GPU when there is one, else the CPU. */
   tern_model_options mo = tern_model_options_default(); /* device = TERN_DEVICE_AUTO */
-  mo.progress = on_progress;
+  tern_load_options lo = tern_load_options_default();
+  lo.progress = on_progress;
   tern_model *model = NULL;
-  TRY(tern_model_load(model_path, &mo, &model));
+  TRY(tern_model_load_ex(model_path, &mo, &lo, &model));
 
   /* 4. Metadata. */
   tern_model_info info = {0};

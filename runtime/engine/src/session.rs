@@ -21,8 +21,8 @@ use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 mod sampling;
 mod state;
-pub use state::{CHUNK as STATE_CHUNK, STATE_VERSION};
 use sampling::Pending;
+pub use state::{CHUNK as STATE_CHUNK, STATE_VERSION};
 
 /// A loaded model: weights for the CPU reference or the GPU engine, tokenizer, metadata.
 pub struct Model {
@@ -131,7 +131,8 @@ impl Model {
             }
             // Before any CPU work of this model: the pool is sized on first use.
             if opts.device != Device::Gpu {
-                tern_reference::threads::set_pool_threads(n).map_err(EngineError::InvalidArgument)?;
+                tern_reference::threads::set_pool_threads(n)
+                    .map_err(EngineError::InvalidArgument)?;
             }
         }
         let mut backend = crate::backend::load(file, opts)?;

@@ -291,10 +291,12 @@ impl SessionBackend for CpuSession<'_> {
         if self.cache.len() != tokens.len() {
             let held = self.cache.len();
             self.cache.clear();
-            return Err(EngineError::State(crate::error::StateError::Corrupt(format!(
-                "the cache holds {held} positions but the history has {} tokens",
-                tokens.len()
-            ))));
+            return Err(EngineError::State(crate::error::StateError::Corrupt(
+                format!(
+                    "the cache holds {held} positions but the history has {} tokens",
+                    tokens.len()
+                ),
+            )));
         }
         self.tokens.extend_from_slice(tokens);
         Ok(())

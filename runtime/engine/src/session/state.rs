@@ -206,7 +206,9 @@ impl Session<'_> {
             let chunks = r.u32("a chunk count")? as usize;
             if chunks > len.div_ceil(CHUNK) || len > bytes.len().saturating_mul(CHUNK).max(1 << 20)
             {
-                return Err(corrupt(format!("section {i}: {chunks} chunks of {len} bytes")));
+                return Err(corrupt(format!(
+                    "section {i}: {chunks} chunks of {len} bytes"
+                )));
             }
             let mut buf = Vec::new();
             buf.try_reserve_exact(len)

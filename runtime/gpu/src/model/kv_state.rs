@@ -57,7 +57,10 @@ impl GpuSession {
             .flat_map(|l| [l.k.size(), l.v.size()])
             .collect();
         if sections.len() != want.len()
-            || sections.iter().zip(&want).any(|(s, &w)| s.len() as u64 != w)
+            || sections
+                .iter()
+                .zip(&want)
+                .any(|(s, &w)| s.len() as u64 != w)
             || len > self.n_ctx
         {
             return Err(GpuError::invalid(

@@ -24,8 +24,8 @@
 pub mod activation;
 mod graph;
 mod jit;
-mod kv_state;
 pub mod kv_cache;
+mod kv_state;
 mod load;
 pub mod memory;
 mod profile;
