@@ -394,14 +394,16 @@ extern "C" {
 #endif // __cplusplus
 
 // The C ABI version this library implements (`TERN_ABI_VERSION` of the header it was built with).
+// Thread-safety: any thread.
 uint32_t tern_abi_version(void);
 
-// tern's version as a static NUL-terminated UTF-8 string (never freed).
+// tern's version as a static NUL-terminated UTF-8 string (never freed). Thread-safety: any thread.
 const char *tern_version(void);
 
 // Number of `tern_model` and `tern_session` handles made and not yet freed in this process: a leak
 // check for tests and wrappers. A model handle counts as freed when `tern_model_free` is called,
 // although its weights stay in memory until the last session made from it is freed.
+// Thread-safety: any thread.
 size_t tern_debug_live_handles(void);
 
 // Render `messages` with the model's chat template (Hugging Face `apply_chat_template`
@@ -435,7 +437,7 @@ enum tern_status tern_chat_apply(struct tern_model *model, const struct tern_cha
 // As `tern_chat_apply`; `chat_template` is NULL or NUL-terminated.
 enum tern_status tern_chat_apply_template(struct tern_model *model, const char *chat_template, const struct tern_chat_message *messages, size_t n_messages, int32_t add_generation_prompt, char **out_text);
 
-// Free a string returned by tern (NULL is ignored).
+// Free a string returned by tern (NULL is ignored). Thread-safety: any thread, once per string.
 //
 // # Safety
 // `s` is NULL or a string tern returned (`tern_chat_apply`, `tern_chat_apply_template`,
@@ -481,7 +483,8 @@ enum tern_status tern_model_get_string(const struct tern_model *model, uint32_t 
 // NULL or writable.
 enum tern_status tern_tokenize(const struct tern_model *model, const char *text, int32_t add_special, int32_t parse_special, uint32_t **out_tokens, size_t *out_n);
 
-// Free tokens from `tern_tokenize` (`n`: the count it gave; NULL is ignored).
+// Free tokens from `tern_tokenize` (`n`: the count it gave; NULL is ignored). Thread-safety: any
+// thread, once per array.
 //
 // # Safety
 // `tokens` is NULL or a pointer from `tern_tokenize` with its count `n`, not yet freed.
@@ -522,6 +525,8 @@ enum tern_status tern_set_log_callback(tern_log_callback cb, int32_t max_level, 
 // Load and validate a `.tern` model. `opts` may be NULL (defaults). On success `*out` receives a
 // handle to free with `tern_model_free`.
 //
+// Thread-safety: any thread; loads of different models may run at once.
+//
 // Errors: `TERN_NULL_ARGUMENT` (path or out), `TERN_INVALID_ARGUMENT` (path not UTF-8, bad
 // options), `TERN_IO` (missing/unreadable file), `TERN_CORRUPT_FILE`, `TERN_UNSUPPORTED`,
 // `TERN_OUT_OF_MEMORY`.
@@ -547,25 +552,30 @@ enum tern_status tern_model_load_ex(const char *path, const struct tern_model_op
 // Free a model handle (NULL is ignored). Sessions made from it stay valid: the weights are
 // released with the last of them.
 //
+// Thread-safety: not while another call on this model handle runs (its sessions may go on).
+//
 // # Safety
 // `model` is NULL or a handle from `tern_model_load` not yet freed, with no call on it running.
 void tern_model_free(struct tern_model *model);
 
-// Model options with their defaults.
+// Model options with their defaults. Thread-safety: any thread.
 struct tern_model_options tern_model_options_default(void);
 
 // Load options (`tern_model_load_ex`) with their defaults: one thread per core, no callback.
+// Thread-safety: any thread.
 struct tern_load_options tern_load_options_default(void);
 
-// Session options with their defaults.
+// Session options with their defaults. Thread-safety: any thread.
 struct tern_session_options tern_session_options_default(void);
 
-// Greedy sampling (and the defaults of the other fields).
+// Greedy sampling (and the defaults of the other fields). Thread-safety: any thread.
 struct tern_sampling tern_sampling_default(void);
 
 // Make a session on `model`. `opts` may be NULL (defaults: the model's training context). On
 // success `*out` receives a handle to free with `tern_session_free`. The session keeps the model
 // alive: `tern_model_free` may be called before `tern_session_free`.
+//
+// Thread-safety: any thread, concurrently with other calls on the model and its sessions.
 //
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (bad options), `TERN_OUT_OF_MEMORY`
 // (the KV cache does not fit).
@@ -577,11 +587,17 @@ enum tern_status tern_session_new(struct tern_model *model, const struct tern_se
 
 // Free a session (NULL is ignored).
 //
+// Thread-safety: not while another call on this session runs.
+//
 // # Safety
 // `session` is NULL or a handle from `tern_session_new` not yet freed, with no call on it
 // running.
 void tern_session_free(struct tern_session *session);
 
+// Forget the session's KV cache.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+//
 // Forget the session's KV cache.
 //
 // # Safety
@@ -599,6 +615,9 @@ enum tern_status tern_session_reset(struct tern_session *session);
 // `max_tokens`: at most that many tokens are generated; 0 runs only the prompt; a negative value
 // means until an end-of-generation token or a full context. Generation also stops when `cb`
 // returns non-zero (`TERN_OK`, stop reason `TERN_STOP_CALLBACK`).
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+// thread; different sessions run in parallel.
 //
 // Errors: `TERN_NULL_ARGUMENT` (session, prompt, cb), `TERN_INVALID_ARGUMENT` (bad sampling
 // values, empty prompt, prompt not UTF-8), `TERN_CONTEXT_FULL` (the prompt does not fit),
@@ -626,6 +645,8 @@ void tern_cancel(struct tern_session *session);
 // Statistics of the last successful `tern_generate` on `session` (stop reason `TERN_STOP_NONE`
 // and zeros before the first). Set `out->struct_size = sizeof(tern_generation_stats)` first.
 //
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+//
 // # Safety
 // `session` is NULL or a live session handle; `out` is NULL or a writable
 // `tern_generation_stats` whose `struct_size` is set.
@@ -634,6 +655,8 @@ enum tern_status tern_session_last_stats(const struct tern_session *session, str
 // What `session` really uses: its device (`TERN_DEVICE_AUTO` resolved), context, KV format,
 // KIVI group/window, MiniCache settings, numerics, the memory budget, KV-cache bytes. Set
 // `out->struct_size = sizeof(tern_session_report)` first.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
 //
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small), `TERN_BUSY`,
 // `TERN_DEVICE_LOST`.
@@ -656,6 +679,9 @@ enum tern_status tern_session_get_report(const struct tern_session *session, str
 // `TERN_CANCELLED` (checked before every layer on the CPU, between submissions on the GPU); the
 // cache is empty after a failed or cancelled score.
 //
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+// thread.
+//
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
 // tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`,
 // `TERN_DEVICE_LOST`.
@@ -676,7 +702,8 @@ enum tern_status tern_score(struct tern_session *session, const char *text, doub
 // `model` is NULL or a live model handle.
 enum tern_status tern_debug_lose_device(const struct tern_model *model);
 
-// Generation options with their defaults (no limit, no stop strings or tokens).
+// Generation options with their defaults (no limit, no stop strings or tokens). Thread-safety:
+// any thread.
 struct tern_generate_options tern_generate_options_default(void);
 
 // `tern_generate` with options: stop strings and stop tokens (`tern_generate_options`;
@@ -711,6 +738,7 @@ enum tern_status tern_generate_ex(struct tern_session *session, const char *prom
 enum tern_status tern_session_save(struct tern_session *session, uint8_t **out_bytes, size_t *out_len);
 
 // Free bytes from `tern_session_save` (`len`: the length it gave; NULL is ignored).
+// Thread-safety: any thread, once per buffer.
 //
 // # Safety
 // `bytes` is NULL or a pointer from `tern_session_save` with its length `len`, not yet freed.
@@ -753,12 +781,14 @@ enum tern_status tern_session_save_file(struct tern_session *session, const char
 enum tern_status tern_session_restore_file(struct tern_session *session, const char *path);
 
 // The name of a status code (`"TERN_OK"`, ...) as a static string; `"TERN_UNKNOWN"` for a number
-// that is not a status. Takes an integer so that any value is safe to pass.
+// that is not a status. Takes an integer so that any value is safe to pass. Thread-safety: any
+// thread.
 const char *tern_status_name(int32_t status);
 
 // The message of the last failed call on this thread, as NUL-terminated UTF-8; `""` when the
 // last status-returning call on this thread succeeded. Never NULL. The pointer stays valid until
-// the next tern call on this thread; copy the text to keep it.
+// the next tern call on this thread; copy the text to keep it. Thread-safety: any thread; each
+// thread has its own last error.
 const char *tern_last_error(void);
 
 #ifdef __cplusplus

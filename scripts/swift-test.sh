@@ -28,7 +28,7 @@ if [ ! -x "$chroot_dir/usr/bin/swift" ]; then
   chroot "$chroot_dir" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive chroot "$chroot_dir" apt-get install -y -qq --no-install-recommends swiftlang
 fi
-cargo build --release -q -p tern-ffi
+cargo build --release -q -p tern-ffi --features jni  # the same libtern.so as tests/c/run.sh
 model=$(./target/release/tern fetch-default 2>/dev/null || true)
 [ -n "$model" ] || { cargo build --release -q --bin tern; model=$(./target/release/tern fetch-default); }
 mkdir -p "$chroot_dir/work/repo" "$chroot_dir/work/model"

@@ -165,7 +165,7 @@ unsafe fn apply(
     Ok(())
 }
 
-/// Free a string returned by tern (NULL is ignored).
+/// Free a string returned by tern (NULL is ignored). Thread-safety: any thread, once per string.
 ///
 /// # Safety
 /// `s` is NULL or a string tern returned (`tern_chat_apply`, `tern_chat_apply_template`,

@@ -226,7 +226,8 @@ pub unsafe extern "C" fn tern_tokenize(
     })
 }
 
-/// Free tokens from `tern_tokenize` (`n`: the count it gave; NULL is ignored).
+/// Free tokens from `tern_tokenize` (`n`: the count it gave; NULL is ignored). Thread-safety: any
+/// thread, once per array.
 ///
 /// # Safety
 /// `tokens` is NULL or a pointer from `tern_tokenize` with its count `n`, not yet freed.

@@ -18,7 +18,7 @@
 //! 7. **Options structs start with `struct_size`**, set by `tern_*_default()`. The library reads at
 //!    most the bytes it knows and rejects a `struct_size` below its first published version, so a
 //!    struct can grow at the end without breaking older callers.
-//! 8. **Threads**: a `tern_model` may be shared by any number of threads and sessions. A
+//! 8. **Threads** (each function's doc says its own rule, under "Thread-safety"): a `tern_model` may be shared by any number of threads and sessions. A
 //!    `tern_session` runs one call at a time (a second concurrent call on the same session gets
 //!    `TERN_BUSY`), except [`tern_cancel`], which is safe from any thread at any time. `_free` must
 //!    not race other calls on the same handle.
@@ -79,12 +79,13 @@ pub use status::{tern_last_error, tern_status, tern_status_name};
 pub const TERN_ABI_VERSION: u32 = 1;
 
 /// The C ABI version this library implements (`TERN_ABI_VERSION` of the header it was built with).
+/// Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_abi_version() -> u32 {
     TERN_ABI_VERSION
 }
 
-/// tern's version as a static NUL-terminated UTF-8 string (never freed).
+/// tern's version as a static NUL-terminated UTF-8 string (never freed). Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_version() -> *const c_char {
     static VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -105,6 +106,7 @@ pub(crate) fn handle_freed() {
 /// Number of `tern_model` and `tern_session` handles made and not yet freed in this process: a leak
 /// check for tests and wrappers. A model handle counts as freed when `tern_model_free` is called,
 /// although its weights stay in memory until the last session made from it is freed.
+/// Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_debug_live_handles() -> usize {
     LIVE_HANDLES.load(Ordering::SeqCst)

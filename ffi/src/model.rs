@@ -51,6 +51,8 @@ fn load(path: &str, opts: &tern_model_options, extra: &tern_load_options) -> Res
 /// Load and validate a `.tern` model. `opts` may be NULL (defaults). On success `*out` receives a
 /// handle to free with `tern_model_free`.
 ///
+/// Thread-safety: any thread; loads of different models may run at once.
+///
 /// Errors: `TERN_NULL_ARGUMENT` (path or out), `TERN_INVALID_ARGUMENT` (path not UTF-8, bad
 /// options), `TERN_IO` (missing/unreadable file), `TERN_CORRUPT_FILE`, `TERN_UNSUPPORTED`,
 /// `TERN_OUT_OF_MEMORY`.
@@ -119,6 +121,8 @@ pub unsafe extern "C" fn tern_model_load_ex(
 
 /// Free a model handle (NULL is ignored). Sessions made from it stay valid: the weights are
 /// released with the last of them.
+///
+/// Thread-safety: not while another call on this model handle runs (its sessions may go on).
 ///
 /// # Safety
 /// `model` is NULL or a handle from `tern_model_load` not yet freed, with no call on it running.

@@ -200,7 +200,7 @@ pub struct tern_generation_stats {
     pub decode_seconds: f64,
 }
 
-/// Model options with their defaults.
+/// Model options with their defaults. Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_model_options_default() -> tern_model_options {
     tern_model_options {
@@ -213,6 +213,7 @@ pub extern "C" fn tern_model_options_default() -> tern_model_options {
 }
 
 /// Load options (`tern_model_load_ex`) with their defaults: one thread per core, no callback.
+/// Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_load_options_default() -> tern_load_options {
     tern_load_options {
@@ -233,7 +234,7 @@ unsafe impl Versioned for tern_load_options {
     }
 }
 
-/// Session options with their defaults.
+/// Session options with their defaults. Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_session_options_default() -> tern_session_options {
     tern_session_options {
@@ -250,7 +251,7 @@ pub extern "C" fn tern_session_options_default() -> tern_session_options {
     }
 }
 
-/// Greedy sampling (and the defaults of the other fields).
+/// Greedy sampling (and the defaults of the other fields). Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_sampling_default() -> tern_sampling {
     let d = SamplingParams::default();

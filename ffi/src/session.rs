@@ -110,6 +110,8 @@ fn check_kv_memory(model: &Model, n_ctx: usize) -> Result<()> {
 /// success `*out` receives a handle to free with `tern_session_free`. The session keeps the model
 /// alive: `tern_model_free` may be called before `tern_session_free`.
 ///
+/// Thread-safety: any thread, concurrently with other calls on the model and its sessions.
+///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (bad options), `TERN_OUT_OF_MEMORY`
 /// (the KV cache does not fit).
 ///
@@ -150,6 +152,8 @@ pub unsafe extern "C" fn tern_session_new(
 
 /// Free a session (NULL is ignored).
 ///
+/// Thread-safety: not while another call on this session runs.
+///
 /// # Safety
 /// `session` is NULL or a handle from `tern_session_new` not yet freed, with no call on it
 /// running.
@@ -164,6 +168,10 @@ pub unsafe extern "C" fn tern_session_free(session: *mut tern_session) {
     })
 }
 
+/// Forget the session's KV cache.
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+///
 /// Forget the session's KV cache.
 ///
 /// # Safety
@@ -189,6 +197,9 @@ pub unsafe extern "C" fn tern_session_reset(session: *mut tern_session) -> tern_
 /// `max_tokens`: at most that many tokens are generated; 0 runs only the prompt; a negative value
 /// means until an end-of-generation token or a full context. Generation also stops when `cb`
 /// returns non-zero (`TERN_OK`, stop reason `TERN_STOP_CALLBACK`).
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+/// thread; different sessions run in parallel.
 ///
 /// Errors: `TERN_NULL_ARGUMENT` (session, prompt, cb), `TERN_INVALID_ARGUMENT` (bad sampling
 /// values, empty prompt, prompt not UTF-8), `TERN_CONTEXT_FULL` (the prompt does not fit),
@@ -298,6 +309,8 @@ pub unsafe extern "C" fn tern_cancel(session: *mut tern_session) {
 /// Statistics of the last successful `tern_generate` on `session` (stop reason `TERN_STOP_NONE`
 /// and zeros before the first). Set `out->struct_size = sizeof(tern_generation_stats)` first.
 ///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+///
 /// # Safety
 /// `session` is NULL or a live session handle; `out` is NULL or a writable
 /// `tern_generation_stats` whose `struct_size` is set.
@@ -319,6 +332,8 @@ pub unsafe extern "C" fn tern_session_last_stats(
 /// What `session` really uses: its device (`TERN_DEVICE_AUTO` resolved), context, KV format,
 /// KIVI group/window, MiniCache settings, numerics, the memory budget, KV-cache bytes. Set
 /// `out->struct_size = sizeof(tern_session_report)` first.
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small), `TERN_BUSY`,
 /// `TERN_DEVICE_LOST`.
@@ -356,6 +371,9 @@ pub unsafe extern "C" fn tern_session_get_report(
 /// and holds the text's tokens (but the last) afterwards. `tern_cancel` stops it with
 /// `TERN_CANCELLED` (checked before every layer on the CPU, between submissions on the GPU); the
 /// cache is empty after a failed or cancelled score.
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+/// thread.
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
 /// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`,

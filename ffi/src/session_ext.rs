@@ -44,7 +44,8 @@ unsafe impl Versioned for tern_generate_options {
     }
 }
 
-/// Generation options with their defaults (no limit, no stop strings or tokens).
+/// Generation options with their defaults (no limit, no stop strings or tokens). Thread-safety:
+/// any thread.
 #[no_mangle]
 pub extern "C" fn tern_generate_options_default() -> tern_generate_options {
     tern_generate_options {
@@ -160,6 +161,7 @@ pub unsafe extern "C" fn tern_session_save(
 }
 
 /// Free bytes from `tern_session_save` (`len`: the length it gave; NULL is ignored).
+/// Thread-safety: any thread, once per buffer.
 ///
 /// # Safety
 /// `bytes` is NULL or a pointer from `tern_session_save` with its length `len`, not yet freed.

@@ -56,7 +56,8 @@ pub enum tern_status {
 use tern_status::*;
 
 /// The name of a status code (`"TERN_OK"`, ...) as a static string; `"TERN_UNKNOWN"` for a number
-/// that is not a status. Takes an integer so that any value is safe to pass.
+/// that is not a status. Takes an integer so that any value is safe to pass. Thread-safety: any
+/// thread.
 #[no_mangle]
 pub extern "C" fn tern_status_name(status: i32) -> *const c_char {
     let s: &'static str = match status {
@@ -168,7 +169,8 @@ fn clear_last_error() {
 
 /// The message of the last failed call on this thread, as NUL-terminated UTF-8; `""` when the
 /// last status-returning call on this thread succeeded. Never NULL. The pointer stays valid until
-/// the next tern call on this thread; copy the text to keep it.
+/// the next tern call on this thread; copy the text to keep it. Thread-safety: any thread; each
+/// thread has its own last error.
 #[no_mangle]
 pub extern "C" fn tern_last_error() -> *const c_char {
     static EMPTY: &str = "\0";
