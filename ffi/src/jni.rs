@@ -48,21 +48,6 @@ pub extern "system" fn JNI_OnLoad(_vm: *mut jni::sys::JavaVM, _reserved: *mut c_
     JNI_VERSION_1_6
 }
 
-/// One record to logcat (tag `tern`).
-#[cfg(target_os = "android")]
-pub(crate) fn android_log(r: &log::Record) {
-    use log::Log;
-    static L: std::sync::OnceLock<android_logger::AndroidLogger> = std::sync::OnceLock::new();
-    L.get_or_init(|| {
-        android_logger::AndroidLogger::new(
-            android_logger::Config::default()
-                .with_max_level(log::LevelFilter::Trace)
-                .with_tag("tern"),
-        )
-    })
-    .log(r);
-}
-
 /// Throw `TernException(status, message)` unless an exception is already pending.
 fn throw(env: &mut JNIEnv, status: i32, message: &str) {
     if env.exception_check().unwrap_or(true) {

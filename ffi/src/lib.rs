@@ -23,7 +23,8 @@
 //!    `TERN_BUSY`), except [`tern_cancel`], which is safe from any thread at any time. `_free` must
 //!    not race other calls on the same handle.
 //!
-//! Logging goes through the `log` crate; on Android the JNI layer (feature `jni`) routes it to
+//! Logging goes through the `log` crate; `tern_set_log_callback` (`log.rs`) routes it to the
+//! app's C function with a level; on Android the JNI layer (feature `jni`) also sends it to
 //! logcat with `android_logger`.
 
 use std::ffi::c_char;

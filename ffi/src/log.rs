@@ -65,7 +65,7 @@ impl log::Log for CLogger {
             return;
         }
         #[cfg(all(target_os = "android", feature = "jni"))]
-        crate::jni::android_log(r);
+        android_log(r);
         let Ok(sink) = SINK.read() else { return };
         let Some(s) = sink.as_ref() else { return };
         let target = CString::new(r.target().replace('\0', " ")).unwrap_or_default();
@@ -84,6 +84,21 @@ impl log::Log for CLogger {
     }
 
     fn flush(&self) {}
+}
+
+/// One record to logcat (tag `tern`).
+#[cfg(all(target_os = "android", feature = "jni"))]
+fn android_log(r: &log::Record) {
+    use log::Log;
+    static L: std::sync::OnceLock<android_logger::AndroidLogger> = std::sync::OnceLock::new();
+    L.get_or_init(|| {
+        android_logger::AndroidLogger::new(
+            android_logger::Config::default()
+                .with_max_level(log::LevelFilter::Trace)
+                .with_tag("tern"),
+        )
+    })
+    .log(r);
 }
 
 /// Install tern's logger as the process's `log` logger (once). `false` when another logger was
