@@ -24,9 +24,9 @@ fi
 mountpoint -q "$chroot_dir/proc" || mount -t proc proc "$chroot_dir/proc"
 mountpoint -q "$chroot_dir/dev" || mount --bind /dev "$chroot_dir/dev"
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
-if [ ! -x "$chroot_dir/usr/bin/swift" ]; then
+if [ ! -x "$chroot_dir/usr/bin/swift" ] || [ ! -e "$chroot_dir/usr/lib/x86_64-linux-gnu/crti.o" ]; then
   chroot "$chroot_dir" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive chroot "$chroot_dir" apt-get install -y -qq --no-install-recommends swiftlang
+  DEBIAN_FRONTEND=noninteractive chroot "$chroot_dir" apt-get install -y -qq --no-install-recommends swiftlang libc6-dev libgcc-14-dev libstdc++-14-dev
 fi
 cargo build --release -q -p tern-ffi --features jni  # the same libtern.so as tests/c/run.sh
 model=$(./target/release/tern fetch-default 2>/dev/null || true)
