@@ -3,6 +3,7 @@
 // chroot, against libtern.so); a Mac: `swift test` in ios/ after build-xcframework.sh.
 import XCTest
 @testable import Tern
+import TernFFI
 
 final class TernTests: XCTestCase {
     var modelPath: String!
