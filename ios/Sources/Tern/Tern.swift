@@ -249,6 +249,9 @@ private final class Pieces: @unchecked Sendable {
 public final class Session: @unchecked Sendable {
     let handle: OpaquePointer
     public let model: Model
+    /// Held by a generation thread for its whole call: a generation started right after another
+    /// was stopped (a `break` out of its loop) waits for it to end instead of getting `TERN_BUSY`.
+    private let generating = NSLock()
 
     /// `contextSize` 0 = the model's training context.
     public convenience init(model: Model, contextSize: UInt32 = 0) throws {
@@ -314,6 +317,8 @@ public final class Session: @unchecked Sendable {
                 }
             }
             let thread = Thread {
+                self.generating.lock()
+                defer { self.generating.unlock() }
                 var params = sampling
                 let box = Unmanaged.passRetained(pieces)
                 let stopC = stop.map { UnsafePointer(strdup($0)) }
