@@ -27,16 +27,13 @@ dependencies {
     implementation("org.jetbrains.kotlinx:kotlinx-coroutines-core:1.8.1")
 }
 
-// Build libtern.so for the app ABIs (needs `cargo install cargo-ndk`, the Rust Android targets and
-// ANDROID_NDK_HOME). Run it before assembling: ./gradlew cargoNdk assembleRelease
+// Build libtern.so for the app ABIs with cargo-ndk (build-native.sh: needs ANDROID_NDK_HOME,
+// `cargo install cargo-ndk` and the Rust Android targets). Run it before assembling:
+//   ./gradlew cargoNdk assembleRelease
+// Not run by tern's authors or CI (no Android SDK/NDK there): see docs/app-developers.md.
 val cargoNdk by tasks.registering(Exec::class) {
     group = "build"
     description = "Builds libtern.so for arm64-v8a, armeabi-v7a and x86_64 with cargo-ndk."
-    workingDir = rootDir.parentFile
-    commandLine(
-        "cargo", "ndk",
-        "-t", "arm64-v8a", "-t", "armeabi-v7a", "-t", "x86_64",
-        "-o", "android/src/main/jniLibs",
-        "build", "--release", "-p", "tern-ffi", "--features", "jni"
-    )
+    workingDir = rootDir
+    commandLine("bash", "build-native.sh")
 }

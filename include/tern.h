@@ -18,6 +18,37 @@
 // when the library loads.
 #define TERN_ABI_VERSION 1
 
+// `tern_model_get_string`: the model's name (from its source metadata, else the file it was
+// packed from).
+#define TERN_MODEL_STR_NAME 0
+
+// `tern_model_get_string`: the architecture (`"llama"`, `"bitnet"`, ...).
+#define TERN_MODEL_STR_ARCHITECTURE 1
+
+// `tern_model_get_string`: the model's own Jinja chat template (NULL when it has none).
+#define TERN_MODEL_STR_CHAT_TEMPLATE 2
+
+// `tern_model_get_string`: the device, `"cpu"` or `"gpu (adapter, backend)"`.
+#define TERN_MODEL_STR_DEVICE 3
+
+// `tern_log_callback` level: errors only. Also `tern_set_log_callback`'s `max_level`.
+#define TERN_LOG_ERROR 1
+
+// Warnings.
+#define TERN_LOG_WARN 2
+
+// Information (the model loaded, the device taken, a GPU fallback): the default level.
+#define TERN_LOG_INFO 3
+
+// Debugging detail (per call).
+#define TERN_LOG_DEBUG 4
+
+// Everything.
+#define TERN_LOG_TRACE 5
+
+// `tern_set_log_callback`'s `max_level`: nothing.
+#define TERN_LOG_OFF 0
+
 // `tern_model_options.device`: a hardware GPU when there is one and the model has kernels for
 // every tensor on it, else the CPU reference (never a software adapter such as lavapipe: ask for
 // `TERN_DEVICE_GPU` to use one). tern's one meaning of "auto" (`tern_engine::Device::Auto`).
@@ -140,6 +171,9 @@ typedef enum tern_status {
   // load the model again (`TERN_DEVICE_CPU` always works) and make a new session. Appended
   // (ABI version unchanged); libraries before it reported a lost device as `TERN_INTERNAL`.
   TERN_DEVICE_LOST = 14,
+  // `tern_session_restore`: the state was saved from another model, KV format, context size,
+  // numerics or device; the session is unchanged. Appended (issue 32; ABI version unchanged).
+  TERN_STATE_MISMATCH = 15,
 } tern_status;
 
 // A loaded model (opaque). Free with `tern_model_free`.
@@ -155,6 +189,50 @@ typedef struct tern_chat_message {
   // The message text (NUL-terminated UTF-8).
   const char *content;
 } tern_chat_message;
+
+// What a loaded model is, read by `tern_model_get_info`. Set `struct_size` to
+// `sizeof(tern_model_info)` first; fields a newer library appends are not written to an older
+// caller's smaller struct. Token ids are -1 where the model has no such token.
+typedef struct tern_model_info {
+  // `sizeof(tern_model_info)`, set by the caller.
+  uint32_t struct_size;
+  // `TERN_DEVICE_CPU` or `TERN_DEVICE_GPU`: where the model was loaded (`TERN_DEVICE_AUTO`
+  // resolved).
+  uint32_t device;
+  // Vocabulary size.
+  uint32_t n_vocab;
+  // The context the model was trained with (from the file).
+  uint32_t n_ctx_train;
+  uint32_t n_layer;
+  uint32_t n_embd;
+  uint32_t n_head;
+  uint32_t n_head_kv;
+  uint32_t head_dim;
+  // Special tokens (-1: none).
+  int32_t bos;
+  int32_t eos;
+  // End of turn (e.g. `<|im_end|>`).
+  int32_t eot;
+  int32_t pad;
+  int32_t unk;
+  // Non-zero: `tern_tokenize` with `add_special` puts BOS first.
+  uint32_t add_bos;
+  // Non-zero: the model has a tokenizer (text can be used with it).
+  uint32_t has_tokenizer;
+  // Non-zero: the model has its own chat template (`TERN_MODEL_STR_CHAT_TEMPLATE`).
+  uint32_t has_chat_template;
+  // Threads the CPU backend runs matrix products on (1: the calling thread); 0 on the GPU.
+  uint32_t cpu_threads;
+  // Bytes of the weights as stored in the file.
+  uint64_t weight_bytes;
+} tern_model_info;
+
+// Receives one log record: `level` one of `TERN_LOG_*`, `target` the module that logged
+// (`"tern_engine::backend"`, ...), `message` the text; both NUL-terminated UTF-8, valid only
+// during the call. Called on the thread that logged — any thread, possibly several at once
+// (tern's worker threads, the app's threads calling tern): it must be thread-safe, and must not
+// call `tern_set_log_callback` (it would wait for itself).
+typedef void (*tern_log_callback)(int32_t level, const char *target, const char *message, void *user_data);
 
 // How to load a model. Initialise with `tern_model_options_default()`.
 typedef struct tern_model_options {
@@ -174,6 +252,31 @@ typedef struct tern_model_options {
   // cap. Added after the first version (`struct_size` 12 = no budget).
   uint64_t max_memory;
 } tern_model_options;
+
+// Load progress: `fraction` in [0, 1] and the stage that just finished, a static
+// NUL-terminated string — `"open"` (the file mapped and its header, metadata and tensor table
+// checked), `"weights"` (the weights loaded for the device: the long part), `"tokenizer"`,
+// `"done"` (1.0) — each once, in that order, on the thread calling `tern_model_load`; `"done"`
+// only when the load succeeds. The strings are valid only during the call.
+typedef void (*tern_progress_callback)(float fraction, const char *stage, void *user_data);
+
+// What `tern_model_load_ex` adds to `tern_model_options`: the CPU thread count and a load-progress
+// callback. Initialise with `tern_load_options_default()`.
+typedef struct tern_load_options {
+  // `sizeof(tern_load_options)`, set by `tern_load_options_default()`.
+  uint32_t struct_size;
+  // CPU backend: the number of threads that split the matrix products; 0 (default): one per
+  // core (or the calling thread only when `tern_model_options.use_threads` is 0). The thread
+  // pool is made once per process, by the first model that runs on the CPU: a later model
+  // asking for another count fails with `TERN_INVALID_ARGUMENT` naming the count in use. The
+  // GPU ignores it. `tern_model_info.cpu_threads` reads back what a model uses.
+  uint32_t cpu_threads;
+  // Called on the loading thread as the load goes (NULL: not reported; see
+  // `tern_progress_callback`).
+  tern_progress_callback progress;
+  // Passed to `progress`.
+  void *progress_user_data;
+} tern_load_options;
 
 // How to make a session. Initialise with `tern_session_options_default()`.
 typedef struct tern_session_options {
@@ -331,25 +434,49 @@ typedef struct tern_session_report {
   uint64_t kv_bytes;
 } tern_session_report;
 
+// How `tern_generate_ex` generates. Initialise with `tern_generate_options_default()`.
+typedef struct tern_generate_options {
+  // `sizeof(tern_generate_options)`, set by `tern_generate_options_default()`.
+  uint32_t struct_size;
+  // As `tern_generate`'s `max_tokens`: at most that many tokens; 0 runs only the prompt; a
+  // negative value (default -1) until an end-of-generation token or a full context.
+  int32_t max_tokens;
+  // `n_stop_strings` NUL-terminated UTF-8 strings (NULL when 0; empty strings are ignored):
+  // generation stops when the text contains one of them, and the text passed to the callback
+  // ends before it (text that could begin a stop string is held back until it is known not
+  // to; stop reason `TERN_STOP_STRING`). The strings are read during the call only.
+  const char *const *stop_strings;
+  size_t n_stop_strings;
+  // `n_stop_tokens` token ids (NULL when 0) that end generation like the model's own
+  // end-of-generation tokens (stop reason `TERN_STOP_TOKEN`; the token is not passed on).
+  const uint32_t *stop_tokens;
+  size_t n_stop_tokens;
+} tern_generate_options;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 // The C ABI version this library implements (`TERN_ABI_VERSION` of the header it was built with).
+// Thread-safety: any thread.
 uint32_t tern_abi_version(void);
 
-// tern's version as a static NUL-terminated UTF-8 string (never freed).
+// tern's version as a static NUL-terminated UTF-8 string (never freed). Thread-safety: any thread.
 const char *tern_version(void);
 
 // Number of `tern_model` and `tern_session` handles made and not yet freed in this process: a leak
 // check for tests and wrappers. A model handle counts as freed when `tern_model_free` is called,
 // although its weights stay in memory until the last session made from it is freed.
+// Thread-safety: any thread.
 size_t tern_debug_live_handles(void);
 
 // Render `messages` with the model's chat template (Hugging Face `apply_chat_template`
 // semantics) into `*out_text`, a NUL-terminated UTF-8 string to free with `tern_string_free`.
 // `add_generation_prompt` non-zero appends the header that opens the assistant's turn. Pass the
 // result to `tern_generate` as the prompt. `messages` may be NULL when `n_messages` is 0.
+// (`tern_chat_apply_template` renders with a template of the app's own.)
+//
+// Thread-safety: any thread, concurrently with any call on the model or its sessions.
 //
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (text not UTF-8), `TERN_NO_TOKENIZER`,
 // `TERN_TEMPLATE` (no template, or the template rejected the conversation).
@@ -359,14 +486,110 @@ size_t tern_debug_live_handles(void);
 // whose strings are NULL or NUL-terminated; `out_text` is NULL or writable.
 enum tern_status tern_chat_apply(struct tern_model *model, const struct tern_chat_message *messages, size_t n_messages, int32_t add_generation_prompt, char **out_text);
 
-// Free a string returned by tern (NULL is ignored).
+// `tern_chat_apply` with the app's own Jinja `chat_template` instead of the model's (NULL:
+// the model's). The way to chat with a model whose own template the app does not trust (a
+// file from the internet: its template runs in tern's sandboxed renderer either way, but the
+// app decides the prompt format) or that has none. The template sees `messages` (`role`,
+// `content`), `add_generation_prompt`, `bos_token` and `eos_token` (the model's, as text), as
+// in Hugging Face `apply_chat_template`.
+//
+// Thread-safety: any thread, concurrently with any call on the model or its sessions.
+//
+// Errors: as `tern_chat_apply`; `TERN_TEMPLATE` also for a template that does not parse.
 //
 // # Safety
-// `s` is NULL or a string from `tern_chat_apply` not yet freed.
+// As `tern_chat_apply`; `chat_template` is NULL or NUL-terminated.
+enum tern_status tern_chat_apply_template(struct tern_model *model, const char *chat_template, const struct tern_chat_message *messages, size_t n_messages, int32_t add_generation_prompt, char **out_text);
+
+// Free a string returned by tern (NULL is ignored). Thread-safety: any thread, once per string.
+//
+// # Safety
+// `s` is NULL or a string tern returned (`tern_chat_apply`, `tern_chat_apply_template`,
+// `tern_detokenize`, `tern_model_get_string`) not yet freed.
 void tern_string_free(char *s);
+
+// Numbers describing `model`: device, vocabulary, training context, shape, special tokens,
+// threads, weight bytes. Set `out->struct_size = sizeof(tern_model_info)` first.
+//
+// Thread-safety: any thread, concurrently with any call on the model or its sessions.
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small).
+//
+// # Safety
+// `model` is NULL or a live model handle; `out` is NULL or a writable `tern_model_info` whose
+// `struct_size` is set.
+enum tern_status tern_model_get_info(const struct tern_model *model, struct tern_model_info *out);
+
+// One of the model's strings (`TERN_MODEL_STR_*`) into `*out_text`, a NUL-terminated UTF-8
+// string to free with `tern_string_free`, or NULL when the model has none (a model without a
+// chat template: `TERN_OK` and NULL).
+//
+// Thread-safety: any thread, concurrently with any call on the model or its sessions.
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (an unknown `which`).
+//
+// # Safety
+// `model` is NULL or a live model handle; `out_text` is NULL or writable.
+enum tern_status tern_model_get_string(const struct tern_model *model, uint32_t which, char **out_text);
+
+// Tokenize `text` into `*out_tokens` (`*out_n` ids; free with `tern_tokens_free`).
+// `add_special` non-zero adds BOS/EOS as the model's tokenizer says (`tern_model_info.add_bos`);
+// `parse_special` non-zero maps the text of control tokens (`<|im_start|>`) to their ids.
+// `tern_generate` tokenizes its prompt with both on. An empty text gives 0 tokens (or just
+// BOS).
+//
+// Thread-safety: any thread, concurrently with any call on the model or its sessions.
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_NO_TOKENIZER`.
+//
+// # Safety
+// `model` is NULL or a live model handle; `text` is NULL or NUL-terminated; the outputs are
+// NULL or writable.
+enum tern_status tern_tokenize(const struct tern_model *model, const char *text, int32_t add_special, int32_t parse_special, uint32_t **out_tokens, size_t *out_n);
+
+// Free tokens from `tern_tokenize` (`n`: the count it gave; NULL is ignored). Thread-safety: any
+// thread, once per array.
+//
+// # Safety
+// `tokens` is NULL or a pointer from `tern_tokenize` with its count `n`, not yet freed.
+void tern_tokens_free(uint32_t *tokens, size_t n);
+
+// The text of `n` token ids into `*out_text` (NUL-terminated UTF-8; free with
+// `tern_string_free`): the pieces concatenated, special tokens rendered as their text, bytes
+// that do not form UTF-8 (ids that split a character) as U+FFFD. `tern_tokenize` then
+// `tern_detokenize` gives the text back (without the BOS text when `add_special` was 0).
+//
+// Thread-safety: any thread, concurrently with any call on the model or its sessions.
+//
+// Errors: `TERN_NULL_ARGUMENT` (`tokens` NULL with `n > 0`), `TERN_INVALID_ARGUMENT` (an id
+// outside the vocabulary), `TERN_NO_TOKENIZER`.
+//
+// # Safety
+// `model` is NULL or a live model handle; `tokens` is NULL or points to `n` ids; `out_text` is
+// NULL or writable.
+enum tern_status tern_detokenize(const struct tern_model *model, const uint32_t *tokens, size_t n, char **out_text);
+
+// Route tern's log records of `max_level` (`TERN_LOG_*`; `TERN_LOG_OFF` = none) and more
+// severe to `cb` with `user_data`; `cb` NULL stops the routing. Replaces the previous callback:
+// when this returns, the old one is no longer called (calls in flight have finished). Without a
+// callback nothing is logged (on Android with the JNI layer, records also go to logcat, tag
+// `tern`).
+//
+// Thread-safety: safe from any thread; not from inside the callback. The callback itself is
+// called on whichever thread logs, possibly concurrently (see `tern_log_callback`).
+//
+// Errors: `TERN_INVALID_ARGUMENT` (`max_level` not a `TERN_LOG_*`), `TERN_UNSUPPORTED`
+// (the host process installed another Rust `log` logger first: tern's records go to it).
+//
+// # Safety
+// `cb` is NULL or a function safe to call with `user_data` from any thread until it is
+// replaced.
+enum tern_status tern_set_log_callback(tern_log_callback cb, int32_t max_level, void *user_data);
 
 // Load and validate a `.tern` model. `opts` may be NULL (defaults). On success `*out` receives a
 // handle to free with `tern_model_free`.
+//
+// Thread-safety: any thread; loads of different models may run at once.
 //
 // Errors: `TERN_NULL_ARGUMENT` (path or out), `TERN_INVALID_ARGUMENT` (path not UTF-8, bad
 // options), `TERN_IO` (missing/unreadable file), `TERN_CORRUPT_FILE`, `TERN_UNSUPPORTED`,
@@ -377,20 +600,39 @@ void tern_string_free(char *s);
 // `out` is NULL or writable.
 enum tern_status tern_model_load(const char *path, const struct tern_model_options *opts, struct tern_model **out);
 
+// `tern_model_load` with `tern_load_options` (`load` may be NULL: the defaults): the CPU thread
+// count and a load-progress callback.
+//
+// Thread-safety: any thread; loads of different models may run at once.
+//
+// Errors: `tern_model_load`'s; `TERN_INVALID_ARGUMENT` for a thread count other than the
+// process's pool's once it exists.
+//
+// # Safety
+// As `tern_model_load`; `load` is NULL or a valid `tern_load_options` whose callback is NULL or
+// safe to call with its user data during this call.
+enum tern_status tern_model_load_ex(const char *path, const struct tern_model_options *opts, const struct tern_load_options *load_opts, struct tern_model **out);
+
 // Free a model handle (NULL is ignored). Sessions made from it stay valid: the weights are
 // released with the last of them.
+//
+// Thread-safety: not while another call on this model handle runs (its sessions may go on).
 //
 // # Safety
 // `model` is NULL or a handle from `tern_model_load` not yet freed, with no call on it running.
 void tern_model_free(struct tern_model *model);
 
-// Model options with their defaults.
+// Model options with their defaults. Thread-safety: any thread.
 struct tern_model_options tern_model_options_default(void);
 
-// Session options with their defaults.
+// Load options (`tern_model_load_ex`) with their defaults: one thread per core, no callback.
+// Thread-safety: any thread.
+struct tern_load_options tern_load_options_default(void);
+
+// Session options with their defaults. Thread-safety: any thread.
 struct tern_session_options tern_session_options_default(void);
 
-// Greedy sampling (and the defaults of the other fields).
+// Greedy sampling (and the defaults of the other fields). Thread-safety: any thread.
 struct tern_sampling tern_sampling_default(void);
 
 // Plan the model at `path` under `opts` before loading it: the weights' bytes as they would be
@@ -414,6 +656,8 @@ enum tern_status tern_model_plan(const char *path, const struct tern_model_optio
 // success `*out` receives a handle to free with `tern_session_free`. The session keeps the model
 // alive: `tern_model_free` may be called before `tern_session_free`.
 //
+// Thread-safety: any thread, concurrently with other calls on the model and its sessions.
+//
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (bad options), `TERN_OUT_OF_MEMORY`
 // (the KV cache does not fit).
 //
@@ -424,11 +668,17 @@ enum tern_status tern_session_new(struct tern_model *model, const struct tern_se
 
 // Free a session (NULL is ignored).
 //
+// Thread-safety: not while another call on this session runs.
+//
 // # Safety
 // `session` is NULL or a handle from `tern_session_new` not yet freed, with no call on it
 // running.
 void tern_session_free(struct tern_session *session);
 
+// Forget the session's KV cache.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+//
 // Forget the session's KV cache.
 //
 // # Safety
@@ -446,6 +696,9 @@ enum tern_status tern_session_reset(struct tern_session *session);
 // `max_tokens`: at most that many tokens are generated; 0 runs only the prompt; a negative value
 // means until an end-of-generation token or a full context. Generation also stops when `cb`
 // returns non-zero (`TERN_OK`, stop reason `TERN_STOP_CALLBACK`).
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+// thread; different sessions run in parallel.
 //
 // Errors: `TERN_NULL_ARGUMENT` (session, prompt, cb), `TERN_INVALID_ARGUMENT` (bad sampling
 // values, empty prompt, prompt not UTF-8), `TERN_CONTEXT_FULL` (the prompt does not fit),
@@ -473,6 +726,8 @@ void tern_cancel(struct tern_session *session);
 // Statistics of the last successful `tern_generate` on `session` (stop reason `TERN_STOP_NONE`
 // and zeros before the first). Set `out->struct_size = sizeof(tern_generation_stats)` first.
 //
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+//
 // # Safety
 // `session` is NULL or a live session handle; `out` is NULL or a writable
 // `tern_generation_stats` whose `struct_size` is set.
@@ -481,6 +736,8 @@ enum tern_status tern_session_last_stats(const struct tern_session *session, str
 // What `session` really uses: its device (`TERN_DEVICE_AUTO` resolved), context, KV format,
 // KIVI group/window, MiniCache settings, numerics, the memory budget, KV-cache bytes. Set
 // `out->struct_size = sizeof(tern_session_report)` first.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
 //
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small), `TERN_BUSY`,
 // `TERN_DEVICE_LOST`.
@@ -503,6 +760,9 @@ enum tern_status tern_session_get_report(const struct tern_session *session, str
 // `TERN_CANCELLED` (checked before every layer on the CPU, between submissions on the GPU); the
 // cache is empty after a failed or cancelled score.
 //
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+// thread.
+//
 // Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
 // tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`,
 // `TERN_DEVICE_LOST`.
@@ -523,13 +783,93 @@ enum tern_status tern_score(struct tern_session *session, const char *text, doub
 // `model` is NULL or a live model handle.
 enum tern_status tern_debug_lose_device(const struct tern_model *model);
 
+// Generation options with their defaults (no limit, no stop strings or tokens). Thread-safety:
+// any thread.
+struct tern_generate_options tern_generate_options_default(void);
+
+// `tern_generate` with options: stop strings and stop tokens (`tern_generate_options`;
+// `opts` NULL = the defaults). Everything else — tokenization, prefix reuse, callbacks,
+// cancellation, statistics, errors — is `tern_generate`'s.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+// thread. Different sessions run in parallel.
+//
+// Errors: `tern_generate`'s; `TERN_NULL_ARGUMENT` for a NULL array with a non-zero count or a
+// NULL stop string, `TERN_INVALID_ARGUMENT` for a stop string that is not UTF-8 or a stop
+// token outside the vocabulary.
+//
+// # Safety
+// As `tern_generate`; `opts` is NULL or a valid `tern_generate_options` whose arrays hold their
+// counts of elements (the strings NUL-terminated).
+enum tern_status tern_generate_ex(struct tern_session *session, const char *prompt, const struct tern_sampling *params, const struct tern_generate_options *opts, tern_piece_callback cb, void *user_data);
+
+// Save the session — its tokens and its KV cache, exactly — into `*out_bytes` (`*out_len`
+// bytes; free with `tern_bytes_free`). `tern_session_restore` on a session of the same model
+// file, session options (context, KV format) and device makes it continue exactly as this one
+// would (same greedy tokens). The format is versioned and checksummed
+// (`tern_engine::session` `state.rs`); positions the cache does not hold take no space. On the
+// GPU the cache is read back from the device.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` while another runs).
+//
+// Errors: `TERN_NULL_ARGUMENT`, `TERN_BUSY`, `TERN_OUT_OF_MEMORY`, `TERN_DEVICE_LOST`.
+//
+// # Safety
+// `session` is NULL or a live session handle; the outputs are NULL or writable.
+enum tern_status tern_session_save(struct tern_session *session, uint8_t **out_bytes, size_t *out_len);
+
+// Free bytes from `tern_session_save` (`len`: the length it gave; NULL is ignored).
+// Thread-safety: any thread, once per buffer.
+//
+// # Safety
+// `bytes` is NULL or a pointer from `tern_session_save` with its length `len`, not yet freed.
+void tern_bytes_free(uint8_t *bytes, size_t len);
+
+// Make `session` hold what `bytes` (from `tern_session_save`) holds: its tokens and KV cache.
+// A `tern_generate` after it reuses that cache as if the saved session itself continued.
+//
+// Thread-safety: one call at a time per session (`TERN_BUSY` while another runs).
+//
+// Errors (the session is unchanged): `TERN_NULL_ARGUMENT`, `TERN_BUSY`, `TERN_CORRUPT_FILE`
+// (not a session state, truncated, checksum mismatch), `TERN_UNSUPPORTED` (another state
+// format version), `TERN_STATE_MISMATCH` (saved from another model, KV format, context size,
+// numerics or device). After those checks, `TERN_DEVICE_LOST` leaves the session empty.
+//
+// # Safety
+// `session` is NULL or a live session handle; `bytes` is NULL or points to `len` readable
+// bytes.
+enum tern_status tern_session_restore(struct tern_session *session, const uint8_t *bytes, size_t len);
+
+// `tern_session_save` into the file `path` (written beside it and renamed: an interrupted save
+// never leaves a partial file at `path`).
+//
+// Thread-safety: as `tern_session_save`.
+//
+// Errors: `tern_session_save`'s, `TERN_INVALID_ARGUMENT` (path not UTF-8), `TERN_IO`.
+//
+// # Safety
+// `session` is NULL or a live session handle; `path` is NULL or NUL-terminated.
+enum tern_status tern_session_save_file(struct tern_session *session, const char *path);
+
+// `tern_session_restore` from the file `path`.
+//
+// Thread-safety: as `tern_session_restore`.
+//
+// Errors: `tern_session_restore`'s, `TERN_INVALID_ARGUMENT` (path not UTF-8), `TERN_IO`.
+//
+// # Safety
+// `session` is NULL or a live session handle; `path` is NULL or NUL-terminated.
+enum tern_status tern_session_restore_file(struct tern_session *session, const char *path);
+
 // The name of a status code (`"TERN_OK"`, ...) as a static string; `"TERN_UNKNOWN"` for a number
-// that is not a status. Takes an integer so that any value is safe to pass.
+// that is not a status. Takes an integer so that any value is safe to pass. Thread-safety: any
+// thread.
 const char *tern_status_name(int32_t status);
 
 // The message of the last failed call on this thread, as NUL-terminated UTF-8; `""` when the
 // last status-returning call on this thread succeeded. Never NULL. The pointer stays valid until
-// the next tern call on this thread; copy the text to keep it.
+// the next tern call on this thread; copy the text to keep it. Thread-safety: any thread; each
+// thread has its own last error.
 const char *tern_last_error(void);
 
 #ifdef __cplusplus

@@ -14,7 +14,7 @@ done
 out=target/xcframework
 rm -rf "$out" ios/TernFFI.xcframework
 mkdir -p "$out/headers" "$out/ios-sim" "$out/macos"
-cp include/tern.h ios/module.modulemap "$out/headers/"
+cp include/tern.h ios/xcframework/module.modulemap "$out/headers/"
 lipo -create target/aarch64-apple-ios-sim/release/libtern.a target/x86_64-apple-ios/release/libtern.a \
   -output "$out/ios-sim/libtern.a"
 lipo -create target/aarch64-apple-darwin/release/libtern.a target/x86_64-apple-darwin/release/libtern.a \

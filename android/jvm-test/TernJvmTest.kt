@@ -161,6 +161,55 @@ fun main(args: Array<String>) {
                 check(r.device == Device.CPU && r.maxMemory == 3L shl 30, "CPU device + budget read back: $r")
             }
         }
+        // Issue 32: metadata, tokens, the app's own template, stop strings and tokens,
+        // save/restore, the thread count.
+        val info = model.info()
+        println("info: $info".take(300))
+        check(info.nVocab == 49152 && info.nCtxTrain >= 2048 && info.architecture == "llama" &&
+            info.hasChatTemplate && info.chatTemplate != null && info.name.isNotEmpty() &&
+            info.cpuThreads >= 1 && info.weightBytes > 0, "model info")
+        val text = "Hello, world! Tern runs on phones."
+        val ids = model.tokenize(text, addSpecial = false, parseSpecial = false)
+        check(ids.size > 4 && model.detokenize(ids) == text, "tokenize/detokenize round trip")
+        check(status { model.detokenize(intArrayOf(1 shl 30)) } == TernException.INVALID_ARGUMENT,
+            "detokenize: id outside the vocabulary")
+        val own = model.applyChatTemplate("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}",
+            listOf(ChatMessage("user", "Hi")), false)
+        check(own == "[user] Hi\n", "custom chat template: [$own]")
+        check(status { model.applyChatTemplate("{% for %}", listOf(ChatMessage("user", "Hi"))) } ==
+            TernException.TEMPLATE, "bad template -> TEMPLATE")
+        session.reset()
+        val full = StringBuilder()
+        session.generateBlocking(chat, Sampling(), 24) { full.append(it); true }
+        val cut = StringBuilder()
+        session.generateBlocking(chat, Sampling(), 24, Stop(strings = listOf(" "))) { cut.append(it); true }
+        val firstSpace = full.indexOf(" ")
+        check(firstSpace < 0 || cut.toString() == full.substring(0, firstSpace),
+            "stop string: [$cut] from [$full]")
+        val answerIds = model.tokenize(full.toString(), false, false)
+        if (answerIds.size >= 2) {
+            val one = StringBuilder()
+            session.generateBlocking(chat, Sampling(), 24, Stop(tokens = listOf(answerIds[1]))) { one.append(it); true }
+            check(one.toString() == model.detokenize(intArrayOf(answerIds[0])), "stop token: [$one]")
+        }
+        val state = session.save()
+        val next = chat + full + "<|im_end|>\n<|im_start|>user\nAnd of Spain?<|im_end|>\n<|im_start|>assistant\n"
+        val want = StringBuilder()
+        session.generateBlocking(next, Sampling(), 16) { want.append(it); true }
+        TernSession(model, 256).using { restored ->
+            restored.restore(state)
+            val got = StringBuilder()
+            restored.generateBlocking(next, Sampling(), 16) { got.append(it); true }
+            check(got.toString() == want.toString(), "restored session continues the same: [$got] vs [$want]")
+        }
+        TernSession(model, 128).using {
+            check(status { it.restore(state) } == TernException.STATE_MISMATCH, "restore into another context -> STATE_MISMATCH")
+        }
+        TernModel(modelPath, Device.CPU, true, 0, info.cpuThreads).using { m ->
+            check(m.info().cpuThreads == info.cpuThreads, "thread count read back")
+        }
+        check(status { TernModel(modelPath, Device.CPU, true, 0, info.cpuThreads + 3).close() } ==
+            TernException.INVALID_ARGUMENT, "another thread count once the pool exists -> INVALID_ARGUMENT")
         TernModel(modelPath, Device.AUTO).using { m ->
             TernSession(m, 32).using {
                 val d = it.report().device

@@ -8,33 +8,43 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use jni::objects::{JClass, JObject, JObjectArray, JString, JValue};
-use jni::sys::{jboolean, jdoubleArray, jfloat, jint, jlong, jlongArray, jstring, JNI_VERSION_1_6};
+use jni::objects::{JByteArray, JClass, JIntArray, JObject, JObjectArray, JString, JValue};
+use jni::sys::{
+    jboolean, jbyteArray, jdoubleArray, jfloat, jint, jintArray, jlong, jlongArray, jstring,
+    JNI_VERSION_1_6,
+};
 use jni::JNIEnv;
 
 use crate::chat::{tern_chat_apply, tern_chat_message, tern_string_free};
-use crate::model::{tern_model, tern_model_free, tern_model_load};
+use crate::info::{
+    tern_detokenize, tern_model_get_info, tern_model_get_string, tern_model_info, tern_tokenize,
+    tern_tokens_free,
+};
+use crate::model::{tern_model, tern_model_free};
 use crate::options::{
     tern_model_options_default, tern_sampling_default, tern_session_options_default,
     tern_session_report,
 };
 use crate::session::{
-    tern_cancel, tern_generate, tern_score, tern_session, tern_session_free,
-    tern_session_get_report, tern_session_new, tern_session_reset,
+    tern_cancel, tern_score, tern_session, tern_session_free, tern_session_get_report,
+    tern_session_new, tern_session_reset,
+};
+use crate::session_ext::{
+    tern_bytes_free, tern_generate_ex, tern_generate_options_default, tern_session_restore,
+    tern_session_save,
 };
 use crate::status::{tern_last_error, tern_status};
 
 const EXCEPTION: &str = "dev/tern/TernException";
 
-/// Library load: on Android, send `log` records to logcat.
+/// Library load: on Android, send `log` records to logcat (tern's logger, `crate::log`, passes
+/// every record to logcat and to the app's `tern_set_log_callback`, if any).
 #[no_mangle]
 pub extern "system" fn JNI_OnLoad(_vm: *mut jni::sys::JavaVM, _reserved: *mut c_void) -> jint {
     #[cfg(target_os = "android")]
-    android_logger::init_once(
-        android_logger::Config::default()
-            .with_max_level(log::LevelFilter::Info)
-            .with_tag("tern"),
-    );
+    if crate::log::install() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
     JNI_VERSION_1_6
 }
 
@@ -144,6 +154,7 @@ pub extern "system" fn Java_dev_tern_Native_modelLoad(
     device: jint,
     use_threads: jboolean,
     max_memory: jlong,
+    cpu_threads: jint,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let path = c_string(env, &path, "path")?;
@@ -152,9 +163,11 @@ pub extern "system" fn Java_dev_tern_Native_modelLoad(
         o.use_threads = u32::from(use_threads != 0);
         // 0 (or a negative value, which is no size): no cap.
         o.max_memory = u64::try_from(max_memory).unwrap_or(0);
+        let mut lo = crate::options::tern_load_options_default();
+        lo.cpu_threads = cpu_threads.max(0) as u32;
         let mut m: *mut tern_model = std::ptr::null_mut();
         // SAFETY: valid string, options and out-parameter.
-        let s = unsafe { tern_model_load(path.as_ptr(), &o, &mut m) };
+        let s = unsafe { crate::model::tern_model_load_ex(path.as_ptr(), &o, &lo, &mut m) };
         check(env, s).then_some(m as jlong)
     })
 }
@@ -314,10 +327,18 @@ pub extern "system" fn Java_dev_tern_Native_generate<'local>(
     repeat_last_n: jint,
     seed: jlong,
     max_tokens: jint,
+    stop_strings: JObjectArray<'local>,
+    stop_tokens: JIntArray<'local>,
     callback: JObject<'local>,
 ) {
     guard(&mut env, (), |env| {
         let prompt = c_string(env, &prompt, "prompt")?;
+        let stops = strings(env, &stop_strings, "stopStrings")?;
+        let stop_ptrs: Vec<*const c_char> = stops.iter().map(|c| c.as_ptr()).collect();
+        let stop_ids: Vec<u32> = int_array(env, &stop_tokens, "stopTokens")?
+            .into_iter()
+            .map(|t| t as u32)
+            .collect();
         if callback.is_null() {
             throw(
                 env,
@@ -338,13 +359,20 @@ pub extern "system" fn Java_dev_tern_Native_generate<'local>(
             env,
             callback: &callback,
         };
-        // SAFETY: live session handle (or 0), valid strings and options; `cb` outlives the call.
+        let mut go = tern_generate_options_default();
+        go.max_tokens = max_tokens;
+        go.stop_strings = stop_ptrs.as_ptr();
+        go.n_stop_strings = stop_ptrs.len();
+        go.stop_tokens = stop_ids.as_ptr();
+        go.n_stop_tokens = stop_ids.len();
+        // SAFETY: live session handle (or 0), valid strings and options (the stop arrays live
+        // until the call returns); `cb` outlives the call.
         let s = unsafe {
-            tern_generate(
+            tern_generate_ex(
                 session as *mut tern_session,
                 prompt.as_ptr(),
                 &p,
-                max_tokens,
+                &go,
                 Some(trampoline),
                 (&mut cb as *mut Callback<'_, '_>).cast(),
             )
@@ -451,5 +479,262 @@ pub extern "system" fn Java_dev_tern_Native_chatApply(
         // SAFETY: `out` came from tern_chat_apply and is freed once.
         unsafe { tern_string_free(out) };
         env.new_string(text).ok().map(|s| s.into_raw())
+    })
+}
+
+/// A Java `int[]` (null: empty).
+fn int_array(env: &mut JNIEnv, arr: &JIntArray, _name: &str) -> Option<Vec<jint>> {
+    if arr.is_null() {
+        return Some(Vec::new());
+    }
+    let n = env.get_array_length(arr).ok()?;
+    let mut v = vec![0; n.max(0) as usize];
+    env.get_int_array_region(arr, 0, &mut v).ok()?;
+    Some(v)
+}
+
+/// A string tern allocated, as a Java string (NULL: null), freed.
+fn take_string(env: &mut JNIEnv, p: *mut c_char) -> Option<jstring> {
+    if p.is_null() {
+        return Some(std::ptr::null_mut());
+    }
+    // SAFETY: a NUL-terminated string from tern, freed once below.
+    let text = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    // SAFETY: from tern, not yet freed.
+    unsafe { tern_string_free(p) };
+    env.new_string(text).ok().map(|s| s.into_raw())
+}
+
+/// `tern_model_get_info` as `long[]`: device, nVocab, nCtxTrain, nLayer, nEmbd, nHead, nHeadKv,
+/// headDim, bos, eos, eot, pad, unk (-1: none), addBos, hasTokenizer, hasChatTemplate,
+/// cpuThreads, weightBytes.
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_modelInfo(
+    mut env: JNIEnv,
+    _class: JClass,
+    model: jlong,
+) -> jlongArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let mut i = tern_model_info {
+            struct_size: std::mem::size_of::<tern_model_info>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: a live model handle (or 0); `i` writable and sized.
+        let st = unsafe { tern_model_get_info(model as *const tern_model, &mut i) };
+        if !check(env, st) {
+            return None;
+        }
+        let v: [jlong; 18] = [
+            jlong::from(i.device),
+            jlong::from(i.n_vocab),
+            jlong::from(i.n_ctx_train),
+            jlong::from(i.n_layer),
+            jlong::from(i.n_embd),
+            jlong::from(i.n_head),
+            jlong::from(i.n_head_kv),
+            jlong::from(i.head_dim),
+            jlong::from(i.bos),
+            jlong::from(i.eos),
+            jlong::from(i.eot),
+            jlong::from(i.pad),
+            jlong::from(i.unk),
+            jlong::from(i.add_bos),
+            jlong::from(i.has_tokenizer),
+            jlong::from(i.has_chat_template),
+            jlong::from(i.cpu_threads),
+            i.weight_bytes as jlong,
+        ];
+        let arr = env.new_long_array(v.len() as i32).ok()?;
+        env.set_long_array_region(&arr, 0, &v).ok()?;
+        Some(arr.into_raw())
+    })
+}
+
+/// `tern_model_get_string` (`which`: `TERN_MODEL_STR_*`); null when the model has none.
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_modelString(
+    mut env: JNIEnv,
+    _class: JClass,
+    model: jlong,
+    which: jint,
+) -> jstring {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let mut p: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a live model handle (or 0); `p` writable.
+        let st = unsafe { tern_model_get_string(model as *const tern_model, which as u32, &mut p) };
+        if !check(env, st) {
+            return None;
+        }
+        take_string(env, p)
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_tokenize(
+    mut env: JNIEnv,
+    _class: JClass,
+    model: jlong,
+    text: JString,
+    add_special: jboolean,
+    parse_special: jboolean,
+) -> jintArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let text = c_string(env, &text, "text")?;
+        let (mut p, mut n) = (std::ptr::null_mut::<u32>(), 0usize);
+        // SAFETY: a live model handle (or 0), a valid string, writable outputs.
+        let st = unsafe {
+            tern_tokenize(
+                model as *const tern_model,
+                text.as_ptr(),
+                i32::from(add_special != 0),
+                i32::from(parse_special != 0),
+                &mut p,
+                &mut n,
+            )
+        };
+        if !check(env, st) {
+            return None;
+        }
+        // SAFETY: `n` ids from tern_tokenize, freed once below.
+        let ids: Vec<jint> = unsafe { std::slice::from_raw_parts(p, n) }
+            .iter()
+            .map(|&t| t as jint)
+            .collect();
+        // SAFETY: from tern_tokenize with its count.
+        unsafe { tern_tokens_free(p, n) };
+        let arr = env.new_int_array(ids.len() as i32).ok()?;
+        env.set_int_array_region(&arr, 0, &ids).ok()?;
+        Some(arr.into_raw())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_detokenize(
+    mut env: JNIEnv,
+    _class: JClass,
+    model: jlong,
+    tokens: JIntArray,
+) -> jstring {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        if tokens.is_null() {
+            throw(
+                env,
+                tern_status::TERN_NULL_ARGUMENT as i32,
+                "tokens is null",
+            );
+            return None;
+        }
+        let ids: Vec<u32> = int_array(env, &tokens, "tokens")?
+            .into_iter()
+            .map(|t| t as u32)
+            .collect();
+        let mut p: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a live model handle (or 0), `ids` readable, `p` writable.
+        let st =
+            unsafe { tern_detokenize(model as *const tern_model, ids.as_ptr(), ids.len(), &mut p) };
+        if !check(env, st) {
+            return None;
+        }
+        take_string(env, p)
+    })
+}
+
+/// `tern_chat_apply_template`: `template` null = the model's own.
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_chatApplyTemplate(
+    mut env: JNIEnv,
+    _class: JClass,
+    model: jlong,
+    template: JString,
+    roles: JObjectArray,
+    contents: JObjectArray,
+    add_generation_prompt: jboolean,
+) -> jstring {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let tpl = if template.is_null() {
+            None
+        } else {
+            Some(c_string(env, &template, "template")?)
+        };
+        let roles = strings(env, &roles, "roles")?;
+        let contents = strings(env, &contents, "contents")?;
+        if roles.len() != contents.len() {
+            throw(
+                env,
+                tern_status::TERN_INVALID_ARGUMENT as i32,
+                "roles and contents differ in length",
+            );
+            return None;
+        }
+        let msgs: Vec<tern_chat_message> = roles
+            .iter()
+            .zip(&contents)
+            .map(|(r, c)| tern_chat_message {
+                role: r.as_ptr(),
+                content: c.as_ptr(),
+            })
+            .collect();
+        let mut out: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a live model handle (or 0); the strings live until the call returns.
+        let st = unsafe {
+            crate::chat::tern_chat_apply_template(
+                model as *mut tern_model,
+                tpl.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+                msgs.as_ptr(),
+                msgs.len(),
+                i32::from(add_generation_prompt != 0),
+                &mut out,
+            )
+        };
+        if !check(env, st) {
+            return None;
+        }
+        take_string(env, out)
+    })
+}
+
+/// `tern_session_save`: the state as a `byte[]`.
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_sessionSave(
+    mut env: JNIEnv,
+    _class: JClass,
+    session: jlong,
+) -> jbyteArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let (mut p, mut n) = (std::ptr::null_mut::<u8>(), 0usize);
+        // SAFETY: a live session handle (or 0); writable outputs.
+        let st = unsafe { tern_session_save(session as *mut tern_session, &mut p, &mut n) };
+        if !check(env, st) {
+            return None;
+        }
+        // SAFETY: `n` bytes from tern_session_save, freed once below.
+        let arr = env
+            .byte_array_from_slice(unsafe { std::slice::from_raw_parts(p, n) })
+            .ok();
+        // SAFETY: from tern_session_save with its length.
+        unsafe { tern_bytes_free(p, n) };
+        Some(arr?.into_raw())
+    })
+}
+
+/// `tern_session_restore` from a `byte[]`.
+#[no_mangle]
+pub extern "system" fn Java_dev_tern_Native_sessionRestore(
+    mut env: JNIEnv,
+    _class: JClass,
+    session: jlong,
+    state: JByteArray,
+) {
+    guard(&mut env, (), |env| {
+        if state.is_null() {
+            throw(env, tern_status::TERN_NULL_ARGUMENT as i32, "state is null");
+            return None;
+        }
+        let bytes = env.convert_byte_array(&state).ok()?;
+        // SAFETY: a live session handle (or 0); `bytes` readable.
+        let st = unsafe {
+            tern_session_restore(session as *mut tern_session, bytes.as_ptr(), bytes.len())
+        };
+        check(env, st).then_some(())
     })
 }

@@ -7,11 +7,12 @@
 //! is `TERN_INVALID_ARGUMENT`. All fields are plain numbers (no `bool`, no enums) so that any bit
 //! pattern is a valid value.
 
+use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 
 use tern_engine::{
-    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, MiniCache,
-    MiniCacheMode, Numerics, SamplingParams, SessionOptions, SessionReport, StopReason,
+    BackendKind, CpuThreads, Device, Kivi, KvOptions, KvQuant, LoadOptions, LoadProgress,
+    MiniCache, MiniCacheMode, Numerics, SamplingParams, SessionOptions, SessionReport, StopReason,
 };
 
 use crate::status::{Error, Result};
@@ -48,6 +49,36 @@ pub struct tern_model_options {
     /// cap. Added after the first version (`struct_size` 12 = no budget).
     pub max_memory: u64,
 }
+
+/// What `tern_model_load_ex` adds to `tern_model_options`: the CPU thread count and a load-progress
+/// callback. Initialise with `tern_load_options_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct tern_load_options {
+    /// `sizeof(tern_load_options)`, set by `tern_load_options_default()`.
+    pub struct_size: u32,
+    /// CPU backend: the number of threads that split the matrix products; 0 (default): one per
+    /// core (or the calling thread only when `tern_model_options.use_threads` is 0). The thread
+    /// pool is made once per process, by the first model that runs on the CPU: a later model
+    /// asking for another count fails with `TERN_INVALID_ARGUMENT` naming the count in use. The
+    /// GPU ignores it. `tern_model_info.cpu_threads` reads back what a model uses.
+    pub cpu_threads: u32,
+    /// Called on the loading thread as the load goes (NULL: not reported; see
+    /// `tern_progress_callback`).
+    pub progress: tern_progress_callback,
+    /// Passed to `progress`.
+    pub progress_user_data: *mut c_void,
+}
+
+/// Load progress: `fraction` in [0, 1] and the stage that just finished, a static
+/// NUL-terminated string — `"open"` (the file mapped and its header, metadata and tensor table
+/// checked), `"weights"` (the weights loaded for the device: the long part), `"tokenizer"`,
+/// `"done"` (1.0) — each once, in that order, on the thread calling `tern_model_load`; `"done"`
+/// only when the load succeeds. The strings are valid only during the call.
+#[allow(non_camel_case_types)]
+pub type tern_progress_callback =
+    Option<unsafe extern "C" fn(fraction: f32, stage: *const c_char, user_data: *mut c_void)>;
 
 /// How to make a session. Initialise with `tern_session_options_default()`.
 #[repr(C)]
@@ -181,7 +212,7 @@ pub struct tern_generation_stats {
     pub decode_seconds: f64,
 }
 
-/// Model options with their defaults.
+/// Model options with their defaults. Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_model_options_default() -> tern_model_options {
     tern_model_options {
@@ -193,7 +224,29 @@ pub extern "C" fn tern_model_options_default() -> tern_model_options {
     }
 }
 
-/// Session options with their defaults.
+/// Load options (`tern_model_load_ex`) with their defaults: one thread per core, no callback.
+/// Thread-safety: any thread.
+#[no_mangle]
+pub extern "C" fn tern_load_options_default() -> tern_load_options {
+    tern_load_options {
+        struct_size: size_of::<tern_load_options>() as u32,
+        cpu_threads: 0,
+        progress: None,
+        progress_user_data: std::ptr::null_mut(),
+    }
+}
+
+// SAFETY: repr(C), u32 struct_size first, a u32, a nullable function pointer and a raw pointer
+// (any bit pattern is a value; the pointers are only passed back to the caller).
+unsafe impl Versioned for tern_load_options {
+    const MIN_SIZE: usize = size_of::<Self>();
+    const NAME: &'static str = "tern_load_options";
+    fn set_struct_size(&mut self) {
+        self.struct_size = size_of::<Self>() as u32;
+    }
+}
+
+/// Session options with their defaults. Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_session_options_default() -> tern_session_options {
     tern_session_options {
@@ -210,7 +263,7 @@ pub extern "C" fn tern_session_options_default() -> tern_session_options {
     }
 }
 
-/// Greedy sampling (and the defaults of the other fields).
+/// Greedy sampling (and the defaults of the other fields). Thread-safety: any thread.
 #[no_mangle]
 pub extern "C" fn tern_sampling_default() -> tern_sampling {
     let d = SamplingParams::default();
@@ -331,7 +384,7 @@ pub(crate) unsafe fn write_versioned<T: Versioned>(p: *mut T, mut value: T) -> R
 impl tern_model_options {
     /// The engine's load options: each number mapped to its typed value (no strings), checked
     /// by the engine when the model is opened.
-    pub(crate) fn load_options(&self) -> Result<LoadOptions> {
+    pub(crate) fn load_options(&self, extra: &tern_load_options) -> Result<LoadOptions> {
         let device = match self.device {
             TERN_DEVICE_AUTO => Device::Auto,
             TERN_DEVICE_CPU => Device::Cpu,
@@ -346,11 +399,23 @@ impl tern_model_options {
         Ok(LoadOptions {
             device,
             max_memory: Some(self.max_memory).filter(|&m| m != 0),
-            cpu_threads: if self.use_threads != 0 {
-                CpuThreads::Pool
-            } else {
-                CpuThreads::Caller
+            cpu_threads: match (self.use_threads, extra.cpu_threads) {
+                (0, _) => CpuThreads::Caller,
+                (_, 0) => CpuThreads::Pool,
+                (_, n) => CpuThreads::Count(n as usize),
             },
+            progress: extra.progress.map(|cb| {
+                let user = extra.progress_user_data as usize;
+                LoadProgress(std::sync::Arc::new(move |f: f32, stage: &str| {
+                    let c = std::ffi::CString::new(stage).unwrap_or_default();
+                    // SAFETY: the caller's callback with its user data, during tern_model_load
+                    // (the callback's contract); the string lives for the call.
+                    unsafe { cb(f, c.as_ptr(), user as *mut c_void) };
+                }))
+            }),
+            // The one exception to "Auto never takes a software adapter": tests of an app's
+            // Auto path on a machine with only lavapipe (CI's GPU job).
+            auto_software_gpu: std::env::var("TERN_AUTO_SOFTWARE_GPU").is_ok_and(|v| v == "1"),
             // The GPU knobs are developers' measurement switches (`TERN_GPU_*`); the C ABI is an
             // edge like the CLI, so a bad value is `TERN_INVALID_ARGUMENT` naming the variable.
             gpu: tern_engine::GpuTuning::from_env().map_err(tern_engine::EngineError::from)?,

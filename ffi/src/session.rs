@@ -17,18 +17,18 @@ use crate::status::{
 
 self_cell::self_cell!(
     /// A session that owns (a share of) its model: the handle can outlive `tern_model_free`.
-    struct OwnedSession {
+    pub(crate) struct OwnedSession {
         owner: Arc<Model>,
         #[covariant]
         dependent: Session,
     }
 );
 
-struct State {
-    session: OwnedSession,
-    stats: tern_generation_stats,
+pub(crate) struct State {
+    pub(crate) session: OwnedSession,
+    pub(crate) stats: tern_generation_stats,
     /// The current piece, NUL-terminated, handed to the callback.
-    piece: Vec<u8>,
+    pub(crate) piece: Vec<u8>,
 }
 
 /// A session (opaque): a KV cache on a model. Free with `tern_session_free`.
@@ -47,7 +47,7 @@ const _: () = {
 impl tern_session {
     /// The session's state, or `TERN_BUSY` while another call holds it. After a panic in an
     /// earlier call the cache is cleared and the session is usable again.
-    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>> {
         match self.state.try_lock() {
             Ok(g) => Ok(g),
             Err(TryLockError::WouldBlock) => Err(Error::new(
@@ -74,7 +74,7 @@ pub type tern_piece_callback =
 
 /// Tokenize text the way `tern run -p` does (special tokens parsed, BOS added when the model's
 /// tokenizer adds one), except that a BOS the text already starts with is not doubled.
-fn tokenize(model: &Model, text: &str) -> Result<Vec<u32>> {
+pub(crate) fn tokenize(model: &Model, text: &str) -> Result<Vec<u32>> {
     let mut ids = model.tokenize(text, true)?;
     let tok = model.tokenizer()?;
     if tok.add_bos() && ids.len() >= 2 && tok.bos() == Some(ids[0]) && ids[1] == ids[0] {
@@ -109,6 +109,8 @@ fn check_kv_memory(model: &Model, n_ctx: usize) -> Result<()> {
 /// Make a session on `model`. `opts` may be NULL (defaults: the model's training context). On
 /// success `*out` receives a handle to free with `tern_session_free`. The session keeps the model
 /// alive: `tern_model_free` may be called before `tern_session_free`.
+///
+/// Thread-safety: any thread, concurrently with other calls on the model and its sessions.
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (bad options), `TERN_OUT_OF_MEMORY`
 /// (the KV cache does not fit).
@@ -150,6 +152,8 @@ pub unsafe extern "C" fn tern_session_new(
 
 /// Free a session (NULL is ignored).
 ///
+/// Thread-safety: not while another call on this session runs.
+///
 /// # Safety
 /// `session` is NULL or a handle from `tern_session_new` not yet freed, with no call on it
 /// running.
@@ -164,6 +168,10 @@ pub unsafe extern "C" fn tern_session_free(session: *mut tern_session) {
     })
 }
 
+/// Forget the session's KV cache.
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+///
 /// Forget the session's KV cache.
 ///
 /// # Safety
@@ -190,6 +198,9 @@ pub unsafe extern "C" fn tern_session_reset(session: *mut tern_session) -> tern_
 /// means until an end-of-generation token or a full context. Generation also stops when `cb`
 /// returns non-zero (`TERN_OK`, stop reason `TERN_STOP_CALLBACK`).
 ///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+/// thread; different sessions run in parallel.
+///
 /// Errors: `TERN_NULL_ARGUMENT` (session, prompt, cb), `TERN_INVALID_ARGUMENT` (bad sampling
 /// values, empty prompt, prompt not UTF-8), `TERN_CONTEXT_FULL` (the prompt does not fit),
 /// `TERN_CANCELLED` (`tern_cancel` during the call: the text passed to `cb` so far stands),
@@ -214,49 +225,65 @@ pub unsafe extern "C" fn tern_generate(
         let s = unsafe { arg_ref(session.cast_const(), "session") }?;
         let prompt = unsafe { arg_str(prompt, "prompt") }?;
         let params = unsafe { read_versioned(params, tern_sampling_default()) }?.to_params()?;
-        let cb = cb.ok_or_else(|| Error::null("cb"))?;
-        let mut guard = s.lock()?;
-        let State {
-            session,
-            stats,
-            piece,
-        } = &mut *guard;
-        session.with_dependent_mut(|model, sess| -> Result<()> {
-            let ids = tokenize(model, prompt)?;
-            let opts = GenerateOptions {
-                max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
-                ..GenerateOptions::default()
-            };
-            let mut on_piece = |text: &str| -> bool {
-                piece.clear();
-                piece.extend_from_slice(text.as_bytes());
-                piece.push(0);
-                // SAFETY: `cb` is callable with `user_data` (caller's contract); `piece` holds
-                // `text.len()` bytes plus a NUL and is not touched during the call.
-                unsafe { cb(piece.as_ptr().cast(), text.len(), user_data) == 0 }
-            };
-            // The engine's prefix reuse: keep the cached common prefix, run the rest.
-            let (out, keep) = sess.generate_from(&ids, &params, &opts, &mut on_piece)?;
-            let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-            *stats = tern_generation_stats {
-                struct_size: 0,
-                stop_reason: stop_reason_code(out.stop),
-                prompt_tokens: sat(ids.len()),
-                reused_tokens: sat(keep),
-                generated_tokens: sat(out.tokens.len()),
-                prefill_seconds: out.prefill_secs,
-                decode_seconds: out.decode_secs,
-            };
-            log::debug!(
-                "generated {} tokens ({} prompt tokens, {} reused) in {:.2}s + {:.2}s",
-                out.tokens.len(),
-                ids.len(),
-                keep,
-                out.prefill_secs,
-                out.decode_secs
-            );
-            Ok(())
-        })
+        let opts = GenerateOptions {
+            max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
+            ..GenerateOptions::default()
+        };
+        // SAFETY: the caller's contract.
+        unsafe { generate_with(s, prompt, &params, &opts, cb, user_data) }
+    })
+}
+
+/// The body of `tern_generate` and `tern_generate_ex`.
+///
+/// # Safety
+/// `cb` is NULL or a function safe to call with `user_data`.
+pub(crate) unsafe fn generate_with(
+    s: &tern_session,
+    prompt: &str,
+    params: &tern_engine::SamplingParams,
+    opts: &GenerateOptions,
+    cb: tern_piece_callback,
+    user_data: *mut c_void,
+) -> Result<()> {
+    let cb = cb.ok_or_else(|| Error::null("cb"))?;
+    let mut guard = s.lock()?;
+    let State {
+        session,
+        stats,
+        piece,
+    } = &mut *guard;
+    session.with_dependent_mut(|model, sess| -> Result<()> {
+        let ids = tokenize(model, prompt)?;
+        let mut on_piece = |text: &str| -> bool {
+            piece.clear();
+            piece.extend_from_slice(text.as_bytes());
+            piece.push(0);
+            // SAFETY: `cb` is callable with `user_data` (caller's contract); `piece` holds
+            // `text.len()` bytes plus a NUL and is not touched during the call.
+            unsafe { cb(piece.as_ptr().cast(), text.len(), user_data) == 0 }
+        };
+        // The engine's prefix reuse: keep the cached common prefix, run the rest.
+        let (out, keep) = sess.generate_from(&ids, params, opts, &mut on_piece)?;
+        let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        *stats = tern_generation_stats {
+            struct_size: 0,
+            stop_reason: stop_reason_code(out.stop),
+            prompt_tokens: sat(ids.len()),
+            reused_tokens: sat(keep),
+            generated_tokens: sat(out.tokens.len()),
+            prefill_seconds: out.prefill_secs,
+            decode_seconds: out.decode_secs,
+        };
+        log::debug!(
+            "generated {} tokens ({} prompt tokens, {} reused) in {:.2}s + {:.2}s",
+            out.tokens.len(),
+            ids.len(),
+            keep,
+            out.prefill_secs,
+            out.decode_secs
+        );
+        Ok(())
     })
 }
 
@@ -282,6 +309,8 @@ pub unsafe extern "C" fn tern_cancel(session: *mut tern_session) {
 /// Statistics of the last successful `tern_generate` on `session` (stop reason `TERN_STOP_NONE`
 /// and zeros before the first). Set `out->struct_size = sizeof(tern_generation_stats)` first.
 ///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
+///
 /// # Safety
 /// `session` is NULL or a live session handle; `out` is NULL or a writable
 /// `tern_generation_stats` whose `struct_size` is set.
@@ -303,6 +332,8 @@ pub unsafe extern "C" fn tern_session_last_stats(
 /// What `session` really uses: its device (`TERN_DEVICE_AUTO` resolved), context, KV format,
 /// KIVI group/window, MiniCache settings, numerics, the memory budget, KV-cache bytes. Set
 /// `out->struct_size = sizeof(tern_session_report)` first.
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise).
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (`struct_size` too small), `TERN_BUSY`,
 /// `TERN_DEVICE_LOST`.
@@ -340,6 +371,9 @@ pub unsafe extern "C" fn tern_session_get_report(
 /// and holds the text's tokens (but the last) afterwards. `tern_cancel` stops it with
 /// `TERN_CANCELLED` (checked before every layer on the CPU, between submissions on the GPU); the
 /// cache is empty after a failed or cancelled score.
+///
+/// Thread-safety: one call at a time per session (`TERN_BUSY` otherwise); `tern_cancel` from any
+/// thread.
 ///
 /// Errors: `TERN_NULL_ARGUMENT`, `TERN_INVALID_ARGUMENT` (not UTF-8), `TERN_CONTEXT_FULL` (more
 /// tokens than the session's context), `TERN_CANCELLED`, `TERN_BUSY`, `TERN_NO_TOKENIZER`,

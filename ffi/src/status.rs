@@ -48,12 +48,16 @@ pub enum tern_status {
     /// load the model again (`TERN_DEVICE_CPU` always works) and make a new session. Appended
     /// (ABI version unchanged); libraries before it reported a lost device as `TERN_INTERNAL`.
     TERN_DEVICE_LOST = 14,
+    /// `tern_session_restore`: the state was saved from another model, KV format, context size,
+    /// numerics or device; the session is unchanged. Appended (issue 32; ABI version unchanged).
+    TERN_STATE_MISMATCH = 15,
 }
 
 use tern_status::*;
 
 /// The name of a status code (`"TERN_OK"`, ...) as a static string; `"TERN_UNKNOWN"` for a number
-/// that is not a status. Takes an integer so that any value is safe to pass.
+/// that is not a status. Takes an integer so that any value is safe to pass. Thread-safety: any
+/// thread.
 #[no_mangle]
 pub extern "C" fn tern_status_name(status: i32) -> *const c_char {
     let s: &'static str = match status {
@@ -72,6 +76,7 @@ pub extern "C" fn tern_status_name(status: i32) -> *const c_char {
         12 => "TERN_TEMPLATE\0",
         13 => "TERN_NUMERIC\0",
         14 => "TERN_DEVICE_LOST\0",
+        15 => "TERN_STATE_MISMATCH\0",
         _ => "TERN_UNKNOWN\0",
     };
     s.as_ptr().cast()
@@ -133,6 +138,7 @@ pub(crate) fn kind_status(k: ErrorKind) -> tern_status {
         ErrorKind::Template => TERN_TEMPLATE,
         ErrorKind::Numeric => TERN_NUMERIC,
         ErrorKind::DeviceLost => TERN_DEVICE_LOST,
+        ErrorKind::StateMismatch => TERN_STATE_MISMATCH,
         _ => TERN_INTERNAL,
     }
 }
@@ -163,7 +169,8 @@ fn clear_last_error() {
 
 /// The message of the last failed call on this thread, as NUL-terminated UTF-8; `""` when the
 /// last status-returning call on this thread succeeded. Never NULL. The pointer stays valid until
-/// the next tern call on this thread; copy the text to keep it.
+/// the next tern call on this thread; copy the text to keep it. Thread-safety: any thread; each
+/// thread has its own last error.
 #[no_mangle]
 pub extern "C" fn tern_last_error() -> *const c_char {
     static EMPTY: &str = "\0";

@@ -30,7 +30,8 @@ fn versions_and_status_names() {
         (8, "TERN_CANCELLED"),
         (13, "TERN_NUMERIC"),
         (14, "TERN_DEVICE_LOST"),
-        (15, "TERN_UNKNOWN"),
+        // The first number that is not a status (15 became TERN_STATE_MISMATCH, issue 32).
+        (16, "TERN_UNKNOWN"),
         (-5, "TERN_UNKNOWN"),
     ] {
         // SAFETY: static NUL-terminated strings.

@@ -47,6 +47,17 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$work/test_tern" "$model" "$PROMPT" "$N_TOKENS" "$work/greedy_c.txt" 2>&1 \
   | grep -v "AddressSanitizer failed to allocate"
 
+echo "== C ABI: the C quick start (tests/c/quickstart.c, docs/app-developers.md) under the sanitizers"
+gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
+  -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+  -Iinclude tests/c/quickstart.c -L"$lib" -ltern -lpthread -lm -Wl,-rpath,"$lib" \
+  -o "$work/quickstart"
+# TERN_DEVICE_AUTO on a machine without a GPU: the CPU (the quick start says which it took).
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+TERN_REQUIRE_GPU=0 "$work/quickstart" "$model" "$work/quickstart.tstate" 2>"$work/quickstart.log" \
+  || { tail -40 "$work/quickstart.log"; exit 1; }
+grep -c "^\[tern " "$work/quickstart.log" | sed 's/^/log lines received: /'
+
 echo "== C ABI: hostile model files (fuzz/regressions/model_load) through tern_model_load + tern_session_new"
 gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
   -fsanitize=address,undefined -fno-sanitize-recover=undefined \
@@ -71,6 +82,16 @@ if [ "${TERN_REQUIRE_GPU:-0}" = 1 ]; then
   TERN_CANCEL_GPU_BOUND_MS=${TERN_CANCEL_GPU_BOUND_MS:-15000} \
   ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 NODEVICE_SELECT=1 \
     "$work/test_tern" "$model" "$PROMPT" "$N_TOKENS" "$work/greedy_c_gpu.txt"
+fi
+
+if [ "${TERN_REQUIRE_GPU:-0}" = 1 ]; then
+  # The quick start's AUTO load takes lavapipe's GPU (TERN_AUTO_SOFTWARE_GPU=1: the one exception
+  # to "auto never takes a software adapter", for this test) and the whole flow runs on it.
+  echo "== C ABI: the C quick start with TERN_DEVICE_AUTO on lavapipe's GPU"
+  TERN_AUTO_SOFTWARE_GPU=1 TERN_REQUIRE_GPU=1 NODEVICE_SELECT=1 \
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$work/quickstart" "$model" "$work/quickstart_gpu.tstate" 2>"$work/quickstart_gpu.log" \
+    || { tail -40 "$work/quickstart_gpu.log"; exit 1; }
 fi
 
 echo "== C ABI: greedy output equals \`tern run --device cpu\`"

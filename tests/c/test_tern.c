@@ -919,6 +919,291 @@ static void test_chat(tern_model *m) {
   tern_session_free(s);
 }
 
+/* ---- issue 32: metadata, tokenize/detokenize, custom template, stop strings, save/restore,
+ * log and progress callbacks, thread count (each a function of its own) ---- */
+
+static void test_model_info(tern_model *m) {
+  tern_model_info info = {0};
+  info.struct_size = sizeof info;
+  CHECK_STATUS(tern_model_get_info(m, &info), TERN_OK);
+  CHECK(info.n_vocab == 49152 && info.n_layer == 30 && info.n_ctx_train >= 2048);
+  CHECK(info.device == TERN_DEVICE_CPU || info.device == TERN_DEVICE_GPU);
+  CHECK(info.bos >= 0 && info.eos >= 0 && info.has_tokenizer && info.has_chat_template);
+  CHECK(info.weight_bytes > 1000000);
+  CHECK(info.device == TERN_DEVICE_GPU || info.cpu_threads >= 1);
+  tern_model_info small = {0};
+  small.struct_size = 8;
+  CHECK_STATUS(tern_model_get_info(m, &small), TERN_INVALID_ARGUMENT);
+  CHECK_STATUS(tern_model_get_info(NULL, &info), TERN_NULL_ARGUMENT);
+  char *s = NULL;
+  CHECK_STATUS(tern_model_get_string(m, TERN_MODEL_STR_ARCHITECTURE, &s), TERN_OK);
+  CHECK(s && strcmp(s, "llama") == 0);
+  tern_string_free(s);
+  s = NULL;
+  CHECK_STATUS(tern_model_get_string(m, TERN_MODEL_STR_NAME, &s), TERN_OK);
+  CHECK(s && strlen(s) > 0);
+  printf("model: %s, vocab %u, n_ctx_train %u, bos %d eos %d eot %d\n", s ? s : "", info.n_vocab,
+         info.n_ctx_train, info.bos, info.eos, info.eot);
+  tern_string_free(s);
+  s = NULL;
+  CHECK_STATUS(tern_model_get_string(m, TERN_MODEL_STR_CHAT_TEMPLATE, &s), TERN_OK);
+  CHECK(s && strstr(s, "im_start") != NULL);
+  tern_string_free(s);
+  s = NULL;
+  CHECK_STATUS(tern_model_get_string(m, TERN_MODEL_STR_DEVICE, &s), TERN_OK);
+  CHECK(s && strlen(s) > 0);
+  tern_string_free(s);
+  s = (char *)(uintptr_t)0x1;
+  CHECK_STATUS(tern_model_get_string(m, 99, &s), TERN_INVALID_ARGUMENT);
+  CHECK(s == (char *)(uintptr_t)0x1);
+}
+
+static void test_tokenize(tern_model *m) {
+  const char *text = "Hello, world! Tern \xe2\x98\x95 <|im_start|>";
+  uint32_t *ids = NULL;
+  size_t n = 0;
+  CHECK_STATUS(tern_tokenize(m, text, 1, 1, &ids, &n), TERN_OK);
+  CHECK(n > 4);
+  char *back = NULL;
+  CHECK_STATUS(tern_detokenize(m, ids, n, &back), TERN_OK);
+  CHECK(back && strcmp(back, text) == 0); /* SmolLM2 adds no BOS: the round trip is exact */
+  tern_string_free(back);
+  /* parse_special off: the marker is plain text, more tokens than with it on */
+  uint32_t *ids2 = NULL;
+  size_t n2 = 0;
+  CHECK_STATUS(tern_tokenize(m, text, 1, 0, &ids2, &n2), TERN_OK);
+  CHECK(n2 > n);
+  tern_tokens_free(ids2, n2);
+  /* an id outside the vocabulary */
+  uint32_t bad_id = 1u << 30;
+  back = (char *)(uintptr_t)0x1;
+  CHECK_STATUS(tern_detokenize(m, &bad_id, 1, &back), TERN_INVALID_ARGUMENT);
+  CHECK(back == (char *)(uintptr_t)0x1);
+  CHECK_STATUS(tern_detokenize(m, NULL, 3, &back), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_detokenize(m, NULL, 0, &back), TERN_OK); /* no tokens: "" */
+  CHECK(back && back[0] == '\0');
+  tern_string_free(back);
+  CHECK_STATUS(tern_tokenize(m, "\xff\xfe", 1, 1, &ids2, &n2), TERN_INVALID_ARGUMENT);
+  CHECK_STATUS(tern_tokenize(m, text, 1, 1, NULL, &n2), TERN_NULL_ARGUMENT);
+  tern_tokens_free(ids, n);
+  tern_tokens_free(NULL, 0);
+}
+
+static const char *MY_TEMPLATE =
+    "{% for m in messages %}### {{ m.role }}: {{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}### assistant:{% endif %}";
+
+static void test_custom_template_and_stop_strings(tern_model *m) {
+  tern_chat_message msgs[1] = {{"user", "What is the capital of France?"}};
+  char *prompt = NULL;
+  CHECK_STATUS(tern_chat_apply_template(m, MY_TEMPLATE, msgs, 1, 1, &prompt), TERN_OK);
+  CHECK(prompt && strcmp(prompt, "### user: What is the capital of France?\n### assistant:") == 0);
+  char *own = NULL; /* NULL template: the model's own, as tern_chat_apply */
+  CHECK_STATUS(tern_chat_apply_template(m, NULL, msgs, 1, 1, &own), TERN_OK);
+  CHECK(own && strstr(own, "<|im_start|>user") != NULL);
+  tern_string_free(own);
+  char *bad = (char *)(uintptr_t)0x1;
+  CHECK_STATUS(tern_chat_apply_template(m, "{% for %}", msgs, 1, 1, &bad), TERN_TEMPLATE);
+  CHECK(bad == (char *)(uintptr_t)0x1);
+
+  tern_session *s = new_session(m, 256);
+  /* Without stop strings: the reference text. */
+  sink ref = {0};
+  tern_generate_options go = tern_generate_options_default();
+  CHECK(go.struct_size == sizeof go && go.max_tokens == -1 && go.n_stop_strings == 0);
+  go.max_tokens = 16;
+  CHECK_STATUS(tern_generate_ex(s, prompt, NULL, &go, on_piece, &ref), TERN_OK);
+  CHECK(ref.text && strlen(ref.text) > 2);
+  /* Stop at the first space: the text is what the reference has before it. */
+  const char *stops[2] = {"\n\n", " "};
+  go.stop_strings = stops;
+  go.n_stop_strings = 2;
+  sink k = {0};
+  tern_session_reset(s);
+  CHECK_STATUS(tern_generate_ex(s, prompt, NULL, &go, on_piece, &k), TERN_OK);
+  tern_generation_stats st = {0};
+  st.struct_size = sizeof st;
+  CHECK_STATUS(tern_session_last_stats(s, &st), TERN_OK);
+  /* The stop string may be the reply's first character: then nothing is passed on. */
+  const char *sp = ref.text ? strchr(ref.text, ' ') : NULL;
+  if (sp) {
+    CHECK(st.stop_reason == TERN_STOP_STRING);
+    CHECK(k.len == (size_t)(sp - ref.text) && (k.len == 0 || strncmp(k.text, ref.text, k.len) == 0));
+  }
+  printf("stop strings: \"%s\" (without: \"%s\")\n", k.text ? k.text : "", ref.text ? ref.text : "");
+  /* A stop token: the reference's second token ends generation before it. */
+  uint32_t *ids = NULL;
+  size_t n = 0;
+  CHECK_STATUS(tern_tokenize(m, ref.text ? ref.text : "x", 0, 0, &ids, &n), TERN_OK);
+  if (n >= 2) {
+    go.stop_strings = NULL;
+    go.n_stop_strings = 0;
+    go.stop_tokens = &ids[1];
+    go.n_stop_tokens = 1;
+    sink k2 = {0};
+    CHECK_STATUS(tern_generate_ex(s, prompt, NULL, &go, on_piece, &k2), TERN_OK);
+    CHECK_STATUS(tern_session_last_stats(s, &st), TERN_OK);
+    CHECK(st.stop_reason == TERN_STOP_TOKEN && st.generated_tokens == 1);
+    sink_free(&k2);
+  }
+  tern_tokens_free(ids, n);
+  /* Bad options. */
+  go = tern_generate_options_default();
+  go.n_stop_strings = 1;
+  CHECK_STATUS(tern_generate_ex(s, prompt, NULL, &go, never_called, NULL), TERN_NULL_ARGUMENT);
+  const char *nul1[1] = {NULL};
+  go.stop_strings = nul1;
+  CHECK_STATUS(tern_generate_ex(s, prompt, NULL, &go, never_called, NULL), TERN_NULL_ARGUMENT);
+  go = tern_generate_options_default();
+  uint32_t huge = 1u << 30;
+  go.stop_tokens = &huge;
+  go.n_stop_tokens = 1;
+  CHECK_STATUS(tern_generate_ex(s, prompt, NULL, &go, never_called, NULL), TERN_INVALID_ARGUMENT);
+  sink_free(&k);
+  sink_free(&ref);
+  tern_string_free(prompt);
+  tern_session_free(s);
+}
+
+/* Save a session, free it, restore into a new one: the continuation is the same text, and the
+ * restored cache is used (reused_tokens). Refusals are typed. */
+static void test_save_restore(tern_model *m, const char *tmpdir) {
+  const char *p1 = "The three primary colours are";
+  tern_session *a = new_session(m, 256);
+  sink k1 = {0};
+  CHECK_STATUS(tern_generate(a, p1, NULL, 12, on_piece, &k1), TERN_OK);
+  uint8_t *state = NULL;
+  size_t state_len = 0;
+  CHECK_STATUS(tern_session_save(a, &state, &state_len), TERN_OK);
+  CHECK(state && state_len > 16 && memcmp(state, "TERNSESS", 8) == 0);
+  char path[512];
+  snprintf(path, sizeof path, "%s/tern-c-test-%d.tstate", tmpdir, (int)getpid());
+  CHECK_STATUS(tern_session_save_file(a, path), TERN_OK);
+  /* The continuation on the saved session itself. */
+  char p2[1024];
+  snprintf(p2, sizeof p2, "%s%s and", p1, k1.text ? k1.text : "");
+  sink ka = {0};
+  CHECK_STATUS(tern_generate(a, p2, NULL, 12, on_piece, &ka), TERN_OK);
+  tern_generation_stats sa = {0}, sb = {0};
+  sa.struct_size = sb.struct_size = sizeof sa;
+  CHECK_STATUS(tern_session_last_stats(a, &sa), TERN_OK);
+  tern_session_free(a);
+
+  for (int from_file = 0; from_file < 2; from_file++) {
+    tern_session *b = new_session(m, 256);
+    if (from_file)
+      CHECK_STATUS(tern_session_restore_file(b, path), TERN_OK);
+    else
+      CHECK_STATUS(tern_session_restore(b, state, state_len), TERN_OK);
+    sink kb = {0};
+    CHECK_STATUS(tern_generate(b, p2, NULL, 12, on_piece, &kb), TERN_OK);
+    CHECK_STATUS(tern_session_last_stats(b, &sb), TERN_OK);
+    CHECK(ka.text && kb.text && strcmp(ka.text, kb.text) == 0);
+    CHECK(sb.reused_tokens == sa.reused_tokens && sb.reused_tokens > 0);
+    sink_free(&kb);
+    tern_session_free(b);
+  }
+  /* Another context size / KV format: TERN_STATE_MISMATCH; a flipped byte: TERN_CORRUPT_FILE. */
+  tern_session *c = new_session(m, 128);
+  CHECK_STATUS(tern_session_restore(c, state, state_len), TERN_STATE_MISMATCH);
+  tern_session_free(c);
+  tern_session_options so = tern_session_options_default();
+  so.n_ctx = 256;
+  so.kv_format = TERN_KV_F16;
+  tern_session *d = NULL;
+  CHECK_STATUS(tern_session_new(m, &so, &d), TERN_OK);
+  CHECK_STATUS(tern_session_restore(d, state, state_len), TERN_STATE_MISMATCH);
+  tern_session_free(d);
+  tern_session *e = new_session(m, 256);
+  state[state_len / 2] ^= 0x40;
+  CHECK_STATUS(tern_session_restore(e, state, state_len), TERN_CORRUPT_FILE);
+  CHECK_STATUS(tern_session_restore(e, state, 5), TERN_CORRUPT_FILE);
+  CHECK_STATUS(tern_session_restore(e, NULL, 5), TERN_NULL_ARGUMENT);
+  CHECK_STATUS(tern_session_restore_file(e, "/nonexistent/dir/x.tstate"), TERN_IO);
+  CHECK_STATUS(tern_session_save(e, NULL, &state_len), TERN_NULL_ARGUMENT);
+  tern_session_free(e);
+  printf("save/restore: %zu bytes, continuation \"%s\"\n", state_len, ka.text ? ka.text : "");
+  tern_bytes_free(state, state_len);
+  tern_bytes_free(NULL, 0);
+  remove(path);
+  sink_free(&k1);
+  sink_free(&ka);
+}
+
+typedef struct {
+  atomic_int lines, infos, bad;
+} log_counts;
+
+static void on_log(int32_t level, const char *target, const char *message, void *user_data) {
+  log_counts *c = user_data;
+  if (!target || !message || level < TERN_LOG_ERROR || level > TERN_LOG_TRACE) c->bad++;
+  c->lines++;
+  if (level == TERN_LOG_INFO) c->infos++;
+}
+
+typedef struct {
+  int calls, done, bad_order;
+  float last;
+  char stages[128];
+} progress_log;
+
+static void on_progress(float fraction, const char *stage, void *user_data) {
+  progress_log *p = user_data;
+  if (fraction < p->last || fraction < 0 || fraction > 1) p->bad_order = 1;
+  p->last = fraction;
+  p->calls++;
+  strncat(p->stages, stage, sizeof p->stages - strlen(p->stages) - 2);
+  strcat(p->stages, ",");
+  if (strcmp(stage, "done") == 0 && fraction == 1.0f) p->done = 1;
+}
+
+static void test_log_progress_threads(const char *model_path, tern_model *first) {
+  log_counts c = {0};
+  CHECK_STATUS(tern_set_log_callback(on_log, TERN_LOG_INFO, &c), TERN_OK);
+  CHECK_STATUS(tern_set_log_callback(on_log, 9, &c), TERN_INVALID_ARGUMENT);
+  tern_model_info fi = {0};
+  fi.struct_size = sizeof fi;
+  CHECK_STATUS(tern_model_get_info(first, &fi), TERN_OK);
+
+  progress_log p = {0};
+  tern_model_options o = tern_model_options_default();
+  tern_load_options lo = tern_load_options_default();
+  CHECK(lo.struct_size == sizeof lo && lo.cpu_threads == 0 && lo.progress == NULL);
+  o.device = TERN_DEVICE_CPU;
+  lo.progress = on_progress;
+  lo.progress_user_data = &p;
+  lo.cpu_threads = fi.cpu_threads; /* the pool's size: accepted */
+  tern_model *m = NULL;
+  CHECK_STATUS(tern_model_load_ex(model_path, &o, &lo, &m), TERN_OK);
+  CHECK(p.done && !p.bad_order && strcmp(p.stages, "open,weights,tokenizer,done,") == 0);
+  CHECK(c.infos > 0 && c.bad == 0); /* "loaded ... in ..." at info */
+  tern_model_info info = {0};
+  info.struct_size = sizeof info;
+  CHECK_STATUS(tern_model_get_info(m, &info), TERN_OK);
+  CHECK(info.cpu_threads == fi.cpu_threads);
+  tern_model_free(m);
+  /* Another count once the pool exists: refused, naming the count in use. */
+  m = NULL;
+  lo.cpu_threads = fi.cpu_threads + 3;
+  CHECK_STATUS(tern_model_load_ex(model_path, &o, &lo, &m), TERN_INVALID_ARGUMENT);
+  CHECK(m == NULL && strstr(tern_last_error(), "threads") != NULL);
+  /* The calling thread only. */
+  lo.cpu_threads = 0;
+  o.use_threads = 0;
+  CHECK_STATUS(tern_model_load_ex(model_path, &o, NULL, &m), TERN_OK);
+  CHECK_STATUS(tern_model_get_info(m, &info), TERN_OK);
+  CHECK(info.cpu_threads == 1);
+  tern_model_free(m);
+  /* Off: no more lines. */
+  CHECK_STATUS(tern_set_log_callback(NULL, TERN_LOG_OFF, NULL), TERN_OK);
+  int before = c.lines;
+  m = NULL;
+  CHECK_STATUS(tern_model_load(model_path, &o, &m), TERN_OK);
+  CHECK(c.lines == before);
+  tern_model_free(m);
+  printf("log: %d lines (%d info); progress: %s\n", (int)c.lines, (int)c.infos, p.stages);
+}
+
 /* The model handle may go first: its sessions keep it alive. */
 static void test_model_freed_first(const char *model_path) {
   tern_model *m = NULL;
@@ -1009,6 +1294,11 @@ int main(int argc, char **argv) {
   test_two_threads(m);
   test_score(m);
   test_chat(m);
+  test_model_info(m);
+  test_tokenize(m);
+  test_custom_template_and_stop_strings(m);
+  test_save_restore(m, tmpdir);
+  test_log_progress_threads(model_path, m);
   tern_model_free(m);
   test_model_freed_first(model_path);
   test_cancel_prefill_gpu(model_path);

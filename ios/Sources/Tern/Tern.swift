@@ -21,10 +21,17 @@ public struct TernError: Error, CustomStringConvertible {
         self.message = message
     }
 
+    public static let invalidArgument = TERN_INVALID_ARGUMENT.rawValue
     public static let cancelled = TERN_CANCELLED.rawValue
     public static let io = TERN_IO.rawValue
     public static let corruptFile = TERN_CORRUPT_FILE.rawValue
+    public static let unsupported = TERN_UNSUPPORTED.rawValue
+    public static let outOfMemory = TERN_OUT_OF_MEMORY.rawValue
     public static let contextFull = TERN_CONTEXT_FULL.rawValue
+    public static let template = TERN_TEMPLATE.rawValue
+    public static let deviceLost = TERN_DEVICE_LOST.rawValue
+    /// A saved session from another model, KV format, context size or device.
+    public static let stateMismatch = TERN_STATE_MISMATCH.rawValue
 }
 
 public enum Tern {
@@ -124,19 +131,78 @@ public final class Model: @unchecked Sendable {
 
     /// `maxMemory`: bytes the model and its sessions may take (0 = no cap); `useThreads`: split
     /// matrix products over a thread pool (bit-identical results either way).
+    /// `cpuThreads`: threads of the CPU backend's pool (0 = one per core; the process's one
+    /// pool, sized by the first CPU model: another count later throws `invalidArgument`).
     public init(path: String, device: Device = .auto, useThreads: Bool = true,
-                maxMemory: UInt64 = 0) throws {
+                maxMemory: UInt64 = 0, cpuThreads: UInt32 = 0) throws {
         try Tern.checkABI()
         var o = tern_model_options_default()
         o.device = device.rawValue
         o.use_threads = useThreads ? 1 : 0
         o.max_memory = maxMemory
+        var lo = tern_load_options_default()
+        lo.cpu_threads = cpuThreads
         var out: OpaquePointer?
-        try check(tern_model_load(path, &o, &out))
+        try check(tern_model_load_ex(path, &o, &lo, &out))
         handle = out!  // ok: set on TERN_OK
     }
 
     deinit { tern_model_free(handle) }
+
+    /// What the model is (`tern_model_get_info`, `tern_model_get_string`).
+    public func info() throws -> ModelInfo {
+        var i = tern_model_info()
+        i.struct_size = UInt32(MemoryLayout<tern_model_info>.size)
+        try check(tern_model_get_info(handle, &i))
+        func string(_ which: Int32) throws -> String? {
+            var out: UnsafeMutablePointer<CChar>?
+            try check(tern_model_get_string(handle, UInt32(which), &out))
+            defer { tern_string_free(out) }
+            return out.map { String(cString: $0) }
+        }
+        return ModelInfo(
+            device: Device(rawValue: i.device) ?? .cpu, vocabularySize: i.n_vocab,
+            trainingContext: i.n_ctx_train, layers: i.n_layer, bos: i.bos, eos: i.eos, eot: i.eot,
+            cpuThreads: i.cpu_threads, weightBytes: i.weight_bytes,
+            name: try string(TERN_MODEL_STR_NAME) ?? "",
+            architecture: try string(TERN_MODEL_STR_ARCHITECTURE) ?? "",
+            chatTemplate: try string(TERN_MODEL_STR_CHAT_TEMPLATE),
+            deviceName: try string(TERN_MODEL_STR_DEVICE) ?? "")
+    }
+
+    /// Token ids of `text` (`tern_tokenize`).
+    public func tokenize(_ text: String, addSpecial: Bool = true, parseSpecial: Bool = true) throws -> [UInt32] {
+        var p: UnsafeMutablePointer<UInt32>?
+        var n = 0
+        try check(tern_tokenize(handle, text, addSpecial ? 1 : 0, parseSpecial ? 1 : 0, &p, &n))
+        defer { tern_tokens_free(p, n) }
+        return Array(UnsafeBufferPointer(start: p, count: n))
+    }
+
+    /// Text of `tokens` (`tern_detokenize`).
+    public func detokenize(_ tokens: [UInt32]) throws -> String {
+        var out: UnsafeMutablePointer<CChar>?
+        try tokens.withUnsafeBufferPointer { b in
+            try check(tern_detokenize(handle, b.baseAddress, b.count, &out))
+        }
+        defer { tern_string_free(out) }
+        return String(cString: out!)  // ok: set on TERN_OK
+    }
+
+    /// Render a conversation with the app's own Jinja `template` (nil: the model's).
+    public func applyChatTemplate(_ messages: [(role: String, content: String)], template: String?,
+                                  addGenerationPrompt: Bool = true) throws -> String {
+        let strings = messages.flatMap { [strdup($0.role), strdup($0.content)] }
+        defer { strings.forEach { free($0) } }
+        let msgs = (0..<messages.count).map { i in
+            tern_chat_message(role: UnsafePointer(strings[2 * i]), content: UnsafePointer(strings[2 * i + 1]))
+        }
+        var out: UnsafeMutablePointer<CChar>?
+        try check(tern_chat_apply_template(handle, template, msgs, msgs.count,
+                                           addGenerationPrompt ? 1 : 0, &out))
+        defer { tern_string_free(out) }
+        return String(cString: out!)  // ok: set on TERN_OK
+    }
 
     /// Render a conversation with the model's chat template into a prompt for `Session.generate`.
     public func applyChatTemplate(_ messages: [(role: String, content: String)],
@@ -151,6 +217,23 @@ public final class Model: @unchecked Sendable {
         defer { tern_string_free(out) }
         return String(cString: out!)  // ok: set on TERN_OK
     }
+}
+
+/// What a model is (`Model.info()`); token ids are -1 where the model has none.
+public struct ModelInfo {
+    public let device: Device
+    public let vocabularySize: UInt32
+    public let trainingContext: UInt32
+    public let layers: UInt32
+    public let bos: Int32
+    public let eos: Int32
+    public let eot: Int32
+    public let cpuThreads: UInt32
+    public let weightBytes: UInt64
+    public let name: String
+    public let architecture: String
+    public let chatTemplate: String?
+    public let deviceName: String
 }
 
 /// Shared between a generation thread and the stream's termination handler.
@@ -169,6 +252,9 @@ private final class Pieces: @unchecked Sendable {
 public final class Session: @unchecked Sendable {
     let handle: OpaquePointer
     public let model: Model
+    /// Held by a generation thread for its whole call: a generation started right after another
+    /// was stopped (a `break` out of its loop) waits for it to end instead of getting `TERN_BUSY`.
+    private let generating = NSLock()
 
     /// `contextSize` 0 = the model's training context.
     public convenience init(model: Model, contextSize: UInt32 = 0) throws {
@@ -220,8 +306,11 @@ public final class Session: @unchecked Sendable {
 
     /// Generate after `prompt` (the whole context), greedily by default. Cancelling the consuming
     /// Task (or breaking out of the loop) cancels the native generation.
+    /// `stop`: strings that end generation (the text before one is yielded); `stopTokens`: ids
+    /// that end it.
     public func generate(_ prompt: String, sampling: tern_sampling = tern_sampling_default(),
-                         maxTokens: Int32 = 256) -> AsyncThrowingStream<String, Error> {
+                         maxTokens: Int32 = 256, stop: [String] = [],
+                         stopTokens: [UInt32] = []) -> AsyncThrowingStream<String, Error> {
         AsyncThrowingStream { continuation in
             let pieces = Pieces(continuation)
             continuation.onTermination = { termination in
@@ -231,14 +320,28 @@ public final class Session: @unchecked Sendable {
                 }
             }
             let thread = Thread {
+                self.generating.lock()
+                defer { self.generating.unlock() }
                 var params = sampling
                 let box = Unmanaged.passRetained(pieces)
-                let status = tern_generate(self.handle, prompt, &params, maxTokens, { piece, len, ud in
+                let stopC = stop.map { UnsafePointer(strdup($0)) }
+                defer { stopC.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
+                var go = tern_generate_options_default()
+                go.max_tokens = maxTokens
+                let status = stopC.withUnsafeBufferPointer { sb in
+                    stopTokens.withUnsafeBufferPointer { tb in
+                        go.stop_strings = sb.count > 0 ? sb.baseAddress : nil
+                        go.n_stop_strings = sb.count
+                        go.stop_tokens = tb.count > 0 ? tb.baseAddress : nil
+                        go.n_stop_tokens = tb.count
+                        return tern_generate_ex(self.handle, prompt, &params, &go, { piece, len, ud in
                     let pieces = Unmanaged<Pieces>.fromOpaque(ud!).takeUnretainedValue()
                     let bytes = UnsafeRawBufferPointer(start: piece, count: len)
                     pieces.continuation.yield(String(decoding: bytes, as: UTF8.self))
                     return pieces.stopped ? 1 : 0
                 }, box.toOpaque())
+                    }
+                }
                 box.release()
                 if status == TERN_OK {
                     continuation.finish()
@@ -259,6 +362,24 @@ public final class Session: @unchecked Sendable {
     }
 
     public func reset() throws { try check(tern_session_reset(handle)) }
+
+    /// The session's tokens and KV cache as bytes (`tern_session_save`): restore them into a
+    /// session of the same model, options and device to continue exactly from here.
+    public func save() throws -> [UInt8] {
+        var p: UnsafeMutablePointer<UInt8>?
+        var n = 0
+        try check(tern_session_save(handle, &p, &n))
+        defer { tern_bytes_free(p, n) }
+        return Array(UnsafeBufferPointer(start: p, count: n))
+    }
+
+    /// Make this session hold a state from `save()` (`tern_session_restore`); throws
+    /// `stateMismatch`, `corruptFile` or `unsupported` (and leaves the session as it was).
+    public func restore(_ state: [UInt8]) throws {
+        try state.withUnsafeBufferPointer { b in
+            try check(tern_session_restore(handle, b.baseAddress, b.count))
+        }
+    }
 
     /// Make a running generation or score end with `TERN_CANCELLED`. Any thread.
     public func cancel() { tern_cancel(handle) }

@@ -48,11 +48,14 @@ pub enum ErrorKind {
     /// The GPU device was lost: the model and its sessions must be recreated
     /// ([`crate::Model::reopen_on`]).
     DeviceLost,
+    /// A saved session state was made for another model, KV spec, context or backend
+    /// ([`crate::Session::restore_state`]); the session is unchanged.
+    StateMismatch,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order (for tables and for tests that map each one).
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::InvalidArgument,
         ErrorKind::Io,
         ErrorKind::BadFile,
@@ -66,6 +69,7 @@ impl ErrorKind {
         ErrorKind::Template,
         ErrorKind::Numeric,
         ErrorKind::DeviceLost,
+        ErrorKind::StateMismatch,
     ];
 }
 
@@ -172,6 +176,25 @@ pub enum EngineError {
     Cancelled,
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A saved session state that cannot be restored ([`crate::Session::restore_state`]).
+    #[error("session state: {0}")]
+    State(#[from] StateError),
+}
+
+/// Why a saved session state ([`crate::Session::save_state`]) cannot be restored.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum StateError {
+    /// Not a session state, truncated, or its checksum does not match
+    /// ([`ErrorKind::BadFile`]).
+    #[error("not a valid tern session state: {0}")]
+    Corrupt(String),
+    /// A state format this library does not read ([`ErrorKind::Unsupported`]).
+    #[error("session state format version {found}; this library reads version {supported}")]
+    Version { found: u32, supported: u32 },
+    /// Made for another model, KV spec, context size or backend
+    /// ([`ErrorKind::StateMismatch`]).
+    #[error("the state was saved from {saved}, this session is {here}: restore it into a session of the same model (same file), KV options, context size and device")]
+    Mismatch { saved: String, here: String },
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -278,6 +301,9 @@ impl EngineError {
             E::Numeric(_) => ErrorKind::Numeric,
             E::Cancelled => ErrorKind::Cancelled,
             E::Io(io) => io_kind(io),
+            E::State(StateError::Corrupt(_)) => ErrorKind::BadFile,
+            E::State(StateError::Version { .. }) => ErrorKind::Unsupported,
+            E::State(StateError::Mismatch { .. }) => ErrorKind::StateMismatch,
         }
     }
 

@@ -16,7 +16,7 @@ pub mod session;
 pub mod tokenizer;
 
 pub use capabilities::{Capabilities, Verb};
-pub use error::{BackendError, EngineError, ErrorKind, Result};
+pub use error::{BackendError, EngineError, ErrorKind, Result, StateError};
 pub use options::{
     minicache_on, CpuThreads, Kivi, KvOptions, KvQuant, KvSpec, KvSpecError, MiniCache,
     MiniCacheMode, Numerics, OptionsError, SessionOptions, ValidSessionOptions,
@@ -32,7 +32,7 @@ pub use score::{
     NoObserver, Perplexity, PerplexityOptions, ScoreObserver, ScoreOptions, WindowScore,
 };
 pub use session::{
-    Device, GenerateOptions, GenerateOutput, LoadOptions, Model, Session, StopReason,
+    Device, GenerateOptions, GenerateOutput, LoadOptions, LoadProgress, Model, Session, StopReason,
 };
 /// The GPU engine's tuning knobs ([`LoadOptions::gpu`]), parsed from the environment at the edge.
 pub use tern_gpu::GpuTuning;

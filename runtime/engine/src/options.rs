@@ -28,7 +28,9 @@ pub enum Device {
     /// app, Kotlin and Swift): a **hardware** GPU when there is one and the model has kernels for
     /// every tensor on it; else the CPU reference. A software adapter (lavapipe, WARP, SwiftShader)
     /// is never picked by `Auto` (so on a machine without a GPU, CI included, `Auto` is the CPU);
-    /// ask for [`Device::Gpu`] to use one.
+    /// ask for [`Device::Gpu`] to use one — or, to test an app's `Auto` path on a machine with
+    /// only a software adapter (CI's lavapipe job), set [`LoadOptions::auto_software_gpu`] (the
+    /// C ABI: the environment variable `TERN_AUTO_SOFTWARE_GPU=1`).
     Auto,
 }
 
@@ -41,6 +43,21 @@ pub enum CpuThreads {
     Pool,
     /// Run them on the calling thread only.
     Caller,
+    /// Split them over a pool of this many threads (> 0). The pool is the process's one CPU
+    /// pool (`tern_reference::threads`): made once, by the first model loaded on the CPU; a
+    /// later model asking for another count is refused (`InvalidArgument` naming the count in
+    /// use). `Count(1)` still uses the pool (one worker); `Caller` uses none.
+    Count(usize),
+}
+
+impl CpuThreads {
+    /// Threads a CPU model loaded with these options runs its products on.
+    pub fn resolved(self) -> usize {
+        match self {
+            CpuThreads::Caller => 1,
+            CpuThreads::Pool | CpuThreads::Count(_) => tern_reference::threads::pool_threads(),
+        }
+    }
 }
 
 /// Options of [`Model::open_with`](crate::Model::open_with): everything that decides how a
@@ -68,6 +85,40 @@ pub struct LoadOptions {
     pub delta: Option<PathBuf>,
     /// CPU backend: matrix products on a thread pool or on the calling thread.
     pub cpu_threads: CpuThreads,
+    /// Called as loading goes ([`LoadProgress`]); `None`: not reported.
+    pub progress: Option<LoadProgress>,
+    /// [`Device::Auto`] also takes a software adapter (lavapipe, WARP, SwiftShader) when there
+    /// is no hardware GPU: for tests of the `Auto` path on machines without a GPU. Default off.
+    pub auto_software_gpu: bool,
+}
+
+/// A load-progress callback ([`LoadOptions::progress`]): called on the loading thread with the
+/// fraction done in [0, 1] and the stage that just finished — `"open"` (the file mapped and its
+/// header, metadata and tensor table checked), `"weights"` (the weights loaded for the device:
+/// uploaded to the GPU, or decoded/mapped on the CPU; the long part), `"tokenizer"`, then
+/// `"done"` at 1.0 — in that order, each once, ending with 1.0 on success only. Equal when it
+/// is the same callback.
+#[derive(Clone)]
+pub struct LoadProgress(pub std::sync::Arc<dyn Fn(f32, &str) + Send + Sync>);
+
+impl LoadProgress {
+    pub(crate) fn report(p: &Option<LoadProgress>, fraction: f32, stage: &str) {
+        if let Some(p) = p {
+            (p.0)(fraction, stage);
+        }
+    }
+}
+
+impl std::fmt::Debug for LoadProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoadProgress(..)")
+    }
+}
+
+impl PartialEq for LoadProgress {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// MiniCache cross-layer merging of a session's KV cache (`--minicache off|on|S,t,gamma`,

@@ -11,7 +11,7 @@ use tern_reference::ForwardOptions;
 use crate::backend::{Logits, ModelBackend, SessionBackend};
 use crate::capabilities::{Capabilities, Verb};
 use crate::error::{EngineError, Result};
-pub use crate::options::{CpuThreads, Device, LoadOptions, SessionOptions};
+pub use crate::options::{CpuThreads, Device, LoadOptions, LoadProgress, SessionOptions};
 use crate::options::{
     KvSpec, NoObserver, Numerics, ScoreObserver, ScoreOptions, ValidSessionOptions,
 };
@@ -20,7 +20,9 @@ use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 mod sampling;
+mod state;
 use sampling::Pending;
+pub use state::{CHUNK as STATE_CHUNK, STATE_VERSION};
 
 /// A loaded model: weights for the CPU reference or the GPU engine, tokenizer, metadata.
 pub struct Model {
@@ -54,6 +56,7 @@ impl Model {
         if let Some(acts) = opts.activations {
             file.override_activations(acts);
         }
+        LoadProgress::report(&opts.progress, 0.05, "open");
         let mut m = Self::load(&file, opts)?;
         m.source = Some(path.to_path_buf());
         Ok(m)
@@ -120,7 +123,20 @@ impl Model {
 
     fn load(file: &TernFile, opts: &LoadOptions) -> Result<Self> {
         let meta = file.meta().clone();
+        if let CpuThreads::Count(n) = opts.cpu_threads {
+            if n == 0 {
+                return Err(EngineError::InvalidArgument(
+                    "CpuThreads::Count(0): give at least one thread".into(),
+                ));
+            }
+            // Before any CPU work of this model: the pool is sized on first use.
+            if opts.device != Device::Gpu {
+                tern_reference::threads::set_pool_threads(n)
+                    .map_err(EngineError::InvalidArgument)?;
+            }
+        }
         let mut backend = crate::backend::load(file, opts)?;
+        LoadProgress::report(&opts.progress, 0.95, "weights");
         // The CPU's threading is a forward option: only a backend with them takes it (the GPU
         // ignores `cpu_threads`, as documented on the field).
         if opts.cpu_threads == CpuThreads::Caller
@@ -136,6 +152,8 @@ impl Model {
             ),
             None => None,
         };
+        LoadProgress::report(&opts.progress, 0.99, "tokenizer");
+        LoadProgress::report(&opts.progress, 1.0, "done");
         Ok(Self {
             meta,
             backend,

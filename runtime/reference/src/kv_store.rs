@@ -15,11 +15,11 @@ use crate::kv_codec::{
 /// Codes and one f16 scale per head, per position (q8, a4, a3).
 #[derive(Debug, Clone)]
 pub(crate) struct AbsmaxRows {
-    codes: Vec<u32>,
-    scales: Vec<f16>,
+    pub(crate) codes: Vec<u32>,
+    pub(crate) scales: Vec<f16>,
     /// a3 only: position 0 at 4 bits.
-    codes0: Vec<u32>,
-    scales0: Vec<f16>,
+    pub(crate) codes0: Vec<u32>,
+    pub(crate) scales0: Vec<f16>,
 }
 
 /// Rotated formats: codes and one f16 `(s, m)` per head, per position (keys and values alike).

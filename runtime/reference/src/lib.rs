@@ -52,6 +52,7 @@ pub mod kv;
 pub mod kv_attn;
 pub mod kv_codec;
 pub mod kv_merge;
+mod kv_state;
 mod kv_store;
 pub mod matmul;
 pub mod model;
@@ -59,6 +60,7 @@ pub mod packed;
 pub mod quant;
 mod simd;
 pub mod stored;
+pub mod threads;
 
 pub use cce::CceOptions;
 pub use error::{ReferenceError, Result};

@@ -280,6 +280,28 @@ impl SessionBackend for CpuSession<'_> {
         lacks(Verb::ActivationSparsity)
     }
 
+    fn kv_state(&mut self) -> Result<Vec<std::borrow::Cow<'_, [u8]>>> {
+        Ok(self.cache.state_sections())
+    }
+
+    fn restore_kv_state(&mut self, tokens: &[u32], sections: &[&[u8]]) -> Result<()> {
+        self.tokens.clear();
+        self.cache.clear();
+        self.cache.restore_sections(sections)?;
+        if self.cache.len() != tokens.len() {
+            let held = self.cache.len();
+            self.cache.clear();
+            return Err(EngineError::State(crate::error::StateError::Corrupt(
+                format!(
+                    "the cache holds {held} positions but the history has {} tokens",
+                    tokens.len()
+                ),
+            )));
+        }
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+
     fn set_llama_cpp_numerics(&mut self, on: bool) -> Result<()> {
         let parallel = self.net.options().matmul.parallel;
         self.opts = if on {

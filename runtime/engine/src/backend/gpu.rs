@@ -283,6 +283,21 @@ impl GpuState {
 }
 
 impl SessionBackend for GpuState {
+    fn kv_state(&mut self) -> Result<Vec<std::borrow::Cow<'_, [u8]>>> {
+        // Not counted in the readback counters: they measure the decode steps.
+        let sections = self.session.kv_state()?;
+        Ok(sections.into_iter().map(std::borrow::Cow::Owned).collect())
+    }
+
+    fn restore_kv_state(&mut self, tokens: &[u32], sections: &[&[u8]]) -> Result<()> {
+        self.tokens.clear();
+        self.session.truncate(0);
+        self.session
+            .restore_kv_state(tokens.len() as u64, sections)?;
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+
     fn eval(&mut self, tokens: &[u32], logits: Logits, stop: Stop<'_>) -> Result<Vec<f32>> {
         // `GpuSession` puts its length back on a stop or an error (to a KIVI block's start when
         // that block was quantized meanwhile: then the dropped tokens are re-run here).

@@ -149,6 +149,14 @@ pub(crate) trait SessionBackend: Send {
         &mut self,
         tokens: &[u32],
     ) -> Result<Vec<crate::report::ActivationSparsity>>;
+    /// The KV cache's contents as byte sections: the backend's own storage, exact (CPU:
+    /// `tern_reference::KvCache::state_sections`; GPU: every KV buffer read back,
+    /// `GpuSession::kv_state`). Every backend has it (`Session::save_state`).
+    fn kv_state(&mut self) -> Result<Vec<std::borrow::Cow<'_, [u8]>>>;
+    /// Make the cache hold `tokens`, whose KV entries `sections` hold (from
+    /// [`SessionBackend::kv_state`] of a session of the same model, KV spec and context on
+    /// this backend). Checked first: on an error the session is empty.
+    fn restore_kv_state(&mut self, tokens: &[u32], sections: &[&[u8]]) -> Result<()>;
 }
 
 /// Load `file` for the backend `opts.device` asks for.
@@ -156,7 +164,7 @@ pub(crate) fn load(file: &TernFile, opts: &LoadOptions) -> Result<Box<dyn ModelB
     Ok(match opts.device {
         Device::Cpu => Box::new(cpu::CpuModel::load(file, opts.max_memory)?),
         Device::Gpu => Box::new(gpu::GpuBackend::load(file, opts, true)?),
-        Device::Auto => match gpu::GpuBackend::load(file, opts, false) {
+        Device::Auto => match gpu::GpuBackend::load(file, opts, opts.auto_software_gpu) {
             Ok(m) => Box::new(m),
             Err(e) => {
                 log::info!("GPU not used ({e}); running on the CPU");

@@ -65,7 +65,7 @@ pub struct KvCache {
     pair_layout: KvLayout,
     hp: HParams,
     /// Layers' own buffers, then one per MiniCache pair.
-    layers: Vec<KvLayer>,
+    pub(crate) layers: Vec<KvLayer>,
     /// Per model layer: its buffers (index into `layers`) and how it reads them.
     roles: Vec<(usize, KvRole)>,
     /// Layers with buffers of their own (the pairs' come after them in `layers`).

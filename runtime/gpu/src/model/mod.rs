@@ -25,6 +25,7 @@ pub mod activation;
 mod graph;
 mod jit;
 pub mod kv_cache;
+mod kv_state;
 mod load;
 pub mod memory;
 mod profile;

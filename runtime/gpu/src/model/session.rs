@@ -47,7 +47,7 @@ pub struct GpuSession {
     pub(crate) len: u64,
     /// Positions any layer may have written (≥ `len` after a failed or stopped batch): what the
     /// KIVI truncation rule looks at.
-    written: u64,
+    pub(crate) written: u64,
     pub(crate) kv: KvCache,
     pub(crate) s: Scratch,
     /// Per batch size, output and context class (short: attention unsplit): the recorded pass,

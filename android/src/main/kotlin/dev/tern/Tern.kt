@@ -60,6 +60,8 @@ class TernException(val status: Int, message: String) : Exception(message) {
         const val NUMERIC = 13
         /** The GPU was lost: close the model and its sessions, load it again (CPU works). */
         const val DEVICE_LOST = 14
+        /** A saved session state from another model, KV format, context or device. */
+        const val STATE_MISMATCH = 15
     }
 }
 
@@ -73,6 +75,13 @@ data class Sampling(
     val repeatLastN: Int = 64,
     val seed: Long = 0
 )
+
+/**
+ * When generation stops besides `maxTokens` and the model's end tokens
+ * (`tern_generate_options`): a stop string ends it (the text before it is passed on), a stop
+ * token ends it (not passed on).
+ */
+data class Stop(val strings: List<String> = emptyList(), val tokens: List<Int> = emptyList())
 
 /** One turn of a conversation for [TernModel.applyChatTemplate]. */
 data class ChatMessage(val role: String, val content: String)

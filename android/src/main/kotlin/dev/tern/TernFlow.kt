@@ -17,9 +17,10 @@ import kotlinx.coroutines.yield
 fun TernSession.generate(
     prompt: String,
     sampling: Sampling = Sampling(),
-    maxTokens: Int = 256
+    maxTokens: Int = 256,
+    stop: Stop = Stop()
 ): Flow<String> = flow {
-    val pieces = stream(prompt, sampling, maxTokens)
+    val pieces = stream(prompt, sampling, maxTokens, stop)
     try {
         while (true) {
             val piece = pieces.poll(20)

@@ -73,6 +73,7 @@ class TernSession(model: TernModel, options: SessionOptions) : AutoCloseable {
         prompt: String,
         sampling: Sampling = Sampling(),
         maxTokens: Int = 256,
+        stop: Stop = Stop(),
         onPiece: (String) -> Boolean
     ) {
         synchronized(callLock) {
@@ -83,7 +84,7 @@ class TernSession(model: TernModel, options: SessionOptions) : AutoCloseable {
                 live(), prompt,
                 sampling.temperature, sampling.topK, sampling.topP, sampling.minP,
                 sampling.repeatPenalty, sampling.repeatLastN, sampling.seed,
-                maxTokens, cb
+                maxTokens, stop.strings.toTypedArray(), stop.tokens.toIntArray(), cb
             )
         }
     }
@@ -94,8 +95,22 @@ class TernSession(model: TernModel, options: SessionOptions) : AutoCloseable {
      * version, `TernSession.generate`, is built on this.
      */
     @JvmOverloads
-    fun stream(prompt: String, sampling: Sampling = Sampling(), maxTokens: Int = 256): PieceStream =
-        PieceStream(this, prompt, sampling, maxTokens)
+    fun stream(
+        prompt: String,
+        sampling: Sampling = Sampling(),
+        maxTokens: Int = 256,
+        stop: Stop = Stop()
+    ): PieceStream = PieceStream(this, prompt, sampling, maxTokens, stop)
+
+    /** The session's tokens and KV cache as bytes (`tern_session_save`). */
+    fun save(): ByteArray = synchronized(callLock) { Native.sessionSave(live()) }
+
+    /**
+     * Make this session hold a state from [save] (`tern_session_restore`).
+     * @throws TernException STATE_MISMATCH (another model, KV format, context or device),
+     *   CORRUPT_FILE, UNSUPPORTED (another state version).
+     */
+    fun restore(state: ByteArray) = synchronized(callLock) { Native.sessionRestore(live(), state) }
 
     /** Total natural-log probability of [text]'s tokens after the first (see `tern_score`). */
     fun score(text: String): Score = synchronized(callLock) {
@@ -137,7 +152,8 @@ class PieceStream internal constructor(
     private val session: TernSession,
     prompt: String,
     sampling: Sampling,
-    maxTokens: Int
+    maxTokens: Int,
+    stop: Stop = Stop()
 ) : AutoCloseable {
     private object End
     private class Failure(val error: Throwable)
@@ -147,7 +163,7 @@ class PieceStream internal constructor(
     @Volatile private var finished = false
     private val worker = Thread({
         try {
-            session.generateBlocking(prompt, sampling, maxTokens) { piece ->
+            session.generateBlocking(prompt, sampling, maxTokens, stop) { piece ->
                 queue.put(piece)
                 !stopped
             }
