@@ -62,6 +62,7 @@ pub mod ggml;
 pub mod kv;
 pub mod meta;
 pub mod neuzip;
+pub mod output;
 pub mod spec;
 pub mod ternary;
 

@@ -170,3 +170,41 @@ pub fn encode_ternary(
 
 /// Progress callback of the importers: `(tensors done, total, current tensor name)`.
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+/// What every importer checks of the metadata before writing a byte: the hyperparameters on their
+/// own (`tern_format::check_hparams_alone`: counts, finite and in-range RoPE θ and RMS ε, products
+/// that fit) and every float the metadata stores is finite. The `.tern` metadata is JSON, where
+/// an infinity or NaN becomes `null` and the file could never be read back.
+pub fn check_meta(meta: &tern_format::ModelMeta) -> Result<()> {
+    tern_format::check_hparams_alone(&meta.hparams)?;
+    if let Some(tok) = &meta.tokenizer {
+        if let Some((i, s)) = tok.scores.iter().enumerate().find(|(_, s)| !s.is_finite()) {
+            let text = tok.tokens.get(i).map(String::as_str).unwrap_or("?");
+            return Err(ImportError::InvalidArgument(format!(
+                "tokenizer score {s} of token {i} ({text:?}) is not finite: the model file cannot store it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// BitNet b1.58's weight quantizer (absmean) on a float master, shared by every importer: a
+/// non-finite weight or scale is refused (it would make `alpha` NaN or clamp it to 1e-5 and
+/// silently change every output), as is a non-finite result.
+pub fn ternarize_master(name: &str, vals: &[f32], scale: Option<f32>) -> Result<(Vec<i8>, f32)> {
+    if let Some(bad) = vals.iter().find(|v| !v.is_finite()) {
+        return Err(ImportError::InvalidArgument(format!(
+            "{name}: non-finite weight {bad}"
+        )));
+    }
+    let (trits, mut alpha) = ternary::absmean_ternarize(vals);
+    if let Some(s) = scale {
+        alpha *= s;
+    }
+    if !alpha.is_finite() {
+        return Err(ImportError::InvalidArgument(format!(
+            "{name}: non-finite scale {alpha}"
+        )));
+    }
+    Ok((trits, alpha))
+}
