@@ -106,16 +106,16 @@ mod tests {
         let part = d.join("y.tern.part");
         std::fs::write(&part, b"model").unwrap();
         // The same path, a path through `..`, the `.part` of the output, a hard link.
-        assert!(refuse_input_as_output(&[&x], &x, "output").is_err());
-        assert!(refuse_input_as_output(&[&x], &d.join("sub/../x.tern"), "output").is_err());
-        assert!(refuse_input_as_output(&[&part], &d.join("y.tern"), "output").is_err());
+        assert!(refuse_input_as_output(&[x.as_path()], &x, "output").is_err());
+        assert!(refuse_input_as_output(&[x.as_path()], &d.join("sub/../x.tern"), "output").is_err());
+        assert!(refuse_input_as_output(&[part.as_path()], &d.join("y.tern"), "output").is_err());
         let link = d.join("hard.tern");
         std::fs::hard_link(&x, &link).unwrap();
-        assert!(refuse_input_as_output(&[&x], &link, "output").is_err());
+        assert!(refuse_input_as_output(&[x.as_path()], &link, "output").is_err());
         // A new file inside an input directory.
-        assert!(refuse_input_as_output(&[&d], &d.join("sub/new.tern"), "output").is_err());
+        assert!(refuse_input_as_output(&[d.as_path()], &d.join("sub/new.tern"), "output").is_err());
         // Another, new file is fine.
-        assert!(refuse_input_as_output(&[&x], &d.join("z.tern"), "output").is_ok());
+        assert!(refuse_input_as_output(&[x.as_path()], &d.join("z.tern"), "output").is_ok());
         let _ = std::fs::remove_dir_all(&d);
     }
 }

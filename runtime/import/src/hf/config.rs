@@ -318,7 +318,7 @@ pub(super) fn parse_config(cfg: &Value) -> Result<HfConfig> {
     }
     if !(rms_eps.is_finite() && rms_eps > 0.0 && (rms_eps as f32).is_finite()) {
         return Err(hf_err(format!(
-            "config.json: `rms_norm_eps` = {rms_eps} must be positive"
+            "config.json: `rms_norm_eps` = {rms_eps} must be positive and fit an f32"
         )));
     }
     let hparams = HParams {
