@@ -107,7 +107,9 @@ mod tests {
         std::fs::write(&part, b"model").unwrap();
         // The same path, a path through `..`, the `.part` of the output, a hard link.
         assert!(refuse_input_as_output(&[x.as_path()], &x, "output").is_err());
-        assert!(refuse_input_as_output(&[x.as_path()], &d.join("sub/../x.tern"), "output").is_err());
+        assert!(
+            refuse_input_as_output(&[x.as_path()], &d.join("sub/../x.tern"), "output").is_err()
+        );
         assert!(refuse_input_as_output(&[part.as_path()], &d.join("y.tern"), "output").is_err());
         let link = d.join("hard.tern");
         std::fs::hard_link(&x, &link).unwrap();
