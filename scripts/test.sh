@@ -61,12 +61,13 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
   [ -z "$tc" ] && export RUSTC_BOOTSTRAP=1
   # The regression corpora also run on stable inside `cargo test` (tests/tests/fuzz_regressions.rs).
   # A toolchain that cannot build the instrumented targets skips fuzzing; a crash fails the run.
+  # Every run has an RSS limit and a per-input timeout, so an OOM or a hang is a finding too.
   if (cd fuzz && cargo $tc fuzz build -s none -O >/dev/null 2>&1); then
     for t in $(sed -n 's/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml | grep -v tern-fuzz); do
       mkdir -p "fuzz/corpus/$t"
       cp -n fuzz/regressions/"$t"/* "fuzz/corpus/$t/" 2>/dev/null || true
       echo "-- $t"
-      (cd fuzz && cargo $tc fuzz run -s none -O "$t" "corpus/$t" -- -seed=1 -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 | tail -2)
+      (cd fuzz && cargo $tc fuzz run -s none -O "$t" "corpus/$t" -- -seed=1 -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 2>&1 | tail -2)
     done
   else
     echo "   (cargo fuzz cannot build the targets with this toolchain: fuzzing skipped; corpora ran in cargo test)"

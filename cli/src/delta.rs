@@ -67,12 +67,18 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
             per_tensor,
         } => {
             let t0 = Instant::now();
+            // The data-safety rule (docs/safety.md): an output is never an input.
+            tern_format::output::refuse_input_as_output(
+                &[base.as_path(), tuned.as_path()],
+                &output,
+                "output",
+            )?;
             let b = TernFile::open(&base).with_context(|| format!("opening {}", base.display()))?;
             let t =
                 TernFile::open(&tuned).with_context(|| format!("opening {}", tuned.display()))?;
             let (bytes, rep) =
                 delta::create(&b, &t, threads.unwrap_or_else(delta::default_threads))?;
-            std::fs::write(&output, &bytes)
+            tern_format::output::write_atomic(&output, &bytes)
                 .with_context(|| format!("writing {}", output.display()))?;
             if per_tensor {
                 for r in &rep.tensors {
@@ -118,6 +124,11 @@ pub fn run(a: DeltaArgs) -> Result<ExitCode> {
             threads,
         } => {
             let t0 = Instant::now();
+            tern_format::output::refuse_input_as_output(
+                &[base.as_path(), delta.as_path()],
+                &output,
+                "output",
+            )?;
             let b = TernFile::open(&base).with_context(|| format!("opening {}", base.display()))?;
             let d =
                 DeltaFile::open(&delta).with_context(|| format!("opening {}", delta.display()))?;

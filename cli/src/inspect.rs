@@ -109,6 +109,15 @@ fn row(name: &str, shape: Vec<u64>, encoding: String, bytes: u64, checksum: u64)
 }
 
 pub fn run(a: InspectArgs) -> Result<ExitCode> {
+    // Only regular files: opening a FIFO would block until a writer appears, a device or a
+    // directory is no model.
+    let md = std::fs::metadata(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
+    if !md.is_file() {
+        anyhow::bail!(
+            "{} is not a regular file (inspect reads .tern and .gguf files)",
+            a.file.display()
+        );
+    }
     let mut head = [0u8; 4];
     {
         use std::io::Read;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use tern_engine::chat::{ChatError, ChatMessage};
 use tern_import::pack::{parse_ternary_layout, FloatMode, PackOptions};
 
 #[derive(Args)]
@@ -48,8 +49,40 @@ pub fn options(a: &PackArgs) -> Result<PackOptions> {
     })
 }
 
+/// The chat template the input carries (GGUF `tokenizer.chat_template`, or an HF directory's
+/// tokenizer_config.json), rendered once for a short conversation before anything is written: a
+/// template that does not parse or runs past the template limits would fail every `chat` later,
+/// so it is refused at pack time (other render errors — a template that needs variables tern
+/// does not pass — are left to `chat`).
+fn check_chat_template(input: &std::path::Path, opts: &PackOptions) -> Result<()> {
+    let spec = if input.is_dir() {
+        tern_import::hf::hf_meta(input, opts)?.tokenizer
+    } else {
+        match tern_import::gguf::GgufFile::open(input) {
+            Ok(g) => tern_import::gguf_meta::tokenizer_spec(&g)?,
+            Err(_) => return Ok(()), // the importer reports the file's own error
+        }
+    };
+    let Some(t) = spec.as_ref().and_then(|s| s.chat_template.as_deref()) else {
+        return Ok(());
+    };
+    let msgs = [
+        ChatMessage::new("user", "Hello"),
+        ChatMessage::new("assistant", "Hi"),
+        ChatMessage::new("user", "Bye"),
+    ];
+    match tern_engine::chat::render_chat(t, &msgs, true, "", "") {
+        Err(e @ (ChatError::Syntax(_) | ChatError::Limit(_))) => {
+            anyhow::bail!("the model's chat template would fail every chat: {e}")
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn run(a: PackArgs) -> Result<ExitCode> {
     let opts = options(&a)?;
+    check_chat_template(&a.input, &opts)
+        .with_context(|| format!("packing {}", a.input.display()))?;
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} packing [{bar:40}] {pos}/{len} tensors {msg}")

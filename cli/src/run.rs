@@ -146,6 +146,16 @@ pub fn run(mut a: RunArgs) -> Result<ExitCode> {
         delta: a.delta.clone(),
         ..lo
     };
+    if let Some(out) = &a.dump_logits {
+        // The data-safety rule (docs/safety.md): an output is never an input.
+        let inputs: Vec<&Path> = a
+            .model
+            .iter()
+            .chain(&a.delta)
+            .map(PathBuf::as_path)
+            .collect();
+        tern_format::output::refuse_input_as_output(&inputs, out, "--dump-logits")?;
+    }
     let mut model = load(a.model.as_deref(), &lo)?;
     a.sampling.numerics.apply(&mut model)?;
     let prompt = match (&a.prompt, &a.tokens) {
@@ -369,7 +379,7 @@ fn chat_on(
         eprintln!("chatting with {} — type a message; /reset clears the conversation, /quit or Ctrl-D ends.", model.meta().provenance.model_name.as_deref().unwrap_or("the model"));
     }
     let mut out = std::io::stdout();
-    let mut line = String::new();
+    let mut line;
     let mut pieces = 0usize;
     loop {
         let (ids, max_tokens, mut text) = match resume.take() {
@@ -378,10 +388,12 @@ fn chat_on(
                 if interactive {
                     eprint!("> ");
                 }
-                line.clear();
-                if stdin.lock().read_line(&mut line)? == 0 {
+                // Bytes, decoded lossily: invalid UTF-8 on stdin becomes U+FFFD, not the end.
+                let mut raw = Vec::new();
+                if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
                     return Ok(ChatEnd::Done);
                 }
+                line = String::from_utf8_lossy(&raw).into_owned();
                 let text = line.trim_end_matches(['\n', '\r']);
                 match text.trim() {
                     "" => continue,

@@ -66,6 +66,11 @@ gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer 
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_error=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 NODEVICE_SELECT=1 \
   "$work/test_hostile" fuzz/regressions/model_load
+echo "== C ABI: hostile chat templates (tests/hostile/templates) and a KV cache larger than the machine"
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_error=0 \
+  "$work/test_hostile" --templates tests/hostile/templates
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_error=0 \
+  "$work/test_hostile" --kv fuzz/regressions/model_load/n_ctx_train_max.tern
 
 # GPU parts of the C test (cancel during a long prompt, device loss) where a GPU is required (CI's
 # lavapipe job): SmolLM2 with a short prompt and a bound suited to software Vulkan, where one layer

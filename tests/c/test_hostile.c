@@ -9,11 +9,22 @@
  * end and return 0.
  *
  *   test_hostile DIR
+ *
+ * Issue 29 adds two modes:
+ *   test_hostile --templates DIR   every DIR/<name>.tern (tests/hostile/templates: a tiny model whose
+ *                                  chat template sizes an output from a huge argument, doubles a
+ *                                  string, builds a list quadratically, ...) through
+ *                                  tern_chat_apply: TERN_TEMPLATE naming the limit, quickly, no
+ *                                  abort (the host process survives).
+ *   test_hostile --kv MODEL        tern_session_new with an n_ctx whose KV cache is twice the
+ *                                  machine's MemAvailable: TERN_OUT_OF_MEMORY before any page is
+ *                                  touched (no OOM kill of the host).
  */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tern.h"
 
@@ -71,7 +82,111 @@ static void check_file(const char *dir, const char *name) {
   }
 }
 
+static int check_templates(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    perror(dir);
+    return 2;
+  }
+  struct dirent *e;
+  int seen = 0;
+  tern_model_options mo = tern_model_options_default();
+  mo.device = TERN_DEVICE_CPU;
+  tern_chat_message msgs[2] = {{"user", "Hello"}, {"assistant", "Hi"}};
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (n < 5 || strcmp(e->d_name + n - 5, ".tern") != 0) continue;
+    seen++;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    tern_model *m = NULL;
+    enum tern_status st = tern_model_load(path, &mo, &m);
+    if (st != TERN_OK) {
+      failed++;
+      fprintf(stderr, "FAIL %s: load: %s: %s\n", e->d_name, tern_status_name(st), tern_last_error());
+      continue;
+    }
+    char *out = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = tern_chat_apply(m, msgs, 2, 1, &out);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    const char *msg = tern_last_error();
+    if (st == TERN_TEMPLATE && out == NULL && strstr(msg, "limit") != NULL && secs < 20.0) {
+      passed++;
+      printf("  %-24s %s in %.2fs: %s\n", e->d_name, tern_status_name(st), secs, msg);
+    } else {
+      failed++;
+      fprintf(stderr, "FAIL %s: expected TERN_TEMPLATE naming a limit, got %s in %.2fs: %s\n",
+              e->d_name, tern_status_name(st), secs, msg);
+    }
+    tern_string_free(out);
+    tern_model_free(m);
+  }
+  closedir(d);
+  if (seen < 5) {
+    fprintf(stderr, "FAIL: only %d hostile templates in %s\n", seen, dir);
+    failed++;
+  }
+  printf("%d passed, %d failed (hostile chat templates through tern_chat_apply)\n", passed, failed);
+  return failed ? 1 : 0;
+}
+
+/* MemAvailable in bytes, 0 when /proc/meminfo does not say. */
+static unsigned long long mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  }
+  fclose(f);
+  return kb * 1024ULL;
+}
+
+static int check_kv(const char *model) {
+  unsigned long long avail = mem_available();
+  if (avail == 0) {
+    printf("no MemAvailable here: KV overcommit check skipped\n");
+    return 0;
+  }
+  /* n_ctx_train_max.tern: 2 layers, 1 KV head of 8 dims, f32 K and V: 128 bytes per position. */
+  unsigned long long want = 2ULL * avail / 128ULL;
+  uint32_t n_ctx = want > 4294967294ULL ? 4294967294U : (uint32_t)want;
+  if ((unsigned long long)n_ctx * 128ULL <= avail) {
+    printf("this machine has more memory than a u32 context can ask for: skipped\n");
+    return 0;
+  }
+  tern_model_options mo = tern_model_options_default();
+  mo.device = TERN_DEVICE_CPU;
+  tern_model *m = NULL;
+  enum tern_status st = tern_model_load(model, &mo, &m);
+  if (st != TERN_OK) {
+    fprintf(stderr, "FAIL load %s: %s: %s\n", model, tern_status_name(st), tern_last_error());
+    return 1;
+  }
+  tern_session_options so = tern_session_options_default();
+  so.n_ctx = n_ctx;
+  tern_session *s = NULL;
+  st = tern_session_new(m, &so, &s);
+  const char *msg = tern_last_error();
+  int ok = st == TERN_OUT_OF_MEMORY && s == NULL && strstr(msg, "available") != NULL;
+  if (ok) {
+    printf("  n_ctx %u: %s: %s\n", n_ctx, tern_status_name(st), msg);
+  } else {
+    fprintf(stderr, "FAIL n_ctx %u: expected TERN_OUT_OF_MEMORY naming the memory available, got %s: %s\n",
+            n_ctx, tern_status_name(st), msg);
+  }
+  tern_session_free(s);
+  tern_model_free(m);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--templates") == 0) return check_templates(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "--kv") == 0) return check_kv(argv[2]);
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
     return 2;

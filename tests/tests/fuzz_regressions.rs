@@ -236,3 +236,37 @@ fn model_load_corpus() {
     // must be typed errors or run, never abort: an abort here kills the test process.
     run_corpus("model_load", 5, model_load::run);
 }
+
+// ------------------------------------------------------------------------------------------------
+// chat_template, hf_config, delta_apply (issue 29; mirror fuzz/fuzz_targets/<target>.rs)
+
+mod chat_template {
+    include!("../../fuzz/bodies/chat_template.rs");
+}
+
+#[test]
+fn chat_template_corpus() {
+    run_corpus("chat_template", 10, chat_template::run);
+}
+
+mod hf_config {
+    include!("../../fuzz/bodies/hf_config.rs");
+}
+
+#[test]
+fn hf_config_corpus() {
+    run_corpus("hf_config", 10, hf_config::run);
+}
+
+mod delta_apply {
+    include!("../../fuzz/bodies/delta_apply.rs");
+}
+
+#[test]
+fn delta_apply_corpus() {
+    assert!(
+        !delta_apply::seed_delta().is_empty(),
+        "the seed delta could not be made"
+    );
+    run_corpus("delta_apply", 5, delta_apply::run);
+}

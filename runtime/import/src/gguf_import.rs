@@ -139,6 +139,7 @@ fn import_gguf_to(
             ))),
         }
     };
+    crate::pack::check_meta(&meta)?;
     let mut w = TernWriter::create(out, meta.clone())?;
     let todo: Vec<&GgufTensorInfo> = g
         .tensors()
@@ -172,10 +173,8 @@ fn import_gguf_to(
             (Some(dt), _) if ternary_weight => {
                 // A float BitNet weight: ternarize with absmean (BitNet b1.58's weight quantizer).
                 let vals = Encoding::from(dt).decode_f32(&shape, bytes)?;
-                let (trits, mut alpha) = tern_format::ternary::absmean_ternarize(&vals);
-                if let Some(s) = scale_of(&t.name)? {
-                    alpha *= s;
-                }
+                let (trits, alpha) =
+                    crate::pack::ternarize_master(&t.name, &vals, scale_of(&t.name)?)?;
                 let (enc, b) = encode_ternary(opts, &shape, &trits, 0, FloatType::F32, &[alpha])?;
                 w.add_tensor(&t.name, &shape, enc, &b)?;
             }

@@ -10,7 +10,7 @@ pub mod gguf_meta;
 pub mod hf;
 pub mod pack;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use error::{ImportError, Result};
 pub use pack::{FloatMode, PackOptions};
@@ -32,30 +32,23 @@ pub fn import_path(
     }
 }
 
-/// Refuses an `out` that is `input` itself or an existing file inside the input directory (the
-/// importer reads it while writing). Called before the input is parsed.
+/// Refuses an `out` that is, or resolves to, `input` — directly, through its temporary
+/// `<out>.part` name, or as a hard link — or that lies inside the input directory (the importer
+/// maps the input while writing). Called before the input is parsed
+/// (`tern_format::output::refuse_input_as_output`, the one data-safety rule).
 pub(crate) fn check_output(input: &Path, out: &Path) -> Result<()> {
-    if let (Ok(i), Ok(o)) = (input.canonicalize(), out.canonicalize()) {
-        if i == o || (i.is_dir() && o.starts_with(&i)) {
-            return Err(ImportError::InvalidArgument(format!(
-                "output {} would overwrite the input {} (choose another output path)",
-                out.display(),
-                input.display()
-            )));
-        }
-    }
-    Ok(())
+    tern_format::output::refuse_input_as_output(&[input], out, "output").map_err(|e| match e {
+        tern_format::FormatError::InvalidArgument(m) => ImportError::InvalidArgument(m),
+        e => e.into(),
+    })
 }
 
-/// Runs `write(part)` for the temporary `<out>.part`, then renames it to `out`; on error the
-/// partial file is removed and `out` is untouched.
+/// Runs `write(part)` for the temporary `<out>.part`, checks the result as `tern inspect --verify`
+/// does ([`verify_written`]), then renames it to `out`; on error the partial file is removed and
+/// `out` is untouched.
 pub(crate) fn write_via_part<T>(out: &Path, write: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
-    let part = {
-        let mut s = out.as_os_str().to_owned();
-        s.push(".part");
-        PathBuf::from(s)
-    };
-    match write(&part) {
+    let part = tern_format::output::part_path(out);
+    match write(&part).and_then(|v| verify_written(&part).map(|()| v)) {
         Ok(v) => {
             if let Err(e) = std::fs::rename(&part, out) {
                 let _ = std::fs::remove_file(&part);
@@ -68,4 +61,15 @@ pub(crate) fn write_via_part<T>(out: &Path, write: impl FnOnce(&Path) -> Result<
             Err(e)
         }
     }
+}
+
+/// The check `tern inspect --verify` runs, on a file just written: it opens (header, metadata,
+/// directory, every offset), every tensor decodes with its checksum and padding, and the
+/// hyperparameters agree with each other and with the tensors present. A pack that would produce
+/// a file later commands refuse fails here instead, before an existing output is replaced.
+pub fn verify_written(path: &Path) -> Result<()> {
+    let f = tern_format::TernFile::open(path)?;
+    f.verify()?;
+    tern_format::check_hparams(&f)?;
+    Ok(())
 }

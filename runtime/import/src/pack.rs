@@ -170,3 +170,93 @@ pub fn encode_ternary(
 
 /// Progress callback of the importers: `(tensors done, total, current tensor name)`.
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+/// What every importer checks of the metadata before writing a byte: the hyperparameters on their
+/// own (`tern_format::check_hparams_alone`: counts, finite and in-range RoPE θ and RMS ε, products
+/// that fit) and every float the metadata stores is finite. The `.tern` metadata is JSON, where
+/// an infinity or NaN becomes `null` and the file could never be read back.
+pub fn check_meta(meta: &tern_format::ModelMeta) -> Result<()> {
+    tern_format::check_hparams_alone(&meta.hparams)?;
+    if let Some(tok) = &meta.tokenizer {
+        if let Some((i, s)) = tok.scores.iter().enumerate().find(|(_, s)| !s.is_finite()) {
+            let text = tok.tokens.get(i).map(String::as_str).unwrap_or("?");
+            return Err(ImportError::InvalidArgument(format!(
+                "tokenizer score {s} of token {i} ({text:?}) is not finite: the model file cannot store it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// BitNet b1.58's weight quantizer (absmean) on a float master, shared by every importer: a
+/// non-finite weight or scale is refused (it would make `alpha` NaN or clamp it to 1e-5 and
+/// silently change every output), as is a non-finite result.
+pub fn ternarize_master(name: &str, vals: &[f32], scale: Option<f32>) -> Result<(Vec<i8>, f32)> {
+    if let Some(bad) = vals.iter().find(|v| !v.is_finite()) {
+        return Err(ImportError::InvalidArgument(format!(
+            "{name}: non-finite weight {bad}"
+        )));
+    }
+    let (trits, mut alpha) = ternary::absmean_ternarize(vals);
+    if let Some(s) = scale {
+        alpha *= s;
+    }
+    if !alpha.is_finite() {
+        return Err(ImportError::InvalidArgument(format!(
+            "{name}: non-finite scale {alpha}"
+        )));
+    }
+    Ok((trits, alpha))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod hostile_tests {
+    use super::*;
+
+    /// Issue 29, class 6: a NaN in a BitNet float master was silently accepted by the GGUF
+    /// importer (the scale became 1e-5); both importers now refuse it through this function.
+    #[test]
+    fn non_finite_masters_and_scales_are_refused() {
+        let w = [0.5f32, -0.25, 0.0, 1.0];
+        let (t, a) = ternarize_master("w", &w, None).unwrap();
+        assert_eq!(t.len(), 4);
+        assert!(a.is_finite() && a > 0.0);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut v = w;
+            v[2] = bad;
+            let e = ternarize_master("blk.0.attn_q.weight", &v, None).unwrap_err();
+            assert!(e.to_string().contains("non-finite weight"), "{e}");
+        }
+        let e = ternarize_master("w", &w, Some(f32::NAN)).unwrap_err();
+        assert!(e.to_string().contains("non-finite scale"), "{e}");
+    }
+
+    /// Issue 29, class 5: an infinite RoPE θ or RMS ε, or an SPM score of −inf, packed into a
+    /// file whose metadata (JSON) could never be read back.
+    #[test]
+    fn non_finite_metadata_is_refused() {
+        let meta = |f: &dyn Fn(&mut tern_format::ModelMeta)| {
+            let mut m: tern_format::ModelMeta = serde_json::from_str(
+                r#"{"arch":"llama","hparams":{"n_vocab":2,"n_embd":16,"n_layer":2,"n_head":2,"n_head_kv":1,"head_dim":8,"n_ff":32,"n_ctx_train":2048,"rope_theta":10000.0,"rope_dim":8,"rope_neox":true,"rms_eps":0.00001,"ffn_act":"silu","tied_embeddings":true,"sub_norms":false},"tokenizer":{"kind":"llama","pre":null,"tokens":["a","b"],"token_types":[1,1],"scores":[0.0,-1.0],"bos":null,"eos":null,"unk":null,"pad":null,"add_bos":false,"add_eos":false,"chat_template":null},"activations":{"qkv":"none","out":"none","gate_up":"none","down":"none"},"provenance":{"source_format":"test","source_name":"t","source_hash":null,"model_name":null,"packer":"t","options":{}},"extra":{}}"#,
+            )
+            .unwrap();
+            f(&mut m);
+            m
+        };
+        assert!(check_meta(&meta(&|_| {})).is_ok());
+        for what in ["rope_theta", "rms_eps", "score"] {
+            let edit = |m: &mut tern_format::ModelMeta| match what {
+                "rope_theta" => m.hparams.rope_theta = f32::INFINITY,
+                "rms_eps" => m.hparams.rms_eps = f32::NAN,
+                _ => {
+                    if let Some(t) = m.tokenizer.as_mut() {
+                        t.scores[1] = f32::NEG_INFINITY;
+                    }
+                }
+            };
+            let e = check_meta(&meta(&edit)).unwrap_err();
+            assert!(e.to_string().contains(what), "{what}: {e}");
+        }
+    }
+}

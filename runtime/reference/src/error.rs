@@ -78,9 +78,13 @@ pub(crate) fn too_large(what: &str, bytes: u128) -> ReferenceError {
 /// process abort.
 pub(crate) fn try_zeroed<T: Clone + Default>(what: &str, n: usize) -> Result<Vec<T>> {
     let too_large = || too_large(what, n as u128 * std::mem::size_of::<T>() as u128);
-    n.checked_mul(std::mem::size_of::<T>())
+    let bytes = n
+        .checked_mul(std::mem::size_of::<T>())
         .filter(|&b| b <= isize::MAX as usize)
         .ok_or_else(too_large)?;
+    // Refused before a page is touched when the machine cannot hold it (overcommit would accept
+    // the reservation and the zero-fill below would summon the OOM killer).
+    tern_format::sysmem::check_fits(bytes as u64).map_err(|_| too_large())?;
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| too_large())?;
     v.resize(n, T::default());

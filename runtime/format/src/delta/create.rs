@@ -325,7 +325,7 @@ pub fn create(
         size: p.len() as u64,
         checksum: xxh3_64(p),
     };
-    let mut index = Index {
+    let index = Index {
         tuned_size: tb.len() as u64,
         tuned_hash: xxh3_64(tb),
         data_offset: data.offset,
@@ -335,6 +335,20 @@ pub fn create(
         skeleton_hash: skeleton_hash(&payloads[0], &payloads[1]),
         tensors: records,
     };
+    let out = write_delta(base_identity(base)?, index, &payloads)?;
+    let total = out.len() as u64;
+    let rep = CreateReport {
+        delta_bytes: total,
+        tuned_bytes: tb.len() as u64,
+        tensors: report,
+    };
+    Ok((out, rep))
+}
+
+/// The delta file for `index` and its payloads (prefix, suffix, then one per tensor record): the
+/// blobs are placed after the index (8-aligned), the index padded to a fixed size, and the header
+/// sealed with the index's and its own checksums.
+pub(super) fn write_delta(base_id: u64, mut index: Index, payloads: &[Vec<u8>]) -> Result<Vec<u8>> {
     // The index's length depends on the offsets it holds: fix the offsets with a generous index
     // size estimate, then pad the index to that size.
     let est = serde_json::to_vec(&index)
@@ -365,7 +379,7 @@ pub fn create(
     let blobs = std::iter::once(&index.prefix)
         .chain(std::iter::once(&index.suffix))
         .chain(index.tensors.iter().map(|r| &r.payload));
-    for (b, p) in blobs.zip(&payloads) {
+    for (b, p) in blobs.zip(payloads) {
         out.resize(usize_of(b.offset)?, 0);
         out.extend_from_slice(p);
     }
@@ -374,7 +388,7 @@ pub fn create(
     h[0..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
     h[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
-    h[16..24].copy_from_slice(&base_identity(base)?.to_le_bytes());
+    h[16..24].copy_from_slice(&base_id.to_le_bytes());
     h[24..32].copy_from_slice(&(HEADER_SIZE as u64).to_le_bytes());
     h[32..40].copy_from_slice(&(json.len() as u64).to_le_bytes());
     h[40..48].copy_from_slice(&xxh3_64(&json).to_le_bytes());
@@ -382,19 +396,15 @@ pub fn create(
     let hh = xxh3_64(&h[0..56]);
     h[56..64].copy_from_slice(&hh.to_le_bytes());
     out[..HEADER_SIZE].copy_from_slice(&h);
-    let rep = CreateReport {
-        delta_bytes: total,
-        tuned_bytes: tb.len() as u64,
-        tensors: report,
-    };
-    Ok((out, rep))
+    Ok(out)
 }
 
 /// [`create`] from and to paths.
 pub fn create_file(base: &Path, tuned: &Path, out: &Path, threads: usize) -> Result<CreateReport> {
+    crate::output::refuse_input_as_output(&[base, tuned], out, "delta output")?;
     let base = TernFile::open(base)?;
     let tuned = TernFile::open(tuned)?;
     let (bytes, rep) = create(&base, &tuned, threads)?;
-    std::fs::write(out, bytes)?;
+    crate::output::write_atomic(out, &bytes)?;
     Ok(rep)
 }

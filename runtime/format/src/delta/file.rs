@@ -331,7 +331,30 @@ impl DeltaFile {
             base_bytes.push(v.bytes);
         }
         let t_base = t0.elapsed();
-        let mut image = vec![0u8; usize_of(idx.tuned_size)?];
+        // Every declared size is now backed: a `chunks` record's by the base tensor of the same
+        // size (checked above) or by copy bytes in the stream (checked at open); a NeuZip record's
+        // re-encoded size must be within NeuZip's bound for the raw floats it encodes (their
+        // count is the base's: same shape). Only then is the image allocated, fallibly.
+        for r in &idx.tensors {
+            if let (Method::NeuZip { .. }, Ctx::Float(w)) = (r.method, ctx_of(&r.info, r.method)?) {
+                let raw = element_count(&r.info.shape)?.saturating_mul(w.bytes() as u64);
+                if r.info.size > neuzip_size_bound(raw) {
+                    return Err(malformed(format!(
+                        "tensor {:?} declares {} bytes for {raw} bytes of floats",
+                        r.info.name, r.info.size
+                    )));
+                }
+            }
+        }
+        let tuned_len = usize_of(idx.tuned_size)?;
+        let mut image = Vec::new();
+        image.try_reserve_exact(tuned_len).map_err(|_| {
+            FormatError::out_of_range(
+                "delta",
+                format!("cannot allocate the {tuned_len}-byte tuned image"),
+            )
+        })?;
+        image.resize(tuned_len, 0u8);
         let d0 = usize_of(idx.data_offset)?;
         let d1 = d0 + usize_of(idx.data_size)?; // ok: validated at open to fit tuned_size
         let blob = |x: &Blob| &b[x.offset as usize..(x.offset + x.size) as usize]; // ok: validated
@@ -515,15 +538,9 @@ impl DeltaFile {
                 computed,
             });
         }
-        // Written beside `out` and renamed: `out` may be the mapped base file itself, which must
-        // not be truncated while mapped, and a failed write must not leave half a model.
-        let mut part = out.as_os_str().to_owned();
-        part.push(".part");
-        let part = std::path::PathBuf::from(part);
-        if let Err(e) = std::fs::write(&part, &image).and_then(|()| std::fs::rename(&part, out)) {
-            let _ = std::fs::remove_file(&part);
-            return Err(e.into());
-        }
+        // Written beside `out` and renamed, so a failed write does not leave half a model. The
+        // caller refuses an `out` that is an input (`crate::output::refuse_input_as_output`).
+        crate::output::write_atomic(out, &image)?;
         Ok(image.len() as u64)
     }
 

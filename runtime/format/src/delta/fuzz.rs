@@ -117,3 +117,24 @@ pub fn fuzz_seeds() -> Vec<(String, Vec<u8>)> {
     }
     seeds
 }
+
+#[doc(hidden)]
+/// For hostile-input tests and fuzz seeds: the delta `bytes` with its index edited by `edit` and
+/// every checksum and offset resealed, as a writer that lies would make it (the payloads are
+/// kept as they are).
+pub fn reseal_index(bytes: &[u8], edit: impl FnOnce(&mut Index)) -> Result<Vec<u8>> {
+    let d = DeltaFile::from_bytes(bytes.to_vec())?;
+    let b = d.bytes();
+    let mut index = d.index.clone();
+    let payload = |x: &Blob| -> Result<Vec<u8>> {
+        b.get(usize_of(x.offset)?..usize_of(x.offset.saturating_add(x.size))?)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| malformed("blob out of range"))
+    };
+    let mut payloads = vec![payload(&index.prefix)?, payload(&index.suffix)?];
+    for r in &index.tensors {
+        payloads.push(payload(&r.payload)?);
+    }
+    edit(&mut index);
+    write_delta(d.base_id(), index, &payloads)
+}

@@ -113,7 +113,7 @@ use create::*;
 pub use create::{create, create_file, CreateReport, TensorReport};
 use file::*;
 pub use file::{open_with_delta, DeltaFile};
-pub use fuzz::{fuzz_chunk, fuzz_input, fuzz_seeds};
+pub use fuzz::{fuzz_chunk, fuzz_input, fuzz_seeds, reseal_index};
 
 /// Magic bytes of a `.ternd` file.
 pub const MAGIC: [u8; 8] = *b"TRND\0\r\n\x1a";
@@ -247,6 +247,16 @@ pub fn base_identity(base: &TernFile) -> Result<u64> {
         );
     }
     Ok(h.digest())
+}
+
+/// The largest NeuZip blob a tensor of `raw` bytes of floats can encode to: the exponents' rANS
+/// words cost at most 16 bits per symbol (a symbol's probability is ≥ 1/2048), the raw sign and
+/// mantissa plane is at most the input, and the header, frequency table and per-block and
+/// per-lane tables stay far below 1 MiB + raw/16. A declared size above this is a lie.
+pub(super) fn neuzip_size_bound(raw: u64) -> u64 {
+    raw.saturating_mul(3)
+        .saturating_add(raw / 16)
+        .saturating_add(1 << 20)
 }
 
 fn skeleton_hash(prefix: &[u8], suffix: &[u8]) -> u64 {

@@ -27,6 +27,17 @@ pub(super) struct HfConfig {
     pub(super) pad: Option<u32>,
 }
 
+/// Largest `hidden_size` / `intermediate_size` accepted (released models: ≤ 53248).
+pub(super) const MAX_WIDTH: u32 = 1 << 20;
+/// Largest `num_hidden_layers` accepted (released models: ≤ 126).
+pub(super) const MAX_LAYERS: u32 = 4096;
+/// Largest head count accepted.
+pub(super) const MAX_HEADS: u32 = 4096;
+/// Largest `head_dim` accepted (released models: ≤ 256).
+pub(super) const MAX_HEAD_DIM: u32 = 4096;
+/// Largest `vocab_size` accepted (released models: ≤ 262144).
+pub(super) const MAX_VOCAB: u32 = 1 << 22;
+
 pub(super) fn field<'a>(cfg: &'a Value, key: &str) -> Option<&'a Value> {
     cfg.get(key).filter(|v| !v.is_null())
 }
@@ -249,6 +260,22 @@ pub(super) fn parse_config(cfg: &Value) -> Result<HfConfig> {
             return Err(hf_err(format!("config.json: `{k}` is 0")));
         }
     }
+    // Sane maxima, far above any released model, so that nothing is sized from an absurd value
+    // even before the tensors are compared with it.
+    for (k, v, max) in [
+        ("hidden_size", n_embd, MAX_WIDTH),
+        ("num_hidden_layers", n_layer, MAX_LAYERS),
+        ("num_attention_heads", n_head, MAX_HEADS),
+        ("num_key_value_heads", n_head_kv, MAX_HEADS),
+        ("intermediate_size", n_ff, MAX_WIDTH),
+        ("vocab_size", n_vocab, MAX_VOCAB),
+    ] {
+        if v > max {
+            return Err(hf_err(format!(
+                "config.json: `{k}` = {v} is above tern's limit {max}"
+            )));
+        }
+    }
     if n_head % n_head_kv != 0 {
         return Err(hf_err(format!("config.json: num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_head_kv}")));
     }
@@ -257,9 +284,9 @@ pub(super) fn parse_config(cfg: &Value) -> Result<HfConfig> {
         None if n_embd % n_head == 0 => n_embd / n_head,
         None => return Err(hf_err(format!("config.json: hidden_size {n_embd} is not a multiple of num_attention_heads {n_head} and `head_dim` is missing"))),
     };
-    if head_dim == 0 || head_dim % 2 != 0 {
+    if head_dim == 0 || head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
         return Err(hf_err(format!(
-            "config.json: head_dim {head_dim} must be even and non-zero (RoPE rotates pairs)"
+            "config.json: head_dim {head_dim} must be even, non-zero (RoPE rotates pairs) and at most {MAX_HEAD_DIM}"
         )));
     }
     if bitnet && n_head.checked_mul(head_dim) != Some(n_embd) {
@@ -283,9 +310,15 @@ pub(super) fn parse_config(cfg: &Value) -> Result<HfConfig> {
     };
     let rope_theta = rope_theta(cfg, if bitnet { 500_000.0 } else { 10_000.0 })?;
     let rms_eps = opt_f64(cfg, "rms_norm_eps")?.unwrap_or(if bitnet { 1e-5 } else { 1e-6 });
-    if !(rms_eps.is_finite() && rms_eps > 0.0) {
+    // Both are stored as f32: a value that overflows f32 (1e39) would become infinite.
+    if !(rope_theta as f32).is_finite() {
         return Err(hf_err(format!(
-            "config.json: `rms_norm_eps` = {rms_eps} must be positive"
+            "config.json: RoPE theta {rope_theta} does not fit an f32"
+        )));
+    }
+    if !(rms_eps.is_finite() && rms_eps > 0.0 && (rms_eps as f32).is_finite()) {
+        return Err(hf_err(format!(
+            "config.json: `rms_norm_eps` = {rms_eps} must be positive and fit an f32"
         )));
     }
     let hparams = HParams {

@@ -64,6 +64,49 @@ fn hf_err(msg: impl Into<String>) -> ImportError {
 // ------------------------------------------------------------------------------------------------
 // Import
 
+/// config.json's sizes against the tensors the shards hold, before anything is sized from them:
+/// the embedding is `[vocab_size, hidden_size]` and the layers present are exactly
+/// `0..num_hidden_layers` (a 2 KB directory claiming four billion layers or vocabulary entries
+/// is refused here, not by the allocator).
+fn check_config_tensors(cfg: &HfConfig, shards: &[SafeTensors<'_>]) -> Result<()> {
+    let h = &cfg.hparams;
+    let embed = "model.embed_tokens.weight";
+    let t = shards
+        .iter()
+        .find_map(|s| s.tensor(embed).ok())
+        .ok_or_else(|| ImportError::MissingTensor(embed.to_string()))?;
+    let want = [u64::from(h.n_vocab), u64::from(h.n_embd)];
+    let shape = shape_u64(t.shape());
+    if shape != want {
+        return Err(hf_err(format!(
+            "{embed}: shape {shape:?}, but config.json says vocab_size {} × hidden_size {}",
+            h.n_vocab, h.n_embd
+        )));
+    }
+    let mut layers = BTreeSet::new();
+    for s in shards {
+        for name in s.names() {
+            if let Some(i) = name
+                .strip_prefix("model.layers.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                layers.insert(i);
+            }
+        }
+    }
+    let n = u64::from(h.n_layer);
+    if layers.len() as u64 != n || layers.last().is_some_and(|&m| m >= n) {
+        return Err(hf_err(format!(
+            "config.json says num_hidden_layers {n}, the checkpoint holds {} layers (model.layers.{}…{})",
+            layers.len(),
+            layers.first().copied().unwrap_or(0),
+            layers.last().copied().unwrap_or(0)
+        )));
+    }
+    Ok(())
+}
+
 /// Read a HF model directory's metadata (config.json, tokenizer) without touching the weights.
 pub fn hf_meta(dir: &Path, opts: &PackOptions) -> Result<ModelMeta> {
     let cfg_path = dir.join("config.json");
@@ -71,6 +114,18 @@ pub fn hf_meta(dir: &Path, opts: &PackOptions) -> Result<ModelMeta> {
         return Err(hf_err(format!("no config.json in {}", dir.display())));
     }
     let cfg = parse_config(&read_json(&cfg_path)?)?;
+    let files = shard_files(dir)?;
+    let maps = files
+        .iter()
+        .map(|f| map_file(f))
+        .collect::<Result<Vec<_>>>()?;
+    let mut shards = Vec::with_capacity(maps.len());
+    for (f, m) in files.iter().zip(&maps) {
+        shards.push(
+            SafeTensors::deserialize(m).map_err(|e| hf_err(format!("{}: {e}", f.display())))?,
+        );
+    }
+    check_config_tensors(&cfg, &shards)?;
     meta_of(dir, &cfg, opts)
 }
 
@@ -129,7 +184,6 @@ pub fn import_hf_dir(
         return Err(hf_err(format!("no config.json in {}", dir.display())));
     }
     let cfg = parse_config(&read_json(&cfg_path)?)?;
-    let mut meta = meta_of(dir, &cfg, opts)?;
 
     let files = shard_files(dir)?;
     let maps = files
@@ -150,6 +204,11 @@ pub fn import_hf_dir(
             }
         }
     }
+    // The sizes config.json declares are checked against the tensors present before anything is
+    // sized from them (the tokenizer's table from vocab_size, the plan from num_hidden_layers).
+    check_config_tensors(&cfg, &shards)?;
+    let mut meta = meta_of(dir, &cfg, opts)?;
+    crate::pack::check_meta(&meta)?;
     let hashes = std::iter::once(&cfg_path)
         .chain(&files)
         .map(|f| tern_format::hash_file(f).map(|h| format!("{h:016x}")))
@@ -252,10 +311,8 @@ pub fn import_hf_dir(
                     let dt = float_type(t.dtype())
                         .ok_or_else(|| hf_err(format!("{}: not a float tensor", p.hf)))?;
                     let vals = to_f32(dt, t.data());
-                    if let Some(bad) = vals.iter().find(|v| !v.is_finite()) {
-                        return Err(hf_err(format!("{}: non-finite weight {bad}", p.hf)));
-                    }
-                    let (trits, alpha) = tern_format::ternary::absmean_ternarize(&vals);
+                    let (trits, alpha) = crate::pack::ternarize_master(&p.hf, &vals, None)
+                        .map_err(|e| hf_err(e.to_string().replace("invalid argument: ", "")))?;
                     drop(vals);
                     let (enc, bytes) =
                         encode_ternary(opts, &p.shape, &trits, 0, FloatType::F32, &[alpha])?;

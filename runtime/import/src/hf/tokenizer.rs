@@ -210,7 +210,9 @@ pub(super) fn tokenizer_spec(dir: &Path, cfg: &HfConfig) -> Result<Option<Tokeni
     {
         let s = match m {
             Value::String(s) => {
-                if !s.get(1..).is_some_and(|r| r.contains(' ')) {
+                // A space after the first symbol (which may be multi-byte: "Ġ t"), as llama.cpp
+                // and the engine's BPE model split it.
+                if !s.char_indices().skip(1).any(|(_, c)| c == ' ') {
                     return Err(terr(format!("merge {s:?} is not \"A B\"")));
                 }
                 s.clone()

@@ -1,0 +1,9 @@
+//! Fuzz target `delta_apply` (issue 29): see fuzz/bodies/delta_apply.rs for what the input means and what must
+//! hold. Seeds and minimized findings: fuzz/regressions/delta_apply/ (replayed on stable by
+//! `tests/tests/fuzz_regressions.rs`). Run with `-rss_limit_mb` and `-timeout` (scripts/test.sh
+//! does) so that an OOM or a hang is a finding.
+#![no_main]
+
+include!("../bodies/delta_apply.rs");
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| run(data));
