@@ -170,10 +170,9 @@ typedef struct tern_session_options {
   // GPU. Added after the first version: a caller whose `struct_size` ends before it gets 0.
   uint32_t llama_cpp_numerics;
   // KV-cache format, one of `TERN_KV_*` (default `TERN_KV_F32`). The formats and their math:
-  // `tern_format::kv`; how to choose: the README's "Compressed KV cache". Compressed formats
-  // run on the CPU backend (a GPU session refuses them with `TERN_INVALID_ARGUMENT` until the
-  // GPU implements them). Added with the fields below (issue 14): a caller whose
-  // `struct_size` ends before them gets the f32 cache.
+  // `tern_format::kv`; how to choose: docs/kv-cache.md. Every format runs on both backends
+  // (CPU and GPU). Added with the fields below (issue 14): a caller whose `struct_size` ends
+  // before them gets the f32 cache.
   uint32_t kv_format;
   // MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
   // measured defaults) or `TERN_MINICACHE_CUSTOM` (the three fields below).

@@ -20,16 +20,37 @@ pub struct BenchArgs {
     #[arg(short = 'm', long = "model")]
     pub models: Vec<PathBuf>,
     /// Prompt tokens of the prefill tests (pp<P>; comma list; 0 = skip).
-    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
     pub n_prompt: Vec<usize>,
     /// Generated tokens of the decode tests (tg<N>; comma list; 0 = skip).
-    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
     pub n_gen: Vec<usize>,
     /// Repetitions of each test (comma list: each value is its own run).
-    #[arg(short = 'r', long = "repetitions", value_delimiter = ',', default_value = "5")]
+    #[arg(
+        short = 'r',
+        long = "repetitions",
+        value_delimiter = ',',
+        default_value = "5"
+    )]
     pub reps: Vec<usize>,
     /// Tokens already in the KV cache before each test (llama-bench `-d`; comma list).
-    #[arg(short = 'd', long = "n-depth", alias = "depth", value_delimiter = ',', default_value = "0")]
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        alias = "depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
     pub depth: Vec<usize>,
     /// Output as llama-bench: md (a table), csv, json (an array of rows), jsonl (a row a line).
     /// Without -o, one model and one value of each list: the table plus tern's memory report.
@@ -107,7 +128,10 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     if a.reps.contains(&0) {
         bail!("-r must be at least 1");
     }
-    let single = models.len() == 1 && [&a.n_prompt, &a.n_gen, &a.reps, &a.depth].iter().all(|v| v.len() == 1);
+    let single = models.len() == 1
+        && [&a.n_prompt, &a.n_gen, &a.reps, &a.depth]
+            .iter()
+            .all(|v| v.len() == 1);
     let report = match (&a.output, a.json) {
         (None, json) if single => Some(json),
         (None, true) => bail!("--json is tern's one-run report: give one model and one value per list, or use -o json"),
@@ -201,7 +225,10 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
 /// length alone (a one-run report pairs the one value of each).
 fn pairs(p: &[usize], n: &[usize], report: bool) -> Vec<(usize, usize)> {
     if report {
-        return vec![(p.first().copied().unwrap_or(0), n.first().copied().unwrap_or(0))];
+        return vec![(
+            p.first().copied().unwrap_or(0),
+            n.first().copied().unwrap_or(0),
+        )];
     }
     let mut v: Vec<(usize, usize)> = p.iter().filter(|&&x| x > 0).map(|&x| (x, 0)).collect();
     v.extend(n.iter().filter(|&&x| x > 0).map(|&x| (0, x)));
@@ -299,7 +326,9 @@ fn mib(b: u64) -> f64 {
 }
 
 fn run_one(a: One) -> Result<Vec<Row>> {
-    let lo = a.load.load_options(tern_engine::Device::Auto, &a.numerics)?;
+    let lo = a
+        .load
+        .load_options(tern_engine::Device::Auto, &a.numerics)?;
     let path = crate::models::resolve(a.model.as_deref())?;
     let acts = match a.activations.as_deref() {
         None => None,
@@ -513,13 +542,12 @@ fn run_one(a: One) -> Result<Vec<Row>> {
             .collect::<Vec<_>>()
     });
     let device = model.device_name();
-    let numerics = if a.numerics.llama_cpp_numerics
-        || session.numerics == tern_engine::Numerics::LlamaCpp
-    {
-        "llama.cpp"
-    } else {
-        "tern"
-    };
+    let numerics =
+        if a.numerics.llama_cpp_numerics || session.numerics == tern_engine::Numerics::LlamaCpp {
+            "llama.cpp"
+        } else {
+            "tern"
+        };
     let kv_name = session.kv.quant.name().to_string();
     let rows: Vec<Row> = results
         .iter()
@@ -532,7 +560,11 @@ fn run_one(a: One) -> Result<Vec<Row>> {
             type_k: kv_name.clone(),
             type_v: kv_name.clone(),
             test: name.clone(),
-            n_prompt: if name.starts_with("pp") { a.n_prompt } else { 0 },
+            n_prompt: if name.starts_with("pp") {
+                a.n_prompt
+            } else {
+                0
+            },
             n_gen: if name.starts_with("tg") { a.n_gen } else { 0 },
             n_depth: a.depth,
             n_reps: a.reps,

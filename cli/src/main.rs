@@ -81,13 +81,8 @@ fn main() -> ExitCode {
     }
     restore_sigpipe();
     // llama-cli's `-cnv` (one dash, three letters) is `tern run --chat`.
-    let cli = Cli::parse_from(std::env::args_os().map(|a| {
-        if a == "-cnv" {
-            "--chat".into()
-        } else {
-            a
-        }
-    }));
+    let cli =
+        Cli::parse_from(std::env::args_os().map(|a| if a == "-cnv" { "--chat".into() } else { a }));
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

@@ -436,9 +436,7 @@ impl CtrlC {
 
     /// A reply starts (its session's cancel flag) or ends (`None`).
     fn running(flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
-        CTRL_C
-            .presses
-            .store(0, std::sync::atomic::Ordering::SeqCst);
+        CTRL_C.presses.store(0, std::sync::atomic::Ordering::SeqCst);
         if let Ok(mut g) = CTRL_C.cancel.lock() {
             *g = flag;
         }
@@ -576,8 +574,8 @@ fn chat_on(
     mut resume: Option<Resume>,
 ) -> Result<ChatEnd> {
     let tok = model.tokenizer()?;
-    let (template, bos, eos) = chat_template(model)
-        .context("this model has no chat template: use `tern run` instead")?;
+    let (template, bos, eos) =
+        chat_template(model).context("this model has no chat template: use `tern run` instead")?;
     let mut s = Session::with_options(model, &a.sampling.session_options(model)?)?;
     let interactive = reader.interactive();
     if resume.is_none() {

@@ -68,7 +68,16 @@ fn run_streams_only_generated_text_and_matches_the_engine() {
     assert!(err.contains("t/s"), "{err}");
     // --tokens gives the same.
     let toks: Vec<String> = ids.iter().map(|t| t.to_string()).collect();
-    let (ok, out2, _) = tern(&["run", m, "--tokens", &toks.join(","), "-n", "8", "--temp", "0"]);
+    let (ok, out2, _) = tern(&[
+        "run",
+        m,
+        "--tokens",
+        &toks.join(","),
+        "-n",
+        "8",
+        "--temp",
+        "0",
+    ]);
     assert!(ok);
     assert_eq!(out, out2);
 }

@@ -253,7 +253,9 @@ fn sampling_keys(g: &GgufFile) -> std::collections::BTreeMap<String, serde_json:
         let key = format!("general.sampling.{k}");
         let v = match k {
             "top_k" | "penalty_last_n" => g.opt_u32(&key).map(|v| v.map(serde_json::Value::from)),
-            _ => g.opt_f32(&key).map(|v| v.map(|x| serde_json::Value::from(f64::from(x)))),
+            _ => g
+                .opt_f32(&key)
+                .map(|v| v.map(|x| serde_json::Value::from(f64::from(x)))),
         };
         match v {
             Ok(Some(v)) => {
