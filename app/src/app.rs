@@ -29,11 +29,13 @@ pub enum Status {
     },
 }
 
-/// An error as the window shows it: tern's typed error and its message.
+/// An error as the window shows it: its kind in words, the message, and tern's typed error
+/// name for a bug report (`detail`, shown on hover).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShownError {
     pub kind: String,
     pub message: String,
+    pub detail: String,
 }
 
 impl From<&AppError> for ShownError {
@@ -50,6 +52,7 @@ impl From<&AppError> for ShownError {
         Self {
             kind: e.kind(),
             message,
+            detail: e.type_path(),
         }
     }
 }
@@ -79,6 +82,8 @@ pub struct TernApp {
     since: Instant,
     /// The memory plan of the settings, before loading (`plan.rs`).
     plan: crate::plan::PlanView,
+    /// The settings of the model loaded before the load in progress (restored if it fails).
+    previous: Option<LoadSettings>,
 }
 
 impl TernApp {
@@ -105,6 +110,7 @@ impl TernApp {
             throughput: Throughput::default(),
             since: Instant::now(),
             plan: crate::plan::PlanView::default(),
+            previous: None,
         };
         app.start_load();
         Ok(app)
@@ -114,25 +120,22 @@ impl TernApp {
         let alive = self.worker.as_ref().is_some_and(|w| w.send(c));
         if !alive {
             self.error = Some(ShownError {
-                kind: "engine thread".into(),
+                kind: "The engine stopped".into(),
                 message: "the engine thread has ended".into(),
+                detail: "engine thread".into(),
             });
         }
     }
 
-    /// (Re)load the model with the current load settings; the conversation starts over.
+    /// (Re)load the model with the current load settings. A new model starts a new
+    /// conversation; a load that fails keeps the model (and the conversation) there was.
     pub fn start_load(&mut self) {
         if matches!(self.status, Status::Generating { .. }) {
             self.stop();
         }
         self.error = None;
-        self.info = None;
-        self.last = None;
-        self.messages.clear();
         self.reply.clear();
-        self.kv_len = 0;
-        self.throughput = Throughput::default();
-        self.loaded_with = Some(self.load.clone());
+        self.previous = self.loaded_with.replace(self.load.clone());
         self.status = Status::Loading {
             stage: "starting".into(),
             pack: None,
@@ -154,6 +157,7 @@ impl TernApp {
         self.reply.clear();
         self.status = Status::Generating { prefill: None };
         self.since = Instant::now();
+        self.throughput.begin_run();
         let req = SendRequest {
             messages: self.messages.clone(),
             sampling: self.sample.params(),
@@ -197,9 +201,10 @@ impl TernApp {
         if !alive && self.status != Status::NoModel {
             self.status = Status::NoModel;
             self.error = Some(ShownError {
-                kind: "engine thread".into(),
+                kind: "The engine stopped".into(),
                 message: "the engine thread stopped unexpectedly (a bug in tern): restart the app"
                     .into(),
+                detail: "engine thread".into(),
             });
         }
     }
@@ -217,14 +222,36 @@ impl TernApp {
                 }
             }
             Event::Loaded(info) => {
+                // A new model: a new conversation, its recommended sampling.
                 self.status = Status::Ready;
                 self.kv_len = 0;
+                self.last = None;
+                self.messages.clear();
+                self.reply.clear();
+                self.throughput = Throughput::default();
+                self.sample.set_recommended(&info.sampling);
                 self.info = Some(*info);
             }
-            Event::LoadFailed(e) => {
-                self.status = Status::NoModel;
-                self.info = None;
-                self.error = Some((&e).into());
+            Event::LoadFailed { error, kept } => {
+                self.error = Some((&error).into());
+                if kept && self.info.is_some() {
+                    // The model loaded before stays, with a fresh session (the conversation is
+                    // run again on the next message).
+                    self.status = Status::Ready;
+                    self.kv_len = 0;
+                    self.loaded_with = self.previous.take();
+                    if let Some(e) = &mut self.error {
+                        if let Some(i) = &self.info {
+                            e.message.push_str(&format!(
+                                "\n{} is still loaded; the conversation is kept.",
+                                i.model_name
+                            ));
+                        }
+                    }
+                } else {
+                    self.status = Status::NoModel;
+                    self.info = None;
+                }
             }
             Event::Prefill { done, total } => {
                 if let Status::Generating { prefill } = &mut self.status {
@@ -409,7 +436,8 @@ impl TernApp {
             egui::Frame::group(ui.style())
                 .stroke(egui::Stroke::new(1.5, ui.visuals().error_fg_color))
                 .show(ui, |ui| {
-                    ui.colored_label(ui.visuals().error_fg_color, format!("Error: {}", e.kind));
+                    ui.colored_label(ui.visuals().error_fg_color, format!("Error: {}", e.kind))
+                        .on_hover_text(&e.detail);
                     ui.label(&e.message);
                 });
             ui.add_space(6.0);

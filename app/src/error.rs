@@ -33,25 +33,50 @@ pub enum AppError {
 }
 
 impl AppError {
-    /// tern's typed error as a path of variant names, e.g. `EngineError::Format(BadMagic)`:
-    /// what the window shows above the message.
+    /// What went wrong, in words, with its kind: what the window shows above the message.
     pub fn kind(&self) -> String {
+        use tern_engine::ErrorKind as K;
+        match self {
+            AppError::Load { source, .. } | AppError::Engine(source) => match source.kind() {
+                K::BadFile => "This file is not a usable model: it is damaged or not a tern/GGUF model (bad file)".into(),
+                K::Io => "The file could not be read (I/O error)".into(),
+                K::Unsupported => "This model or setting is not supported here (unsupported)".into(),
+                K::OutOfMemory => "Not enough memory for this model or context (out of memory)".into(),
+                K::InvalidArgument => "A setting is out of range (invalid setting)".into(),
+                K::ContextFull => "The conversation no longer fits the context (context full)".into(),
+                K::Cancelled => "Stopped (cancelled)".into(),
+                K::DeviceLost => "The GPU was lost: reload the model (device lost)".into(),
+                K::NoTokenizer => "This model has no tokenizer, so it cannot chat (no tokenizer)".into(),
+                K::Tokenizer => "The model's tokenizer failed (tokenizer)".into(),
+                K::Template => "The model's chat template failed (template)".into(),
+                K::Numeric => "The model produced invalid numbers (numeric error)".into(),
+                _ => "Something went wrong inside tern: please report it (internal error)".into(),
+            },
+            AppError::Import(tern_import::ImportError::Fetch(_)) => {
+                "The default model could not be downloaded (download failed)".into()
+            }
+            AppError::Import(_) => {
+                "This file could not be converted to a tern model (import failed)".into()
+            }
+            AppError::Open { .. } | AppError::Io(_) => {
+                "The file could not be opened (I/O error)".into()
+            }
+            AppError::NoModel => "No model is loaded (no model)".into(),
+            AppError::ContextFull { .. } => {
+                "The conversation no longer fits the context (context full)".into()
+            }
+        }
+    }
+
+    /// tern's typed error as a path of variant names, e.g. `EngineError::Format(BadMagic)`:
+    /// for a bug report (the window shows it on hover).
+    pub fn type_path(&self) -> String {
         match self {
             AppError::Load { source, .. } | AppError::Engine(source) => {
-                let what = if source.is_bad_file() {
-                    " — the file is at fault"
-                } else if source.is_device_lost() {
-                    " — the GPU was lost"
-                } else {
-                    ""
-                };
-                format!(
-                    "EngineError::{}{what}",
-                    variant_path(&format!("{source:?}"))
-                )
+                format!("EngineError::{}", variant_path(&format!("{source:?}")))
             }
             AppError::Import(e) => format!("ImportError::{}", variant_path(&format!("{e:?}"))),
-            AppError::Open { .. } | AppError::Io(_) => "I/O error".into(),
+            AppError::Open { .. } | AppError::Io(_) => "io::Error".into(),
             AppError::NoModel => "AppError::NoModel".into(),
             AppError::ContextFull { .. } => "AppError::ContextFull".into(),
         }

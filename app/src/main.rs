@@ -78,6 +78,12 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    // As the `tern` CLI does (see cli/src/main.rs): Mesa's device-select layer makes libwayland
+    // print "XDG_RUNTIME_DIR is invalid" on machines without a desktop session whenever GPUs are
+    // listed; tern picks its adapter itself. Set before any thread exists; a user's value wins.
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = match parse(std::env::args().skip(1)) {
         Ok(a) => a,

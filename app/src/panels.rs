@@ -49,7 +49,10 @@ pub fn live_ui(ui: &mut egui::Ui, live: &Live<'_>) {
         .include_y(0.0)
         .allow_scroll(false)
         .show(ui, |p| {
-            p.line(Line::new("decode", live.throughput.decode.clone()));
+            // One line per reply: nothing is drawn across the idle time between replies.
+            for run in live.throughput.decode_runs() {
+                p.line(Line::new("decode", run.to_vec()).color(DECODE_COLOR));
+            }
             p.points(
                 Points::new("prefill", live.throughput.prefill.clone())
                     .radius(3.0)
@@ -65,11 +68,12 @@ pub fn live_ui(ui: &mut egui::Ui, live: &Live<'_>) {
             }
         };
         ui.label(format!(
-            "last reply: prefill {} tokens at {:.1} t/s, decode {} tokens at {:.1} t/s",
+            "last reply{}: prefill {} tokens at {} t/s, decode {} tokens at {} t/s",
+            if f.stop.is_none() { " (stopped)" } else { "" },
             f.prompt_tokens,
-            rate(f.prompt_tokens, f.prefill_secs),
+            human_rate(rate(f.prompt_tokens, f.prefill_secs)),
             f.generated_tokens,
-            rate(f.generated_tokens, f.decode_secs)
+            human_rate(rate(f.generated_tokens, f.decode_secs))
         ));
     }
 
@@ -82,6 +86,7 @@ pub fn live_ui(ui: &mut egui::Ui, live: &Live<'_>) {
         .max()
         .unwrap_or(1)
         .max(1);
+    let per = session.map(|s| s.kv_bytes_per_token).unwrap_or(0);
     egui::Grid::new("memory").num_columns(2).show(ui, |ui| {
         for p in &parts {
             ui.label(&p.label);
@@ -92,8 +97,20 @@ pub fn live_ui(ui: &mut egui::Ui, live: &Live<'_>) {
                     } else {
                         format!("{} · {}", human_bytes(b), p.note)
                     };
+                    // The KV cache is allocated for the whole context up front: its bar fills
+                    // with the positions in use (empty at 0), the text gives the allocation.
+                    let filled = if p.kind == PartKind::KvCache {
+                        (per * live.kv_len as u64).min(b)
+                    } else {
+                        b
+                    };
+                    let text = if p.kind == PartKind::KvCache {
+                        format!("{} used of {text}", human_bytes(filled))
+                    } else {
+                        text
+                    };
                     ui.add(
-                        egui::ProgressBar::new(b as f32 / largest as f32)
+                        egui::ProgressBar::new(filled as f32 / largest as f32)
                             .desired_width(240.0)
                             .fill(part_color(p.kind))
                             .text(text),
@@ -133,7 +150,6 @@ pub fn live_ui(ui: &mut egui::Ui, live: &Live<'_>) {
     ui.separator();
     ui.strong("KV cache fill");
     let n_ctx = info.n_ctx.max(1);
-    let per = session.map(|s| s.kv_bytes_per_token).unwrap_or(0);
     ui.add(
         egui::ProgressBar::new(live.kv_len as f32 / n_ctx as f32)
             .desired_width(300.0)
@@ -150,6 +166,21 @@ pub fn live_ui(ui: &mut egui::Ui, live: &Live<'_>) {
             "{per} B per position; an f16 cache would take {} B",
             info.kv_f16_bytes_per_token
         ));
+    }
+}
+
+const DECODE_COLOR: egui::Color32 = egui::Color32::from_rgb(60, 120, 200);
+
+/// A rate as a person reads it: 3 significant digits (`61.8`, `1234`, `0.512`).
+pub fn human_rate(x: f64) -> String {
+    if !x.is_finite() {
+        "-".into()
+    } else if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
     }
 }
 

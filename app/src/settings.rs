@@ -90,7 +90,8 @@ impl LoadSettings {
     }
 }
 
-/// Settings of each reply.
+/// Settings of each reply: llama.cpp's default sampling until a model is loaded, then the
+/// model's recommended sampling ([`SamplingParams::recommended`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleSettings {
     /// 0 = greedy.
@@ -99,19 +100,27 @@ pub struct SampleSettings {
     pub top_k: usize,
     /// 1 = off.
     pub top_p: f32,
+    /// 0 = off.
+    pub min_p: f32,
+    /// 1 = off.
+    pub repeat_penalty: f32,
     pub seed: u64,
     pub max_tokens: usize,
 }
 
 impl Default for SampleSettings {
     fn default() -> Self {
-        Self {
+        let mut s = Self {
             temperature: 0.0,
-            top_k: 40,
-            top_p: 0.95,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
             seed: 0,
             max_tokens: 256,
-        }
+        };
+        s.set_recommended(&SamplingParams::llama_cpp());
+        s
     }
 }
 
@@ -121,9 +130,20 @@ impl SampleSettings {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
             seed: self.seed,
             ..SamplingParams::default()
         }
+    }
+
+    /// Take a model's recommended sampling (seed and max tokens stay).
+    pub fn set_recommended(&mut self, p: &SamplingParams) {
+        self.temperature = p.temperature;
+        self.top_k = p.top_k;
+        self.top_p = p.top_p;
+        self.min_p = p.min_p;
+        self.repeat_penalty = p.repeat_penalty;
     }
 }
 
@@ -184,19 +204,37 @@ pub fn sample_ui(ui: &mut egui::Ui, s: &mut SampleSettings) {
                 .labelled_by(l.id)
                 .on_hover_text("0: greedy");
             ui.end_row();
-            let l = ui.label("Top-k");
-            ui.add(egui::DragValue::new(&mut s.top_k).range(0..=1000))
-                .labelled_by(l.id)
-                .on_hover_text("0: off");
-            ui.end_row();
-            let l = ui.label("Top-p");
-            ui.add(egui::Slider::new(&mut s.top_p, 0.0..=1.0))
-                .labelled_by(l.id)
-                .on_hover_text("1: off");
-            ui.end_row();
-            let l = ui.label("Seed");
-            ui.add(egui::DragValue::new(&mut s.seed)).labelled_by(l.id);
-            ui.end_row();
+            // The other controls act only when sampling: at temperature 0 the reply is the
+            // argmax, so they are not shown.
+            if s.temperature > 0.0 {
+                let l = ui.label("Top-k");
+                ui.add(egui::DragValue::new(&mut s.top_k).range(0..=1000))
+                    .labelled_by(l.id)
+                    .on_hover_text("0: off");
+                ui.end_row();
+                let l = ui.label("Top-p");
+                ui.add(egui::Slider::new(&mut s.top_p, 0.01..=1.0))
+                    .labelled_by(l.id)
+                    .on_hover_text("1: off");
+                ui.end_row();
+                let l = ui.label("Min-p");
+                ui.add(egui::Slider::new(&mut s.min_p, 0.0..=1.0))
+                    .labelled_by(l.id)
+                    .on_hover_text("0: off");
+                ui.end_row();
+                let l = ui.label("Repeat penalty");
+                ui.add(egui::Slider::new(&mut s.repeat_penalty, 0.5..=2.0))
+                    .labelled_by(l.id)
+                    .on_hover_text("1: off");
+                ui.end_row();
+                let l = ui.label("Seed");
+                ui.add(egui::DragValue::new(&mut s.seed)).labelled_by(l.id);
+                ui.end_row();
+            } else {
+                ui.label("");
+                ui.weak("greedy: top-k, top-p, min-p and seed do not apply");
+                ui.end_row();
+            }
             let l = ui.label("Max tokens");
             ui.add(egui::DragValue::new(&mut s.max_tokens).range(1..=32768))
                 .labelled_by(l.id);

@@ -17,6 +17,9 @@ pub struct Throughput {
     start: Instant,
     pub prefill: Vec<[f64; 2]>,
     pub decode: Vec<[f64; 2]>,
+    /// Where each reply's decode points start in `decode` (the plot draws each reply as its own
+    /// line: no line across the idle time between replies).
+    pub runs: Vec<usize>,
 }
 
 impl Default for Throughput {
@@ -25,11 +28,34 @@ impl Default for Throughput {
             start: Instant::now(),
             prefill: Vec::new(),
             decode: Vec::new(),
+            runs: Vec::new(),
         }
     }
 }
 
 impl Throughput {
+    /// A reply starts: its decode points form a line of their own.
+    pub fn begin_run(&mut self) {
+        if self.runs.last() != Some(&self.decode.len()) {
+            self.runs.push(self.decode.len());
+        }
+    }
+
+    /// The decode points, one line per reply.
+    pub fn decode_runs(&self) -> Vec<&[[f64; 2]]> {
+        let mut starts: Vec<usize> = std::iter::once(0)
+            .chain(self.runs.iter().copied())
+            .filter(|&i| i <= self.decode.len())
+            .collect();
+        starts.dedup();
+        starts.push(self.decode.len());
+        starts
+            .windows(2)
+            .filter_map(|w| self.decode.get(w[0]..w[1]))
+            .filter(|r| !r.is_empty())
+            .collect()
+    }
+
     pub fn push(&mut self, phase: Phase, tokens_per_sec: f64) {
         if !tokens_per_sec.is_finite() {
             return;
@@ -41,6 +67,12 @@ impl Throughput {
         };
         if s.len() == MAX_POINTS {
             s.remove(0);
+            if phase == Phase::Decode {
+                self.runs.retain_mut(|i| {
+                    *i = i.saturating_sub(1);
+                    *i > 0
+                });
+            }
         }
         s.push([t, tokens_per_sec]);
     }
@@ -97,9 +129,12 @@ pub fn memory_parts(
     let (kv, note) = match session {
         Some(s) => {
             let note = if s.kv_bytes_per_token > 0 && kv_f16_bytes_per_token > 0 {
+                // Bytes relative to an f16 cache of the same shape: 2.00x for f32 (twice the
+                // bytes), 0.52x for q8 (about half).
                 format!(
-                    "{:.2}x vs f16",
-                    kv_f16_bytes_per_token as f64 / s.kv_bytes_per_token as f64
+                    "{} ({:.2}x the bytes of f16)",
+                    s.kv.quant.name(),
+                    s.kv_bytes_per_token as f64 / kv_f16_bytes_per_token as f64
                 )
             } else {
                 String::new()
@@ -172,7 +207,10 @@ mod tests {
         let s = SessionReport {
             backend: tern_engine::BackendKind::Cpu,
             max_memory: None,
-            kv: tern_engine::KvSpec::default(),
+            kv: tern_engine::KvSpec {
+                quant: tern_engine::KvQuant::F32,
+                ..Default::default()
+            },
             numerics: tern_engine::Numerics::Model,
             n_ctx: 10,
             kv_bytes: 4000,
@@ -193,7 +231,7 @@ mod tests {
                 ("activations", Some(99)),
             ]
         );
-        assert_eq!(p[4].note, "0.50x vs f16");
+        assert_eq!(p[4].note, "f32 (2.00x the bytes of f16)");
         // The CPU reports no scratch or activations: those bars say so instead of showing 0.
         let cpu = ModelReport {
             backend: BackendKind::Cpu,
@@ -202,6 +240,21 @@ mod tests {
         let p = memory_parts(&cpu, None, 200);
         assert_eq!(p[3].bytes, None);
         assert_eq!(p[4].bytes, None);
+    }
+
+    #[test]
+    fn each_reply_is_its_own_decode_line() {
+        let mut t = Throughput::default();
+        t.begin_run();
+        t.push(Phase::Decode, 10.0);
+        t.push(Phase::Decode, 11.0);
+        t.begin_run();
+        t.begin_run();
+        t.push(Phase::Decode, 12.0);
+        let runs = t.decode_runs();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert_eq!(runs[0].len(), 2);
+        assert_eq!(runs[1][0][1], 12.0);
     }
 
     #[test]

