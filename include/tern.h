@@ -297,7 +297,9 @@ typedef struct tern_session_options {
   // `TERN_KV_Q8` (about half of f16's bytes for ≤ 0.1 % perplexity; docs/kv-cache.md), and
   // `TERN_KV_F32` when `llama_cpp_numerics` is set. A value set explicitly is used as is:
   // `TERN_KV_F32` (0, also what a zeroed struct holds) is the f32 reference cache. The
-  // formats and their math: `tern_format::kv`. Added with the fields below (issue 14): a
+  // formats and their math: `tern_format::kv`; how to choose: docs/kv-cache.md (the rotated
+  // `TERN_KV_Q4R`/`Q3R`/`Q2R` run on the CPU only for now: a GPU session refuses them,
+  // `TERN_UNSUPPORTED`). Added with the fields below (issue 14): a
   // caller whose `struct_size` ends before them gets `TERN_KV_DEFAULT`.
   uint32_t kv_format;
   // MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
