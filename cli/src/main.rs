@@ -53,6 +53,11 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
     FetchDefault,
+    /// Download and pack a known model if needed (`default`, `gemma3-270m`); print its path.
+    Fetch {
+        /// The model's name.
+        name: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -85,6 +90,10 @@ fn main() -> ExitCode {
         Cmd::Score(a) => score::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::FetchDefault => models::default_model().map(|p| {
+            println!("{}", p.display());
+            ExitCode::SUCCESS
+        }),
+        Cmd::Fetch { name } => models::fetch(&name).map(|p| {
             println!("{}", p.display());
             ExitCode::SUCCESS
         }),

