@@ -176,3 +176,145 @@ fn gemma3_greedy_matches_llama_cpp() {
         "prompts with identical greedy tokens"
     );
 }
+
+/// The golden file of `llamacpp_agreement/make_gpl3_topk.py` (layout in its doc string).
+struct TopK {
+    n_ctx: usize,
+    n_chunk: usize,
+    first: usize,
+    n_pos: usize,
+    tokens: Vec<u32>,
+    /// per position: ids, log-probs, mass of the top-k
+    rows: Vec<(Vec<u32>, Vec<f64>, f64)>,
+}
+
+fn read_topk(path: PathBuf) -> TopK {
+    let raw = std::fs::read(path).unwrap();
+    assert_eq!(&raw[..8], b"TERNKLD1");
+    let u = |o: usize| u32::from_le_bytes(raw[o..o + 4].try_into().unwrap()) as usize;
+    let (n_ctx, _n_vocab, n_chunk, first, n_pos, topk) = (u(8), u(12), u(16), u(20), u(24), u(28));
+    let mut off = 32;
+    let tokens = (0..n_ctx * n_chunk)
+        .map(|i| u(off + 4 * i) as u32)
+        .collect();
+    off += 4 * n_ctx * n_chunk;
+    let mut rows = Vec::new();
+    for _ in 0..n_chunk * n_pos {
+        let ids = (0..topk).map(|i| u(off + 4 * i) as u32).collect();
+        off += 4 * topk;
+        let lps = (0..topk)
+            .map(|i| half::f16::from_le_bytes([raw[off + 2 * i], raw[off + 2 * i + 1]]).to_f64())
+            .collect();
+        off += 2 * topk;
+        let mass = f32::from_le_bytes(raw[off..off + 4].try_into().unwrap()) as f64;
+        off += 4;
+        rows.push((ids, lps, mass));
+    }
+    assert_eq!(off, raw.len());
+    TopK {
+        n_ctx,
+        n_chunk,
+        first,
+        n_pos,
+        tokens,
+        rows,
+    }
+}
+
+/// Teacher-forced agreement of `model` with a llama-perplexity top-k golden: (top-1 hits,
+/// positions, mean KL lower bound, max KL). Top-1 counts a tie at the golden's resolution (same
+/// stored log-prob) as a hit; KL(P_llama ‖ Q_tern) over llama.cpp's top-k plus one bucket for
+/// the rest (a lower bound of the full KL, 0 when Q = P), as `llamacpp_agreement.rs` computes it.
+fn agreement(model: &Model, g: &TopK) -> (usize, usize, f64, f64) {
+    let (n_vocab, n_embd) = (
+        model.hparams().n_vocab as usize,
+        model.hparams().n_embd as usize,
+    );
+    let (mut agree, mut total, mut kl_sum, mut kl_max) = (0usize, 0usize, 0.0f64, 0.0f64);
+    for c in 0..g.n_chunk {
+        let tokens = &g.tokens[c * g.n_ctx..(c + 1) * g.n_ctx];
+        let mut cache = KvCache::new(model, g.n_ctx).unwrap();
+        let hidden = model
+            .forward_hidden(tokens, &mut cache, LogitsWanted::All)
+            .unwrap();
+        let logits = model
+            .logits(&hidden[g.first * n_embd..(g.first + g.n_pos) * n_embd])
+            .unwrap();
+        for j in 0..g.n_pos {
+            let (ids, lps, mass) = &g.rows[c * g.n_pos + j];
+            let row = &logits[j * n_vocab..(j + 1) * n_vocab];
+            let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = m + row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+            let ours = argmax(row) as u32;
+            let hit = ours == ids[0]
+                || ids
+                    .iter()
+                    .zip(lps)
+                    .any(|(&i, &lp)| i == ours && lp == lps[0]);
+            agree += hit as usize;
+            let (mut kl, mut q_top) = (0.0f64, 0.0f64);
+            for (&i, &lp) in ids.iter().zip(lps) {
+                let q = row[i as usize] as f64 - lse;
+                kl += lp.exp() * (lp - q);
+                q_top += q.exp();
+            }
+            let (pr, qr) = ((1.0 - mass).max(1e-12), (1.0 - q_top).max(1e-12));
+            kl += pr * (pr / qr).ln();
+            kl_sum += kl;
+            kl_max = kl_max.max(kl);
+            total += 1;
+        }
+    }
+    (agree, total, kl_sum / total.max(1) as f64, kl_max)
+}
+
+/// Random-weight Qwen2.5-, Qwen3- and Llama-3.2-shaped models (`scripts/gen_family_gguf.py`,
+/// quantized by llama-quantize; the files are in `TERN_FAMILY_DIR`, not in the repository) against
+/// llama-perplexity's distributions on GPL-3 windows (goldens `families/<name>_top16.bin`), on
+/// tern-reference in both numerics: top-1 ≥ 99%.
+#[test]
+fn random_families_match_llama_cpp() {
+    let Some(dir) = std::env::var_os("TERN_FAMILY_DIR").map(PathBuf::from) else {
+        tern_tests::skip_or_fail(
+            "random_families_match_llama_cpp",
+            "TERN_FAMILY_DIR is not set (the random-weight family GGUFs of \
+             tests/golden/families/PROVENANCE.md)",
+        );
+        return;
+    };
+    let goldens = std::fs::read_dir(tern_tests::golden("families"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            Some(name.strip_suffix("_top16.bin")?.to_string())
+        })
+        .collect::<Vec<_>>();
+    assert!(!goldens.is_empty());
+    for name in goldens {
+        let g = read_topk(tern_tests::golden(&format!("families/{name}_top16.bin")));
+        let gguf = dir.join(format!("{name}.gguf"));
+        let out = tern_tests::scratch("families").join(format!("{name}.tern"));
+        tern_import::gguf_import::import_gguf(
+            &gguf,
+            &out,
+            &tern_import::PackOptions::default(),
+            &mut |_, _, _| {},
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", gguf.display()));
+        let file = TernFile::open(&out).unwrap();
+        let mut model = Model::load(&file).unwrap();
+        for (label, opts) in [
+            ("f32 reference", ForwardOptions::default()),
+            ("llama.cpp numerics", ForwardOptions::llama_cpp_like()),
+        ] {
+            model.set_options(opts);
+            let (agree, total, kl, kl_max) = agreement(&model, &g);
+            let top1 = agree as f64 / total as f64;
+            eprintln!(
+                "{name} ({label}): top-1 {agree}/{total} = {top1:.4}, mean KL {kl:.2e}, max KL \
+                 {kl_max:.2e}"
+            );
+            assert!(top1 >= 0.99, "{name} ({label}): top-1 {top1}");
+        }
+    }
+}

@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""Golden token ids from llama.cpp's `llama-tokenize` for the Gemma 3 270M GGUF: the 271 strings of
+"""Golden token ids from llama.cpp's tokenizer for the Gemma 3 270M GGUF: the 271 strings of
 tests/golden/tokenizer/strings.json plus Gemma-specific ones made here (its special tokens, whitespace
-runs, many scripts), each tokenized with special-token parsing (llama-tokenize's default) and with
-`--no-parse-special`, strings passed through a file (`-f FILE --no-escape`) so the bytes arrive unchanged.
+runs, many scripts), each tokenized with special-token parsing and without, add_special = true (what
+`llama-tokenize -f FILE --no-escape [--no-parse-special]` returns), by tokenize_all.cpp (libllama
+`llama_tokenize`, one vocab-only load for all strings; the bytes arrive unchanged).
 
-Usage: python3 make_gemma_tokenizer_golden.py [GEMMA.gguf] [LLAMA_TOKENIZE]
-Defaults: ~/.cache/tern/gemma3-270m/gemma-3-270m-q4_k_m.gguf (`tern fetch gemma3-270m`),
-/work/llama/bin/llama-tokenize. Writes gemma_tokenizer.json here.
+Usage: python3 make_gemma_tokenizer_golden.py [GEMMA.gguf]
+Defaults: ~/.cache/tern/gemma3-270m/gemma-3-270m-q4_k_m.gguf (`tern fetch gemma3-270m`);
+LLAMA_SRC: the llama.cpp tree with build/. Writes gemma_tokenizer.json here.
 """
 import hashlib, json, os, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 model = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser(
     "~/.cache/tern/gemma3-270m/gemma-3-270m-q4_k_m.gguf")
-tool = sys.argv[2] if len(sys.argv) > 2 else "/work/llama/bin/llama-tokenize"
+LLAMA = os.environ.get("LLAMA_SRC", "/work/llama/src/llama_cpp_python-0.3.36/vendor/llama.cpp")
 
 strings = json.load(open(os.path.join(here, "..", "tokenizer", "strings.json"), encoding="utf-8"))
 extra = []
@@ -71,26 +72,30 @@ for n in range(0, 1000, 37):
 cases_text = strings + extra
 
 
-def tokenize(path, special):
-    cmd = [tool, "-m", model, "-f", path, "--no-escape", "--ids", "--log-disable"]
-    if not special:
-        cmd.append("--no-parse-special")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()
-    return json.loads(out[-1])
-
-
-cases = []
 with tempfile.TemporaryDirectory() as d:
-    p = os.path.join(d, "prompt.txt")
-    for s in cases_text:
-        with open(p, "wb") as f:
-            f.write(s.encode("utf-8"))
-        cases.append({"text": s, "special": tokenize(p, True), "no_special": tokenize(p, False)})
-version = subprocess.run([tool, "--version"], capture_output=True, text=True)
-version = (version.stdout + version.stderr).strip().splitlines()[0]
+    b = f"{LLAMA}/build"
+    libs = [subprocess.run(["find", b, "-name", n], capture_output=True, text=True).stdout.split()[0]
+            for n in ["libllama.a", "libggml.a", "libggml-cpu.a", "libggml-base.a"]]
+    exe = os.path.join(d, "tokenize_all")
+    subprocess.run(["g++", "-O2", "-std=c++17", "-o", exe, os.path.join(here, "tokenize_all.cpp"),
+                    f"-I{LLAMA}/include", f"-I{LLAMA}/ggml/include", *libs, "-fopenmp", "-lpthread",
+                    "-ldl"], check=True)
+    inp = os.path.join(d, "strings.bin")
+    with open(inp, "wb") as f:
+        for s in cases_text:
+            b8 = s.encode("utf-8")
+            f.write(len(b8).to_bytes(4, "little") + b8)
+    out = subprocess.run([exe, model, inp], check=True, capture_output=True, text=True).stdout.splitlines()
+assert len(out) == 2 * len(cases_text), (len(out), len(cases_text))
+ids = lambda line: [int(x) for x in line.split()[1:]]
+cases = [{"text": s, "special": ids(out[2 * i]), "no_special": ids(out[2 * i + 1])}
+         for i, s in enumerate(cases_text)]
+commit = subprocess.run(["git", "-C", LLAMA, "rev-parse", "--short", "HEAD"], capture_output=True,
+                        text=True).stdout.strip() or "0c1e570 (llama_cpp_python 0.3.36 sdist)"
 sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
 lines = [json.dumps(c, ensure_ascii=False) for c in cases]
-head = json.dumps({"model": os.path.basename(model), "model_sha256": sha, "tool": "llama-tokenize " + version})
+head = json.dumps({"model": os.path.basename(model), "model_sha256": sha,
+                   "tool": "tokenize_all.cpp: libllama llama_tokenize, vendored llama.cpp " + commit})
 with open(os.path.join(here, "gemma_tokenizer.json"), "w", encoding="utf-8") as f:
     f.write(head[:-1] + ', "cases": [\n' + ",\n".join(lines) + "\n]}\n")
 print(len(cases), "cases")
