@@ -318,3 +318,127 @@ fn random_families_match_llama_cpp() {
         }
     }
 }
+
+/// A one-layer Gemma-3-like model of random f32 weights (QK-norm, post-norms, GELU-tanh,
+/// embedding scale, NeoX RoPE), its only layer sliding with `window` keys when `Some`.
+fn tiny_gemma(window: Option<u32>) -> PathBuf {
+    use tern_format::{ActivationScheme, Arch, Encoding, FamilyParams, FfnAct, HParams, ModelMeta};
+    let (v, e, hd, nh, ff) = (32usize, 16usize, 8usize, 2usize, 32usize);
+    let mut meta = ModelMeta {
+        arch: Arch::Gemma3,
+        hparams: HParams {
+            n_vocab: v as u32,
+            n_embd: e as u32,
+            n_layer: 1,
+            n_head: nh as u32,
+            n_head_kv: 1,
+            head_dim: hd as u32,
+            n_ff: ff as u32,
+            n_ctx_train: 64,
+            rope_theta: 1e4,
+            rope_dim: hd as u32,
+            rope_neox: true,
+            rms_eps: 1e-6,
+            ffn_act: FfnAct::GeluTanh,
+            tied_embeddings: true,
+            sub_norms: false,
+        },
+        tokenizer: None,
+        activations: ActivationScheme::FLOAT,
+        provenance: Default::default(),
+        extra: Default::default(),
+    };
+    meta.set_family(&FamilyParams {
+        qk_norm: true,
+        post_norms: true,
+        embed_scale: Some((e as f32).sqrt()),
+        sliding_window: window,
+        swa_layers: vec![window.is_some()],
+        rope_theta_swa: Some(1e4),
+        ..Default::default()
+    });
+    let path = tern_tests::scratch("families").join(format!("tiny-gemma-{window:?}.tern"));
+    let mut w = tern_format::TernWriter::create(&path, meta).unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let u = (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                (base + scale * u).to_le_bytes()
+            })
+            .collect()
+    };
+    let mut add = |name: &str, shape: &[u64], bytes: Vec<u8>| {
+        w.add_tensor(name, shape, Encoding::F32, &bytes).unwrap();
+    };
+    let (v6, e6, hd6, q6, ff6) = (v as u64, e as u64, hd as u64, (nh * hd) as u64, ff as u64);
+    add("token_embd.weight", &[v6, e6], rnd(v * e, 2.0, 0.0));
+    add("output_norm.weight", &[e6], rnd(e, 0.2, 1.0));
+    for (n, shape, scale, base) in [
+        ("attn_norm", vec![e6], 0.2, 1.0),
+        ("attn_q", vec![q6, e6], 1.0, 0.0),
+        ("attn_k", vec![hd6, e6], 1.0, 0.0),
+        ("attn_v", vec![hd6, e6], 1.0, 0.0),
+        ("attn_output", vec![e6, q6], 0.5, 0.0),
+        ("attn_q_norm", vec![hd6], 0.2, 1.0),
+        ("attn_k_norm", vec![hd6], 0.2, 1.0),
+        ("post_attention_norm", vec![e6], 0.2, 1.0),
+        ("ffn_norm", vec![e6], 0.2, 1.0),
+        ("ffn_gate", vec![ff6, e6], 1.0, 0.0),
+        ("ffn_up", vec![ff6, e6], 1.0, 0.0),
+        ("ffn_down", vec![e6, ff6], 0.5, 0.0),
+        ("post_ffw_norm", vec![e6], 0.2, 1.0),
+    ] {
+        let len = shape.iter().product::<u64>() as usize;
+        add(&format!("blk.0.{n}.weight"), &shape, rnd(len, scale, base));
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// The sliding window on the CPU (both numerics): on a one-layer model whose layer sees 4 keys,
+/// the last position of a 12-token sequence gives the logits of its last 4 tokens run alone (RoPE
+/// is relative: only the positions' differences matter), to float tolerance; without the
+/// window the same comparison differs (so the test can tell the mask from no mask).
+#[test]
+fn sliding_window_attends_to_the_window_only() {
+    let tokens: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 32).collect();
+    let last = |path: &PathBuf, opts: ForwardOptions, toks: &[u32]| -> Vec<f32> {
+        let file = TernFile::open(path).unwrap();
+        let mut model = Model::load(&file).unwrap();
+        model.set_options(opts);
+        let mut cache = KvCache::new(&model, 16).unwrap();
+        // one token at a time, as decoding does, and the whole batch at once
+        let batch = model.forward(toks, &mut cache, LogitsWanted::Last).unwrap();
+        let mut cache = KvCache::new(&model, 16).unwrap();
+        let mut step = Vec::new();
+        for &t in toks {
+            step = model.forward(&[t], &mut cache, LogitsWanted::Last).unwrap();
+        }
+        assert!(tern_tests::nmse(&batch, &step) < 1e-6);
+        batch
+    };
+    let max_diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    for opts in [ForwardOptions::default(), ForwardOptions::llama_cpp_like()] {
+        let swa = tiny_gemma(Some(4));
+        let d = max_diff(&last(&swa, opts, &tokens), &last(&swa, opts, &tokens[8..]));
+        assert!(d < 2e-3, "sliding window: max |Δlogit| {d}");
+        let full = tiny_gemma(None);
+        let d = max_diff(
+            &last(&full, opts, &tokens),
+            &last(&full, opts, &tokens[8..]),
+        );
+        assert!(
+            d > 1e-2,
+            "full attention should see the whole past: max |Δlogit| {d}"
+        );
+    }
+}
