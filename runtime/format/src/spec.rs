@@ -763,7 +763,7 @@ mod tests {
             |f| f.swa_layers.truncate(3),
             |f| f.sliding_window = None,
             |f| f.sliding_window = Some(0),
-            |f| f.embed_scale = Some(f32::NAN),
+            |f| f.embed_scale = Some(-1.0),
         ];
         for c in cases {
             let mut m = gemma3();
