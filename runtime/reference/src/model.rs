@@ -925,11 +925,10 @@ fn compressed_attention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tern_format::spec::QkNorm;
     use tern_format::{FfnAct, FormatError, ModelMeta, TernWriter};
 
-    /// The loader checks the spec before it reads a tensor: a spec with per-head QK-norms (not in
-    /// [`CPU_CAPS`]) is the typed refusal even for a file with no tensors, whose baseline spec
+    /// The loader checks the spec before it reads a tensor: a spec with an attention soft-cap (not
+    /// in [`CPU_CAPS`]) is the typed refusal even for a file with no tensors, whose baseline spec
     /// gets as far as the first missing tensor.
     #[test]
     fn load_refuses_an_unsupported_spec_first() {
@@ -968,14 +967,14 @@ mod tests {
         let e = Model::load_spec(&file, base.clone(), NeuZipResidency::Compressed).unwrap_err();
         assert!(matches!(e, ReferenceError::MissingTensor { .. }), "{e}");
         let mut spec = base;
-        spec.layers[1].qk_norm = QkNorm::PerHeadRms;
+        spec.layers[1].attn.logit_softcap = Some(50.0);
         let e = Model::load_spec(&file, spec, NeuZipResidency::Compressed).unwrap_err();
         let _ = std::fs::remove_file(&path);
         match e {
             ReferenceError::Format(FormatError::UnsupportedModel(u)) => {
                 assert_eq!(
                     (u.backend, u.feature, u.layer),
-                    ("CPU", Feature::QkNorm, Some(1))
+                    ("CPU", Feature::AttnSoftcap, Some(1))
                 )
             }
             e => panic!("not the typed refusal: {e}"),
