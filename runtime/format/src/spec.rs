@@ -145,6 +145,10 @@ pub enum RopeScaling {
         high_freq_factor: f32,
         original_context: u32,
     },
+    /// Llama 3.x scaling as llama.cpp's GGUF converter stores it: each frequency `i` divided by
+    /// `rope_freqs.weight[i]` (`dim / 2` floats, the tensor read by the loaders).
+    /// [`Feature::RopeLlama3`].
+    FreqFactors,
     /// YaRN (`rope_type: "yarn"`): Qwen 2.5 long-context configurations.
     /// [`Feature::RopeYarn`].
     Yarn {
@@ -234,6 +238,7 @@ impl From<FfnAct> for Activation {
         match a {
             FfnAct::Silu => Activation::Silu,
             FfnAct::Relu2 => Activation::Relu2,
+            FfnAct::GeluTanh => Activation::GeluTanh,
         }
     }
 }
@@ -295,7 +300,10 @@ impl LayerSpec {
             (Feature::AttnSoftcap, self.attn.logit_softcap.is_some()),
             (Feature::AttnBias, self.attn.bias.any()),
             (Feature::RopeLinear, matches!(r, RopeScaling::Linear { .. })),
-            (Feature::RopeLlama3, matches!(r, RopeScaling::Llama3 { .. })),
+            (
+                Feature::RopeLlama3,
+                matches!(r, RopeScaling::Llama3 { .. } | RopeScaling::FreqFactors),
+            ),
             (Feature::RopeYarn, matches!(r, RopeScaling::Yarn { .. })),
         ]
         .into_iter()
@@ -320,28 +328,88 @@ impl ModelSpec {
         Self::from_checked(meta)
     }
 
-    /// Today's metadata (`Arch` + `HParams`) as a spec: every layer alike
-    /// ([`LayerSpec::from_hparams`]), every feature the metadata cannot say "off".
+    /// The metadata (`Arch` + `HParams` + the [`FamilyParams`](crate::meta::FamilyParams) of
+    /// `extra.family`) as a spec: every layer from the hyperparameters
+    /// ([`LayerSpec::from_hparams`]), then the family's parts (QK-norm, post-norms, biases,
+    /// sliding-window layers with their own RoPE base, RoPE scaling of the global layers),
+    /// validated here.
     fn from_checked(meta: &ModelMeta) -> Result<Self> {
         let hp = &meta.hparams;
+        let fam = meta.family()?;
         let n = hp.n_layer as usize;
+        let bad = |detail: String| FormatError::OutOfRange {
+            what: "hyperparameters".into(),
+            detail,
+        };
         let mut layers = Vec::new();
-        layers
-            .try_reserve_exact(n)
-            .map_err(|_| FormatError::OutOfRange {
-                what: "hyperparameters".into(),
-                detail: format!("n_layer = {n}: the layer table cannot be allocated"),
-            })?;
-        layers.resize(n, LayerSpec::from_hparams(hp));
+        layers.try_reserve_exact(n).map_err(|_| {
+            bad(format!(
+                "n_layer = {n}: the layer table cannot be allocated"
+            ))
+        })?;
+        if !fam.swa_layers.is_empty() && fam.swa_layers.len() != n {
+            return Err(bad(format!(
+                "{} sliding-window flags for {n} layers",
+                fam.swa_layers.len()
+            )));
+        }
+        if fam.swa_layers.iter().any(|&b| b) && fam.sliding_window.is_none() {
+            return Err(bad("sliding-window layers without a window".into()));
+        }
+        if fam.sliding_window == Some(0) {
+            return Err(bad("a sliding window of 0 keys".into()));
+        }
+        let positive = |what: &str, v: Option<f32>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0) => Err(bad(format!("{what} = {x}"))),
+            _ => Ok(()),
+        };
+        positive("embedding scale", fam.embed_scale)?;
+        positive("sliding-window RoPE base", fam.rope_theta_swa)?;
+        positive("linear RoPE factor", fam.rope_linear)?;
+        positive("final logit soft-cap", fam.final_logit_softcap)?;
+        positive("attention logit soft-cap", fam.attn_logit_softcap)?;
+        if fam.rope_freq_factors && fam.rope_linear.is_some() {
+            return Err(bad(
+                "two RoPE scalings (frequency factors and linear)".into()
+            ));
+        }
+        let base = LayerSpec::from_hparams(hp);
+        for li in 0..n {
+            let mut l = base;
+            if fam.qk_norm {
+                l.qk_norm = QkNorm::PerHeadRms;
+            }
+            l.norms.post_attn = fam.post_norms;
+            l.norms.post_ffn = fam.post_norms;
+            l.attn.bias = Biases {
+                q: fam.qkv_bias,
+                k: fam.qkv_bias,
+                v: fam.qkv_bias,
+                o: false,
+            };
+            l.attn.logit_softcap = fam.attn_logit_softcap;
+            let swa = fam.swa_layers.get(li).copied().unwrap_or(false);
+            if swa {
+                l.attn.sliding_window = fam.sliding_window;
+                if let Some(t) = fam.rope_theta_swa {
+                    l.rope.theta = t;
+                }
+            } else if let Some(factor) = fam.rope_linear {
+                l.rope.scaling = RopeScaling::Linear { factor };
+            } else if fam.rope_freq_factors {
+                l.rope.scaling = RopeScaling::FreqFactors;
+            }
+            layers.push(l);
+        }
         Ok(ModelSpec {
             arch: meta.arch,
             n_vocab: hp.n_vocab,
             n_embd: hp.n_embd,
             eps: hp.rms_eps,
-            embed_scale: None,
+            embed_scale: fam.embed_scale,
             tied_head: hp.tied_embeddings,
             final_norm: NormKind::Rms,
-            final_logit_softcap: None,
+            final_logit_softcap: fam.final_logit_softcap,
             layers,
         })
     }
@@ -636,5 +704,78 @@ mod tests {
         let s = ModelSpec::from_meta(&smollm2()).unwrap();
         assert!(s.layer(29).is_ok());
         assert!(matches!(s.layer(30), Err(FormatError::OutOfRange { .. })));
+    }
+
+    /// Gemma 3 270M's metadata as the GGUF importer writes it (`gguf_meta::family_params`).
+    fn gemma3() -> ModelMeta {
+        let mut m = smollm2();
+        m.arch = Arch::Gemma3;
+        let hp = &mut m.hparams;
+        (hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv) = (262_144, 640, 18, 4, 1);
+        (hp.head_dim, hp.rope_dim, hp.n_ff, hp.rope_theta) = (256, 256, 2048, 1e6);
+        (hp.rope_neox, hp.rms_eps, hp.ffn_act) = (true, 1e-6, FfnAct::GeluTanh);
+        m.set_family(&crate::meta::FamilyParams {
+            qk_norm: true,
+            post_norms: true,
+            embed_scale: Some(640f32.sqrt()),
+            sliding_window: Some(512),
+            swa_layers: (0..18).map(|il| il % 6 < 5).collect(),
+            rope_theta_swa: Some(10_000.0),
+            ..Default::default()
+        });
+        m
+    }
+
+    /// Gemma 3: every sixth layer global (base 1e6, full attention), the others sliding (512
+    /// keys, base 1e4); QK-norm, post-norms, GELU-tanh and the embedding scale on every layer.
+    #[test]
+    fn gemma3_spec_interleaves_sliding_and_global_layers() {
+        let meta = gemma3();
+        let s = ModelSpec::from_meta(&meta).unwrap();
+        assert_eq!(s.embed_scale, Some(640f32.sqrt()));
+        for (li, l) in s.layers.iter().enumerate() {
+            let global = li % 6 == 5;
+            assert_eq!(
+                l.attn.sliding_window,
+                (!global).then_some(512),
+                "layer {li}"
+            );
+            assert_eq!(l.rope.theta, if global { 1e6 } else { 1e4 }, "layer {li}");
+            assert_eq!(l.qk_norm, QkNorm::PerHeadRms);
+            assert!(l.norms.post_attn && l.norms.post_ffn && l.rope.neox());
+            assert_eq!(l.ffn.act, Activation::GeluTanh);
+        }
+        let f = s.features();
+        assert_eq!(f[0], (None, Feature::EmbedScale));
+        assert!(f.contains(&(Some(5), Feature::LayerRope)));
+        assert!(!f.contains(&(Some(4), Feature::LayerRope)));
+        // the metadata round-trips through JSON (the .tern metadata section)
+        let back: ModelMeta = serde_json::from_str(&serde_json::to_string(&meta).unwrap()).unwrap();
+        assert_eq!(ModelSpec::from_meta(&back).unwrap(), s);
+        // a file without `extra.family` (every file before) is all off
+        assert!(smollm2().family().unwrap().is_default());
+    }
+
+    /// Bad family parameters are typed errors, not specs.
+    #[test]
+    fn bad_family_params_are_refused() {
+        let cases: [fn(&mut crate::meta::FamilyParams); 4] = [
+            |f| f.swa_layers.truncate(3),
+            |f| f.sliding_window = None,
+            |f| f.sliding_window = Some(0),
+            |f| f.embed_scale = Some(-1.0),
+        ];
+        for c in cases {
+            let mut m = gemma3();
+            let mut f = m.family().unwrap();
+            c(&mut f);
+            m.set_family(&f);
+            let e = ModelSpec::from_meta(&m).unwrap_err();
+            assert!(matches!(e, FormatError::OutOfRange { .. }), "{e}");
+        }
+        let mut m = gemma3();
+        m.extra
+            .insert("family".into(), serde_json::json!({"qk_norm": 3}));
+        assert!(ModelSpec::from_meta(&m).is_err());
     }
 }

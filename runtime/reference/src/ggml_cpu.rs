@@ -56,6 +56,22 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + expf(0.0 - x))
 }
 
+/// `ggml_vec_geglu_f32` with `GGML_GELU_FP16` (vec.h, the CPU backend's default): `gate` rounded
+/// to f16 and looked up in the f16 GELU table (`ggml_table_gelu_f16[t] = f16(gelu_f32(f32(t)))`),
+/// times `up`; 0 at `gate ≤ −10`, `gate · up` at `gate ≥ 10`.
+pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = if g <= -10.0 {
+            0.0
+        } else if g >= 10.0 {
+            g * u
+        } else {
+            let t = half::f16::from_f32(g).to_f32();
+            half::f16::from_f32(crate::kernels::gelu_tanh(t)).to_f32() * u
+        };
+    }
+}
+
 /// `ggml_vec_swiglu_f32` (AVX2 body; `n` a multiple of 8 there, the scalar tail uses libm `expf`).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     let n8 = gate.len() / 8 * 8;
@@ -107,12 +123,32 @@ pub fn rope(
     neox: bool,
     cache: &mut Vec<(f32, f32)>,
 ) {
+    rope_ext(x, head_dim, n_dims, pos, base, neox, 1.0, None, cache)
+}
+
+/// [`rope`] with `ggml_rope_cache_init`'s scaling (no YaRN ramp: `ext_factor` 0, `mscale` 1):
+/// the angle of pair `i` is `freq_scale · (θ_i / factors[i])` (`rope_yarn`). `1.0` and `None`
+/// give [`rope`] bit for bit (`θ/1` and `1·θ` are exact).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_ext(
+    x: &mut [f32],
+    head_dim: usize,
+    n_dims: usize,
+    pos: usize,
+    base: f32,
+    neox: bool,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+    cache: &mut Vec<(f32, f32)>,
+) {
     let half = n_dims / 2;
     let theta_scale = base.powf(-2.0 / n_dims as f32);
     cache.clear();
     let mut theta = pos as f32;
-    for _ in 0..half {
-        cache.push((theta.cos(), theta.sin()));
+    for i in 0..half {
+        let ff = factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
+        let t = freq_scale * (theta / ff);
+        cache.push((t.cos(), t.sin()));
         theta *= theta_scale;
     }
     let rot = |x0: f32, x1: f32, (cs, sn): (f32, f32)| {

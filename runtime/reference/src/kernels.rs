@@ -78,6 +78,25 @@ pub fn rope(
     theta: f32,
     neox: bool,
 ) -> Result<()> {
+    rope_ext(x, n_heads, head_dim, rope_dim, pos, theta, neox, 1.0, None)
+}
+
+/// [`rope`] with frequency scaling: pair `i`'s angle is `pos · freq_scale · θ_i / factors[i]`
+/// (`freq_scale` = 1 / the linear factor; `factors`: Llama 3's `rope_freqs.weight`, `rope_dim/2`
+/// values), as `ggml_rope_cache_init` / `rope_yarn` (no YaRN ramp) scale it. With `1.0` and
+/// `None` this is [`rope`] exactly (a division by 1 and a product with 1 are exact).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_ext(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rope_dim: usize,
+    pos: usize,
+    theta: f32,
+    neox: bool,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+) -> Result<()> {
     check_len("rope", "x", x.len(), n_heads * head_dim)?;
     if rope_dim > head_dim || rope_dim % 2 != 0 {
         return Err(ReferenceError::shape(
@@ -89,7 +108,10 @@ pub fn rope(
     if half == 0 {
         return Ok(());
     }
-    let (cos, sin) = rope_cos_sin(half, rope_dim, pos, theta);
+    if let Some(f) = factors {
+        check_len("rope", "frequency factors", f.len(), half)?;
+    }
+    let (cos, sin) = rope_cos_sin(half, rope_dim, pos, theta, freq_scale, factors);
     for head in x.chunks_exact_mut(head_dim) {
         let rot = &mut head[..rope_dim]; // ok: rope_dim ≤ head_dim checked above
         if neox {
@@ -110,14 +132,53 @@ pub fn rope(
     Ok(())
 }
 
-fn rope_cos_sin(half: usize, rope_dim: usize, pos: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
+fn rope_cos_sin(
+    half: usize,
+    rope_dim: usize,
+    pos: usize,
+    theta: f32,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>) {
     (0..half)
         .map(|i| {
             let inv_freq = (theta as f64).powf(-2.0 * i as f64 / rope_dim as f64);
-            let angle = pos as f64 * inv_freq;
+            let ff = factors.and_then(|f| f.get(i)).map_or(1.0, |&v| v as f64);
+            let angle = pos as f64 * inv_freq / ff * freq_scale as f64;
             (angle.cos() as f32, angle.sin() as f32)
         })
         .unzip()
+}
+
+/// Llama 3.1's per-frequency RoPE divisors (HF `rope_type: "llama3"`), as llama.cpp's converter
+/// computes `rope_freqs.weight` (`LlamaModel.generate_extra_tensors`): wavelengths shorter than
+/// `original_context / high_freq_factor` keep their frequency, longer than
+/// `original_context / low_freq_factor` are divided by `factor`, the band between is smoothed.
+pub fn llama3_rope_factors(
+    theta: f32,
+    rope_dim: usize,
+    factor: f32,
+    low_freq_factor: f32,
+    high_freq_factor: f32,
+    original_context: u32,
+) -> Vec<f32> {
+    let old = original_context as f32;
+    let (low_wl, high_wl) = (old / low_freq_factor, old / high_freq_factor);
+    (0..rope_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / theta.powf((2 * i) as f32 / rope_dim as f32);
+            let wavelen = 2.0 * std::f32::consts::PI / freq;
+            if wavelen < high_wl {
+                1.0
+            } else if wavelen > low_wl {
+                factor
+            } else {
+                let smooth =
+                    (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
 }
 
 /// Softmax in place: subtract the max, exponentiate, divide by the f32 sum. An empty slice is left
@@ -363,4 +424,46 @@ mod tests {
             assert!(close(dot_f32(&a, &b), want as f32, 1e-6));
         }
     }
+}
+
+/// GELU with the tanh approximation, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (Gemma's
+/// `gelu_pytorch_tanh`; ggml's `ggml_gelu_f32`).
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const GELU_COEF_A: f32 = 0.044_715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+}
+
+/// GeGLU: `out = gelu_tanh(gate) ⊙ up` (Gemma's gated FFN).
+pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
+    check_len("geglu", "up", up.len(), gate.len())?;
+    check_len("geglu", "out", out.len(), gate.len())?;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = gelu_tanh(g) * u;
+    }
+    Ok(())
+}
+
+/// Soft-capping in place: `x = cap · tanh(x / cap)` (Gemma 2's logits), as ggml's
+/// `scale(1/cap) → tanh → scale(cap)`.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x.iter_mut() {
+        *v = (*v * (1.0 / cap)).tanh() * cap;
+    }
+}
+
+/// `x += b` for every row of `b.len()` elements (a projection's bias).
+pub fn add_bias(x: &mut [f32], b: &[f32]) -> Result<()> {
+    if b.is_empty() || x.len() % b.len() != 0 {
+        return Err(ReferenceError::shape(
+            "bias",
+            "input is not whole rows of the bias",
+        ));
+    }
+    for row in x.chunks_exact_mut(b.len()) {
+        for (v, &bv) in row.iter_mut().zip(b) {
+            *v += bv;
+        }
+    }
+    Ok(())
 }

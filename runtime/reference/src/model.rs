@@ -19,12 +19,14 @@
 //! logits = Wout · RMSNorm(h; output_norm)         Wout = Embed when tied
 //! ```
 
-use tern_format::spec::{Activation, Caps, Feature, RopeSpec};
+use tern_format::spec::{Activation, Caps, Feature, QkNorm, RopeScaling, RopeSpec};
 use tern_format::{ActQuant, ActivationScheme, Arch, HParams, ModelSpec, TensorView, TernFile};
 
 use crate::error::{probe_alloc, ReferenceError, Result};
 use crate::ggml_cpu;
-use crate::kernels::{attention, relu2_glu, rmsnorm, rope, swiglu};
+use crate::kernels::{
+    add_bias, attention, geglu, llama3_rope_factors, relu2_glu, rmsnorm, rope_ext, softcap, swiglu,
+};
 use crate::kv::{KvCache, Role};
 use crate::kv_attn::{attention_tiled, AttnShape, Rotation};
 use crate::matmul::{GgmlActivations, MatmulOptions, Matrix, NeuZipResidency};
@@ -75,10 +77,28 @@ impl ForwardOptions {
 }
 
 /// What this forward pass implements beyond the baseline layer (`tern_format::spec`): BitNet's
-/// sub-norms and ReLU². [`Model::load`] refuses a spec that needs more.
+/// sub-norms and ReLU²; Gemma 3's GELU-tanh, post-norms, QK-norm, sliding window, per-layer RoPE,
+/// embedding scale and logit soft-cap; Qwen 2's biases; linear and Llama 3 RoPE scaling.
+/// [`Model::load`] refuses a spec that needs more (attention soft-cap, YaRN, ungated FFNs,
+/// layers of different shapes).
 pub const CPU_CAPS: Caps = Caps {
     backend: "CPU",
-    features: &[Feature::SubNormAttn, Feature::SubNormFfn, Feature::Relu2],
+    features: &[
+        Feature::SubNormAttn,
+        Feature::SubNormFfn,
+        Feature::Relu2,
+        Feature::GeluTanh,
+        Feature::PostAttnNorm,
+        Feature::PostFfnNorm,
+        Feature::QkNorm,
+        Feature::SlidingWindow,
+        Feature::AttnBias,
+        Feature::RopeLinear,
+        Feature::RopeLlama3,
+        Feature::LayerRope,
+        Feature::EmbedScale,
+        Feature::FinalSoftcap,
+    ],
 };
 
 struct Layer {
@@ -93,6 +113,18 @@ struct Layer {
     up: Matrix,
     down: Matrix,
     ffn_sub_norm: Option<Vec<f32>>,
+    /// Per-head query / key RMSNorm weights (`head_dim` each) when the layer has QK-norm.
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    /// Norms of the attention / FFN outputs before the residual adds (Gemma).
+    post_attn_norm: Option<Vec<f32>>,
+    post_ffn_norm: Option<Vec<f32>>,
+    /// q, k, v projection biases (Qwen 2).
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    /// RoPE frequency divisors (`rope_dim / 2`): Llama 3 scaling.
+    rope_factors: Option<Vec<f32>>,
 }
 
 /// A model loaded for the reference forward pass: weights validated against the hyperparameters
@@ -235,7 +267,40 @@ impl Model {
         for (l, ls) in spec.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             let (q_dim, kv_dim, n_ff) = (ls.q_dim() as usize, ls.kv_dim() as usize, u(ls.ffn.n_ff));
+            let hd = u(ls.attn.head_dim);
+            let opt = |on: bool, name: &str, len: usize| -> Result<Option<Vec<f32>>> {
+                on.then(|| load_vector(file, name, len)).transpose()
+            };
+            let qk = ls.qk_norm == QkNorm::PerHeadRms;
+            let b = ls.attn.bias;
+            let bias = |s: &str| format!("blk.{l}.{s}.bias");
+            let half = u(ls.rope.dim) / 2;
+            let rope_factors = match ls.rope.scaling {
+                RopeScaling::FreqFactors => Some(load_vector(file, "rope_freqs.weight", half)?),
+                RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_context,
+                } => Some(llama3_rope_factors(
+                    ls.rope.theta,
+                    u(ls.rope.dim),
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_context,
+                )),
+                _ => None,
+            };
             layers.push(Layer {
+                q_norm: opt(qk, &n("attn_q_norm"), hd)?,
+                k_norm: opt(qk, &n("attn_k_norm"), hd)?,
+                post_attn_norm: opt(ls.norms.post_attn, &n("post_attention_norm"), n_embd)?,
+                post_ffn_norm: opt(ls.norms.post_ffn, &n("post_ffw_norm"), n_embd)?,
+                bq: opt(b.q, &bias("attn_q"), q_dim)?,
+                bk: opt(b.k, &bias("attn_k"), kv_dim)?,
+                bv: opt(b.v, &bias("attn_v"), kv_dim)?,
+                rope_factors,
                 attn_norm: load_vector(file, &n("attn_norm"), n_embd)?,
                 wq: load_matrix(file, &n("attn_q"), q_dim, n_embd, neuzip)?,
                 wk: load_matrix(file, &n("attn_k"), kv_dim, n_embd, neuzip)?,
@@ -301,6 +366,19 @@ impl Model {
                     + vec(&l.ffn_norm)
                     + opt(&l.attn_sub_norm)
                     + opt(&l.ffn_sub_norm)
+                    + [
+                        &l.q_norm,
+                        &l.k_norm,
+                        &l.post_attn_norm,
+                        &l.post_ffn_norm,
+                        &l.bq,
+                        &l.bk,
+                        &l.bv,
+                        &l.rope_factors,
+                    ]
+                    .iter()
+                    .map(|v| opt(v))
+                    .sum::<usize>()
                     + [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
                         .iter()
                         .map(|m| m.resident_bytes())
@@ -482,6 +560,9 @@ impl Model {
         for (&t, row) in tokens.iter().zip(x.chunks_exact_mut(n_embd)) {
             self.tok_embd.row_f32(t as usize, row)?;
         }
+        if let Some(s) = self.spec.embed_scale {
+            x.iter_mut().for_each(|v| *v *= s);
+        }
         let mut a = vec![0.0f32; n * n_embd];
         let mut q = vec![0.0f32; n * q_dim];
         let mut k = vec![0.0f32; n * kv_dim];
@@ -509,12 +590,38 @@ impl Model {
             layer.wq.matmul(&a, self.acts.qkv, mm, &mut q)?;
             layer.wk.matmul(&a, self.acts.qkv, mm, &mut k)?;
             layer.wv.matmul(&a, self.acts.qkv, mm, &mut v)?;
+            for (t, b) in [
+                (&mut q, &layer.bq),
+                (&mut k, &layer.bk),
+                (&mut v, &layer.bv),
+            ] {
+                if let Some(b) = b {
+                    add_bias(t, b)?;
+                }
+            }
+            // per-head RMSNorm of queries and keys (rows of head_dim), before RoPE
+            for (t, w) in [(&mut q, &layer.q_norm), (&mut k, &layer.k_norm)] {
+                if let Some(w) = w {
+                    let src = t.clone();
+                    self.norm(opts, &src, w, t)?;
+                }
+            }
+            let factors = layer.rope_factors.as_deref();
             for i in 0..n {
                 let pos = p0 + i;
                 let qi = q.get_mut(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
-                self.rope(opts, &ls.rope, qi, n_head, pos, &mut rope_cache)?;
+                self.rope(opts, &ls.rope, factors, qi, n_head, pos, &mut rope_cache)?;
                 let ki = k.get_mut(i * kv_dim..(i + 1) * kv_dim).unwrap_or_default();
-                self.rope(opts, &ls.rope, ki, n_head_kv, pos, &mut rope_cache)?;
+                self.rope(opts, &ls.rope, factors, ki, n_head_kv, pos, &mut rope_cache)?;
+            }
+            // the first key position query `pos` sees: its window's start on a sliding layer
+            let window = ls.attn.sliding_window.map(u);
+            let first_key = |pos: usize| window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            if window.is_some_and(|w| p0 + n > w) && !cache.is_plain_f32(li) {
+                return Err(ReferenceError::shape(
+                    "sliding-window attention",
+                    "a compressed KV cache past the window is not implemented; use the f32 cache",
+                ));
             }
             if !cache.is_plain_f32(li) {
                 // A compressed cache (kv.rs): write (or merge) this layer's rows, then attend
@@ -554,7 +661,7 @@ impl Model {
             let group = n_head / n_head_kv;
             if !plain {
                 // done above
-            } else if llama_ops && n >= ggml_cpu::FA_TILE {
+            } else if llama_ops && n >= ggml_cpu::FA_TILE && first_key(p0 + n - 1) == 0 {
                 // llama.cpp's tiled flash attention: blocks of 64 query rows × heads
                 let n_blocks = n.div_ceil(ggml_cpu::FA_TILE);
                 let run = |job: usize| -> Vec<f32> {
@@ -593,6 +700,7 @@ impl Model {
             } else {
                 let run = |i: usize| -> Result<Vec<f32>> {
                     let mut out = vec![0.0f32; q_dim];
+                    let k0 = first_key(p0 + i);
                     let qi = q.get(i * q_dim..(i + 1) * q_dim).unwrap_or_default();
                     if llama_ops {
                         let mut qh = Vec::new();
@@ -603,18 +711,22 @@ impl Model {
                         {
                             ggml_cpu::attn_row_one_chunk(
                                 qr,
-                                kc,
-                                vc,
+                                kc.get(k0 * kv_dim..).unwrap_or_default(),
+                                vc.get(k0 * kv_dim..).unwrap_or_default(),
                                 kv_dim,
                                 (h / group) * hd,
-                                p0 + i + 1,
+                                p0 + i + 1 - k0,
                                 scale,
                                 or,
                                 &mut qh,
                             );
                         }
                     } else {
-                        attention(qi, kc, vc, p0 + i + 1, n_head, n_head_kv, hd, &mut out)?;
+                        let (kw, vw) = (
+                            kc.get(k0 * kv_dim..).unwrap_or_default(),
+                            vc.get(k0 * kv_dim..).unwrap_or_default(),
+                        );
+                        attention(qi, kw, vw, p0 + i + 1 - k0, n_head, n_head_kv, hd, &mut out)?;
                     }
                     Ok(out)
                 };
@@ -632,6 +744,10 @@ impl Model {
                 None => &o,
             };
             layer.wo.matmul(attn_in, self.acts.out, mm, &mut proj)?;
+            if let Some(w) = &layer.post_attn_norm {
+                let src = proj.clone();
+                self.norm(opts, &src, w, &mut proj)?;
+            }
             add(&mut x, &proj);
 
             // feed-forward
@@ -642,17 +758,8 @@ impl Model {
                 Activation::Silu if opts.llama_cpp_ops => ggml_cpu::swiglu(&g, &up, &mut h),
                 Activation::Silu => swiglu(&g, &up, &mut h)?,
                 Activation::Relu2 => relu2_glu(&g, &up, &mut h)?,
-                // refused at load (`CPU_CAPS`)
-                Activation::GeluTanh => {
-                    return Err(ReferenceError::Format(
-                        tern_format::spec::Unsupported {
-                            backend: CPU_CAPS.backend,
-                            feature: Feature::GeluTanh,
-                            layer: Some(li as u32), // ok: li < n_layer, a u32
-                        }
-                        .into(),
-                    ));
-                }
+                Activation::GeluTanh if opts.llama_cpp_ops => ggml_cpu::geglu(&g, &up, &mut h),
+                Activation::GeluTanh => geglu(&g, &up, &mut h)?,
             }
             let down_in = match &layer.ffn_sub_norm {
                 Some(w) => {
@@ -662,6 +769,10 @@ impl Model {
                 None => &h,
             };
             layer.down.matmul(down_in, self.acts.down, mm, &mut proj)?;
+            if let Some(w) = &layer.post_ffn_norm {
+                let src = proj.clone();
+                self.norm(opts, &src, w, &mut proj)?;
+            }
             add(&mut x, &proj);
         }
         cache.len = p0 + n;
@@ -690,25 +801,32 @@ impl Model {
         }
     }
 
-    /// RoPE as the layer's `r` says (plain RoPE: `CPU_CAPS` has no scaling).
+    /// RoPE as the layer's `r` says: its base, linear scaling, and Llama 3's frequency divisors
+    /// `factors` (YaRN is refused at load: not in `CPU_CAPS`).
+    #[allow(clippy::too_many_arguments)]
     fn rope(
         &self,
         opts: &ForwardOptions,
         r: &RopeSpec,
+        factors: Option<&[f32]>,
         x: &mut [f32],
         heads: usize,
         pos: usize,
         cache: &mut Vec<(f32, f32)>,
     ) -> Result<()> {
         let (hd, rd) = (u(self.hp.head_dim), u(r.dim));
+        let scale = match r.scaling {
+            RopeScaling::Linear { factor } => 1.0 / factor,
+            _ => 1.0,
+        };
         if opts.llama_cpp_ops {
             if x.len() != heads * hd {
                 return Err(ReferenceError::shape("rope", "x is not n_heads × head_dim"));
             }
-            ggml_cpu::rope(x, hd, rd, pos, r.theta, r.neox(), cache);
+            ggml_cpu::rope_ext(x, hd, rd, pos, r.theta, r.neox(), scale, factors, cache);
             Ok(())
         } else {
-            rope(x, heads, hd, rd, pos, r.theta, r.neox())
+            rope_ext(x, heads, hd, rd, pos, r.theta, r.neox(), scale, factors)
         }
     }
 
@@ -730,6 +848,9 @@ impl Model {
         let mut y = vec![0.0f32; n * head.rows];
         if n > 0 {
             head.matmul(hidden, ActQuant::None, &opts.matmul, &mut y)?;
+        }
+        if let Some(cap) = self.spec.final_logit_softcap {
+            softcap(&mut y, cap);
         }
         Ok(y)
     }
@@ -826,11 +947,10 @@ fn compressed_attention_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tern_format::spec::QkNorm;
     use tern_format::{FfnAct, FormatError, ModelMeta, TernWriter};
 
-    /// The loader checks the spec before it reads a tensor: a spec with per-head QK-norms (not in
-    /// [`CPU_CAPS`]) is the typed refusal even for a file with no tensors, whose baseline spec
+    /// The loader checks the spec before it reads a tensor: a spec with an attention soft-cap (not
+    /// in [`CPU_CAPS`]) is the typed refusal even for a file with no tensors, whose baseline spec
     /// gets as far as the first missing tensor.
     #[test]
     fn load_refuses_an_unsupported_spec_first() {
@@ -869,14 +989,14 @@ mod tests {
         let e = Model::load_spec(&file, base.clone(), NeuZipResidency::Compressed).unwrap_err();
         assert!(matches!(e, ReferenceError::MissingTensor { .. }), "{e}");
         let mut spec = base;
-        spec.layers[1].qk_norm = QkNorm::PerHeadRms;
+        spec.layers[1].attn.logit_softcap = Some(50.0);
         let e = Model::load_spec(&file, spec, NeuZipResidency::Compressed).unwrap_err();
         let _ = std::fs::remove_file(&path);
         match e {
             ReferenceError::Format(FormatError::UnsupportedModel(u)) => {
                 assert_eq!(
                     (u.backend, u.feature, u.layer),
-                    ("CPU", Feature::QkNorm, Some(1))
+                    ("CPU", Feature::AttnSoftcap, Some(1))
                 )
             }
             e => panic!("not the typed refusal: {e}"),
