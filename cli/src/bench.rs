@@ -343,7 +343,7 @@ fn run_one(a: One) -> Result<Vec<Row>> {
     };
     // Every position a test uses: the depth and the longer test (no more).
     let n_ctx = (a.depth + a.n_prompt.max(a.n_gen).max(1)).max(64);
-    crate::plan::check_bench(&path, &lo, a.kv.options()?.format, n_ctx as u64)?;
+    crate::plan::check_bench(&path, &lo, a.kv.options(&a.numerics)?.format, n_ctx as u64)?;
     let mut model = crate::run::load(Some(&path), &lo)?;
     let file_scheme = scheme_name(tern_format::TernFile::open(&path)?.meta().activations);
     let ran_scheme = scheme_name(model.meta().activations);

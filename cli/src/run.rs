@@ -203,7 +203,7 @@ pub fn run(mut a: RunArgs) -> Result<ExitCode> {
     a.sampling.ctx = crate::plan::resolve_context(
         a.model.as_deref(),
         &lo,
-        a.sampling.kv.options()?.format,
+        a.sampling.kv.options(&a.sampling.numerics)?.format,
         a.sampling.ctx,
     )?;
     let lo = LoadOptions {

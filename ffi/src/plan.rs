@@ -134,7 +134,7 @@ pub unsafe extern "C" fn tern_model_plan(
         let out = arg_out(out, "out")?;
         // SAFETY: the caller's contract.
         let opts = unsafe { read_versioned(opts, tern_model_options_default()) }?;
-        let lo = opts.load_options()?;
+        let lo = opts.load_options(&crate::options::tern_load_options_default())?;
         if lo.max_memory.is_none() {
             return Err(Error::invalid(
                 "tern_model_plan needs a budget: set tern_model_options.max_memory".to_string(),

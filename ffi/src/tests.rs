@@ -824,7 +824,8 @@ fn model_plan_is_the_engines_plan() {
     assert_eq!(st, tern_status::TERN_OK, "{}", last_error());
     let want = tern_engine::plan(
         std::path::Path::new(&path),
-        &mo.load_options().unwrap(),
+        &mo.load_options(&crate::options::tern_load_options_default())
+            .unwrap(),
         Some(2048),
     )
     .unwrap();

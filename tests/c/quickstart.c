@@ -89,10 +89,20 @@ int main(int argc, char **argv) {
   /* 1. Logs: tern's records (load, device, fallbacks) reach the app. */
   TRY(tern_set_log_callback(on_log, TERN_LOG_INFO, NULL));
 
-  /* 2. Plan: how much memory the model and a context take, before loading.
-   * >>> PLAN STEP: the lead adds the tern_model_plan(path, options, context, &plan) call here
-   * >>> (issue 28's helper adds tern_model_plan to the ABI), printing the chosen KV format and
-   * >>> context and checking they fit the budget. */
+  /* 2. Plan: how much memory the model and a context take, before loading (nothing is loaded:
+   * only the file's tensor table is read). A 512 MiB budget and a 512-token context. */
+  tern_model_options po = tern_model_options_default();
+  po.max_memory = 512ull << 20;
+  tern_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.struct_size = sizeof plan;
+  TRY(tern_model_plan(model_path, &po, 512, &plan));
+  printf("plan (%s): weights %llu B, scratch %llu B; %u KV formats; chosen KV %u for %llu tokens\n",
+         plan.device == TERN_DEVICE_GPU ? "GPU" : "CPU", (unsigned long long)plan.weights_bytes,
+         (unsigned long long)plan.scratch_bytes, plan.n_configs, plan.chosen_kv_format,
+         (unsigned long long)plan.chosen_context);
+  REQUIRE(plan.chosen_kv_format != TERN_PLAN_NONE && plan.chosen_context == 512);
+  REQUIRE(plan.weights_bytes > 0 && plan.weights_bytes < po.max_memory);
 
   /* 3. Load with TERN_DEVICE_AUTO: the hardware GPU when there is one, else the CPU. */
   tern_model_options mo = tern_model_options_default(); /* device = TERN_DEVICE_AUTO */

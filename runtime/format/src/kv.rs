@@ -217,6 +217,11 @@ impl KvQuant {
         matches!(self, KvQuant::Kivi4 | KvQuant::Kivi3 | KvQuant::Kivi2)
     }
 
+    /// absmax per (position, kv head): q8, a4, a3 (one f16 scale per head).
+    pub fn is_absmax(self) -> bool {
+        matches!(self, KvQuant::Q8 | KvQuant::Absmax4 | KvQuant::Absmax3)
+    }
+
     /// The rotated formats q4r/q3r/q2r (module doc).
     pub fn is_rotated(self) -> bool {
         matches!(self, KvQuant::Rot4 | KvQuant::Rot3 | KvQuant::Rot2)

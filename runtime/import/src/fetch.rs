@@ -214,7 +214,8 @@ pub fn known_model_gguf(m: &KnownModel) -> Result<PathBuf> {
         \x20   if not b: break\n\
         \x20   h.update(b); f.write(b)\n\
         print(h.hexdigest())\n";
-    let tmp = part(&gguf);
+    // a private name (this process's): concurrent first fetches never share a partial file
+    let tmp = gguf.with_file_name(format!(".{}-{}.part", m.name, std::process::id()));
     let out = Command::new(python())
         .arg("-c")
         .arg(script)

@@ -34,6 +34,10 @@ fn stream_buffers(s: &Stream) -> Vec<&[u8]> {
                 ]
             })
             .collect(),
+        Store::Rot { k, v } => [k, v]
+            .into_iter()
+            .flat_map(|r| [bytes(&r.codes), bytes(&r.scales), bytes(&r.mins)])
+            .collect(),
         Store::Kivi {
             k_codes,
             v_codes,
@@ -71,6 +75,15 @@ fn stream_buffers_mut(s: &mut Stream) -> Vec<&mut [u8]> {
                 out.push(bytes_mut(&mut r.scales));
                 out.push(bytes_mut(&mut r.codes0));
                 out.push(bytes_mut(&mut r.scales0));
+            }
+            out
+        }
+        Store::Rot { k, v } => {
+            let mut out = Vec::with_capacity(6);
+            for r in [k, v] {
+                out.push(bytes_mut(&mut r.codes));
+                out.push(bytes_mut(&mut r.scales));
+                out.push(bytes_mut(&mut r.mins));
             }
             out
         }

@@ -25,9 +25,9 @@ pub(crate) struct AbsmaxRows {
 /// Rotated formats: codes and one f16 `(s, m)` per head, per position (keys and values alike).
 #[derive(Debug, Clone)]
 pub(crate) struct RotRows {
-    codes: Vec<u32>,
-    scales: Vec<f16>,
-    mins: Vec<f16>,
+    pub(crate) codes: Vec<u32>,
+    pub(crate) scales: Vec<f16>,
+    pub(crate) mins: Vec<f16>,
 }
 
 #[derive(Debug, Clone)]
