@@ -3,13 +3,13 @@
 #   1. SmolLM2-135M perplexity on GPL-3 at -c 2048 per KV format on the machine's CPU (16 cores;
 #      the 2-core CI machine takes ~10 min a format) and on its GPU (f16 and the default q8);
 #   2. decode speed at depth per KV format (scripts/device-kvspeed.sh, this build only).
-# The 98 MB SmolLM2 .tern exceeds one call's 64 MiB carry: the staging call copies the first half
-# (.devcache/a/smol.part00) to /root/devstore, this call brings the second (.devcache/b/smol.part01,
-# with sha = the whole file's sha256 and GPL-3) — the two calls must come within the machine's
-# idle release (30 s).
-#   HERE:   split -b 49M -d ~/.cache/tern/SmolLM2-135M-Instruct.tern; strip -o .devkit/ab/tern-new target/release/tern
-#   DEVICE: call 1: mkdir -p /root/devstore && cp .devcache/a/smol.part00 /root/devstore/   (carry .devcache/a)
-#           call 2: bash scripts/device-i28.sh                                        (carry .gl .devkit .devcache/b)
+# The 98 MB SmolLM2 .tern exceeds one call's 64 MiB carry (the tracked tree counts too): three
+# staging calls copy its 33 MB pieces (.devcache/{a,c,d}/sm.0N) to /root/devstore, then this call
+# runs with .devcache/b (sha = the whole file's sha256, and GPL-3) — each call must come within
+# the machine's idle release (30 s) of the one before.
+#   HERE:   split -b 33M -d ~/.cache/tern/SmolLM2-135M-Instruct.tern sm.; strip -o .devkit/ab/tern-new target/release/tern
+#   DEVICE: calls 1-3: mkdir -p /root/devstore && cp .devcache/X/sm.0N /root/devstore/  (carry .devcache/X)
+#           call 4: bash scripts/device-i28.sh                             (carry .gl .devkit/ab .devcache/b)
 # Writes $OUT/i28.log, $OUT/ppl-*.json, $OUT/kvs/ (device-kvspeed.sh's outputs).
 # Environment: OUT=/tmp/i28-out  TERN=.devkit/ab/tern-new  PPL_KVS="f16 q8 q4 q4r q3r q2r"
 #   GPU_PPL_KVS="f16 q8"  KVS="f16 q8 q4"  PPL_S=240 (time cap per perplexity run)
@@ -27,7 +27,7 @@ for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulka
   if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd; fi
 done
 M=/root/devstore/smol.tern
-cat /root/devstore/smol.part00 .devcache/b/smol.part01 > "$M" || { log "staging missing"; exit 1; }
+cat /root/devstore/sm.00 /root/devstore/sm.01 /root/devstore/sm.02 > "$M" || { log "staging missing"; exit 1; }
 [ "$(sha256sum < "$M" | cut -c1-64)" = "$(cat .devcache/b/sha)" ] || { log "model sha256 mismatch"; exit 1; }
 TEXT=.devcache/b/GPL-3
 log "model ok; CPU: $(nproc) cores; GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
