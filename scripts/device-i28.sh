@@ -32,18 +32,17 @@ cat /root/devstore/sm.00 /root/devstore/sm.01 /root/devstore/sm.02 > "$M" || { l
 TEXT=.devcache/b/GPL-3
 log "model ok; CPU: $(nproc) cores; GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 
-# 1. perplexity, CPU (two at a time: each run uses every core for its matmuls)
+# 1. perplexity, CPU (all formats at once, sharing the cores)
 run_ppl() {
   local dev=$1 kv=$2
   timeout "$PPL_S" "$TERN" perplexity "$M" -f "$TEXT" -c 2048 --device "$dev" --kv "$kv" --json \
     > "$OUT/ppl-$dev-$kv.json" 2> "$OUT/ppl-$dev-$kv.err"
   log "ppl $dev $kv: rc $? $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print({k: j.get(k) for k in ("ppl","ppl_second_half","kv","kv_bytes_per_token")})' "$OUT/ppl-$dev-$kv.json" 2>/dev/null)"
 }
-set -- $PPL_KVS
-while [ $# -gt 0 ]; do
-  run_ppl cpu "$1" & [ $# -gt 1 ] && { run_ppl cpu "$2" & }
-  wait; shift; [ $# -gt 0 ] && shift
-done
+# (explicit pids: a bare `wait` would also wait for the log's tee)
+pids=()
+for kv in $PPL_KVS; do run_ppl cpu "$kv" & pids+=($!); done
+wait "${pids[@]}"
 for kv in $GPU_PPL_KVS; do run_ppl gpu "$kv"; done
 
 # 2. decode at depth
