@@ -326,6 +326,8 @@ fn kv_format_and_minicache_apply_on_reload() {
         path: model.display().to_string(),
         device: Device::Cpu,
         n_ctx: 256,
+        // the f32 reference first (the default is q8, the format switched to below)
+        kv: tern_engine::KvQuant::F32,
         ..LoadSettings::default()
     });
     step_until(&mut h, "the model to load", 120, |a| {

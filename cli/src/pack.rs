@@ -81,6 +81,9 @@ fn check_chat_template(input: &std::path::Path, opts: &PackOptions) -> Result<()
 
 pub fn run(a: PackArgs) -> Result<ExitCode> {
     let opts = options(&a)?;
+    // The output may not be the input (checked before the input is read at all, as the
+    // importer does again).
+    tern_format::output::refuse_input_as_output(&[a.input.as_path()], &a.output, "output")?;
     check_chat_template(&a.input, &opts)
         .with_context(|| format!("packing {}", a.input.display()))?;
     let bar = ProgressBar::new(0);

@@ -257,8 +257,10 @@ fn score_and_generate_match_the_engine() {
     let cpath = CString::new(path).unwrap();
     let mut m = ptr::null_mut();
     let mut sess = ptr::null_mut();
+    // The f32 reference cache, as `Session::new` (the library's default is q8).
     let so = tern_session_options {
         n_ctx: 256,
+        kv_format: TERN_KV_F32,
         ..tern_session_options_default()
     };
     // SAFETY: valid arguments; handles freed below.
@@ -708,10 +710,10 @@ fn every_option_reads_back_from_the_session_report() {
     for (so, needle) in [
         (
             tern_session_options {
-                kv_format: 8,
+                kv_format: 99,
                 ..tern_session_options_default()
             },
-            "kv_format 8",
+            "kv_format 99",
         ),
         (
             tern_session_options {

@@ -214,8 +214,15 @@ fn dump_logits_writes_prompt_logits_as_npy() {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(vals.len(), ids.len() * 49152);
-    // Same numbers as the engine.
-    let mut s = tern_engine::Session::new(&model, 64).unwrap();
+    // Same numbers as the engine, with the CLI's default options (the q8 KV cache).
+    let mut s = tern_engine::Session::with_options(
+        &model,
+        &tern_engine::SessionOptions {
+            n_ctx: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let want = s.eval_all(&ids).unwrap();
     assert!(vals
         .iter()
@@ -483,12 +490,12 @@ fn bench_overrides_the_activation_scheme_and_measures_sparsity() {
     assert!(attn(&s8) < 0.2, "{s8:?}");
     let (ok, out, err) = bench("gpu", Some("a8"), false);
     assert!(ok, "{err}");
-    assert!(out.contains("| a8 | pp8 |"), "{out}");
+    assert!(out.contains("| a8 | q8 | pp8 |"), "{out}");
     assert!(out.contains("activation sparsity (zero codes"), "{out}");
 }
 
 /// `--kv` / `--minicache` (issue 14): `perplexity --json` reports `kv_bytes_per_token` for the
-/// format asked for (f32 by default), `score` and `run` take the flags, bad values are clean errors.
+/// format asked for (q8 by default), `score` and `run` take the flags, bad values are clean errors.
 #[test]
 fn kv_flags_reach_the_cache_and_perplexity_reports_its_bytes() {
     let m = model().to_str().unwrap();
@@ -514,7 +521,10 @@ fn kv_flags_reach_the_cache_and_perplexity_reports_its_bytes() {
         assert!(ok, "{args:?}: {err}");
         serde_json::from_str(out.trim()).unwrap()
     };
-    let f32j = ppl(&[]);
+    // The default: q8, 30 layers × 2 × 3 KV heads × (64 codes + a 2-byte f16 scale) bytes.
+    let q8 = ppl(&[]);
+    assert_eq!(q8["kv_bytes_per_token"].as_f64(), Some(11880.0));
+    let f32j = ppl(&["--kv", "f32"]);
     // 30 layers × 2 × 192 values × 4 bytes.
     assert_eq!(f32j["kv_bytes_per_token"].as_f64(), Some(46080.0));
     let f16j = ppl(&["--kv", "f16"]);

@@ -372,7 +372,7 @@ fn a_kv_cache_larger_than_the_machine_is_refused_up_front() {
     // is 2^32 - 1, so a context that needs twice the machine's memory is addressable.
     let model = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../fuzz/regressions/model_load/n_ctx_train_max.tern");
-    let per_token = 2 * 2 * 8 * 4; // layers × (K + V) × dims × f32
+    let per_token = 2 * 2 * 8 * 4; // layers × (K + V) × dims × f32 (`--kv f32` below)
     let n_ctx = (2 * avail / per_token).min(u64::from(u32::MAX - 1));
     if n_ctx * per_token <= avail {
         return; // a machine with more memory than a u32 context can ask for
@@ -388,6 +388,8 @@ fn a_kv_cache_larger_than_the_machine_is_refused_up_front() {
             "1,2",
             "-n",
             "1",
+            "--kv",
+            "f32",
             "-c",
             &n_ctx.to_string(),
         ],

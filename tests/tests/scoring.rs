@@ -824,6 +824,8 @@ fn cli_perplexity_json_and_score_ranking() {
             &PerplexityOptions {
                 n_ctx: 64,
                 windows: Some(vec![0, 1, 2]),
+                // the CLI's default cache (the library's default is the f32 reference)
+                kv: tern_format::KvSpec::default(),
                 ..Default::default()
             },
             &mut NoObserver,
@@ -857,7 +859,12 @@ fn cli_perplexity_json_and_score_ranking() {
         .unwrap();
     let mut all = ctx.clone();
     all.extend(&paris);
-    let lp = model.score(&all).unwrap();
+    // with the CLI's default cache (q8; `Model::score` is the f32 reference)
+    let so = ScoreOptions {
+        kv: tern_format::KvSpec::default(),
+        ..ScoreOptions::default()
+    };
+    let lp = model.score_with(&all, &so, &mut NoObserver).unwrap();
     let sum: f64 = lp[ctx.len() - 1..].iter().map(|&v| v as f64).sum();
     assert!((c[0]["sum"].as_f64().unwrap() - sum).abs() < 1e-9);
     assert_eq!(

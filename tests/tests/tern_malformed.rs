@@ -1041,8 +1041,8 @@ fn directory_shapes_encodings_features_names() {
         ),
         (
             "unknown encoding",
-            Box::new(|d: &mut Value| entry(d, q)["encoding"] = json!({"type": "q5_k"})),
-            &["malformed tensor directory", "q5_k"],
+            Box::new(|d: &mut Value| entry(d, q)["encoding"] = json!({"type": "q9_z"})),
+            &["malformed tensor directory", "q9_z"],
         ),
         (
             "encoding without a type",

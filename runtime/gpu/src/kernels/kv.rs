@@ -50,6 +50,12 @@ impl KvLayout {
         if n_ctx == 0 {
             return Err(GpuError::invalid("kv cache", "a context of 0 positions"));
         }
+        if quant.is_rotated() {
+            return Err(GpuError::invalid(
+                "kv cache",
+                format!("{} (rotated KIVI) has no GPU kernels yet: a CPU format", quant.name()),
+            ));
+        }
         if quant.is_kivi() {
             kivi.check()
                 .map_err(|e| GpuError::invalid("kv cache", e.to_string()))?;
@@ -421,6 +427,10 @@ mod tests {
         for (heads, hd) in [(3u64, 64u64), (5, 128), (1, 18), (2, 72)] {
             let h = hp(heads as u32, hd as u32);
             for q in KvQuant::ALL {
+                if q.is_rotated() {
+                    assert!(KvLayout::new(q, Kivi::default(), heads, hd, 8).is_err());
+                    continue;
+                }
                 for n in [1u64, 31, 128, 129, 1000] {
                     let kivi = Kivi::default();
                     let l = KvLayout::new(q, kivi, heads, hd, n).unwrap();
