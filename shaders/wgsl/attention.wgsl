@@ -160,6 +160,97 @@ fn kivi_key_dot(kj: u32, koff: u32, lane: u32, hd: u32) -> vec4<f32> {
     return dot;
 }
 
+// Formats whose codes of one kv head fill whole u32 words from a word boundary — f16 (2 per
+// word), q8 (4), a4 (8), head_dim a multiple of that, a layer of its own (no MiniCache): keys
+// are scored a word at a time (one load for 2–8 channels, the absmax scale once per key instead
+// of once per channel) and the absmax values through the tile's e · scale (folded once per key
+// into `sc`), so a value costs one code load. Same values as kget / vget; the f32 sums group
+// differently (within the attention NMSE bound).
+fn packed_cpw() -> u32 {
+    switch FMT {
+        case FMT_F16: { return 2u; }
+        case FMT_Q8: { return 4u; }
+        default: { return 8u; }
+    }
+}
+
+fn packed() -> bool {
+    return MC == 0u && (FMT == FMT_F16 || FMT == FMT_Q8 || FMT == FMT_A4)
+        && p.head_dim % packed_cpw() == 0u;
+}
+
+// The absmax scale of position j, kv head h, of the keys and of the values (WGSL cannot pass a
+// storage pointer: two copies).
+fn kscale(j: u32, h: u32) -> f32 {
+    let e = j * g.heads + h;
+    return half_at(kc[g.par + (e >> 1u)], e);
+}
+
+fn vscale(j: u32, h: u32) -> f32 {
+    let e = j * g.heads + h;
+    return half_at(vc[g.par + (e >> 1u)], e);
+}
+
+// The word of position j's row where kv head `koff / head_dim`'s channels start.
+fn packed_base(j: u32, koff: u32) -> u32 {
+    if (FMT == FMT_F16) {
+        return (j * g.row + koff) >> 1u;
+    }
+    return j * g.wpr + koff / packed_cpw();
+}
+
+// Σ over the word's channels c .. c + cpw of qs · value (absmax: the signed code, unscaled).
+fn word_dot(w: u32, c: u32) -> vec4<f32> {
+    if (FMT == FMT_F16) {
+        return qs[c] * f16_bits_to_f32(w & 0xffffu) + qs[c + 1u] * f16_bits_to_f32(w >> 16u);
+    }
+    if (FMT == FMT_Q8) {
+        let x = bitcast<i32>(w);
+        return qs[c] * f32(extractBits(x, 0u, 8u)) + qs[c + 1u] * f32(extractBits(x, 8u, 8u))
+            + qs[c + 2u] * f32(extractBits(x, 16u, 8u)) + qs[c + 3u] * f32(extractBits(x, 24u, 8u));
+    }
+    // a4: unsigned codes with the qmax (7) offset
+    var d = vec4<f32>(0.0);
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        d = d + qs[c + i] * (f32((w >> (4u * i)) & 15u) - 7.0);
+    }
+    return d;
+}
+
+// Score lane `lane`'s partial dot of key kj (kv head kvh, channels koff ..): words lane,
+// lane + LANES, ... of the head, four loads in flight.
+fn packed_key_dot(kj: u32, kvh: u32, koff: u32, lane: u32, hd: u32) -> vec4<f32> {
+    let cw = packed_cpw();
+    let nw = hd / cw;
+    let base = packed_base(kj, koff);
+    var dot = vec4<f32>(0.0);
+    var w = lane;
+    for (; w + 3u * LANES < nw; w = w + 4u * LANES) {
+        let a0 = kc[base + w];
+        let a1 = kc[base + w + LANES];
+        let a2 = kc[base + w + 2u * LANES];
+        let a3 = kc[base + w + 3u * LANES];
+        dot = dot + word_dot(a0, w * cw) + word_dot(a1, (w + LANES) * cw)
+            + word_dot(a2, (w + 2u * LANES) * cw) + word_dot(a3, (w + 3u * LANES) * cw);
+    }
+    for (; w < nw; w = w + LANES) {
+        dot = dot + word_dot(kc[base + w], w * cw);
+    }
+    if (FMT != FMT_F16) {
+        dot = dot * kscale(kj, kvh);
+    }
+    return dot;
+}
+
+// The signed code of value channel vcol of position j (q8, a4), unscaled.
+fn vcode(j: u32, vcol: u32) -> f32 {
+    let w = vc[j * g.wpr + vcol / packed_cpw()];
+    if (FMT == FMT_Q8) {
+        return f32(extractBits(bitcast<i32>(w), (vcol % 4u) * 8u, 8u));
+    }
+    return f32((w >> ((vcol % 8u) * 4u)) & 15u) - 7.0;
+}
+
 // KIVI word path, values: e · value of tile key j at channel vcol, from its code (shifted to bit
 // 0) and the tile's folded (e · factor · scale, e · factor · min) of its value group (`part`,
 // [key][ngv][2], vb = 2 · the group's index in the head), or through vget for keys marked in
@@ -255,6 +346,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let cmask = (1u << bits) - 1u;
     // KIVI per-channel path: quantized keys of a layer of its own through kivi_key_dot
     let kblocks = is_kivi() && MC == 0u && hd % 64u == 0u;
+    // f16 / q8 / a4 read a word at a time; the absmax values through e · scale in `sc`
+    let pk = packed();
+    let pkv = pk && FMT != FMT_F16;
     for (var k0 = k_begin; k0 < k_end; k0 = k0 + tile) {
         let cnt = min(tile, k_end - k0);
         if (word_path()) {
@@ -313,6 +407,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 var dot = vec4<f32>(0.0);
                 if (j < cnt && kblocks && k0 + j < qend) {
                     dot = kivi_key_dot(k0 + j, koff, lane, hd);
+                } else if (j < cnt && pk) {
+                    dot = packed_key_dot(k0 + j, kvh, koff, lane, hd);
                 } else if (j < cnt) {
                     let kj = k0 + j;
                     var d = lane;
@@ -359,7 +455,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             unord(atomicLoad(&amax[3])),
         );
         if (lid < cnt) {
-            ex[lid] = exp(sc[lid] - m_new);
+            let e = exp(sc[lid] - m_new);
+            ex[lid] = e;
+            if (pkv) {
+                // only this invocation reads sc[lid] in this phase (vfast is KIVI's)
+                sc[lid] = e * vscale(k0 + lid, kvh);
+            }
         }
         if (vfast) {
             // fold e · factor into each (key, value group)'s scale and min
@@ -416,6 +517,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                     l = l + ex[j];
                     let c = vc[(k0 + j) * g.wpr + vw];
                     acc0 = acc0 + vterm(j, k0, kvh, vcol, c >> vsh, vb, ngv);
+                }
+            } else if (pkv) {
+                // 8 code words in flight, then the rest; sc = e · scale of each key
+                for (; j + 7u * vg < cnt; j = j + 8u * vg) {
+                    let a0 = vcode(k0 + j, vcol);
+                    let a1 = vcode(k0 + j + vg, vcol);
+                    let a2 = vcode(k0 + j + 2u * vg, vcol);
+                    let a3 = vcode(k0 + j + 3u * vg, vcol);
+                    let a4 = vcode(k0 + j + 4u * vg, vcol);
+                    let a5 = vcode(k0 + j + 5u * vg, vcol);
+                    let a6 = vcode(k0 + j + 6u * vg, vcol);
+                    let a7 = vcode(k0 + j + 7u * vg, vcol);
+                    l = l + ex[j] + ex[j + vg] + ex[j + 2u * vg] + ex[j + 3u * vg]
+                        + ex[j + 4u * vg] + ex[j + 5u * vg] + ex[j + 6u * vg] + ex[j + 7u * vg];
+                    acc0 = acc0 + sc[j] * a0 + sc[j + vg] * a1 + sc[j + 2u * vg] * a2
+                        + sc[j + 3u * vg] * a3 + sc[j + 4u * vg] * a4 + sc[j + 5u * vg] * a5
+                        + sc[j + 6u * vg] * a6 + sc[j + 7u * vg] * a7;
+                }
+                for (; j < cnt; j = j + vg) {
+                    l = l + ex[j];
+                    acc0 = acc0 + sc[j] * vcode(k0 + j, vcol);
                 }
             } else {
                 // 8 value rows in flight, then the rest
