@@ -20,13 +20,10 @@ mkdir -p "$OUT/raw" "$M"
 exec > >(tee -a "$OUT/kvspeed.log") 2>&1
 log() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
 
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1 '; then
-  for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig
-fi
-for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
-  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd; fi
-done
-log "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo none)"
+# shellcheck source=device-env.sh
+. scripts/device-env.sh
+device_vulkan_env "$PWD"
+log "GPU: $GPU"
 
 first=${BINS%% *}; first=${first#*:}
 tiny=(); [ "$TINY" = 1 ] && tiny=(--tiny)

@@ -179,18 +179,6 @@ fn packed() -> bool {
         && p.head_dim % packed_cpw() == 0u;
 }
 
-// The absmax scale of position j, kv head h, of the keys and of the values (WGSL cannot pass a
-// storage pointer: two copies).
-fn kscale(j: u32, h: u32) -> f32 {
-    let e = j * g.heads + h;
-    return half_at(kc[g.par + (e >> 1u)], e);
-}
-
-fn vscale(j: u32, h: u32) -> f32 {
-    let e = j * g.heads + h;
-    return half_at(vc[g.par + (e >> 1u)], e);
-}
-
 // The word of position j's row where kv head `koff / head_dim`'s channels start.
 fn packed_base(j: u32, koff: u32) -> u32 {
     if (FMT == FMT_F16) {
@@ -244,11 +232,7 @@ fn packed_key_dot(kj: u32, kvh: u32, koff: u32, lane: u32, hd: u32) -> vec4<f32>
 
 // The signed code of value channel vcol of position j (q8, a4), unscaled.
 fn vcode(j: u32, vcol: u32) -> f32 {
-    let w = vc[j * g.wpr + vcol / packed_cpw()];
-    if (FMT == FMT_Q8) {
-        return f32(extractBits(bitcast<i32>(w), (vcol % 4u) * 8u, 8u));
-    }
-    return f32((w >> ((vcol % 8u) * 4u)) & 15u) - 7.0;
+    return absmax_value(vc[code_base(j) + word_index(vcol, fmt_bits())], vcol, j, 1.0);
 }
 
 // KIVI word path, values: e · value of tile key j at channel vcol, from its code (shifted to bit

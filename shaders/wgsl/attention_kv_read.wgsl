@@ -89,6 +89,18 @@ fn absmax_value(word: u32, c: u32, j: u32, s: f32) -> f32 {
     return (f32(code_of(word, c, bits)) - f32(qmax)) * s;
 }
 
+// The absmax scale of position j, kv head h, of the keys and of the values (WGSL cannot pass a
+// storage pointer: two copies).
+fn kscale(j: u32, h: u32) -> f32 {
+    let e = j * g.heads + h;
+    return half_at(kc[g.par + (e >> 1u)], e);
+}
+
+fn vscale(j: u32, h: u32) -> f32 {
+    let e = j * g.heads + h;
+    return half_at(vc[g.par + (e >> 1u)], e);
+}
+
 // j / G and j mod R, shifts when G and R are powers of two (the defaults 32 and 128; the
 // condition is uniform, so the branch costs nothing)
 fn div_group(j: u32) -> u32 {
@@ -164,10 +176,8 @@ fn kdir(j: u32, h: u32, c: u32) -> f32 {
         let q = code_of(kc[j * g.wpr + word_index(c, bits)], c, bits);
         return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
     }
-    let e = j * g.heads + h;
-    let s = half_at(kc[g.par + (e >> 1u)], e);
     let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);
-    return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, s);
+    return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, kscale(j, h));
 }
 
 // Value channel c of position j, kv head h, as stored.
@@ -189,8 +199,6 @@ fn vdir(j: u32, h: u32, c: u32) -> f32 {
         let q = code_of(vc[j * g.wpr + word_index(c, bits)], c, bits);
         return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
     }
-    let e = j * g.heads + h;
-    let s = half_at(vc[g.par + (e >> 1u)], e);
     let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);
-    return absmax_value(vc[code_base(j) + word_index(c, bits)], c, j, s);
+    return absmax_value(vc[code_base(j) + word_index(c, bits)], c, j, vscale(j, h));
 }
