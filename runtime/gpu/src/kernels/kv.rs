@@ -53,7 +53,10 @@ impl KvLayout {
         if quant.is_rotated() {
             return Err(GpuError::invalid(
                 "kv cache",
-                format!("{} (rotated KIVI) has no GPU kernels yet: a CPU format", quant.name()),
+                format!(
+                    "{} (rotated KIVI) has no GPU kernels yet: a CPU format",
+                    quant.name()
+                ),
             ));
         }
         if quant.is_kivi() {
