@@ -169,6 +169,7 @@ static int check_kv(const char *model) {
   }
   tern_session_options so = tern_session_options_default();
   so.n_ctx = n_ctx;
+  so.kv_format = TERN_KV_F32; /* the 128 bytes per position above (the default q8 is smaller) */
   tern_session *s = NULL;
   st = tern_session_new(m, &so, &s);
   const char *msg = tern_last_error();
