@@ -100,7 +100,7 @@ if [ "${TERN_REQUIRE_GPU:-0}" = 1 ]; then
 fi
 
 echo "== C ABI: greedy output equals \`tern run --device cpu\`"
-./target/release/tern run "$model" -p "$PROMPT" -n "$N_TOKENS" -c 256 --device cpu \
+./target/release/tern run "$model" -p "$PROMPT" -n "$N_TOKENS" -c 256 --device cpu --temp 0 \
   >"$work/greedy_cli.txt" 2>/dev/null
 if ! cmp -s "$work/greedy_cli.txt" "$work/greedy_c.txt"; then
   echo "C ABI and tern run differ:"; diff "$work/greedy_cli.txt" "$work/greedy_c.txt" || true
@@ -109,7 +109,7 @@ fi
 echo "1 passed, 0 failed: same text ($(wc -c <"$work/greedy_c.txt") bytes)"
 
 echo "== C ABI: llama_cpp_numerics session option equals \`tern run --llama-cpp-numerics\`"
-./target/release/tern run "$model" -p "$PROMPT" -n "$N_TOKENS" -c 256 --device cpu \
+./target/release/tern run "$model" -p "$PROMPT" -n "$N_TOKENS" -c 256 --device cpu --temp 0 \
   --llama-cpp-numerics >"$work/greedy_cli_llama.txt" 2>/dev/null
 if ! cmp -s "$work/greedy_cli_llama.txt" "$work/greedy_c.txt.llama"; then
   echo "C ABI and tern run --llama-cpp-numerics differ:"
