@@ -950,6 +950,18 @@ fn parse_number(cursor: &mut Cursor) -> Result<Option<usize>, Error> {
             )
             .with_source(e)
         }));
+        // (tern patch) Rust's formatter takes widths and precisions up to u16::MAX and panics
+        // past it ("Formatting argument out of range"): refused here, as an error.
+        if num > u16::MAX as usize {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "width or precision {num} in the format string at offset {} is above {}",
+                    cursor.position(),
+                    u16::MAX
+                ),
+            ));
+        }
         // (tern patch) a width or precision sizes the output: reserved before formatting.
         ok!(crate::limits::reserve(num as u64));
         Ok(Some(num))
