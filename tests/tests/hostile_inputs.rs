@@ -526,3 +526,69 @@ fn hostile_template_models_are_refused_by_chat() {
         );
     }
 }
+
+/// Class 6 through the CLI: a NaN in a BitNet float master was silently ternarized (the scale
+/// clamped to 1e-5, every output changed). The committed tiny BitNet GGUF with one ternary weight
+/// rewritten as an F32 master (appended, its tensor info pointed at it): packed as a master when
+/// finite, refused naming the tensor when one weight is NaN, the existing output kept.
+#[test]
+fn a_nan_in_a_bitnet_float_master_is_refused_by_pack() {
+    let src = std::fs::read(golden("ggml/tiny-tq2_0.gguf")).unwrap();
+    let name = b"blk.0.attn_k.weight";
+    let dir = scratch("hostile_nan_master");
+    let with_master = |nan: bool| -> PathBuf {
+        let mut g = src.clone();
+        let at = g
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("tensor info")
+            + name.len();
+        let n_dims = u32::from_le_bytes(g[at..at + 4].try_into().unwrap()) as usize;
+        let dims: Vec<u64> = (0..n_dims)
+            .map(|i| u64::from_le_bytes(g[at + 4 + 8 * i..at + 12 + 8 * i].try_into().unwrap()))
+            .collect();
+        let ty = at + 4 + 8 * n_dims;
+        let off = ty + 4;
+        // data_start = the tensor's absolute data offset − its stored relative offset
+        let rel = u64::from_le_bytes(g[off..off + 8].try_into().unwrap()) as usize;
+        let abs = 235_200; // gguf-py's data_offset of blk.0.attn_k.weight in this file
+        let data_start = abs - rel;
+        while (g.len() - data_start) % 32 != 0 {
+            g.push(0);
+        }
+        let new_rel = (g.len() - data_start) as u64;
+        let n: u64 = dims.iter().product();
+        for i in 0..n {
+            let v = if nan && i == 7 {
+                f32::NAN
+            } else {
+                (i % 3) as f32 * 0.02 - 0.02
+            };
+            g.extend_from_slice(&v.to_le_bytes());
+        }
+        g[ty..ty + 4].copy_from_slice(&0u32.to_le_bytes()); // GGML_TYPE_F32
+        g[off..off + 8].copy_from_slice(&new_rel.to_le_bytes());
+        let p = dir.join(if nan { "nan.gguf" } else { "finite.gguf" });
+        std::fs::write(&p, g).unwrap();
+        p
+    };
+    let out = dir.join("m.tern");
+    let finite = with_master(false);
+    let o = ok(&["pack", s(&finite), "-o", s(&out)]);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let f = tern_format::TernFile::open(&out).unwrap();
+    let t = f.tensor("blk.0.attn_k.weight").unwrap();
+    assert!(
+        matches!(t.info.encoding, tern_format::Encoding::Ternary { .. }),
+        "{:?}",
+        t.info.encoding
+    );
+    let before = std::fs::read(&out).unwrap();
+    let nan = with_master(true);
+    refused(&["pack", s(&nan), "-o", s(&out)], "blk.0.attn_k.weight");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        before,
+        "the existing output was replaced"
+    );
+}
