@@ -19,7 +19,8 @@ mkdir -p "$out"
 size_of() { stat -c %s "$1"; }
 
 build() { # target profile
-  local target=$1 profile=$2 args=(-p tern-ffi --profile "$profile")
+  local target=$1 profile=$2
+  local args=(-p tern-ffi --profile "$profile")
   if [ "$target" = aarch64 ]; then
     command -v aarch64-linux-gnu-gcc >/dev/null || apt-get install -y -qq gcc-aarch64-linux-gnu
     rustup target list --installed | grep -q aarch64-unknown-linux-gnu \
