@@ -10,7 +10,8 @@ need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 [ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libvulkan.so.1 ] || need_apt+=(libvulkan1 mesa-vulkan-drivers)
 # The desktop app's window test (scripts/app-ci.sh): a virtual X server and the X11 libraries winit loads.
-for p in xvfb xauth libxkbcommon-x11-0 libx11-xcb1 libxcursor1 libxi6 libxrandr2; do
+# The app's native file dialog (rfd → ashpd → wayland-sys) builds against libwayland-client.
+for p in xvfb xauth libxkbcommon-x11-0 libx11-xcb1 libxcursor1 libxi6 libxrandr2 libwayland-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then

@@ -145,6 +145,15 @@ impl TernApp {
         self.command(Command::Load(req));
     }
 
+    /// The native file dialog's answer (`Browse…`): a file picked loads it; a cancelled dialog
+    /// (or a desktop without a file-dialog service) changes nothing.
+    pub fn open_picked(&mut self, picked: Option<std::path::PathBuf>) {
+        if let Some(p) = picked {
+            self.load.path = p.display().to_string();
+            self.start_load();
+        }
+    }
+
     /// Send the message box as the user's next message.
     pub fn send(&mut self) {
         let text = self.input.trim().to_string();
@@ -341,6 +350,22 @@ impl TernApp {
             let busy = matches!(self.status, Status::Loading { .. });
             if ui.add_enabled(!busy, egui::Button::new("Open")).clicked() {
                 self.start_load();
+            }
+            if ui
+                .add_enabled(!busy, egui::Button::new("Browse…"))
+                .on_hover_text("choose a .tern or .gguf file in the system's file dialog")
+                .clicked()
+            {
+                // The system dialog (XDG desktop portal on Linux, the native one on macOS and
+                // Windows); modal: the window waits for it.
+                let picked = rfd::FileDialog::new()
+                    .set_title("Open a model")
+                    .add_filter("models (.tern, .gguf)", &["tern", "gguf"])
+                    .pick_file();
+                if picked.is_none() {
+                    log::info!("file dialog: nothing picked (cancelled, or no dialog service)");
+                }
+                self.open_picked(picked);
             }
             ui.separator();
             match &self.status {

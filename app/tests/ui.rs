@@ -375,3 +375,46 @@ fn kv_format_and_minicache_apply_on_reload() {
     );
     h.get_by_label_contains("x the bytes of f16");
 }
+
+/// The `Browse…` button is there; what the native dialog returns is applied by `open_picked`
+/// (the dialog itself needs a desktop's file-dialog service, which CI's Xvfb has not): a cancelled
+/// dialog changes nothing, a picked file is loaded, a picked file tern refuses shows its error and
+/// keeps the loaded model.
+#[test]
+fn a_file_from_the_dialog_is_loaded_and_a_cancel_changes_nothing() {
+    let Some(model) = model_path() else {
+        tern_tests_skip("the default model is not in the cache (run `tern fetch-default`)");
+        return;
+    };
+    let mut h = harness(LoadSettings {
+        path: model.display().to_string(),
+        device: Device::Cpu,
+        n_ctx: 128,
+        ..LoadSettings::default()
+    });
+    step_until(&mut h, "the model to load", 120, |a| {
+        a.status == Status::Ready
+    });
+    h.get_by_label("Browse…");
+    let loaded_at = h.state().info.as_ref().map(|i| i.load_secs);
+    h.state_mut().open_picked(None);
+    h.step();
+    assert_eq!(h.state().status, Status::Ready, "a cancel started a load");
+    assert_eq!(h.state().info.as_ref().map(|i| i.load_secs), loaded_at);
+    // A picked file tern refuses: its error in words, the loaded model kept.
+    let bad = std::env::temp_dir().join("tern-ui-picked-not-a-model.gguf");
+    std::fs::write(&bad, b"not a model").unwrap();
+    h.state_mut().open_picked(Some(bad.clone()));
+    assert_eq!(h.state().load.path, bad.display().to_string());
+    step_until(&mut h, "the refusal", 60, |a| a.error.is_some());
+    step_until(&mut h, "the old model back", 60, |a| {
+        a.status == Status::Ready
+    });
+    assert!(h.state().info.is_some(), "the loaded model was kept");
+    // A picked model loads.
+    h.state_mut().open_picked(Some(model.clone()));
+    step_until(&mut h, "the picked model to load", 120, |a| {
+        a.status == Status::Ready && a.error.is_none()
+    });
+    assert_eq!(h.state().load.path, model.display().to_string());
+}
