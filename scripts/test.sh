@@ -54,6 +54,12 @@ for t in aarch64-linux-android aarch64-apple-ios; do
   fi
 done
 
+echo "== libtern.so for aarch64 (fat LTO, opt-level z, cross-linked) against its size budget"
+if command -v apt-get >/dev/null && ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+  (apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null 2>&1) || { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null; }
+fi
+bash scripts/lib-size.sh ci
+
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 if [ "$FUZZ_SECONDS" != 0 ]; then
   echo "== fuzz each target for ${FUZZ_SECONDS}s (cargo-fuzz; regressions corpus first)"

@@ -22,6 +22,19 @@ cargo build --release -q -p tern-ffi --features jni
 cargo build --release -q --bin tern
 lib=$root/target/release
 
+echo "== C ABI: the size of libtern.so against its budget"
+# The x86-64 `release` build (with the JNI glue), stripped: a guard against growth that costs no
+# extra build. The library an app ships is the `release-lib` profile (fat LTO), measured for
+# x86-64 and aarch64 by scripts/lib-size.sh (docs/bench/i32-size/; too slow for CI's 2 cores).
+strip -o "$work/libtern.stripped.so" "$lib/libtern.so"
+size=$(stat -c %s "$work/libtern.stripped.so")
+budget=${TERN_LIB_BUDGET_X86:-13631488}
+echo "libtern.so (x86-64 release, stripped): $size bytes; budget $budget"
+if [ "$size" -gt "$budget" ]; then
+  echo "libtern.so grew past its budget: see what takes the space with scripts/lib-size.sh"
+  exit 1
+fi
+
 echo "== C ABI: include/tern.h is what cbindgen generates"
 if ! cbindgen --version 2>/dev/null | grep -qx "cbindgen $CBINDGEN_VERSION"; then
   cargo install -q --locked cbindgen --version "$CBINDGEN_VERSION"
