@@ -950,6 +950,8 @@ fn parse_number(cursor: &mut Cursor) -> Result<Option<usize>, Error> {
             )
             .with_source(e)
         }));
+        // (tern patch) a width or precision sizes the output: reserved before formatting.
+        ok!(crate::limits::reserve(num as u64));
         // (tern patch) Rust's formatter takes widths and precisions up to u16::MAX and panics
         // past it ("Formatting argument out of range"): refused here, as an error.
         if num > u16::MAX as usize {
@@ -962,8 +964,6 @@ fn parse_number(cursor: &mut Cursor) -> Result<Option<usize>, Error> {
                 ),
             ));
         }
-        // (tern patch) a width or precision sizes the output: reserved before formatting.
-        ok!(crate::limits::reserve(num as u64));
         Ok(Some(num))
     }
 }
