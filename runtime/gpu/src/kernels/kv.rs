@@ -51,10 +51,13 @@ impl KvLayout {
             return Err(GpuError::invalid("kv cache", "a context of 0 positions"));
         }
         if quant.is_rotated() {
+            // The rotated formats' GPU stages (rotation, block key groups, dense 3-bit) are not
+            // written yet: refused, typed, before anything is allocated (the one refusal: every
+            // GPU cache is laid out here).
             return Err(GpuError::invalid(
                 "kv cache",
                 format!(
-                    "{} (rotated KIVI) has no GPU kernels yet: a CPU format",
+                    "KV format {} runs on the CPU only for now (load with --device cpu)",
                     quant.name()
                 ),
             ));

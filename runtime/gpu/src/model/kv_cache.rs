@@ -85,17 +85,6 @@ impl KvCache {
     pub fn layout_for(hp: &HParams, n_ctx: u64, spec: &KvSpec) -> Result<KvLayout> {
         spec.check(hp)
             .map_err(|e| GpuError::invalid("kv cache", e.to_string()))?;
-        if spec.quant.is_rotated() {
-            // The rotated formats' GPU stages (rotation, block key groups, dense 3-bit) are not
-            // written yet: refused, typed, before anything is allocated.
-            return Err(GpuError::invalid(
-                "kv cache",
-                format!(
-                    "KV format {} runs on the CPU only for now (load with --device cpu)",
-                    spec.quant.name()
-                ),
-            ));
-        }
         KvLayout::new(
             spec.quant,
             spec.kivi,

@@ -350,7 +350,7 @@ impl KernelKey {
                 keys.push(KernelKey::CceGgml(t, bp));
             }
         }
-        // The rotated formats (q4r/q3r/q2r) have no GPU kernels yet (`KvCache` refuses them).
+        // The rotated formats (q4r/q3r/q2r) have no GPU kernels yet (`KvLayout::new` refuses them).
         for kv in KvFormat::ALL.into_iter().filter(|q| !q.is_rotated()) {
             keys.push(KernelKey::KvStore(kv));
             keys.push(KernelKey::AttentionPrefill(kv));
