@@ -34,9 +34,11 @@
 //! [`ReferenceError`]. The KV cache is allocated once and written in place. Every output element is
 //! computed by the same sequential code whatever the batch size or thread count, so a batched
 //! prefill equals token-by-token decode bit for bit, and the `parallel` feature (rayon over matrix
-//! rows and attention queries) changes speed only. So does the run-time AVX2 + FMA dispatch of the
-//! hot loops (`simd`: the same exactly rounded operations in the same order; its feature-checked
-//! calls and the intrinsic block dots are the crate's only `unsafe`).
+//! rows and attention queries) changes speed only. So does the run-time CPU dispatch of the hot
+//! loops (`simd`: AVX2 + FMA on x86-64, NEON with or without the `sdot` dot-product extension on
+//! AArch64, named by [`cpu_kernel_path`], `TERN_CPU_SIMD=scalar` forces plain Rust; the same exact
+//! integer sums and exactly rounded float operations in the same order; its feature-checked calls
+//! and the intrinsic kernels are the crate's only `unsafe`).
 //!
 //! **Numerics.** The default options are the reference semantics (f32 activations, f32 KV cache,
 //! plain softmax attention). [`ForwardOptions::llama_cpp_like`] instead reproduces llama.cpp's CPU
@@ -71,6 +73,7 @@ pub use matmul::{
 };
 pub use model::{ForwardOptions, LogitsWanted, Model};
 pub use quant::{quantize_act, quantize_act_int4, quantize_act_int8, topk50_int8};
+pub use simd::cpu_kernel_path;
 pub use tern_format::kv::{Kivi, KvQuant, KvSpec, MiniCache};
 
 /// Map `0..n` through `f`, on the rayon pool when `parallel` is set and the feature is on; results

@@ -581,6 +581,7 @@ impl Matrix {
                     .unwrap_or_default();
                 #[cfg(target_arch = "x86_64")]
                 if crate::simd::avx2_fma() && bt != BlockType::Q4_0 {
+                    crate::simd::note(crate::simd::Path::Avx2);
                     for (t, o) in outs {
                         let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
                         // SAFETY: avx2_fma() checked the CPU features these functions use.
@@ -594,6 +595,27 @@ impl Matrix {
                     }
                     return;
                 }
+                #[cfg(target_arch = "aarch64")]
+                {
+                    use crate::simd::{note, path, Path};
+                    let p = path();
+                    if p == Path::NeonDotprod || p == Path::Neon {
+                        note(p);
+                        for (t, o) in outs {
+                            let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();
+                            *o = if p == Path::NeonDotprod {
+                                // SAFETY: path() checked the CPU feature (dotprod) it uses.
+                                unsafe { ggml_cpu::arm::dot_dotprod(bt, blocks, at) }
+                            } else {
+                                // SAFETY: NEON is part of every AArch64 target's baseline (and
+                                // path() checked it).
+                                unsafe { ggml_cpu::arm::dot_neon(bt, blocks, at) }
+                            };
+                        }
+                        return;
+                    }
+                }
+                crate::simd::note(crate::simd::Path::Scalar);
                 ggml_dot::unpack_row(bt, blocks, &mut sc.q, &mut sc.d, &mut sc.m);
                 for (t, o) in outs {
                     let at = a.get(t * nb..(t + 1) * nb).unwrap_or_default();

@@ -478,9 +478,11 @@ fn codes_dot(layout: TernaryLayout, codes: &[u8], qp: &[i8]) -> i32 {
 /// `Σ k·q` over whole chunks.
 #[inline(always)]
 fn chunks_dot(layout: TernaryLayout, codes: &[u8], qp: &[i8]) -> i32 {
+    use crate::simd::{note, path, Path};
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::avx2_fma() {
-        // SAFETY: avx2_fma() checked the CPU features these functions use.
+    if path() == Path::Avx2 {
+        note(Path::Avx2);
+        // SAFETY: path() checked the CPU features (AVX2) these functions use.
         return unsafe {
             match layout {
                 TernaryLayout::Bits2 => x86::dot_2bit(codes, qp),
@@ -488,6 +490,21 @@ fn chunks_dot(layout: TernaryLayout, codes: &[u8], qp: &[i8]) -> i32 {
             }
         };
     }
+    #[cfg(target_arch = "aarch64")]
+    match path() {
+        Path::NeonDotprod => {
+            note(Path::NeonDotprod);
+            // SAFETY: path() checked the CPU features (NEON + dotprod) these functions use.
+            return unsafe { arm::dot_dotprod(layout, codes, qp) };
+        }
+        Path::Neon => {
+            note(Path::Neon);
+            // SAFETY: NEON is part of every AArch64 target's baseline (and path() checked it).
+            return unsafe { arm::dot_neon(layout, codes, qp) };
+        }
+        _ => {}
+    }
+    note(Path::Scalar);
     chunks_dot_plain(layout, codes, qp)
 }
 
@@ -589,6 +606,93 @@ mod x86 {
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
         }
         hsum_i32(acc)
+    }
+}
+
+/// The plane dots with NEON on 16 code bytes (half a chunk) at a time: plane `p` of the 16 bytes
+/// against the matching 16 plane-ordered activations. With the dot-product extension each plane
+/// is one `sdot` into four i32 lanes; without it, `smull`/`smull2` (i8 × i8 → i16, exact: codes are
+/// at most 3) and pairwise widening adds into i32. Integer sums wrap like the plain code's
+/// `wrapping_add`, so the result equals [`chunks_dot_plain`] for any input.
+#[cfg(target_arch = "aarch64")]
+pub(super) mod arm {
+    use std::arch::aarch64::*;
+
+    use tern_format::TernaryLayout;
+
+    use super::CHUNK_BYTES;
+    use crate::simd::neon::{dot_i8_neon, sdot};
+
+    const HALF: usize = CHUNK_BYTES / 2;
+
+    /// The codes of the next plane of 16 code bytes, whose remaining state `st` is the bytes
+    /// shifted right by `2p` (2bit: the code is the low two bits) or multiplied by `3^p`, wrapping
+    /// (base3: the digit is `[st ≥ 86] + [st ≥ 171]` = `(3·st) >> 8`, as [`super::base3_digit`]);
+    /// `st` advances to the next plane.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn next_plane(layout: TernaryLayout, st: &mut uint8x16_t) -> int8x16_t {
+        let v = *st;
+        match layout {
+            TernaryLayout::Bits2 => {
+                *st = vshrq_n_u8::<2>(v);
+                vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(3)))
+            }
+            TernaryLayout::Base3 => {
+                *st = vaddq_u8(v, vaddq_u8(v, v));
+                let ge1 = vcgeq_u8(v, vdupq_n_u8(86));
+                let ge2 = vcgeq_u8(v, vdupq_n_u8(171));
+                // each mask is 0 or −1 as i8: the digit is minus their sum
+                vnegq_s8(vreinterpretq_s8_u8(vaddq_u8(ge1, ge2)))
+            }
+        }
+    }
+
+    /// `Σ k·q` over whole chunks, one integer dot per plane and half chunk.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn dot_with(
+        layout: TernaryLayout,
+        codes: &[u8],
+        qp: &[i8],
+        mut dot: impl FnMut(int32x4_t, int8x16_t, int8x16_t) -> int32x4_t,
+    ) -> i32 {
+        let planes = super::planes(layout);
+        let mut acc = vdupq_n_s32(0);
+        for (c, q) in codes
+            .chunks_exact(CHUNK_BYTES)
+            .zip(qp.chunks_exact(planes * CHUNK_BYTES))
+        {
+            for (h, cb) in c.chunks_exact(HALF).enumerate() {
+                // SAFETY: `cb` holds 16 bytes; unaligned load.
+                let mut st = unsafe { vld1q_u8(cb.as_ptr()) };
+                for qpl in q.chunks_exact(CHUNK_BYTES) {
+                    let k = next_plane(layout, &mut st);
+                    let Some(y) = qpl.get(h * HALF..(h + 1) * HALF) else {
+                        continue;
+                    };
+                    // SAFETY: `y` holds 16 bytes; unaligned load.
+                    let yv = unsafe { vld1q_s8(y.as_ptr()) };
+                    acc = dot(acc, k, yv);
+                }
+            }
+        }
+        vaddvq_s32(acc)
+    }
+
+    /// With `sdot` (the CPU must have the dotprod feature).
+    #[target_feature(enable = "neon,dotprod")]
+    pub(crate) fn dot_dotprod(layout: TernaryLayout, codes: &[u8], qp: &[i8]) -> i32 {
+        dot_with(layout, codes, qp, |acc, a, b| sdot(acc, a, b))
+    }
+
+    /// With widening multiplies (any AArch64 CPU: NEON is part of the base ISA and enabled for
+    /// every AArch64 Rust target, so no run-time check is needed).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn dot_neon(layout: TernaryLayout, codes: &[u8], qp: &[i8]) -> i32 {
+        dot_with(layout, codes, qp, |acc, a, b| {
+            vaddq_s32(acc, dot_i8_neon(a, b))
+        })
     }
 }
 
