@@ -664,7 +664,12 @@ pub(crate) mod arm {
             BlockType::Q8_0 => {
                 let qs = b.get(2..34)?;
                 // SAFETY: `qs` holds 32 bytes; unaligned loads.
-                Some(unsafe { (vld1q_s8(qs.as_ptr().cast()), vld1q_s8(qs.as_ptr().add(16).cast())) })
+                Some(unsafe {
+                    (
+                        vld1q_s8(qs.as_ptr().cast()),
+                        vld1q_s8(qs.as_ptr().add(16).cast()),
+                    )
+                })
             }
             BlockType::Q4_0 | BlockType::Q4_1 => {
                 let off = if bt == BlockType::Q4_1 { 4 } else { 2 };
@@ -760,7 +765,7 @@ mod tests {
             if bt == BlockType::Q4_1 {
                 out.extend(f16::from_f32(-0.1 * r().abs()).to_le_bytes());
             }
-            let nq = if bt == BlockType::Q4_1 { 16 } else { 32 };
+            let nq = if bt == BlockType::Q8_0 { 32 } else { 16 };
             for _ in 0..nq {
                 out.push(((r() + 1.0) * 127.9) as u8);
             }
@@ -810,6 +815,69 @@ mod tests {
             let fast = unsafe { x86::dot_q8_0_q8_0(&b, &a) };
             assert_eq!(fast.to_bits(), dot_q8_0_q8_0_tinyblas(&q, &d, &a).to_bits());
         }
+    }
+
+    /// The NEON and `sdot` block dots equal the plain emulation bit for bit (Q4_1 · Q8_1, Q8_0 ·
+    /// Q8_0, Q4_0 · Q8_0) over a table of block counts, with ordinary values and with the extreme
+    /// quants (−128 / 127 weights, nibbles 0 and 15, activations ±127).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_block_dots_equal_the_scalar_emulation() {
+        let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+        let mut checked = 0;
+        for (case, nb) in [1usize, 2, 3, 5, 7, 8, 9, 17, 33, 64]
+            .into_iter()
+            .enumerate()
+        {
+            for extreme in [false, true] {
+                let seed = case as u64 * 2 + u64::from(extreme);
+                let mut r = rng(seed + 300);
+                let x: Vec<f32> = (0..nb * QK)
+                    .map(|i| match (extreme, i % 3) {
+                        (true, 0) => -1.0e4,
+                        (true, _) => 1.0e4,
+                        _ => r() * (1.0 + (i % 5) as f32 * 3.0),
+                    })
+                    .collect();
+                for bt in [BlockType::Q4_1, BlockType::Q8_0, BlockType::Q4_0] {
+                    let mut b = blocks(bt, nb, seed);
+                    if extreme {
+                        let off = if bt == BlockType::Q4_1 { 4 } else { 2 };
+                        for blk in b.chunks_exact_mut(bt.block_bytes()) {
+                            for (i, v) in blk[off..].iter_mut().enumerate() {
+                                *v = if i % 2 == 0 { 0x80 } else { 0x7f };
+                                if bt != BlockType::Q8_0 && i % 4 == 1 {
+                                    *v = 0xf0;
+                                }
+                            }
+                        }
+                    }
+                    let a = if bt == BlockType::Q4_1 {
+                        quantize_row_q8_1(&x).unwrap()
+                    } else {
+                        quantize_row_q8_0(&x).unwrap()
+                    };
+                    let (mut q, mut d, mut m) = (Vec::new(), Vec::new(), Vec::new());
+                    unpack_row(bt, &b, &mut q, &mut d, &mut m);
+                    let want = if bt == BlockType::Q4_1 {
+                        dot_q4_1_q8_1(&q, &d, &m, &a)
+                    } else {
+                        dot_q8_0_q8_0_tinyblas(&q, &d, &a)
+                    };
+                    // SAFETY: NEON is part of every AArch64 target's baseline.
+                    let neon = unsafe { arm::dot_neon(bt, &b, &a) };
+                    let what = format!("{bt:?}, {nb} blocks, extreme {extreme}");
+                    assert_eq!(neon.to_bits(), want.to_bits(), "neon: {what}");
+                    if dotprod {
+                        // SAFETY: dotprod checked above.
+                        let sd = unsafe { arm::dot_dotprod(bt, &b, &a) };
+                        assert_eq!(sd.to_bits(), want.to_bits(), "neon-dotprod: {what}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        eprintln!("{checked} block-dot cases bit-equal to scalar (neon; neon-dotprod: {dotprod})");
     }
 
     #[test]

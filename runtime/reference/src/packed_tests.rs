@@ -199,14 +199,15 @@ fn packed_dots_equal_the_unpacked_reference() {
     );
 }
 
-/// The AVX2 plane dots equal the plain-Rust definition on random codes (including 2bit code 3 and
-/// the 13 non-encoding base3 bytes) and extreme activations.
+/// The AVX2 and NEON (`sdot` and widening-multiply) plane dots equal the plain-Rust definition on
+/// random codes (including 2bit code 3 and the 13 non-encoding base3 bytes) and extreme
+/// activations, over a table of chunk counts.
 #[test]
 fn simd_chunk_dots_equal_the_plain_definition() {
     let mut rng = Rng(3);
     for layout in [TernaryLayout::Bits2, TernaryLayout::Base3] {
         let k = chunk_elems(layout);
-        for n_chunks in [1, 2, 5, 40] {
+        for n_chunks in [1, 2, 3, 5, 7, 40] {
             let codes: Vec<u8> = (0..n_chunks * CHUNK_BYTES)
                 .map(|_| rng.next() as u8)
                 .collect();
@@ -226,6 +227,19 @@ fn simd_chunk_dots_equal_the_plain_definition() {
                     .collect();
                 let plain = chunks_dot_plain(layout, &codes, &qp);
                 assert_eq!(chunks_dot(layout, &codes, &qp), plain, "{layout:?}");
+                // every AArch64 kernel, whichever one this process dispatches to
+                #[cfg(target_arch = "aarch64")]
+                {
+                    let what = format!("{layout:?}, {n_chunks} chunks, extreme {extreme}");
+                    // SAFETY: NEON is part of every AArch64 target's baseline.
+                    let neon = unsafe { arm::dot_neon(layout, &codes, &qp) };
+                    assert_eq!(neon, plain, "neon: {what}");
+                    if std::arch::is_aarch64_feature_detected!("dotprod") {
+                        // SAFETY: dotprod checked just above.
+                        let sd = unsafe { arm::dot_dotprod(layout, &codes, &qp) };
+                        assert_eq!(sd, plain, "neon-dotprod: {what}");
+                    }
+                }
                 // the plain definition is Σ code·q over the plane order
                 let mut want = 0i64;
                 for (ci, c) in codes.chunks(CHUNK_BYTES).enumerate() {

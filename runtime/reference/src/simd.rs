@@ -77,7 +77,13 @@ fn detect() -> Path {
 #[inline]
 pub(crate) fn path() -> Path {
     static PATH: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
-    *PATH.get_or_init(|| if forced_scalar() { Path::Scalar } else { detect() })
+    *PATH.get_or_init(|| {
+        if forced_scalar() {
+            Path::Scalar
+        } else {
+            detect()
+        }
+    })
 }
 
 /// The name of the CPU kernel path this process runs: `"avx2"` (x86-64 with AVX2 + FMA + F16C),
@@ -96,15 +102,17 @@ pub(crate) fn avx2_fma() -> bool {
     path() == Path::Avx2
 }
 
-/// Test builds count the calls each hand-written kernel path serves, so a test can assert which
+/// Test builds count, per thread, the calls each kernel path serves, so a test can assert which
 /// path a public call took (no-ops in other builds).
 #[cfg(test)]
 pub(crate) mod hits {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::cell::Cell;
 
     use super::Path;
 
-    static HITS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+    thread_local! {
+        static HITS: [Cell<usize>; 4] = const { [const { Cell::new(0) }; 4] };
+    }
 
     fn slot(p: Path) -> usize {
         match p {
@@ -116,11 +124,12 @@ pub(crate) mod hits {
     }
 
     pub(crate) fn note(p: Path) {
-        HITS.get(slot(p)).map(|h| h.fetch_add(1, Ordering::Relaxed));
+        HITS.with(|h| h.get(slot(p)).map(|c| c.set(c.get() + 1)));
     }
 
+    /// Calls served by path `p` on this thread so far.
     pub(crate) fn get(p: Path) -> usize {
-        HITS.get(slot(p)).map_or(0, |h| h.load(Ordering::Relaxed))
+        HITS.with(|h| h.get(slot(p)).map_or(0, Cell::get))
     }
 }
 
