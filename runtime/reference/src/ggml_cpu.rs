@@ -688,16 +688,26 @@ pub(crate) mod arm {
         }
     }
 
-    /// The block dot of one row (`bt` Q8_0, Q4_0 or Q4_1; other types give 0) with `dot` giving
-    /// four lane sums of 16 weights.
+    /// The block types of the kernels, as const parameters (one monomorphized copy per type, its
+    /// sizes and branches folded).
+    const Q8_0: u8 = 0;
+    const Q4_0: u8 = 1;
+    const Q4_1: u8 = 2;
+
+    /// The block dot of one row (block type `BT`: [`Q8_0`], [`Q4_0`] or [`Q4_1`]) with `dot`
+    /// giving four lane sums of 16 weights.
     #[inline]
     #[target_feature(enable = "neon")]
-    fn dot_with(
-        bt: BlockType,
+    fn dot_with<const BT: u8>(
         blocks: &[u8],
         act: &[ActBlock],
         dot: impl Fn(int8x16_t, int8x16_t) -> int32x4_t,
     ) -> f32 {
+        let bt = match BT {
+            Q8_0 => BlockType::Q8_0,
+            Q4_0 => BlockType::Q4_0,
+            _ => BlockType::Q4_1,
+        };
         let mut acc = [vdupq_n_f32(0.0); 2];
         let mut summs = 0.0f32;
         for (b, a) in blocks.chunks_exact(bt.block_bytes()).zip(act) {
@@ -728,16 +738,27 @@ pub(crate) mod arm {
         }
     }
 
-    /// With `sdot` (the CPU must have the dotprod feature).
+    /// With `sdot` (the CPU must have the dotprod feature). `bt` is Q8_0, Q4_0 or Q4_1 (the
+    /// matrices that keep blocks); any other type is taken as Q4_1.
     #[target_feature(enable = "neon,dotprod")]
     pub(crate) fn dot_dotprod(bt: BlockType, blocks: &[u8], act: &[ActBlock]) -> f32 {
-        dot_with(bt, blocks, act, |w, y| sdot(vdupq_n_s32(0), w, y))
+        let dot = |w, y| sdot(vdupq_n_s32(0), w, y);
+        match bt {
+            BlockType::Q8_0 => dot_with::<Q8_0>(blocks, act, dot),
+            BlockType::Q4_0 => dot_with::<Q4_0>(blocks, act, dot),
+            _ => dot_with::<Q4_1>(blocks, act, dot),
+        }
     }
 
-    /// With widening multiplies (base NEON: every AArch64 CPU).
+    /// With widening multiplies (base NEON: every AArch64 CPU); `bt` as for [`dot_dotprod`].
     #[target_feature(enable = "neon")]
     pub(crate) fn dot_neon(bt: BlockType, blocks: &[u8], act: &[ActBlock]) -> f32 {
-        dot_with(bt, blocks, act, |w, y| dot_i8_neon(w, y))
+        let dot = |w, y| dot_i8_neon(w, y);
+        match bt {
+            BlockType::Q8_0 => dot_with::<Q8_0>(blocks, act, dot),
+            BlockType::Q4_0 => dot_with::<Q4_0>(blocks, act, dot),
+            _ => dot_with::<Q4_1>(blocks, act, dot),
+        }
     }
 }
 

@@ -840,23 +840,23 @@ mod tests {
             assert_eq!(name, want, "TERN_EXPECT_CPU_PATH");
         }
         let scalar = std::env::var("TERN_CPU_SIMD").is_ok_and(|v| v.trim() == "scalar");
-        #[allow(unused_mut)]
-        let mut best = "scalar";
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
+        let best = if std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
         {
-            best = "avx2";
-        }
+            "avx2"
+        } else {
+            "scalar"
+        };
         #[cfg(target_arch = "aarch64")]
-        {
-            best = if std::arch::is_aarch64_feature_detected!("dotprod") {
-                "neon-dotprod"
-            } else {
-                "neon"
-            };
-        }
+        let best = if std::arch::is_aarch64_feature_detected!("dotprod") {
+            "neon-dotprod"
+        } else {
+            "neon"
+        };
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let best = "scalar";
         assert_eq!(name, if scalar { "scalar" } else { best });
 
         let p = path();

@@ -658,26 +658,23 @@ pub(super) mod arm {
         mut dot: impl FnMut(int32x4_t, int8x16_t, int8x16_t) -> int32x4_t,
     ) -> i32 {
         let planes = super::planes(layout);
-        let mut acc = vdupq_n_s32(0);
+        // one accumulator per half chunk (two independent `sdot` chains)
+        let mut acc = [vdupq_n_s32(0); 2];
         for (c, q) in codes
             .chunks_exact(CHUNK_BYTES)
             .zip(qp.chunks_exact(planes * CHUNK_BYTES))
         {
-            for (h, cb) in c.chunks_exact(HALF).enumerate() {
-                // SAFETY: `cb` holds 16 bytes; unaligned load.
-                let mut st = unsafe { vld1q_u8(cb.as_ptr()) };
-                for qpl in q.chunks_exact(CHUNK_BYTES) {
-                    let k = next_plane(layout, &mut st);
-                    let Some(y) = qpl.get(h * HALF..(h + 1) * HALF) else {
-                        continue;
-                    };
-                    // SAFETY: `y` holds 16 bytes; unaligned load.
-                    let yv = unsafe { vld1q_s8(y.as_ptr()) };
-                    acc = dot(acc, k, yv);
+            // SAFETY: `c` holds 32 bytes; unaligned loads.
+            let mut st = unsafe { [vld1q_u8(c.as_ptr()), vld1q_u8(c.as_ptr().add(HALF))] };
+            for qpl in q.chunks_exact(CHUNK_BYTES) {
+                // SAFETY: `qpl` holds 32 bytes; unaligned loads.
+                let y = unsafe { [vld1q_s8(qpl.as_ptr()), vld1q_s8(qpl.as_ptr().add(HALF))] };
+                for ((s, a), y) in st.iter_mut().zip(acc.iter_mut()).zip(y) {
+                    *a = dot(*a, next_plane(layout, s), y);
                 }
             }
         }
-        vaddvq_s32(acc)
+        vaddvq_s32(vaddq_s32(acc[0], acc[1]))
     }
 
     /// With `sdot` (the CPU must have the dotprod feature).
