@@ -60,6 +60,9 @@ if command -v apt-get >/dev/null && ! command -v aarch64-linux-gnu-gcc >/dev/nul
 fi
 bash scripts/lib-size.sh ci
 
+echo "== CPU tests for aarch64 under qemu-user: NEON and sdot kernel paths, bit-equal to scalar"
+bash scripts/qemu-aarch64-test.sh
+
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 if [ "$FUZZ_SECONDS" != 0 ]; then
   echo "== fuzz each target for ${FUZZ_SECONDS}s (cargo-fuzz; regressions corpus first)"

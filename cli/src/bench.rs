@@ -598,6 +598,7 @@ fn run_one(a: One) -> Result<Vec<Row>> {
                 "model": path.display().to_string(),
                 "file_bytes": file_bytes,
                 "device": device,
+                "cpu_kernels": tern_engine::cpu_kernel_path(),
                 "load_secs": load_secs,
                 "reps": a.reps,
                 "tests": tests,
@@ -626,6 +627,9 @@ fn run_one(a: One) -> Result<Vec<Row>> {
         format!("{ran_scheme} (the file's)")
     };
     println!("activations: {acts_label}");
+    if device == "cpu" {
+        println!("cpu kernels: {}", tern_engine::cpu_kernel_path());
+    }
     println!("| model | size | device | numerics | activations | kv | test | t/s |");
     println!("| --- | ---: | --- | --- | --- | --- | ---: | ---: |");
     for (test, _, m, sd, _) in &results {
