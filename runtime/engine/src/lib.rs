@@ -36,8 +36,8 @@ pub use session::{
 };
 /// The GPU engine's tuning knobs ([`LoadOptions::gpu`]), parsed from the environment at the edge.
 pub use tern_gpu::GpuTuning;
-/// The CPU forward pass's numerical options ([`Model::set_forward_options`]).
-pub use tern_reference::ForwardOptions;
 /// The CPU kernel path this process runs: `"avx2"`, `"neon-dotprod"`, `"neon"` or `"scalar"`
 /// (`TERN_CPU_SIMD=scalar` forces the last); every path gives the same bits.
 pub use tern_reference::cpu_kernel_path;
+/// The CPU forward pass's numerical options ([`Model::set_forward_options`]).
+pub use tern_reference::ForwardOptions;

@@ -839,7 +839,8 @@ mod tests {
         if let Ok(want) = std::env::var("TERN_EXPECT_CPU_PATH") {
             assert_eq!(name, want, "TERN_EXPECT_CPU_PATH");
         }
-        let scalar = std::env::var("TERN_CPU_SIMD").is_ok_and(|v| v.trim() == "scalar");
+        let scalar =
+            std::env::var("TERN_CPU_SIMD").is_ok_and(|v| v.trim().eq_ignore_ascii_case("scalar"));
         #[cfg(target_arch = "x86_64")]
         let best = if std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
