@@ -11,7 +11,9 @@ command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 [ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libvulkan.so.1 ] || need_apt+=(libvulkan1 mesa-vulkan-drivers)
 # The desktop app's window test (scripts/app-ci.sh): a virtual X server and the X11 libraries winit loads.
 # The app's native file dialog (rfd → ashpd → wayland-sys) builds against libwayland-client.
-for p in xvfb xauth libxkbcommon-x11-0 libx11-xcb1 libxcursor1 libxi6 libxrandr2 libwayland-dev pkg-config; do
+# The GL fallback's stage (scripts/gl-ci.sh): Mesa's EGL and llvmpipe GL.
+for p in xvfb xauth libxkbcommon-x11-0 libx11-xcb1 libxcursor1 libxi6 libxrandr2 libwayland-dev pkg-config \
+  libegl1 libegl-mesa0 libgl1-mesa-dri; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
@@ -36,6 +38,9 @@ echo "== import cycles"; python3 scripts/check_cycles.py --self-test && python3 
 
 echo "== unit + integration tests (release)"
 cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed)' || { echo "tests FAILED"; exit 1; }
+
+echo "== the GL fallback: Vulkan hidden, wgpu's GL backend on Mesa llvmpipe (EGL): parity cases, GPU = CPU end to end"
+bash scripts/gl-ci.sh
 
 echo "== desktop app in a real window: Xvfb + lavapipe, SmolLM2 on the GPU, a reply, a screenshot"
 TERN_APP_BIN="$PWD/target/release/tern-app" bash scripts/app-ci.sh target/app-screenshot.png

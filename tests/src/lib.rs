@@ -144,6 +144,20 @@ pub fn gpu_required(test: &str) -> bool {
         || (ci() && !ci_skips().iter().any(|(n, _)| n == test))
 }
 
+/// `TERN_EXPECT_BACKEND=Gl` (or `Vulkan`, …): the GPU tests fail unless the adapter they opened
+/// is on that wgpu backend, so a CI stage meant for one backend (e.g. the GL fallback with the
+/// Vulkan driver hidden) cannot pass on another. `description` is the adapter's description
+/// (`Model::device_name()` or the parity harness's adapter line).
+pub fn expect_backend(description: &str) {
+    if let Ok(want) = std::env::var("TERN_EXPECT_BACKEND") {
+        let want = want.trim();
+        assert!(
+            want.is_empty() || description.to_lowercase().contains(&want.to_lowercase()),
+            "TERN_EXPECT_BACKEND={want} but the GPU tests opened `{description}`"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,7 @@ fn open_gpu(path: &Path, max_memory: Option<u64>) -> Option<Model> {
     match Model::open_with(path, &opts) {
         Ok(m) => {
             eprintln!("{}: {}", path.display(), m.device_name());
+            tern_tests::expect_backend(&m.device_name());
             Some(m)
         }
         Err(e)

@@ -68,7 +68,7 @@ fn context(binding_limit: Option<u64>) -> Option<GpuContext> {
         ..GpuOptions::default()
     }) {
         Ok(c) => {
-            eprintln!(
+            let line = format!(
                 "adapter: {} ({}, {}; {}), binding limit {}",
                 c.info.name,
                 c.info.backend,
@@ -76,6 +76,8 @@ fn context(binding_limit: Option<u64>) -> Option<GpuContext> {
                 c.info.driver,
                 c.binding_limit()
             );
+            eprintln!("{line}");
+            tern_tests::expect_backend(&line);
             Some(c)
         }
         Err(e) => {
@@ -951,6 +953,33 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v
 }
 
+/// The cases to run. `TERN_PARITY_FILTER=text` keeps the cases whose name contains it, or one
+/// of its `|`-separated parts (local iteration; CI's GL stage). `TERN_PARITY_SAMPLE=N` keeps every N-th case plus the first of each kernel family
+/// (its first two words), so a slow backend (CI's GL on llvmpipe) still runs every kernel.
+fn select(all: Vec<(String, bool, CaseFn)>) -> Vec<(String, bool, CaseFn)> {
+    let filter = std::env::var("TERN_PARITY_FILTER").unwrap_or_default();
+    let every: usize = std::env::var("TERN_PARITY_SAMPLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut families = std::collections::HashSet::new();
+    // the family: the first two words, or one where the second is a size ("act_quant_int8 1×31")
+    let family = |n: &str| {
+        let w: Vec<&str> = n.split_whitespace().take(2).collect();
+        match w.as_slice() {
+            [a, b] if !b.contains('×') => format!("{a} {b}"),
+            _ => w.first().copied().unwrap_or("").to_string(),
+        }
+    };
+    all.into_iter()
+        .filter(|c| filter.split('|').any(|f| c.0.contains(f)))
+        .enumerate()
+        .filter(|(i, c)| families.insert(family(&c.0)) | (i % every == 0))
+        .map(|(_, c)| c)
+        .collect()
+}
+
 #[test]
 fn parity_table() {
     let Some(ctx) = context(None) else { return };
@@ -960,16 +989,12 @@ fn parity_table() {
     let mut rng = Rng(0x7e57);
     let mut failures = Vec::new();
     let t0 = std::time::Instant::now();
-    // TERN_PARITY_FILTER=text runs only the cases whose name contains it (local iteration).
-    let filter = std::env::var("TERN_PARITY_FILTER").unwrap_or_default();
-    let all: Vec<_> = cases()
-        .into_iter()
-        .filter(|c| c.0.contains(filter.as_str()))
-        .collect();
+    let all = select(cases());
     for (name, split, f) in &all {
         let c = if *split { &split_ctx } else { &ctx };
+        let t = std::time::Instant::now();
         match f(c, &mut rng) {
-            Ok(s) => eprintln!("ok   {name}: {s}"),
+            Ok(s) => eprintln!("ok   {name}: {s} [{:.2} s]", t.elapsed().as_secs_f64()),
             Err(e) => {
                 eprintln!("FAIL {name}: {e}");
                 failures.push(format!("{name}: {e}"));
@@ -999,9 +1024,7 @@ fn parity_a48() {
     let mut all = a48::cases();
     all.extend(decode::cases());
     all.extend(topk_fused::cases());
-    // TERN_PARITY_FILTER as in parity_table
-    let filter = std::env::var("TERN_PARITY_FILTER").unwrap_or_default();
-    all.retain(|c| c.0.contains(filter.as_str()));
+    let all = select(all);
     for packed in [true, false] {
         let ctx = match GpuContext::with_options(GpuOptions {
             packed_dot: Some(packed),
@@ -1018,8 +1041,12 @@ fn parity_a48() {
         };
         let mut rng = Rng(0xa48);
         for (name, _, f) in &all {
+            let t = std::time::Instant::now();
             match f(&ctx, &mut rng) {
-                Ok(s) => eprintln!("ok   [packed {packed}] {name}: {s}"),
+                Ok(s) => eprintln!(
+                    "ok   [packed {packed}] {name}: {s} [{:.2} s]",
+                    t.elapsed().as_secs_f64()
+                ),
                 Err(e) => {
                     eprintln!("FAIL [packed {packed}] {name}: {e}");
                     failures.push(format!("[packed {packed}] {name}: {e}"));
