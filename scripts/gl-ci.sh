@@ -25,6 +25,7 @@ export TERN_PARITY_FILTER=${TERN_GL_PARITY_FILTER-ternary Bits2 F16|ternary_gemm
 # CI's machine is fresh: compile every pipeline as it would (a warm Mesa cache hides the cost)
 export MESA_SHADER_CACHE_DISABLE=${MESA_SHADER_CACHE_DISABLE:-true}
 mkdir -p target
+# `--workspace`: the same feature resolution as the build in scripts/test.sh (no recompiling)
 step() { # label, log, cargo test args...
   local label=$1 log=$2; shift 2
   echo "-- $label"
@@ -37,8 +38,8 @@ step() { # label, log, cargo test args...
   if [ "$rc" != 0 ]; then tail -60 "$log"; echo "FAILED: $label"; exit 1; fi
 }
 step "parity harness on GL (filter: ${TERN_PARITY_FILTER:-all}; every ${TERN_PARITY_SAMPLE}th case + the first of each family)" \
-  target/gl-ci-parity.log -p tern-gpu --test parity -- --nocapture parity_table errors_are_typed parity_real_smollm2
+  target/gl-ci-parity.log --workspace --test parity -- --nocapture parity_table errors_are_typed parity_real_smollm2
 step "GPU = CPU end to end on GL (SmolLM2 greedy and score, random BitNet logits)" \
-  target/gl-ci-engine.log -p tern-tests --test gpu_engine -- --nocapture \
+  target/gl-ci-engine.log --workspace --test gpu_engine -- --nocapture \
   smollm2_greedy_gpu_equals_cpu random_bitnet_logits_match_cpu
 echo "   the GL fallback passed (adapter lines above name the Gl backend)"
