@@ -10,7 +10,9 @@
 #      tern's pipelines on a cold shader cache (a4.8's fused kernels the longest), so the whole
 #      table is hours; TERN_GL_PARITY_FILTER="" TERN_PARITY_SAMPLE=1 runs all of it (measured in
 #      docs/bench/i34-gl/);
-#   2. GPU = CPU end to end: SmolLM2 greedy tokens (3 prompts × 32) and a score, random BitNet logits.
+#   2. GPU = CPU end to end: SmolLM2 greedy tokens (3 prompts × 32) and a score (~4 min cold).
+#      The random-BitNet end-to-end test is left out here: its 24 model variants compile ~2 new
+#      pipelines each on GL (> 8 min); its ternary kernels are in the parity subset.
 #
 # Needs libegl1, libegl-mesa0, libgl1-mesa-dri (scripts/test.sh installs them), the default model
 # (`tern fetch-default`). Each step's whole output goes to target/gl-ci-*.log.
@@ -39,7 +41,7 @@ step() { # label, log, cargo test args...
 }
 step "parity harness on GL (filter: ${TERN_PARITY_FILTER:-all}; every ${TERN_PARITY_SAMPLE}th case + the first of each family)" \
   target/gl-ci-parity.log --workspace --test parity -- --nocapture parity_table errors_are_typed parity_real_smollm2
-step "GPU = CPU end to end on GL (SmolLM2 greedy and score, random BitNet logits)" \
+step "GPU = CPU end to end on GL (SmolLM2: greedy tokens and a score)" \
   target/gl-ci-engine.log --workspace --test gpu_engine -- --nocapture \
-  smollm2_greedy_gpu_equals_cpu random_bitnet_logits_match_cpu
+  smollm2_greedy_gpu_equals_cpu
 echo "   the GL fallback passed (adapter lines above name the Gl backend)"
