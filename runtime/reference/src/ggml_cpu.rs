@@ -558,15 +558,7 @@ pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::ActBlock;
-    use crate::ggml_dot::{Q4_1_BYTES, Q8_0_BYTES};
-
-    #[inline(always)]
-    fn f16_at(b: &[u8], i: usize) -> f32 {
-        match b.get(i..i + 2) {
-            Some(&[lo, hi]) => half::f16::from_le_bytes([lo, hi]).to_f32(),
-            _ => f32::NAN,
-        }
-    }
+    use crate::ggml_dot::{f16_at, Q4_1_BYTES, Q8_0_BYTES};
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum8(x: __m256) -> f32 {
@@ -645,15 +637,8 @@ pub(crate) mod arm {
     use tern_format::ggml::BlockType;
 
     use super::ActBlock;
+    use crate::ggml_dot::f16_at;
     use crate::simd::neon::{dot_i8_neon, sdot};
-
-    #[inline(always)]
-    fn f16_at(b: &[u8], i: usize) -> f32 {
-        match b.get(i..i + 2) {
-            Some(&[lo, hi]) => half::f16::from_le_bytes([lo, hi]).to_f32(),
-            _ => f32::NAN,
-        }
-    }
 
     /// One block's 32 weights as two vectors of 16 (elements 0..16 and 16..32) as the plain code
     /// unpacks them: Q8_0 as stored, Q4_1 the nibbles (low nibbles first), Q4_0 the nibbles − 8.

@@ -34,8 +34,10 @@ pub(crate) const Q8_0_BYTES: usize = BlockType::Q8_0.block_bytes();
 pub(crate) const Q4_0_BYTES: usize = BlockType::Q4_0.block_bytes();
 pub(crate) const Q4_1_BYTES: usize = BlockType::Q4_1.block_bytes();
 
+/// The little-endian f16 at byte `i` of a block (0 past its end; the block kernels read only
+/// whole blocks). Also the x86 and ARM kernels' (`ggml_cpu.rs`).
 #[inline(always)]
-fn f16_at(b: &[u8], i: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
     match (b.get(i), b.get(i + 1)) {
         (Some(&lo), Some(&hi)) => f16::from_le_bytes([lo, hi]).to_f32(),
         _ => 0.0,

@@ -61,6 +61,8 @@ pub mod model;
 pub mod packed;
 pub mod quant;
 mod simd;
+#[cfg(test)]
+mod simd_tests;
 pub mod stored;
 pub mod threads;
 
