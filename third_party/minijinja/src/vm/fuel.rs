@@ -63,8 +63,12 @@ fn fuel_for_instruction(instruction: &Instruction) -> isize {
         | Instruction::PopAutoEscape => 0,
         #[cfg(feature = "multi_template")]
         Instruction::ExportLocals => 0,
+        // (tern patch) LoadBlocks exists only with multi_template: upstream's arm fails to
+        // compile without that feature.
+        #[cfg(all(feature = "macros", feature = "multi_template"))]
+        Instruction::LoadBlocks => 0,
         #[cfg(feature = "macros")]
-        Instruction::LoadBlocks | Instruction::BuildMacro(..) | Instruction::Return => 0,
+        Instruction::BuildMacro(..) | Instruction::Return => 0,
         _ => 1,
     }
 }
