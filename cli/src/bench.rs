@@ -599,6 +599,7 @@ fn run_one(a: One) -> Result<Vec<Row>> {
                 "file_bytes": file_bytes,
                 "device": device,
                 "cpu_kernels": tern_engine::cpu_kernel_path(),
+                "prefill_path": model.prefill_path(),
                 "load_secs": load_secs,
                 "reps": a.reps,
                 "tests": tests,
@@ -629,6 +630,9 @@ fn run_one(a: One) -> Result<Vec<Row>> {
     println!("activations: {acts_label}");
     if device == "cpu" {
         println!("cpu kernels: {}", tern_engine::cpu_kernel_path());
+    }
+    if let Some(path) = model.prefill_path() {
+        println!("prefill path: {path}");
     }
     println!("| model | size | device | numerics | activations | kv | test | t/s |");
     println!("| --- | ---: | --- | --- | --- | --- | ---: | ---: |");

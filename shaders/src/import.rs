@@ -78,9 +78,21 @@ pub fn imports_of<'a>(file: &str, text: &'a str) -> Result<Vec<&'a str>, ImportE
 }
 
 /// `text` (the file `file`) with its imports inlined from `modules` (name, text): each module at
-/// most once, its imports before it, the file itself last.
+/// most once, its imports before it, the file itself last. The file's `enable …;` directives
+/// (WGSL wants them before every declaration) come first.
 pub fn resolve(file: &str, text: &str, modules: &[(&str, &str)]) -> Result<String, ImportError> {
     let mut out = String::with_capacity(text.len() * 2);
+    let is_enable = |l: &str| l.starts_with("enable ") && l.trim_end().ends_with(';');
+    for line in text.lines().filter(|l| is_enable(l)) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    let rest: String = text
+        .lines()
+        .filter(|l| !is_enable(l))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let text = rest.as_str();
     let mut done: Vec<String> = Vec::new();
     let mut stack: Vec<String> = vec![file.to_string()];
     emit(file, text, modules, &mut stack, &mut done, &mut out)?;
@@ -139,6 +151,16 @@ mod tests {
         assert_eq!(
             src,
             Ok("fn b() {}\nfn a() {}\nfn c() {}\nfn main() {}\n".to_string())
+        );
+    }
+
+    #[test]
+    fn enable_directives_come_first() {
+        let mods = [("a", "fn a() {}")];
+        let src = resolve("k.wgsl", "// k\nenable f16;\n// #import a\nfn main() {}", &mods);
+        assert_eq!(
+            src,
+            Ok("enable f16;\nfn a() {}\n// k\nfn main() {}\n".to_string())
         );
     }
 

@@ -30,6 +30,10 @@ pub enum Shader {
     /// Tiled ternary GEMM, 64 rows × 128 or 64 tokens per workgroup by 4 × 8 micro-tiles (2bit,
     /// one scale group; bit-exact with `TernaryGemm`).
     TernaryGemmT128,
+    /// Ternary GEMM on cooperative matrices (tensor cores): f16 tiles of trits and activation
+    /// codes, f32 accumulators; bit-exact with `TernaryGemm` (2bit, one scale group). Needs the
+    /// `f16`, `wgpu_cooperative_matrix` and subgroup capabilities ([`Shader::needs_coop_matrix`]).
+    TernaryGemmCoop,
     /// NeuZip rANS decode into a scratch buffer (bit-exact).
     NeuzipDecode,
     /// Fused NeuZip decode + GEMV for a matrix kept compressed (never writes the decoded matrix).
@@ -184,13 +188,14 @@ pub const MODULES: &[(&str, &str)] = &[
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 35] = [
+    pub const ALL: [Shader; 36] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
         Shader::TernaryGemm,
         Shader::GgmlGemm,
         Shader::TernaryGemmT128,
+        Shader::TernaryGemmCoop,
         Shader::NeuzipDecode,
         Shader::NeuzipGemv,
         Shader::RmsNorm,
@@ -231,6 +236,7 @@ impl Shader {
             Shader::TernaryGemm => "ternary_gemm.wgsl",
             Shader::GgmlGemm => "ggml_gemm.wgsl",
             Shader::TernaryGemmT128 => "ternary_gemm_t128.wgsl",
+            Shader::TernaryGemmCoop => "ternary_gemm_coop.wgsl",
             Shader::NeuzipDecode => "neuzip_decode.wgsl",
             Shader::NeuzipGemv => "neuzip_gemv.wgsl",
             Shader::RmsNorm => "rmsnorm.wgsl",
@@ -272,6 +278,7 @@ impl Shader {
             Shader::TernaryGemm => include_str!("../wgsl/ternary_gemm.wgsl"),
             Shader::GgmlGemm => include_str!("../wgsl/ggml_gemm.wgsl"),
             Shader::TernaryGemmT128 => include_str!("../wgsl/ternary_gemm_t128.wgsl"),
+            Shader::TernaryGemmCoop => include_str!("../wgsl/ternary_gemm_coop.wgsl"),
             Shader::NeuzipDecode => include_str!("../wgsl/neuzip_decode.wgsl"),
             Shader::NeuzipGemv => include_str!("../wgsl/neuzip_gemv.wgsl"),
             Shader::RmsNorm => include_str!("../wgsl/rmsnorm.wgsl"),
@@ -308,6 +315,13 @@ impl Shader {
     /// [`MODULES`] (each module once, dependencies first).
     pub fn source(self) -> Result<String, ImportError> {
         resolve(self.file(), self.kernel_source(), MODULES)
+    }
+
+    /// Whether the kernel uses cooperative matrices (and with them `f16` and the subgroup
+    /// builtins): it compiles only on a device opened with those features, and validates with
+    /// naga's `COOPERATIVE_MATRIX | SHADER_FLOAT16 | SUBGROUP` capabilities.
+    pub fn needs_coop_matrix(self) -> bool {
+        matches!(self, Shader::TernaryGemmCoop)
     }
 
     /// The compute entry point (every kernel uses `main`).

@@ -25,8 +25,19 @@ fn wgsl_files() -> Vec<(String, String)> {
     out
 }
 
-/// Parse, validate with WebGPU's default capabilities (no f16, no subgroups): every kernel's
-/// final source; workgroup memory stays within WebGPU's guaranteed 16 KiB (16352 B downlevel).
+/// What naga may assume for `shader`: WebGPU's defaults (no f16, no subgroups), plus f16,
+/// subgroups and cooperative matrices for the kernels that need them (run only where the device
+/// has them).
+pub(crate) fn capabilities(shader: Shader) -> Capabilities {
+    if shader.needs_coop_matrix() {
+        Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP
+    } else {
+        Capabilities::empty()
+    }
+}
+
+/// Parse, validate with WebGPU's default capabilities (no f16, no subgroups; [`capabilities`]):
+/// every kernel's final source; workgroup memory stays within WebGPU's guaranteed 16 KiB (16352 B downlevel).
 #[test]
 fn every_kernel_resolves_and_validates_with_naga() {
     for shader in Shader::ALL {
@@ -41,7 +52,7 @@ fn every_kernel_resolves_and_validates_with_naga() {
         );
         let module = naga::front::wgsl::parse_str(&src)
             .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
-        let mut v = Validator::new(ValidationFlags::all(), Capabilities::empty());
+        let mut v = Validator::new(ValidationFlags::all(), capabilities(shader));
         v.validate(&module)
             .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
         let wg_bytes: u32 = module

@@ -77,11 +77,6 @@ var<private> sum5: vec4<f32>;
 var<private> sum6: vec4<f32>;
 var<private> sum7: vec4<f32>;
 
-// The per-tensor scale of a row (mode bit 5: gate/up pairs, by row parity).
-fn row_scale(row: u32) -> f32 {
-    return scale_at(select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u));
-}
-
 // GROUPED: scale g of a row (0 past the part's rows).
 fn group_scale(row: u32, g: u32) -> f32 {
     if (row >= p.rows) {
@@ -299,8 +294,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         store_sums(t + 7u * TG, row, sum7);
         return;
     }
-    let sc = vec4<f32>(row_scale(row), row_scale(row + 16u), row_scale(row + 32u),
-        row_scale(row + 48u));
+    let sc = vec4<f32>(tensor_scale(row), tensor_scale(row + 16u), tensor_scale(row + 32u),
+        tensor_scale(row + 48u));
     if (row < p.rows) {
         let t = t0 + tt;
         store_rows(t, row, acc0, sc);

@@ -19,6 +19,12 @@ fn scale_at(i: u32) -> f32 {
     return bitcast<f32>(h << 16u);
 }
 
+// The per-tensor scale of tile row `row` of the part (mode bit 5: gate/up pairs, two scales by
+// row parity): the one-group GEMMs (ternary_gemm_t128.wgsl, ternary_gemm_coop.wgsl).
+fn tensor_scale(row: u32) -> f32 {
+    return scale_at(select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u));
+}
+
 // Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
 fn trits2(cw: u32, b: u32) -> u32 {
     let c = (cw >> (8u * b)) & 0xffu;

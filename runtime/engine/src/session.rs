@@ -174,6 +174,12 @@ impl Model {
         self.backend.device_name()
     }
 
+    /// The GPU's prefill path so far: `coop-matrix` once a ternary GEMM ran on cooperative
+    /// matrices (tensor cores), else `classic`; `None` on the CPU. `tern bench` reports it.
+    pub fn prefill_path(&self) -> Option<&'static str> {
+        self.backend.prefill_path()
+    }
+
     /// The verbs this model's backend has: a verb it lacks returns
     /// [`EngineError::Unsupported`] and runs nothing (see [`Verb`]).
     pub fn capabilities(&self) -> Capabilities {

@@ -75,6 +75,12 @@ pub enum GemmTileChoice {
     Tall,
     /// `64j8`: `TallHalf` (64 × 64, 4 × 8 micro-tiles) where it fits, else `Wide`.
     TallHalf,
+    /// `coop`: `Coop` (cooperative matrices) wherever the device has them and the weight fits
+    /// ([`crate::kernels::GemmTile::coop_fits`]), from [`crate::kernels::GEMM_MIN_TOKENS`] tokens
+    /// on; elsewhere `auto`'s choice.
+    Coop,
+    /// `classic`: `auto`'s choice without cooperative matrices (the kernels before issue 30).
+    Classic,
 }
 
 /// Which kernel a ternary GEMV without a fused norm runs (`TERN_GPU_GEMV`).
@@ -121,8 +127,9 @@ pub struct GpuTuning {
     /// row pairs with the GLU in the GEMV's epilogue, or two weights; same bits
     /// (tests/tests/gpu_gate_up.rs; h-cat measurements in docs/measurements.md).
     pub gate_up: GateUpLayout,
-    /// `TERN_GEMM_TILE` = `auto` | `old` | `32` | `64` | `128` | `64j8` (default `auto`): the
-    /// ternary GEMM's tile. H100 pp512: the 4 × 8 micro-tiles +11 % on per-tensor-scale packs
+    /// `TERN_GEMM_TILE` = `auto` | `old` | `32` | `64` | `128` | `64j8` | `coop` | `classic`
+    /// (default `auto`): the ternary GEMM's tile; `coop` / `classic` force the prefill path on or
+    /// off the matrix units (`auto` takes them where the device has them). H100 pp512: the 4 × 8 micro-tiles +11 % on per-tensor-scale packs
     /// over `old` (docs/bench/h-gemm-2026-11-24).
     pub gemm_tile: GemmTileChoice,
     /// `TERN_GPU_GEMV` = `auto` | `plain` (default `auto`): the decode GEMV where it fits, or the
@@ -267,6 +274,8 @@ impl GpuTuning {
                     ("64", G::Wide),
                     ("128", G::Tall),
                     ("64j8", G::TallHalf),
+                    ("coop", G::Coop),
+                    ("classic", G::Classic),
                 ],
             )?,
             gemv: pick(

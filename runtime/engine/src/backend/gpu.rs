@@ -67,6 +67,7 @@ pub(crate) fn context_options(allow_software: bool) -> tern_gpu::GpuOptions {
         allow_software,
         binding_limit: None,
         packed_dot: None,
+        coop_matrix: None,
     }
 }
 
@@ -89,6 +90,10 @@ impl ModelBackend for GpuBackend {
             ""
         };
         format!("gpu ({}, {}{soft})", i.name, i.backend)
+    }
+
+    fn prefill_path(&self) -> Option<&'static str> {
+        Some(self.model.context().prefill_path())
     }
 
     fn new_session(&self, n_ctx: usize, kv: &KvSpec) -> Result<Box<dyn SessionBackend + '_>> {

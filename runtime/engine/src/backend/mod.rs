@@ -59,6 +59,11 @@ pub(crate) type Stop<'a> = &'a dyn Fn() -> bool;
 pub(crate) trait ModelBackend: Send + Sync {
     /// "cpu", or "gpu (adapter name, backend)".
     fn device_name(&self) -> String;
+    /// The GPU's prefill path so far (`coop-matrix` once a GEMM ran on cooperative matrices, else
+    /// `classic`); `None` on the CPU.
+    fn prefill_path(&self) -> Option<&'static str> {
+        None
+    }
     /// The verbs this backend has (the others answer [`crate::EngineError::Unsupported`]).
     fn capabilities(&self) -> Capabilities;
     /// A session with a KV cache of `n_ctx` positions (`n_ctx > 0`) in the format `kv`.

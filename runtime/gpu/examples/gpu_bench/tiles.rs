@@ -1,5 +1,5 @@
 //! `--only tiles`: the ternary GEMM's tiles (`GemmTile::{Narrow, Wide, Tall, TallHalf}`: 64 rows ×
-//! 32, 64, 128, 64 tokens) on the same operands at 2B4T's shapes (q/o, k/v, stacked q/k/v, gate/up pairs,
+//! 32, 64, 128, 64 tokens; `Coop`, 64 × 64 on cooperative matrices, where the device has them) on the same operands at 2B4T's shapes (q/o, k/v, stacked q/k/v, gate/up pairs,
 //! down), INT8 and INT4 (a4.8) activations, 512 tokens (and fewer on 2560 × 2560). Each tile's
 //! output must equal the 64 × 32 tile's bit for bit. Per entry: µs per GEMM and TOPS (2 ops per
 //! multiply-add) of each tile.
@@ -59,12 +59,16 @@ pub fn tiles(
             let n = tokens * rows * 4;
             let mut parts = Vec::new();
             let mut first: Option<Vec<u8>> = None;
-            for (name, tile) in [
+            let mut tiles = vec![
                 ("64x32", GemmTile::Narrow),
                 ("64x64", GemmTile::Wide),
                 ("64x128", GemmTile::Tall),
                 ("64x64j8", GemmTile::TallHalf),
-            ] {
+            ];
+            if ctx.coop_matrix() {
+                tiles.push(("coop64x64", GemmTile::Coop));
+            }
+            for (name, tile) in tiles {
                 let y = ctx.zeroed("y", n)?;
                 let t = per_call(ctx, iters, |e| {
                     kernels::ternary_gemm_tiled(ctx, e, &w, &a, &y, tile)
@@ -81,7 +85,8 @@ pub fn tiles(
                 ));
             }
             let act = if int4 { "int4" } else { "int8" };
-            let chosen = format!("{:?}", GemmTile::choose(&w, tokens, tuning.gemm_tile));
+            let coop = ctx.coop_matrix();
+            let chosen = format!("{:?}", GemmTile::choose(&w, tokens, tuning.gemm_tile, coop));
             fields.push(format!(
                 "\"tiles_2bit_{rows}x{cols}_t{tokens}_{act}\":{{{},\"chosen\":\"{chosen}\"}}",
                 parts.join(",")

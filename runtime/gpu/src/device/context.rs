@@ -45,6 +45,10 @@ pub struct GpuOptions {
     /// plain byte sum; `None` (default) detects it ([`AdapterSummary::packed_dot`]). Tests run
     /// both on one adapter.
     pub packed_dot: Option<bool>,
+    /// Cooperative matrices (tensor cores) for prefill: `None` (default) uses them where the
+    /// adapter has them ([`AdapterSummary::coop_matrix`]); `Some(false)` never asks for the
+    /// feature (the device opens as on an adapter without it).
+    pub coop_matrix: Option<bool>,
 }
 
 impl Default for GpuOptions {
@@ -54,6 +58,7 @@ impl Default for GpuOptions {
             allow_software: true,
             binding_limit: None,
             packed_dot: None,
+            coop_matrix: None,
         }
     }
 }
@@ -73,6 +78,31 @@ pub struct AdapterSummary {
     /// Vulkan 1.3 or `VK_KHR_shader_integer_dot_product`, which naga then emits as `OpSDot`);
     /// otherwise the plain byte sum (see [`GpuOptions::packed_dot`]).
     pub packed_dot: bool,
+    /// The device was opened with cooperative matrices (wgpu's experimental
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`: Vulkan `VK_KHR_cooperative_matrix`, Metal simdgroup
+    /// matrices) in the one configuration tern's kernels use — 16 × 16 × 16, f16 inputs, f32
+    /// accumulators — with f16 shaders and subgroups exactly 32 wide ([`coop_matrix_config`]).
+    /// The ternary prefill GEMM then runs on matrix units (`GemmTile::Coop`).
+    pub coop_matrix: bool,
+}
+
+/// Whether `adapter` can run tern's cooperative-matrix kernels: the feature with f16 shaders and
+/// subgroups, a 16 × 16 × 16 f16 × f16 → f32 configuration among those it reports, and subgroups
+/// of exactly 32 invocations (the kernels' 128-invocation workgroups are 4 subgroups).
+pub fn coop_matrix_config(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::CooperativeScalarType as T;
+    let need = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    let info = adapter.get_info();
+    adapter.features().contains(need)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|c| {
+            (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+                && c.ab_type == T::F16
+                && c.cr_type == T::F32
+        })
 }
 
 /// An open GPU device with its queue, limits and pipeline cache.
@@ -90,6 +120,8 @@ pub struct GpuContext {
     /// GPU memory accounting: every buffer is created by [`GpuContext::create_buffer`], which
     /// checks the budget and samples the peak (see `memory.rs` of this folder).
     pub(crate) mem: super::memory::MemoryCounter,
+    /// A GEMM on cooperative matrices was recorded on this context ([`GpuContext::prefill_path`]).
+    coop_used: AtomicBool,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -132,6 +164,26 @@ fn adapter_has_packed_dot(adapter: &wgpu::Adapter) -> bool {
 }
 
 impl GpuContext {
+    /// Whether the device runs tern's cooperative-matrix kernels ([`AdapterSummary::coop_matrix`]).
+    pub fn coop_matrix(&self) -> bool {
+        self.info.coop_matrix
+    }
+
+    pub(crate) fn note_coop_prefill(&self) {
+        self.coop_used.store(true, Ordering::Relaxed);
+    }
+
+    /// The prefill path that ran on this context so far: `coop-matrix` once a GEMM ran on
+    /// cooperative matrices (tensor cores), else `classic` (the integer-dot tiles). `tern bench`
+    /// reports it (`prefill_path`).
+    pub fn prefill_path(&self) -> &'static str {
+        if self.coop_used.load(Ordering::Relaxed) {
+            "coop-matrix"
+        } else {
+            "classic"
+        }
+    }
+
     /// The integer dot product the ternary kernels are built with on this adapter.
     pub fn dot_kind(&self) -> crate::device::pipeline::DotKind {
         if self.info.packed_dot {
@@ -227,11 +279,21 @@ impl GpuContext {
                 features |= f;
             }
         }
+        let coop = opts.coop_matrix != Some(false) && coop_matrix_config(&adapter);
+        let mut experimental = wgpu::ExperimentalFeatures::disabled();
+        if coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP;
+            // SAFETY: wgpu marks its experimental features unsafe because their validation is
+            // incomplete; tern compiles the one kernel that uses them (ternary_gemm_coop.wgsl,
+            // checked by naga in the registry test and bit-exact with the reference in the
+            // parity harness) only on a device with the configuration it needs.
+            experimental = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tern"),
             required_features: features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
@@ -281,6 +343,7 @@ impl GpuContext {
             packed_dot: opts
                 .packed_dot
                 .unwrap_or_else(|| adapter_has_packed_dot(&adapter)),
+            coop_matrix: coop,
         };
         log::info!(
             "GPU: {} ({}, {}), binding limit {} B",
@@ -305,6 +368,7 @@ impl GpuContext {
             lost_flag,
             uncaptured,
             mem,
+            coop_used: AtomicBool::new(false),
         })
     }
 

@@ -47,15 +47,20 @@ pub enum GemmTile {
     /// its workgroups for a shape, the same weights only. H100, 512 tokens, against
     /// [`GemmTile::Wide`]: 2560 × 2560 206 → 191 µs, 2560 × 6912 446 → 392, 6912 × 2560 426 → 361.
     TallHalf,
+    /// 64 rows × 64 tokens on cooperative matrices (`ternary_gemm_coop.wgsl`: tensor cores, f16
+    /// tiles, f32 accumulators, exact): 2bit with one scale group, on a device that has the
+    /// feature ([`crate::GpuContext::coop_matrix`]).
+    Coop,
 }
 
 impl GemmTile {
     /// Every tile.
-    pub const ALL: [GemmTile; 4] = [
+    pub const ALL: [GemmTile; 5] = [
         GemmTile::Narrow,
         GemmTile::Wide,
         GemmTile::Tall,
         GemmTile::TallHalf,
+        GemmTile::Coop,
     ];
 
     /// The tile's part of a pipeline label (rows × tokens; `j8`: 8 tokens per invocation).
@@ -65,6 +70,7 @@ impl GemmTile {
             GemmTile::Wide => "64x64",
             GemmTile::Tall => "64x128",
             GemmTile::TallHalf => "64x64j8",
+            GemmTile::Coop => "coop64x64",
         }
     }
 }

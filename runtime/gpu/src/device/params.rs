@@ -49,7 +49,7 @@ params! {
     /// Ternary GEMV and tiled GEMM (same struct in both shaders).
     /// `sparse_max_words`: the sparse GEMV's switch (the others ignore it); `mode` / `eps`: the
     /// GEMV's fused prologue and epilogue (`ternary_gemv.wgsl`; 0 elsewhere).
-    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params"), (TernaryGemmT128, "Params"), (TernaryGemvSparse, "Params"), (TernaryGemvWide, "Params"), (TernaryGemvDec, "Params"), (TernaryGemvDecNorm, "Params")] {
+    TernaryParams in [(TernaryGemv, "Params"), (TernaryGemm, "Params"), (TernaryGemmT128, "Params"), (TernaryGemmCoop, "Params"), (TernaryGemvSparse, "Params"), (TernaryGemvWide, "Params"), (TernaryGemvDec, "Params"), (TernaryGemvDecNorm, "Params")] {
         rows: u32, cols: u32, words_per_row: u32, group: u32, groups_per_row: u32,
         scale_word_offset: u32, act_stride: u32, out_stride: u32, row0: u32, n_tokens: u32,
         sparse_max_words: u32, mode: u32, eps: f32, _pad2: u32, _pad3: u32, _pad4: u32,

@@ -353,6 +353,7 @@ impl KernelKey {
             KernelKey::TernaryGemm { tile, .. } => match tile {
                 GemmTile::Narrow | GemmTile::Wide => Shader::TernaryGemm,
                 GemmTile::Tall | GemmTile::TallHalf => Shader::TernaryGemmT128,
+                GemmTile::Coop => Shader::TernaryGemmCoop,
             },
             KernelKey::ActQuantA48 { topk: true, .. } => Shader::ActQuantTopK,
             KernelKey::ActQuantA48 { topk: false, .. } => Shader::ActQuantA48,

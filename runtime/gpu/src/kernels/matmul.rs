@@ -55,9 +55,20 @@ impl GemmTile {
     /// [`GemmTile::Wide`] (2bit) from [`GEMM_WIDE_MIN_WORKGROUPS`] on, else [`GemmTile::Narrow`].
     /// The other choices force a tile (measurements; `Tall` and `TallHalf` fall back to `Wide`
     /// where they do not fit, every tile to `Narrow` on base3).
-    pub fn choose(w: &TernaryWeight, n_tokens: u64, pick: GemmTileChoice) -> GemmTile {
+    ///
+    /// `coop`: the device has cooperative matrices ([`GpuContext::coop_matrix`]); then
+    /// [`GemmTileChoice::Auto`] and [`GemmTileChoice::Coop`] take [`GemmTile::Coop`] where it
+    /// fits ([`GemmTile::coop_fits`]) from [`GEMM_COOP_MIN_TOKENS`] tokens on.
+    pub fn choose(w: &TernaryWeight, n_tokens: u64, pick: GemmTileChoice, coop: bool) -> GemmTile {
         if w.layout != tern_format::TernaryLayout::Bits2 {
             return GemmTile::Narrow;
+        }
+        if coop
+            && matches!(pick, GemmTileChoice::Auto | GemmTileChoice::Coop)
+            && GemmTile::coop_fits(w)
+            && n_tokens >= GEMM_COOP_MIN_TOKENS
+        {
+            return GemmTile::Coop;
         }
         let mut tall = GemmTile::tall_fits(w);
         match pick {
@@ -67,7 +78,7 @@ impl GemmTile {
             GemmTileChoice::TallHalf if tall => return GemmTile::TallHalf,
             GemmTileChoice::Tall | GemmTileChoice::TallHalf => return GemmTile::Wide,
             GemmTileChoice::Old => tall = false,
-            GemmTileChoice::Auto => {}
+            GemmTileChoice::Auto | GemmTileChoice::Coop | GemmTileChoice::Classic => {}
         }
         let row_tiles = w.rows.div_ceil(GEMM_TILE_ROWS);
         let wide = row_tiles * n_tokens.div_ceil(GEMM_WIDE_TILE_TOKENS) >= GEMM_WIDE_MIN_WORKGROUPS;
@@ -89,14 +100,29 @@ impl GemmTile {
         w.layout == tern_format::TernaryLayout::Bits2 && w.group.is_multiple_of(64)
     }
 
+    /// Whether [`GemmTile::Coop`] takes `w`: 2bit codes with one scale group (per-tensor scales,
+    /// gate/up pairs included) and at most [`GEMM_COOP_MAX_COLS`] columns (the f32 accumulators
+    /// stay exact integers).
+    pub fn coop_fits(w: &TernaryWeight) -> bool {
+        w.layout == tern_format::TernaryLayout::Bits2 && w.group == 0 && w.cols <= GEMM_COOP_MAX_COLS
+    }
+
     pub(crate) fn tokens(self) -> u64 {
         match self {
             GemmTile::Narrow => GEMM_TILE_TOKENS,
-            GemmTile::Wide | GemmTile::TallHalf => GEMM_WIDE_TILE_TOKENS,
+            GemmTile::Wide | GemmTile::TallHalf | GemmTile::Coop => GEMM_WIDE_TILE_TOKENS,
             GemmTile::Tall => GEMM_TALL_TILE_TOKENS,
         }
     }
 }
+/// Columns the cooperative-matrix GEMM takes: every partial sum of trit × code products is an
+/// integer of magnitude ≤ cols · 127, exact in its f32 accumulators while ≤ 2^24.
+pub const GEMM_COOP_MAX_COLS: u64 = (1 << 24) / 127;
+
+/// From this many tokens on, [`GemmTile::choose`] takes [`GemmTile::Coop`] where it may (every
+/// batch the GEMM gets: the tile is 64 tokens wide either way).
+pub const GEMM_COOP_MIN_TOKENS: u64 = GEMM_MIN_TOKENS;
+
 /// From this many tokens on, [`ternary_matmul`] / `ggml.rs`'s `ggml_matmul` use the GEMM. Below it the
 /// GEMV's per-token weight re-reads cost less than a mostly empty 32-token tile. Measured on an
 /// H100 (`gpu_bench --only prefill`, 2bit 6912 × 2560): GEMV 62 µs at 1 token, ~+27 µs per
@@ -458,7 +484,7 @@ pub fn ternary_gemm(
     y: &wgpu::Buffer,
     pick: GemmTileChoice,
 ) -> Result<()> {
-    let tile = GemmTile::choose(w, u64::from(a.n_tokens), pick);
+    let tile = GemmTile::choose(w, u64::from(a.n_tokens), pick, ctx.coop_matrix());
     ternary_gemm_tiled(ctx, enc, w, a, y, tile)
 }
 
@@ -478,6 +504,16 @@ pub fn ternary_gemm_tiled(
             OP,
             "the 64 × 64 tile takes 2bit weights only",
         ));
+    }
+    if tile == GemmTile::Coop && !(ctx.coop_matrix() && GemmTile::coop_fits(w)) {
+        return Err(GpuError::invalid(
+            OP,
+            "the cooperative-matrix tile needs a device with cooperative matrices and 2bit \
+             weights with one scale group",
+        ));
+    }
+    if tile == GemmTile::Coop {
+        ctx.note_coop_prefill();
     }
     let tall = matches!(tile, GemmTile::Tall | GemmTile::TallHalf);
     if tall && !GemmTile::tall_fits(w) {

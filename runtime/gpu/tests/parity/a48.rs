@@ -186,6 +186,9 @@ enum Mm {
     GemmTall,
     /// Its 64 × 64 form (128 invocations).
     GemmTallHalf,
+    /// The cooperative-matrix tile (2bit, group 0; where the adapter has it, see
+    /// `gemm::coop_available`).
+    GemmCoop,
     /// The sparse GEMV with this switch density (0: dense walk, 1: sparse walk).
     Sparse(f64),
 }
@@ -277,6 +280,12 @@ fn run_matmul(
             let half = kernels::GemmTile::TallHalf;
             kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, half)
         }
+        Mm::GemmCoop => {
+            if !super::gemm::coop_available(ctx)? {
+                return Ok("no cooperative matrices on this adapter: not run".into());
+            }
+            kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, kernels::GemmTile::Coop)
+        }
         Mm::Sparse(d) => kernels::ternary_gemv_sparse(ctx, &mut enc, &w, &a, &y, d),
     }
     .map_err(e)?;
@@ -325,7 +334,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 27] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 31] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
         (Mm::Gemv, l2, f16t, (37, 1000, 0, 1)),
         (Mm::Gemv, l2, bf16t, (9, 200, 40, 2)),
@@ -353,6 +362,11 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmTall, l2, f32t, (65, 60, 0, 5)),
         (Mm::GemmTallHalf, l2, bf16t, (257, 1000, 0, 130)),
         (Mm::GemmTallHalf, l2, f16t, (65, 60, 0, 5)),
+        // The cooperative-matrix tile (2bit, group 0): partial tiles and K steps, token tiles.
+        (Mm::GemmCoop, l2, f32t, (1, 32, 0, 1)),
+        (Mm::GemmCoop, l2, bf16t, (257, 1000, 0, 130)),
+        (Mm::GemmCoop, l2, f16t, (70, 2560, 0, 128)),
+        (Mm::GemmCoop, l2, f32t, (65, 60, 0, 5)),
         // ... and over scale groups of a multiple of 64 columns (GROUPED)
         (Mm::GemmTall, l2, f16t, (70, 2560, 256, 128)),
         (Mm::GemmTallHalf, l2, f32t, (65, 1024, 64, 65)),
@@ -372,6 +386,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmTall, (257, 1000, 0, 130)),
         (Mm::GemmTallHalf, (70, 2560, 0, 65)),
         (Mm::GemmTall, (70, 2560, 256, 130)),
+        (Mm::GemmCoop, (257, 1000, 0, 130)),
     ] {
         v.push((
             format!("ternary×int8 {mm:?} Bits2 F16 {shape:?}"),

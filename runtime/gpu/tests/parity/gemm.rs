@@ -22,6 +22,25 @@ pub(super) enum Path {
     GemmTall,
     /// Its 64 × 64 form (`GemmTile::TallHalf`, 128 invocations).
     GemmTallHalf,
+    /// The cooperative-matrix tile (`GemmTile::Coop`: tensor cores; 2bit, group 0). Where the
+    /// adapter lacks the feature the case says so and passes, unless `TERN_EXPECT_COOP=1`
+    /// (device runs) makes that a failure.
+    GemmCoop,
+}
+
+/// Whether a cooperative-matrix case can run on `ctx`: `Ok(false)` (skip, saying why) where
+/// the adapter lacks the feature, an error instead under `TERN_EXPECT_COOP=1`.
+pub(super) fn coop_available(ctx: &GpuContext) -> Result<bool, String> {
+    if ctx.coop_matrix() {
+        return Ok(true);
+    }
+    if std::env::var("TERN_EXPECT_COOP").as_deref() == Ok("1") {
+        return Err(format!(
+            "TERN_EXPECT_COOP=1 but {} has no cooperative matrices (16×16×16 f16→f32, subgroups of 32)",
+            ctx.info.name
+        ));
+    }
+    Ok(false)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -97,6 +116,13 @@ fn run_ternary_gemm(
             let half = tern_gpu::kernels::GemmTile::TallHalf;
             tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, half)
         }
+        Path::GemmCoop => {
+            if !coop_available(ctx)? {
+                return Ok("no cooperative matrices on this adapter: not run".into());
+            }
+            let coop = tern_gpu::kernels::GemmTile::Coop;
+            tern_gpu::kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, coop)
+        }
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
@@ -132,7 +158,7 @@ pub(super) fn run_ggml_gemm(
     match path {
         Path::Gemm => tern_gpu::kernels::ggml_gemm(ctx, &mut enc, &w, &xb, n, &y),
         Path::Gemv => kernels::ggml_gemv(ctx, &mut enc, &w, &xb, n, &y),
-        Path::Matmul | Path::GemmWide | Path::GemmTall | Path::GemmTallHalf => {
+        Path::Matmul | Path::GemmWide | Path::GemmTall | Path::GemmTallHalf | Path::GemmCoop => {
             tern_gpu::kernels::ggml_matmul(ctx, &mut enc, &w, &xb, n, &y)
         }
     }
@@ -321,6 +347,35 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             run_ternary_gemm(x, r, Path::GemmTall, l, st, 300, 2560, 0, 6)
         }),
     );
+    // The cooperative-matrix tile (where the adapter has it): every scale type, partial row and
+    // token tiles, columns not a multiple of its 32-column K step, several token tiles, 2B4T's
+    // widths, a split weight.
+    for (st, rows, cols, tokens) in [
+        (FloatType::F32, 1, 32, 1),
+        (FloatType::F16, 33, 96, 7),
+        (FloatType::F16, 7, 60, 4),
+        (FloatType::Bf16, 70, 2560, 65),
+        (FloatType::F32, 257, 1000, 130),
+        (FloatType::Bf16, 65, 6912, 64),
+        (FloatType::F32, 640, 2560, 512),
+    ] {
+        add(
+            format!("ternary_gemm coop {st:?} {rows}×{cols} tokens {tokens}"),
+            false,
+            Box::new(move |x, r| {
+                let l = TernaryLayout::Bits2;
+                run_ternary_gemm(x, r, Path::GemmCoop, l, st, rows, cols, 0, tokens)
+            }),
+        );
+    }
+    add(
+        "ternary_gemm coop f32 300×2560 tokens 6 split".into(),
+        true,
+        Box::new(move |x, r| {
+            let (l, st) = (TernaryLayout::Bits2, FloatType::F32);
+            run_ternary_gemm(x, r, Path::GemmCoop, l, st, 300, 2560, 0, 6)
+        }),
+    );
     // The same bits as the 64 × 32 and 64 × 64 tiles: gate/up row pairs (two scales by row
     // parity), INT4 activations, a split pair weight; the tile refuses groups of 40 columns (not
     // a multiple of 64).
@@ -458,22 +513,34 @@ fn run_tall_vs_old(
     };
     let n = tokens * out_rows;
     let mut ys = Vec::new();
-    for tile in [
+    let mut tiles = vec![
         GemmTile::Narrow,
         GemmTile::Wide,
         GemmTile::Tall,
         GemmTile::TallHalf,
-    ] {
+    ];
+    let coop = coop_available(ctx)?;
+    if coop {
+        tiles.push(GemmTile::Coop);
+    }
+    for tile in tiles {
         let y = ctx.upload("y", &f32_bytes(&vec![f32::NAN; n])).map_err(e)?;
         kernels::ternary_gemm_tiled(ctx, &mut enc, &w, &a, &y, tile).map_err(e)?;
         ys.push(y);
     }
     ctx.submit_wait(enc).map_err(e)?;
     let mut out = String::new();
-    for (i, j) in [(2, 0), (2, 1), (3, 0), (3, 1)] {
+    let mut pairs_to_check = vec![(2, 0), (2, 1), (3, 0), (3, 1)];
+    if coop {
+        pairs_to_check.extend([(4, 0), (4, 1)]);
+    }
+    for (i, j) in pairs_to_check {
         let got = ctx.read_f32(&ys[i], n).map_err(e)?;
         let want = ctx.read_f32(&ys[j], n).map_err(e)?;
         out = score(&format!("tile {i} vs {j}"), Check::Exact, &got, &want)?;
+    }
+    if coop {
+        out.push_str(", coop tile included");
     }
     // grouped scales: the 64 × 128 tile says no (matmul.rs falls back to the older tiles)
     let ns = ternary::scale_count(r, c, 40).map_err(|e| e.to_string())? as usize;
@@ -482,7 +549,7 @@ fn run_tall_vs_old(
     let y = ctx.zeroed("y", (tokens * rows * 4) as u64).map_err(e)?;
     let mut enc = ctx.encoder();
     let gw = gw.map_err(e)?;
-    for tile in [GemmTile::Tall, GemmTile::TallHalf] {
+    for tile in [GemmTile::Tall, GemmTile::TallHalf, GemmTile::Coop] {
         if kernels::ternary_gemm_tiled(ctx, &mut enc, &gw, &a, &y, tile).is_ok() {
             return Err(format!("{tile:?} took a weight with scale groups"));
         }

@@ -161,7 +161,9 @@ impl KernelKey {
                     GemmTile::Narrow | GemmTile::Wide => {
                         vec![("LAYOUT", layout_id(layout)), ("SCALE_TYPE", s)]
                     }
-                    GemmTile::Tall | GemmTile::TallHalf => vec![("SCALE_TYPE", s)],
+                    GemmTile::Tall | GemmTile::TallHalf | GemmTile::Coop => {
+                        vec![("SCALE_TYPE", s)]
+                    }
                 };
                 c.extend([("ACT4", a), ("DOT", d)]);
                 match (tile, grouped) {
@@ -169,7 +171,10 @@ impl KernelKey {
                     (GemmTile::Wide, false) => c.push(("NJ", 4.0)),
                     (GemmTile::Tall, _) => c.push(("WG", 256.0)),
                     (GemmTile::TallHalf, _) => c.push(("WG", 128.0)),
-                    (GemmTile::Narrow | GemmTile::Wide, true) => return Err(none()),
+                    (GemmTile::Coop, false) => {}
+                    (GemmTile::Narrow | GemmTile::Wide | GemmTile::Coop, true) => {
+                        return Err(none())
+                    }
                 }
                 if grouped {
                     c.push(("GROUPED", 1.0));

@@ -212,7 +212,8 @@ fn every_key_has_a_registered_variant() {
 }
 
 /// The registry test: every key's pipeline, CPU only. Capabilities are WebGPU's defaults (no
-/// f16, no subgroups): what every adapter has.
+/// f16, no subgroups): what every adapter has; the cooperative-matrix kernels (which the
+/// context compiles only where the device has them) get those capabilities.
 #[test]
 fn every_key_compiles_with_naga() {
     let all = KernelKey::all();
@@ -221,7 +222,12 @@ fn every_key_compiles_with_naga() {
         let src = shader.source().unwrap();
         let module = naga::front::wgsl::parse_str(&src)
             .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
-        let mut v = Validator::new(ValidationFlags::all(), Capabilities::empty());
+        let caps = if shader.needs_coop_matrix() {
+            Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP
+        } else {
+            Capabilities::empty()
+        };
+        let mut v = Validator::new(ValidationFlags::all(), caps);
         let info = v
             .validate(&module)
             .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(&src)));
@@ -247,7 +253,7 @@ fn every_key_compiles_with_naga() {
             let (m2, i2) =
                 naga::back::pipeline_constants::process_overrides(&module, &info, ep, &pc)
                     .unwrap_or_else(|e| panic!("{key}: overrides: {e}"));
-            let mut v2 = Validator::new(ValidationFlags::all(), Capabilities::empty());
+            let mut v2 = Validator::new(ValidationFlags::all(), caps);
             v2.validate(&m2)
                 .unwrap_or_else(|e| panic!("{key}: {}", e.emit_to_string(&src)));
             let opts = naga::back::spv::Options::default();
