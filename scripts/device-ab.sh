@@ -63,7 +63,9 @@ LLAMA_KIT=${LLAMA_KIT:-.devkit/llama}
 # llama.cpp after the A/B (the A/B is what must finish inside the call).
 if [ "${SECONDS}" -lt "${LLAMA_BEFORE_S:-330}" ] && [ -s "$LLAMA_KIT/llama-src.tar.xz" ] && [ -s "$LLAMA_KIT/vk-tools.tar.xz" ]; then
   log "building llama.cpp on the device (current glslc)"
-  if bash "$(dirname "$0")/llamacpp-device-kit.sh" build "$LLAMA_KIT" > "$OUT/llama-build.log" 2>&1; then
+  # (built once per machine: a second call on a warm machine reuses the binaries)
+  if [ -x "$LLAMA_KIT/bin/llama-bench" ] || bash "$(dirname "$0")/llamacpp-device-kit.sh" build "$LLAMA_KIT" > "$OUT/llama-build.log" 2>&1; then
+    "$LLAMA_KIT/bin/llama-bench" --list-devices 2>&1 | grep -iE "int dot|matrix cores" | head -2
     grep -iE "int dot|matrix cores" "$OUT/llama-build.log" | head -3
     LB=$LLAMA_KIT/bin
     for shape in $SHAPES; do

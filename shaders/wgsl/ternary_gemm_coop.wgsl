@@ -14,7 +14,8 @@
 // 32 · (s % 2) .. + 32 × tokens 32 · (s / 2) .. + 32 as 2 × 2 fragments `coop_mat16x16` (f16
 // inputs A = trits [row][k], B = codes [k][token], f32 accumulators). A K step is KS = 32
 // columns: one 2-bit code word (16 columns) of a row per invocation and the codes of the 64 tokens
-// (INT8: 4 words per invocation, INT4: 2) are widened to f16 in workgroup memory, the next
+// (INT8: 4 words per invocation, INT4: 2) are widened to f16 in workgroup memory (one vec4 store
+// per 4 columns), the next
 // step's words loaded before the current step's products (software pipeline). The results go
 // through a 16 × 16 f32 staging block per subgroup to the scaled, bounds-checked stores.
 //
@@ -42,11 +43,14 @@ override DOT: u32 = 0u;
 const TR: u32 = 64u; // rows per tile
 const TT: u32 = 64u; // tokens per tile
 const KS: u32 = 32u; // columns per K step
-const LD: u32 = 40u; // row stride of the staged tiles in f16 (KS + 8: 80 bytes, 16-byte aligned)
+// Row stride of the staged tiles in vec4<f16> (KS / 4 + 2: 80 bytes, 16-byte aligned). The tiles
+// are arrays of vec4<f16> so that each widened word is one 8-byte store; `coopLoad` then counts
+// its offset and stride in vec4s (SPIR-V: in units of the pointer's type).
+const LDV: u32 = 10u;
 
-// Trits [row][k] and codes [token][k], f16, LD apart: 2 × 5 KiB.
-var<workgroup> wa: array<f16, 2560>;
-var<workgroup> xb: array<f16, 2560>;
+// Trits [row][k] and codes [token][k], f16, LDV vec4s apart: 2 × 5 KiB.
+var<workgroup> wa: array<vec4<f16>, 640>;
+var<workgroup> xb: array<vec4<f16>, 640>;
 // One 16 × 16 f32 block per subgroup for the epilogue (column-major: [token][row]).
 var<workgroup> cs: array<f32, 1024>;
 
@@ -70,13 +74,9 @@ fn load_act(tok: u32, s: u32, j: u32) -> u32 {
     return 0u;
 }
 
-// Four int8 bytes of `v` to f16 at xb[at ..].
+// Four int8 bytes of `v` to f16 at xb[at].
 fn put4(at: u32, v: u32) {
-    let b = unpack4xI8(v);
-    xb[at] = f16(b.x);
-    xb[at + 1u] = f16(b.y);
-    xb[at + 2u] = f16(b.z);
-    xb[at + 3u] = f16(b.w);
+    xb[at] = vec4<f16>(unpack4xI8(v));
 }
 
 @compute @workgroup_size(128)
@@ -115,26 +115,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var c11 = coop_mat16x16<f32, C>();
     for (var s = 0u; s < n_steps; s = s + 1u) {
         // Widen: 16 trits of the code word, 16 (INT8) or 16 (INT4) codes of the token.
-        let wrow = crow * LD + cq * 16u;
-        for (var b = 0u; b < 4u; b = b + 1u) {
-            let t = unpack4xI8(trits2(c, b));
-            wa[wrow + 4u * b] = f16(t.x);
-            wa[wrow + 4u * b + 1u] = f16(t.y);
-            wa[wrow + 4u * b + 2u] = f16(t.z);
-            wa[wrow + 4u * b + 3u] = f16(t.w);
-        }
-        let xrow = atok * LD + ah * 16u;
+        let wrow = crow * LDV + cq * 4u;
+        wa[wrow] = vec4<f16>(unpack4xI8(trits2(c, 0u)));
+        wa[wrow + 1u] = vec4<f16>(unpack4xI8(trits2(c, 1u)));
+        wa[wrow + 2u] = vec4<f16>(unpack4xI8(trits2(c, 2u)));
+        wa[wrow + 3u] = vec4<f16>(unpack4xI8(trits2(c, 3u)));
+        let xrow = atok * LDV + ah * 4u;
         if (ACT4 == 1u) {
             // Words of 8 columns: low nibbles columns 0-3, high nibbles 4-7.
             put4(xrow, sext4(a0 & 0x0f0f0f0fu));
-            put4(xrow + 4u, sext4((a0 >> 4u) & 0x0f0f0f0fu));
-            put4(xrow + 8u, sext4(a1 & 0x0f0f0f0fu));
-            put4(xrow + 12u, sext4((a1 >> 4u) & 0x0f0f0f0fu));
+            put4(xrow + 1u, sext4((a0 >> 4u) & 0x0f0f0f0fu));
+            put4(xrow + 2u, sext4(a1 & 0x0f0f0f0fu));
+            put4(xrow + 3u, sext4((a1 >> 4u) & 0x0f0f0f0fu));
         } else {
             put4(xrow, a0);
-            put4(xrow + 4u, a1);
-            put4(xrow + 8u, a2);
-            put4(xrow + 12u, a3);
+            put4(xrow + 1u, a1);
+            put4(xrow + 2u, a2);
+            put4(xrow + 3u, a3);
         }
         workgroupBarrier();
         if (s + 1u < n_steps) {
@@ -149,15 +146,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
                 a3 = load_act(t0 + atok, s + 1u, 4u * ah + 3u);
             }
         }
-        for (var kk = 0u; kk < KS; kk = kk + 16u) {
-            let ia0 = rb * LD + kk;
-            let ia1 = (rb + 16u) * LD + kk;
-            let ib0 = tb * LD + kk;
-            let ib1 = (tb + 16u) * LD + kk;
-            let m0 = coopLoadT<coop_mat16x16<f16, A>>(&wa[ia0], LD);
-            let m1 = coopLoadT<coop_mat16x16<f16, A>>(&wa[ia1], LD);
-            let n0 = coopLoad<coop_mat16x16<f16, B>>(&xb[ib0], LD);
-            let n1 = coopLoad<coop_mat16x16<f16, B>>(&xb[ib1], LD);
+        for (var kv = 0u; kv < KS / 4u; kv = kv + 4u) {
+            let ia0 = rb * LDV + kv;
+            let ia1 = (rb + 16u) * LDV + kv;
+            let ib0 = tb * LDV + kv;
+            let ib1 = (tb + 16u) * LDV + kv;
+            let m0 = coopLoadT<coop_mat16x16<f16, A>>(&wa[ia0], LDV);
+            let m1 = coopLoadT<coop_mat16x16<f16, A>>(&wa[ia1], LDV);
+            let n0 = coopLoad<coop_mat16x16<f16, B>>(&xb[ib0], LDV);
+            let n1 = coopLoad<coop_mat16x16<f16, B>>(&xb[ib1], LDV);
             c00 = coopMultiplyAdd(m0, n0, c00);
             c01 = coopMultiplyAdd(m0, n1, c01);
             c10 = coopMultiplyAdd(m1, n0, c10);
