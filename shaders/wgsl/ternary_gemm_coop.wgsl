@@ -1,13 +1,17 @@
 // Ternary GEMM on cooperative matrices (tensor cores; `GemmTile::Coop`): the prefill kernel of
-// 2bit weights with one scale group (per-tensor scales, gate/up pairs by mode bit 5). Same
-// operands, output and bits as ternary_gemm_t128.wgsl (read its header):
-// y[t][r] = (scale_r · Σ_c trit_{r,c} · q_t[c]) / s_t.
+// 2bit weights with one scale group (per-tensor scales, gate/up pairs by mode bit 5) or, GROUPED,
+// groups of a multiple of 32 columns (TQ2_0's 256). Same operands, output and bits as
+// ternary_gemm_t128.wgsl (read its header): y[t][r] = (Σ_g scale_{r,g} · Σ_{c∈g} trit_{r,c} ·
+// q_t[c]) / s_t.
 //
 // Why it is exact: trits and INT8 (or INT4) activation codes are exact in f16, each product is
 // exact in f32, and every partial sum is an integer of magnitude ≤ cols · 127 < 2^24 (matmul.rs
 // refuses more columns), so the f32 accumulator ends on the same integer as the reference's i32
 // sum whatever order the matrix unit adds in. The epilogue is then the reference's for one scale
-// group: `sum = 0.0 + f32(acc) · scale`, `div_rn(sum, s_t)`.
+// group: `sum = 0.0 + f32(acc) · scale`, `div_rn(sum, s_t)`. GROUPED: a group ends on a K step's
+// edge; there each fragment goes through the staging block into the lanes' f32 sums, in
+// increasing group order `sum = sum + f32(acc_g) · scale_g` from 0.0 (the reference's
+// operations), the accumulators restart from 0, and the end divides once: `div_rn(sum, s_t)`.
 //
 // A workgroup is 4 subgroups of 32 invocations (the context takes this path only where the
 // adapter's subgroups are exactly 32 wide) and computes 64 rows × 64 tokens: subgroup s the rows
@@ -19,8 +23,9 @@
 // step's words loaded before the current step's products (software pipeline). The results go
 // through a 16 × 16 f32 staging block per subgroup to the scaled, bounds-checked stores.
 //
-// Override constants: SCALE_TYPE (0 f32, 1 f16, 2 bf16), ACT4 (0 INT8, 1 INT4), DOT (unused
-// here; ternary_ops' import needs it). Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of
+// Override constants: SCALE_TYPE (0 f32, 1 f16, 2 bf16), ACT4 (0 INT8, 1 INT4), GROUPED (0 one
+// scale group, 1 groups of a multiple of 32 columns), DOT (unused here; ternary_ops' import
+// needs it). Bindings as ternary_gemm.wgsl. Grid: x = 64-row tiles of
 // the part, y = 64-token tiles.
 
 enable f16;
@@ -32,6 +37,7 @@ enable wgpu_cooperative_matrix;
 
 override SCALE_TYPE: u32 = 0u;
 override ACT4: u32 = 0u;
+override GROUPED: u32 = 0u;
 override DOT: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -53,6 +59,9 @@ var<workgroup> wa: array<vec4<f16>, 640>;
 var<workgroup> xb: array<vec4<f16>, 640>;
 // One 16 × 16 f32 block per subgroup for the epilogue (column-major: [token][row]).
 var<workgroup> cs: array<f32, 1024>;
+// GROUPED: the lane's f32 sums of the groups flushed so far: fragment f's element lane + 32 m at
+// [8 f + m].
+var<private> sums: array<f32, 32>;
 
 // Code word `q` (0 or 1) of K step s of tile row `r` (trit 0 = code 1 past the row or the part).
 fn load_code(row: u32, s: u32, q: u32) -> u32 {
@@ -77,6 +86,19 @@ fn load_act(tok: u32, s: u32, j: u32) -> u32 {
 // Four int8 bytes of `v` to f16 at xb[at].
 fn put4(at: u32, v: u32) {
     xb[at] = vec4<f16>(unpack4xI8(v));
+}
+
+// GROUPED: the end of group g for fragment f (rows row0 .. + 16 of the part's tile): through the
+// staging block, sums[8 f + m] += f32(acc) · scale_g of element lane + 32 m's row.
+fn flush(m: coop_mat16x16<f32, C>, f: u32, g: u32, base: u32, lane: u32, row0: u32) {
+    let st = 16u;
+    coopStore(m, &cs[base], st);
+    workgroupBarrier();
+    for (var k = 0u; k < 8u; k = k + 1u) {
+        let e = lane + 32u * k;
+        sums[8u * f + k] = sums[8u * f + k] + cs[base + e] * group_scale(row0 + e % 16u, g);
+    }
+    workgroupBarrier();
 }
 
 @compute @workgroup_size(128)
@@ -113,7 +135,22 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
+    let base = sg * 256u;
+    // GROUPED: K steps per scale group, the current group
+    let spg = max(p.group / KS, 1u);
+    var g = 0u;
     for (var s = 0u; s < n_steps; s = s + 1u) {
+        if (GROUPED == 1u && s > 0u && s % spg == 0u) {
+            flush(c00, 0u, g, base, lane, r0 + rb);
+            flush(c01, 1u, g, base, lane, r0 + rb);
+            flush(c10, 2u, g, base, lane, r0 + rb + 16u);
+            flush(c11, 3u, g, base, lane, r0 + rb + 16u);
+            c00 = coop_mat16x16<f32, C>();
+            c01 = coop_mat16x16<f32, C>();
+            c10 = coop_mat16x16<f32, C>();
+            c11 = coop_mat16x16<f32, C>();
+            g = g + 1u;
+        }
         // Widen: 16 trits of the code word, 16 (INT8) or 16 (INT4) codes of the token.
         let wrow = crow * LDV + cq * 4u;
         wa[wrow] = vec4<f16>(unpack4xI8(trits2(c, 0u)));
@@ -163,9 +200,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         workgroupBarrier();
     }
 
+    if (GROUPED == 1u) {
+        flush(c00, 0u, g, base, lane, r0 + rb);
+        flush(c01, 1u, g, base, lane, r0 + rb);
+        flush(c10, 2u, g, base, lane, r0 + rb + 16u);
+        flush(c11, 3u, g, base, lane, r0 + rb + 16u);
+        for (var f = 0u; f < 4u; f = f + 1u) {
+            for (var m = 0u; m < 8u; m = m + 1u) {
+                let e = lane + 32u * m;
+                let row = r0 + rb + 16u * (f / 2u) + e % 16u;
+                let t = t0 + tb + 16u * (f % 2u) + e / 16u;
+                if (row < p.rows && t < p.n_tokens) {
+                    y[t * p.out_stride + p.row0 + row] = div_rn(sums[8u * f + m], xs[t]);
+                }
+            }
+        }
+        return;
+    }
     // Epilogue, one fragment at a time through the subgroup's staging block: element (r, t) at
     // cs[base + 16 t + r]; lane l stores elements l + 32 m.
-    let base = sg * 256u;
     for (var f = 0u; f < 4u; f = f + 1u) {
         let fr = f / 2u;
         let ft = f % 2u;

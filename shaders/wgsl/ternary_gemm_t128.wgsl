@@ -77,14 +77,6 @@ var<private> sum5: vec4<f32>;
 var<private> sum6: vec4<f32>;
 var<private> sum7: vec4<f32>;
 
-// GROUPED: scale g of a row (0 past the part's rows).
-fn group_scale(row: u32, g: u32) -> f32 {
-    if (row >= p.rows) {
-        return 0.0;
-    }
-    return scale_at(row * p.groups_per_row + g);
-}
-
 // GROUPED: the end of group g for the invocation's rows (row, row + 16, + 32, + 48): sum += f32(acc)
 // · scale per component (one f32 multiply and one add, as the reference), acc = 0.
 fn flush(g: u32, row: u32) {

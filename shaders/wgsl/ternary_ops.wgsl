@@ -25,6 +25,15 @@ fn tensor_scale(row: u32) -> f32 {
     return scale_at(select(0u, (p.row0 + row) & 1u, ((p.mode >> 5u) & 1u) == 1u));
 }
 
+// Scale g of tile row `row` of the part (0 past the part's rows): the GEMMs' GROUPED variants
+// (ternary_gemm_t128.wgsl, ternary_gemm_coop.wgsl).
+fn group_scale(row: u32, g: u32) -> f32 {
+    if (row >= p.rows) {
+        return 0.0;
+    }
+    return scale_at(row * p.groups_per_row + g);
+}
+
 // Four 2-bit codes (bits 8b .. 8b + 8 of cw) as four int8 trits (code − 1) in one word.
 fn trits2(cw: u32, b: u32) -> u32 {
     let c = (cw >> (8u * b)) & 0xffu;

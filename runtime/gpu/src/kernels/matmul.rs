@@ -101,10 +101,16 @@ impl GemmTile {
     }
 
     /// Whether [`GemmTile::Coop`] takes `w`: 2bit codes with one scale group (per-tensor scales,
-    /// gate/up pairs included) and at most [`GEMM_COOP_MAX_COLS`] columns (the f32 accumulators
-    /// stay exact integers).
+    /// gate/up pairs included) or f16/bf16 scales in groups of a multiple of its 32-column K step
+    /// (TQ2_0's 256), and at most [`GEMM_COOP_MAX_COLS`] columns (the f32 accumulators stay exact
+    /// integers). f32 scales in groups stay on the classic tiles: the H200's compiler fuses the
+    /// group flush's `sum + f32(acc) · scale` into an FMA, 2 ulp from the reference's rounded
+    /// product when the scale has a full f32 mantissa (measured, docs/bench/i30-coopmat); an f16
+    /// or bf16 scale times an integer below 2^24 is exact, so the fusion cannot show.
     pub fn coop_fits(w: &TernaryWeight) -> bool {
-        w.layout == tern_format::TernaryLayout::Bits2 && w.group == 0 && w.cols <= GEMM_COOP_MAX_COLS
+        let groups_ok = w.group == 0
+            || (w.group.is_multiple_of(32) && w.scale_type != tern_format::FloatType::F32);
+        w.layout == tern_format::TernaryLayout::Bits2 && groups_ok && w.cols <= GEMM_COOP_MAX_COLS
     }
 
     pub(crate) fn tokens(self) -> u64 {
@@ -509,7 +515,7 @@ pub fn ternary_gemm_tiled(
         return Err(GpuError::invalid(
             OP,
             "the cooperative-matrix tile needs a device with cooperative matrices and 2bit \
-             weights with one scale group",
+             weights with one scale group or groups of a multiple of 32 columns",
         ));
     }
     if tile == GemmTile::Coop {
@@ -553,7 +559,7 @@ pub fn ternary_gemm_tiled(
         act: a.act,
         dot: ctx.dot_kind(),
         tile,
-        grouped: tall && w.group != 0,
+        grouped: (tall || tile == GemmTile::Coop) && w.group != 0,
     };
     let gy = u32_of(OP, "token tiles", n_tokens.div_ceil(tile.tokens()))?;
     for part in &w.parts {

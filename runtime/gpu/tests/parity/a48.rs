@@ -334,7 +334,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
     let l2 = TernaryLayout::Bits2;
     let l3 = TernaryLayout::Base3;
     let (f32t, f16t, bf16t) = (FloatType::F32, FloatType::F16, FloatType::Bf16);
-    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 31] = [
+    let mm_cases: [(Mm, TernaryLayout, FloatType, (usize, usize, u32, usize)); 33] = [
         (Mm::Gemv, l2, f32t, (1, 32, 0, 1)),
         (Mm::Gemv, l2, f16t, (37, 1000, 0, 1)),
         (Mm::Gemv, l2, bf16t, (9, 200, 40, 2)),
@@ -367,6 +367,8 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (Mm::GemmCoop, l2, bf16t, (257, 1000, 0, 130)),
         (Mm::GemmCoop, l2, f16t, (70, 2560, 0, 128)),
         (Mm::GemmCoop, l2, f32t, (65, 60, 0, 5)),
+        (Mm::GemmCoop, l2, f16t, (70, 2560, 256, 128)),
+        (Mm::GemmCoop, l2, bf16t, (65, 1024, 32, 65)),
         // ... and over scale groups of a multiple of 64 columns (GROUPED)
         (Mm::GemmTall, l2, f16t, (70, 2560, 256, 128)),
         (Mm::GemmTallHalf, l2, f32t, (65, 1024, 64, 65)),

@@ -368,6 +368,23 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             }),
         );
     }
+    // ... and over scale groups of a multiple of its 32-column K step (GROUPED: TQ2_0's 256)
+    for (st, rows, cols, group, tokens) in [
+        (FloatType::F16, 70, 2560, 256, 65),
+        (FloatType::Bf16, 33, 6912, 256, 7),
+        (FloatType::F16, 65, 640, 64, 64),
+        (FloatType::Bf16, 9, 1024, 32, 130),
+        (FloatType::F16, 257, 960, 96, 70),
+    ] {
+        add(
+            format!("ternary_gemm coop {st:?} {rows}×{cols} group {group} tokens {tokens}"),
+            false,
+            Box::new(move |x, r| {
+                let l = TernaryLayout::Bits2;
+                run_ternary_gemm(x, r, Path::GemmCoop, l, st, rows, cols, group, tokens)
+            }),
+        );
+    }
     add(
         "ternary_gemm coop f32 300×2560 tokens 6 split".into(),
         true,

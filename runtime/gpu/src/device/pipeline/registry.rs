@@ -171,10 +171,8 @@ impl KernelKey {
                     (GemmTile::Wide, false) => c.push(("NJ", 4.0)),
                     (GemmTile::Tall, _) => c.push(("WG", 256.0)),
                     (GemmTile::TallHalf, _) => c.push(("WG", 128.0)),
-                    (GemmTile::Coop, false) => {}
-                    (GemmTile::Narrow | GemmTile::Wide | GemmTile::Coop, true) => {
-                        return Err(none())
-                    }
+                    (GemmTile::Coop, _) => {}
+                    (GemmTile::Narrow | GemmTile::Wide, true) => return Err(none()),
                 }
                 if grouped {
                     c.push(("GROUPED", 1.0));

@@ -62,7 +62,7 @@ fn every_key_has_a_registered_variant() {
                     for (tile, grouped) in GemmTile::ALL
                         .map(|t| (t, false))
                         .into_iter()
-                        .chain([(GemmTile::Tall, true), (GemmTile::TallHalf, true)])
+                        .chain([(GemmTile::Tall, true), (GemmTile::TallHalf, true), (GemmTile::Coop, true)])
                     {
                         if tile == GemmTile::Narrow || layout == TernaryLayout::Bits2 {
                             keys.push(KernelKey::TernaryGemm {
