@@ -8,12 +8,11 @@ use crate::device::context::GpuContext;
 use crate::device::params::StepParams;
 use crate::device::plan::Plan;
 use crate::error::{GpuError, Result};
-use crate::kernels::pointwise::rope_table;
 use crate::kernels::SampleCandidates;
 use crate::model::graph::{self, Wanted};
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache};
-use tern_format::KvSpec;
+use tern_format::{KvQuant, KvSpec};
 
 mod lookahead;
 
@@ -83,10 +82,34 @@ impl GpuSession {
                 "n_ctx and max_batch must be > 0",
             ));
         }
+        let window = model
+            .spec
+            .layers
+            .iter()
+            .any(|l| l.attn.sliding_window.is_some());
+        if window && (!matches!(kv.quant, KvQuant::F32 | KvQuant::F16) || kv.minicache.is_some()) {
+            // as the CPU reference: a compressed cache is not implemented past the window
+            return Err(GpuError::Unsupported {
+                adapter: ctx.info.name.clone(),
+                detail: format!(
+                    "sliding-window attention with the {} KV cache{}: use f32 or f16",
+                    kv.quant.name(),
+                    if kv.minicache.is_some() {
+                        " and MiniCache"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
         // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
         let max_batch = model.fit_session(n_ctx, max_batch, kv)?;
         let kv = KvCache::new(&ctx, hp, n_ctx, kv, max_batch)?;
-        let s = Scratch::alloc(&ctx, hp, max_batch)?;
+        let mut s = Scratch::alloc(&ctx, hp, max_batch)?;
+        for _ in 1..model.rope_freqs.len() {
+            let bytes = s.rope.size();
+            s.rope_extra.push(ctx.zeroed("rope table", bytes)?);
+        }
         let scratch_bytes = s.bytes();
         let lookahead = model.tuning.lookahead;
         Ok(GpuSession {
@@ -249,10 +272,12 @@ impl GpuSession {
             }
         }
         let positions: Vec<u64> = (pos..pos + n).collect();
-        let (rope_dim, theta) = m.rope_table_params();
-        let table = rope_table(&positions, rope_dim, theta);
-        if !table.is_empty() {
-            ctx.queue.write_buffer(&self.s.rope, 0, &table);
+        // one cos/sin table per distinct RoPE of the layers (Gemma 3: local and global)
+        for (i, f) in m.rope_freqs.iter().enumerate() {
+            let table = f.table(&positions);
+            if !table.is_empty() {
+                ctx.queue.write_buffer(self.s.rope_table(i)?, 0, &table);
+            }
         }
         let sp = StepParams {
             p0: pos as u32,     // ok: pos < n_ctx, which fits a binding
