@@ -28,6 +28,8 @@ fn every_key_has_a_registered_variant() {
         KernelKey::NeuzipEmbed,
         KernelKey::RmsNorm,
         KernelKey::RmsNormQuant,
+        KernelKey::BiasScale,
+        KernelKey::HeadRmsNorm,
         KernelKey::Rope { neox: false },
         KernelKey::Rope { neox: true },
         KernelKey::Argmax,
