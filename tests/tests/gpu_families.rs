@@ -76,7 +76,10 @@ fn q8_0_bytes(v: &[f32]) -> Vec<u8> {
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         out.extend_from_slice(&half::f16::from_f32(d).to_le_bytes());
-        out.extend(b.iter().map(|x| (x * id).round().clamp(-127.0, 127.0) as i8 as u8));
+        out.extend(
+            b.iter()
+                .map(|x| (x * id).round().clamp(-127.0, 127.0) as i8 as u8),
+        );
     }
     out
 }
@@ -137,8 +140,8 @@ fn write_model(path: &Path, s: &Shape, seed: u64) {
     let mut rng = Rng(seed);
     let (d, hd, ff) = (s.n_embd as usize, s.head_dim as usize, s.n_ff as usize);
     let (q_dim, kv_dim) = (s.n_head as usize * hd, s.n_head_kv as usize * hd);
-    let mut matrix = |w: &mut TernWriter, rng: &mut Rng, name: &str, rows: usize, cols: usize| {
-        let v = rng.vec(rows * cols, 1.7 / (cols as f32).sqrt());
+    let matrix = |w: &mut TernWriter, rng: &mut Rng, name: &str, rows: usize, cols: usize| {
+        let v = rng.vec(rows * cols, 2.5 / (cols as f32).sqrt());
         let (enc, bytes) = match s.store {
             Store::Q8 => (Encoding::Q8_0, q8_0_bytes(&v)),
             Store::F16 => (Encoding::F16, f16_bytes(&v)),
@@ -177,7 +180,9 @@ fn write_model(path: &Path, s: &Shape, seed: u64) {
             .unwrap();
     }
     if s.family.rope_freq_factors {
-        let f: Vec<f32> = (0..hd / 2).map(|i| 1.0 + 7.0 * i as f32 / hd as f32).collect();
+        let f: Vec<f32> = (0..hd / 2)
+            .map(|i| 1.0 + 7.0 * i as f32 / hd as f32)
+            .collect();
         let shape = [(hd / 2) as u64];
         w.add_tensor("rope_freqs.weight", &shape, Encoding::F32, &f32_bytes(&f))
             .unwrap();
@@ -195,7 +200,14 @@ fn write_model(path: &Path, s: &Shape, seed: u64) {
         matrix(&mut w, &mut rng, &n("ffn_down"), d, ff);
         if s.family.qkv_bias {
             for (t, len) in [("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)] {
-                vector(&mut w, &mut rng, &format!("blk.{l}.{t}.bias"), len, 0.0, 0.5);
+                vector(
+                    &mut w,
+                    &mut rng,
+                    &format!("blk.{l}.{t}.bias"),
+                    len,
+                    0.0,
+                    0.5,
+                );
             }
         }
         if s.family.qk_norm {
@@ -210,7 +222,7 @@ fn write_model(path: &Path, s: &Shape, seed: u64) {
     w.finish().unwrap();
 }
 
-fn qwen25() -> Shape {
+fn qwen25(store: Store, n_ff: u32) -> Shape {
     Shape {
         arch: Arch::Qwen2,
         n_vocab: 384,
@@ -219,11 +231,11 @@ fn qwen25() -> Shape {
         n_head: 7,
         n_head_kv: 1,
         head_dim: 32,
-        n_ff: 160,
+        n_ff,
         theta: 1_000_000.0,
         act: FfnAct::Silu,
         tied: true,
-        store: Store::F16,
+        store,
         family: FamilyParams {
             qkv_bias: true,
             ..Default::default()
@@ -231,7 +243,7 @@ fn qwen25() -> Shape {
     }
 }
 
-fn qwen3() -> Shape {
+fn qwen3(store: Store, n_ff: u32) -> Shape {
     Shape {
         arch: Arch::Qwen3,
         n_vocab: 320,
@@ -240,11 +252,11 @@ fn qwen3() -> Shape {
         n_head: 4,
         n_head_kv: 2,
         head_dim: 128,
-        n_ff: 192,
+        n_ff,
         theta: 1_000_000.0,
         act: FfnAct::Silu,
         tied: true,
-        store: Store::Q8,
+        store,
         family: FamilyParams {
             qk_norm: true,
             ..Default::default()
@@ -273,7 +285,7 @@ fn llama32() -> Shape {
     }
 }
 
-fn gemma3() -> Shape {
+fn gemma3(n_ff: u32) -> Shape {
     let n_layer = 6;
     Shape {
         arch: Arch::Gemma3,
@@ -283,7 +295,7 @@ fn gemma3() -> Shape {
         n_head: 4,
         n_head_kv: 1,
         head_dim: 256,
-        n_ff: 128,
+        n_ff,
         theta: 1_000_000.0,
         act: FfnAct::GeluTanh,
         tied: true,
@@ -372,14 +384,20 @@ fn check_family(name: &str, shape: Shape) -> Option<f64> {
     Some(e1.max(e2))
 }
 
+// Each family twice: q/k/v stacked into one matrix (Q8_0, q_dim + 2·kv_dim ≤ n_ff: the biases
+// and QK-norm applied to the stacked rows, RoPE fused with the KV store at decode) and as three
+// matrices (f16 or a narrow FFN: planar q, k, v).
+
 #[test]
 fn qwen25_shaped_gpu_equals_cpu() {
-    check_family("qwen25", qwen25());
+    check_family("qwen25_stacked", qwen25(Store::Q8, 320));
+    check_family("qwen25_f16_split", qwen25(Store::F16, 160));
 }
 
 #[test]
 fn qwen3_shaped_gpu_equals_cpu() {
-    check_family("qwen3", qwen3());
+    check_family("qwen3_stacked", qwen3(Store::Q8, 1024));
+    check_family("qwen3_f16_split", qwen3(Store::F16, 192));
 }
 
 #[test]
@@ -389,7 +407,8 @@ fn llama32_shaped_gpu_equals_cpu() {
 
 #[test]
 fn gemma3_shaped_gpu_equals_cpu() {
-    check_family("gemma3", gemma3());
+    check_family("gemma3_stacked", gemma3(1536));
+    check_family("gemma3_split", gemma3(128));
 }
 
 /// The features matter: the Gemma-shaped model without its sliding window (or with the local
@@ -397,7 +416,7 @@ fn gemma3_shaped_gpu_equals_cpu() {
 /// that ignored them.
 #[test]
 fn gemma3_shaped_features_change_the_logits() {
-    let base = model_file("gemma3_base", &gemma3());
+    let base = model_file("gemma3_base", &gemma3(128));
     let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 512).collect();
     let logits = |p: &Path| {
         let m = Model::open(p).unwrap();
@@ -406,11 +425,14 @@ fn gemma3_shaped_features_change_the_logits() {
     };
     let want = logits(&base);
     for (tag, edit) in [
-        ("no window", (|f: &mut FamilyParams| f.sliding_window = Some(1000)) as fn(&mut _)),
+        (
+            "no window",
+            (|f: &mut FamilyParams| f.sliding_window = Some(1000)) as fn(&mut _),
+        ),
         ("one RoPE base", |f| f.rope_theta_swa = None),
         ("no linear scaling", |f| f.rope_linear = None),
     ] {
-        let mut s = gemma3();
+        let mut s = gemma3(128);
         edit(&mut s.family);
         let p = model_file(&format!("gemma3_{}", tag.replace(' ', "_")), &s);
         let e = nmse(&logits(&p), &want);
