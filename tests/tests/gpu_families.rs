@@ -10,8 +10,8 @@
 //!   and token by token (a window of 5 keys so the 14-token prompt slides past it; measured
 //!   ≤ 1e-13 on lavapipe), and greedy continuations identical;
 //! * the real Gemma 3 270M (Q4_K_M, `tern fetch gemma3-270m`; skipped, saying so, when absent):
-//!   greedy 8 tokens on 2 prompts identical to the CPU reference, last-position logits within
-//!   NMSE 1e-6.
+//!   greedy 6 tokens on 2 prompts identical to the CPU reference, the prompt's last logits within
+//!   NMSE 1e-6 (measured 6.0e-13 and 3.7e-13 on lavapipe); ~70 s on lavapipe.
 //!
 //! On lavapipe in CI (`TERN_REQUIRE_GPU=1`); a missing adapter skips unless a GPU is required.
 
@@ -341,6 +341,20 @@ fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     out
 }
 
+/// [`greedy`], also returning the prompt's last logits.
+fn greedy_first(model: &Model, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut s = Session::new(model, prompt.len() + n + 1).unwrap();
+    let first = s.eval(prompt).unwrap();
+    let mut logits = first.clone();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = argmax(&logits);
+        out.push(t);
+        logits = s.eval(&[t]).unwrap();
+    }
+    (out, first)
+}
+
 /// Every position's logits, batched prefill and token by token.
 fn logits_both(model: &Model, tokens: &[u32]) -> (Vec<f32>, Vec<f32>) {
     let mut s = Session::new(model, 64).unwrap();
@@ -445,12 +459,17 @@ fn gemma3_shaped_features_change_the_logits() {
 /// tokens on the GPU identical to the CPU reference's.
 #[test]
 fn gemma3_270m_greedy_gpu_equals_cpu() {
-    let gguf = tern_import::fetch::known_model_path(&tern_import::fetch::GEMMA3_270M);
+    let known = &tern_import::fetch::GEMMA3_270M;
+    let mut gguf = tern_import::fetch::known_model_path(known);
+    if !gguf.is_file() && std::env::var("TERN_FETCH_GEMMA").as_deref() == Ok("1") {
+        gguf = tern_import::fetch::known_model_gguf(known).unwrap();
+    }
     if !gguf.is_file() {
         tern_tests::skip_or_fail(
             "gemma3_270m_gpu",
             &format!(
-                "the Gemma 3 270M GGUF is not at {} (run `tern fetch gemma3-270m`)",
+                "the Gemma 3 270M GGUF is not at {} (run `tern fetch gemma3-270m`, or set \
+                 TERN_FETCH_GEMMA=1)",
                 gguf.display()
             ),
         );
@@ -472,20 +491,19 @@ fn gemma3_270m_greedy_gpu_equals_cpu() {
     };
     // "<bos>The capital of France is" and "<bos>def fibonacci(n):" in Gemma 3's vocabulary
     let tok = cpu.tokenizer().unwrap();
+    // lavapipe runs this model at ~3 s per token (its 262 144-row head on the CPU): 6 tokens
     for text in ["The capital of France is", "def fibonacci(n):"] {
         let mut prompt = vec![2u32];
         prompt.extend(tok.encode(text, false).unwrap());
         let t0 = std::time::Instant::now();
-        let want = greedy(&cpu, &prompt, 8);
+        let (want, want_logits) = greedy_first(&cpu, &prompt, 6);
         let tc = t0.elapsed().as_secs_f64();
         let t1 = std::time::Instant::now();
-        let got = greedy(&gpu, &prompt, 8);
+        let (got, got_logits) = greedy_first(&gpu, &prompt, 6);
         let tg = t1.elapsed().as_secs_f64();
-        let mut sc = Session::new(&cpu, 64).unwrap();
-        let mut sg = Session::new(&gpu, 64).unwrap();
-        let e = nmse(&sg.eval(&prompt).unwrap(), &sc.eval(&prompt).unwrap());
+        let e = nmse(&got_logits, &want_logits);
         eprintln!(
-            "{text:?}: GPU {got:?} ({tg:.1} s), CPU {want:?} ({tc:.1} s), last logits NMSE {e:.2e}: {:?}",
+            "{text:?}: GPU {got:?} ({tg:.1} s), CPU {want:?} ({tc:.1} s), prompt logits NMSE {e:.2e}: {:?}",
             tok.decode(&got).unwrap_or_default()
         );
         assert_eq!(got, want, "{text:?}: greedy tokens");

@@ -253,6 +253,22 @@ fn run_window(
     )
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
+    let want = reference_windowed(&q, (&kc, &vc), p0, n, (n_head, n_kv, hd), window)?;
+    let got = ctx.read_f32(&ob, n * q_dim).map_err(e)?;
+    score("windowed attention", Check::Nmse(1e-10), &got, &want)
+}
+
+/// `tern_reference::kernels::attention` of `n` queries at positions `p0..`, each over the last
+/// `window` keys of its causal past (the reference model's `first_key`).
+pub(crate) fn reference_windowed(
+    q: &[f32],
+    (kc, vc): (&[f32], &[f32]),
+    p0: usize,
+    n: usize,
+    (n_head, n_kv, hd): (usize, usize, usize),
+    window: usize,
+) -> Result<Vec<f32>, String> {
+    let (q_dim, row) = (n_head * hd, n_kv * hd);
     let mut want = vec![0.0f32; n * q_dim];
     for t in 0..n {
         let pos = p0 + t;
@@ -269,8 +285,7 @@ fn run_window(
         )
         .map_err(|e| e.to_string())?;
     }
-    let got = ctx.read_f32(&ob, n * q_dim).map_err(e)?;
-    score("windowed attention", Check::Nmse(1e-10), &got, &want)
+    Ok(want)
 }
 
 pub(crate) fn cases() -> Vec<(String, bool, CaseFn)> {
