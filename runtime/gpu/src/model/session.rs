@@ -12,7 +12,7 @@ use crate::kernels::SampleCandidates;
 use crate::model::graph::{self, Wanted};
 use crate::model::scratch::Scratch;
 use crate::model::{GpuModel, KvCache};
-use tern_format::{KvQuant, KvSpec};
+use tern_format::KvSpec;
 
 mod lookahead;
 
@@ -87,19 +87,13 @@ impl GpuSession {
             .layers
             .iter()
             .any(|l| l.attn.sliding_window.is_some());
-        if window && (!matches!(kv.quant, KvQuant::F32 | KvQuant::F16) || kv.minicache.is_some()) {
-            // as the CPU reference: a compressed cache is not implemented past the window
+        if window && kv.minicache.is_some() {
+            // a MiniCache pair would merge a sliding layer with a global one
             return Err(GpuError::Unsupported {
                 adapter: ctx.info.name.clone(),
-                detail: format!(
-                    "sliding-window attention with the {} KV cache{}: use f32 or f16",
-                    kv.quant.name(),
-                    if kv.minicache.is_some() {
-                        " and MiniCache"
-                    } else {
-                        ""
-                    }
-                ),
+                detail: "MiniCache with sliding-window attention is not implemented; use \
+                         --kv without MiniCache"
+                    .into(),
             });
         }
         // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
