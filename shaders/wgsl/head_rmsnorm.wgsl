@@ -6,7 +6,7 @@
 // One workgroup per (head, token); the multiplier is rmsnorm.wgsl's (rms_scale.wgsl: its tree
 // sum, a different f32 order than the reference's sequential sum: NMSE ~1e-14). Every read of the
 // row precedes rms_scale's barriers, so the in-place writes after them are safe.
-// Bindings: params; x (read-write); weight [head_dim] f32.
+// Bindings: params; heads (the rows, read-write); weight [head_dim] f32.
 
 // #import common
 // #import rms_scale
@@ -23,14 +23,15 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> heads: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 
 const WG: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
 
+// Element i of the rows (rms_scale.wgsl reads them through it).
 fn x_at(i: u32) -> f32 {
-    return x[i];
+    return heads[i];
 }
 
 @compute @workgroup_size(256)
@@ -43,7 +44,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let scale = rms_scale(lid, base, n, p.eps, live);
     if (live) {
         for (var c = lid; c < n; c = c + WG) {
-            x[base + c] = x[base + c] * scale * weight[c];
+            heads[base + c] = heads[base + c] * scale * weight[c];
         }
     }
 }
