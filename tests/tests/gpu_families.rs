@@ -5,10 +5,14 @@
 //!   frequency divisors, GQA, untied f16 head) and Gemma-3-270M (head_dim 256, 4/1 heads, QK-norm,
 //!   post-norms, GELU-tanh, √n_embd embedding scale, five sliding-window layers of base 10 000 to
 //!   one global layer of base 1 000 000 with linear RoPE scaling, tied head), written here at
-//!   test time (`.tern` files of Q8_0 / f16 / f32 tensors, ≤ 1.3 MB, a fixed seed: nothing to
-//!   download): every position's logits within NMSE 1e-9 of the CPU reference, batched prefill
-//!   and token by token (a window of 5 keys so the 14-token prompt slides past it; measured
-//!   ≤ 1e-13 on lavapipe), and greedy continuations identical;
+//!   test time (`.tern` files of Q8_0 / f16 / f32 tensors, 0.4–3 MB, a fixed seed: nothing to
+//!   download), each family with its q/k/v projections stacked into one matrix and as three:
+//!   every position's logits within NMSE 1e-9 of the CPU reference, batched prefill and token by
+//!   token (a window of 5 keys so the 14-token prompt slides past it; measured ≤ 1.2e-12 on
+//!   lavapipe), and greedy continuations identical; turning the window off, or the local layers'
+//!   RoPE base, or the linear scaling, moves the CPU's logits by NMSE ~2 (so a GPU that ignored
+//!   one would fail), and the test fails when the GPU skips the window or the keys' QK-norm
+//!   (checked by hand: NMSE 0.51 and 0.12);
 //! * the real Gemma 3 270M (Q4_K_M, `tern fetch gemma3-270m`; skipped, saying so, when absent):
 //!   greedy 6 tokens on 2 prompts identical to the CPU reference, the prompt's last logits within
 //!   NMSE 1e-6 (measured 6.0e-13 and 3.7e-13 on lavapipe); ~70 s on lavapipe.
