@@ -46,8 +46,12 @@ pub enum Shader {
     RmsNormQuant,
     /// Rotary position embedding (both pairings), host-computed cos/sin.
     Rope,
-    /// SwiGLU, ReLU² GLU, residual add.
+    /// SwiGLU, ReLU² GLU, GeGLU, residual add.
     Elementwise,
+    /// Rows scaled and biased in place (q/k/v projection biases, the embedding scale).
+    BiasScale,
+    /// Per-head RMSNorm in place (QK-norm).
+    HeadRmsNorm,
     /// Greedy sampling: argmax of each row of logits.
     Argmax,
     /// Write a batch's keys or values into the KV cache at the step's position, quantizing
@@ -188,7 +192,7 @@ pub const MODULES: &[(&str, &str)] = &[
 
 impl Shader {
     /// Every shader, in a fixed order.
-    pub const ALL: [Shader; 36] = [
+    pub const ALL: [Shader; 38] = [
         Shader::ActQuantInt8,
         Shader::TernaryGemv,
         Shader::GgmlGemv,
@@ -225,6 +229,8 @@ impl Shader {
         Shader::NeuzipEmbed,
         Shader::TernaryGemvDecNorm,
         Shader::AttentionPrefill,
+        Shader::BiasScale,
+        Shader::HeadRmsNorm,
     ];
 
     /// The file name under `shaders/wgsl/`.
@@ -243,6 +249,8 @@ impl Shader {
             Shader::RmsNormQuant => "rmsnorm_quant.wgsl",
             Shader::Rope => "rope.wgsl",
             Shader::Elementwise => "elementwise.wgsl",
+            Shader::BiasScale => "bias_scale.wgsl",
+            Shader::HeadRmsNorm => "head_rmsnorm.wgsl",
             Shader::Argmax => "argmax.wgsl",
             Shader::KvStore => "kv_store.wgsl",
             Shader::RopeKv => "rope_kv.wgsl",
@@ -285,6 +293,8 @@ impl Shader {
             Shader::RmsNormQuant => include_str!("../wgsl/rmsnorm_quant.wgsl"),
             Shader::Rope => include_str!("../wgsl/rope.wgsl"),
             Shader::Elementwise => include_str!("../wgsl/elementwise.wgsl"),
+            Shader::BiasScale => include_str!("../wgsl/bias_scale.wgsl"),
+            Shader::HeadRmsNorm => include_str!("../wgsl/head_rmsnorm.wgsl"),
             Shader::Argmax => include_str!("../wgsl/argmax.wgsl"),
             Shader::KvStore => include_str!("../wgsl/kv_store.wgsl"),
             Shader::RopeKv => include_str!("../wgsl/rope_kv.wgsl"),

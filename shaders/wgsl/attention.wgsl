@@ -2,7 +2,9 @@
 // ("flash decoding") so that a decode step with few heads still fills the GPU.
 //
 // Query token t sits at position p0 + t (p0 from the step buffer) and attends keys
-// 0 ..= p0 + t (n_kv = min(p0 + t + 1, n_ctx) of them) of kv head h / (n_head / n_head_kv).
+// 0 ..= p0 + t (n_kv = min(p0 + t + 1, n_ctx) of them) of kv head h / (n_head / n_head_kv); with a
+// sliding window (p.window > 0: Gemma 3's local layers) only the last min(n_kv, window) of them,
+// the chunks below cut from that range.
 // Workgroup (x, t, s): x = kv head · n_hg + head group; a head group is up to 4 query heads
 // sharing one kv head (their scores and outputs are the 4 lanes of vec4s), so each key and value
 // row is read once for 4 heads. s = split: the keys are cut into n_split chunks of
@@ -260,11 +262,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let q_dim = p.n_head * hd;
     let koff = kvh * hd;
     let n_kv = min(step.p0 + t + 1u, p.n_ctx);
-    let chunk = max((n_kv + p.n_split - 1u) / p.n_split, MIN_CHUNK);
-    let k_begin = s * chunk;
-    if (k_begin >= n_kv) {
+    // a sliding window (p.window > 0): only the last n_win keys k_lo .. n_kv
+    let n_win = select(n_kv, min(n_kv, p.window), p.window > 0u);
+    let k_lo = n_kv - n_win;
+    let chunk = max((n_win + p.n_split - 1u) / p.n_split, MIN_CHUNK);
+    if (s * chunk >= n_win) {
         return;
     }
+    let k_begin = k_lo + s * chunk;
     let k_end = min(k_begin + chunk, n_kv);
     if (is_kivi()) {
         qend = g.resid * (held() / g.resid);

@@ -36,8 +36,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let t = wg.y;
     let stride = hd + 2u;
     let n_kv = min(step.p0 + t + 1u, p.n_ctx);
-    let chunk = max((n_kv + p.n_split - 1u) / p.n_split, MIN_CHUNK);
-    let ns = min(p.n_split, (n_kv + chunk - 1u) / chunk);
+    // the keys attention.wgsl chunked: the last min(n_kv, window) with a sliding window
+    let n_win = select(n_kv, min(n_kv, p.window), p.window > 0u);
+    let chunk = max((n_win + p.n_split - 1u) / p.n_split, MIN_CHUNK);
+    let ns = min(p.n_split, (n_win + chunk - 1u) / chunk);
     let base = (t * p.n_head + h) * p.n_split * stride;
     var mv = -3.0e38;
     var lv = 0.0;

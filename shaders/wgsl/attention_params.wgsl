@@ -11,7 +11,8 @@ struct Params {
     n_split: u32,
     n_hg: u32,
     q_stride: u32,
-    _pad0: u32,
+    // Sliding window: a query sees at most this many keys, itself included (0: the whole past).
+    window: u32,
     _pad1: u32,
     _pad2: u32,
 }

@@ -1,8 +1,11 @@
-// Elementwise ops (tern_reference::{swiglu, relu2_glu} and the residual add):
+// Elementwise ops (tern_reference::{swiglu, relu2_glu, geglu} and the residual add):
 //   OP 0 = SwiGLU   out = silu(a) · b = a / (1 + e^−a) · b   (exp differs from the CPU's in the last
 //                   bits: NMSE ~1e-14)
 //   OP 1 = ReLU²GLU out = relu(a)² · b                       (exact but for FMA contraction)
 //   OP 2 = add      out = a + b                              (exact)
+//   OP 3 = GeGLU    out = gelu_tanh(a) · b (tern_reference::geglu: 0.5·a·(1 + tanh(√(2/π)·a·(1 +
+//                   0.044715·a²))); tanh as (1 − e^−2|u|) / (1 + e^−2|u|) with the sign of u, which
+//                   never overflows (tanh differs from the CPU's in the last bits)
 // Bindings: a, b, out: [n] f32.
 // `p.pairs` = 1 (the GLUs): a holds gate/up pairs, [n][2] (a GEMM over gate/up rows interleaved at
 // load, model/load.rs): g = a[2i], u = a[2i + 1], b is not read.
@@ -22,6 +25,14 @@ override OP: u32 = 0u;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+// Gemma's gelu_pytorch_tanh (tern_reference::kernels::gelu_tanh).
+fn gelu_tanh(x: f32) -> f32 {
+    let u = 0.7978846 * x * (1.0 + 0.044715 * x * x);
+    let e = exp(-2.0 * abs(u));
+    let t = sign(u) * (1.0 - e) / (1.0 + e);
+    return 0.5 * x * (1.0 + t);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -43,6 +54,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else if (OP == 1u) {
         let r = max(g, 0.0);
         out[i] = r * r * u;
+    } else if (OP == 3u) {
+        out[i] = gelu_tanh(g) * u;
     } else {
         out[i] = g + u;
     }

@@ -217,23 +217,30 @@ fn both_backends_hold_the_files_spec() {
 }
 
 /// Every feature a backend lacks, turned on alone, is refused by its check with the typed error
-/// naming the feature and its layer; the ones it has pass. Both backends implement exactly
-/// BitNet's sub-norms and ReLU² today.
+/// naming the feature and its layer; the ones it has pass (`CPU_CAPS`, `GPU_CAPS`: BitNet's
+/// sub-norms and ReLU² and, since issue 31, the Gemma 3 / Qwen 2/3 / Llama 3 features; the GPU
+/// lacks only the final logit soft-cap of those).
 #[test]
 fn both_backends_refuse_an_unsupported_feature() {
     let dir = tern_tests::scratch("model_spec_refuse");
     let file = write_model(&dir, false);
     let base = ModelSpec::from_file(&file).unwrap();
-    // What each backend implements today (issue 31 added the Gemma/Qwen/Llama 3 features to the
-    // CPU): those are accepted, every other feature refused.
+    // What each backend implements today (issue 31 added the Gemma/Qwen/Llama 3 features to both):
+    // those are accepted, every other feature refused.
     let cpu_today = tern_reference::model::CPU_CAPS.features;
-    let gpu_today = [Feature::SubNormAttn, Feature::SubNormFfn, Feature::Relu2];
+    let gpu_today = tern_gpu::model::GPU_CAPS.features;
+    for f in gpu_today {
+        assert!(
+            cpu_today.contains(f),
+            "the GPU has {f:?}, the CPU reference not"
+        );
+    }
     for f in Feature::ALL {
         let mut spec = base.clone();
         let layer = turn_on(&mut spec, f);
         for (backend, refusal, today) in [
             ("CPU", cpu_refusal(&spec), cpu_today),
-            ("GPU", gpu_refusal(&spec), &gpu_today[..]),
+            ("GPU", gpu_refusal(&spec), gpu_today),
         ] {
             if today.contains(&f) {
                 assert_eq!(refusal, None, "{backend} {f:?}");

@@ -32,6 +32,8 @@ mod attn;
 mod cce;
 #[path = "parity/decode.rs"]
 mod decode;
+#[path = "parity/family.rs"]
+mod family;
 #[path = "parity/float_ops.rs"]
 mod float_ops;
 #[path = "parity/fused.rs"]
@@ -626,6 +628,10 @@ fn run_elementwise(ctx: &GpuContext, rng: &mut Rng, op: EltOp, n: usize) -> Resu
             }
             Check::Exact
         }
+        EltOp::GeGlu => {
+            tern_reference::kernels::geglu(&a, &b, &mut want).unwrap();
+            Check::Nmse(1e-6)
+        }
     };
     let ab = ctx.upload("a", &f32_bytes(&a)).map_err(|e| e.to_string())?;
     let bb = ctx.upload("b", &f32_bytes(&b)).map_err(|e| e.to_string())?;
@@ -950,6 +956,7 @@ fn extra_cases() -> Vec<(String, bool, CaseFn)> {
     v.extend(rope_kv::cases());
     v.extend(ggml_norm::cases());
     v.extend(kquants::cases());
+    v.extend(family::cases());
     v
 }
 

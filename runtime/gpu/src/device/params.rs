@@ -153,6 +153,21 @@ params! {
 }
 
 params! {
+    /// `bias_scale.wgsl` (`len` 0: no bias).
+    BiasScaleParams in [(BiasScale, "Params")] {
+        n: u32, len: u32, scale: f32, _pad: u32,
+    }
+}
+
+params! {
+    /// `head_rmsnorm.wgsl` (QK-norm).
+    HeadRmsNormParams in [(HeadRmsNorm, "Params")] {
+        head_dim: u32, n_heads: u32, n_tokens: u32, row_stride: u32, offset: u32, eps: f32,
+        _pad0: u32, _pad1: u32,
+    }
+}
+
+params! {
     /// `argmax.wgsl`.
     ArgmaxParams in [(Argmax, "Params")] {
         n: u32, n_rows: u32, _pad0: u32, _pad1: u32,
@@ -230,7 +245,7 @@ params! {
         (Attention, "Params"), (AttentionCombine, "Params"), (AttentionPrefill, "Params")
     ] {
         n_head: u32, n_head_kv: u32, head_dim: u32, n_ctx: u32, scale: f32, n_tokens: u32,
-        n_split: u32, n_hg: u32, q_stride: u32, _pad0: u32, _pad1: u32, _pad2: u32,
+        n_split: u32, n_hg: u32, q_stride: u32, window: u32, _pad1: u32, _pad2: u32,
     }
 }
 
@@ -272,6 +287,8 @@ pub const ALL: &[Layout] = &[
     RopeKvParams::LAYOUT,
     QkvSplitParams::LAYOUT,
     EltParams::LAYOUT,
+    BiasScaleParams::LAYOUT,
+    HeadRmsNormParams::LAYOUT,
     ArgmaxParams::LAYOUT,
     TopkParams::LAYOUT,
     SampleParams::LAYOUT,

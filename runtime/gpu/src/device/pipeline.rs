@@ -41,6 +41,8 @@ pub enum EltOp {
     SwiGlu,
     Relu2Glu,
     Add,
+    /// `gelu_tanh(a) · b` (Gemma).
+    GeGlu,
 }
 
 /// One compiled pipeline, and the kernel registry: the key names its shader
@@ -115,6 +117,10 @@ pub enum KernelKey {
         neox: bool,
     },
     Elementwise(EltOp),
+    /// Rows scaled and biased in place (`bias_scale.wgsl`).
+    BiasScale,
+    /// Per-head RMSNorm in place (`head_rmsnorm.wgsl`, QK-norm).
+    HeadRmsNorm,
     Argmax,
     /// RoPE of q and k fused with the store of keys and values (a layer's cache in `quant`).
     RopeKv {
@@ -271,7 +277,10 @@ impl fmt::Display for KernelKey {
                 EltOp::SwiGlu => "swiglu",
                 EltOp::Relu2Glu => "relu2_glu",
                 EltOp::Add => "add",
+                EltOp::GeGlu => "geglu",
             }),
+            KernelKey::BiasScale => f.write_str("bias_scale"),
+            KernelKey::HeadRmsNorm => f.write_str("head_rmsnorm"),
             KernelKey::Argmax => f.write_str("argmax"),
             KernelKey::RopeKv { quant, neox } => write!(
                 f,
@@ -370,6 +379,8 @@ impl KernelKey {
             KernelKey::RmsNormQuant => Shader::RmsNormQuant,
             KernelKey::Rope { .. } => Shader::Rope,
             KernelKey::Elementwise(_) => Shader::Elementwise,
+            KernelKey::BiasScale => Shader::BiasScale,
+            KernelKey::HeadRmsNorm => Shader::HeadRmsNorm,
             KernelKey::Argmax => Shader::Argmax,
             KernelKey::RopeKv { .. } | KernelKey::RopeKvScales { .. } => Shader::RopeKv,
             KernelKey::QkvSplit => Shader::QkvSplit,

@@ -234,6 +234,7 @@ pub fn attention_prefill(
         KvRead::Own,
         None,
         true,
+        None,
     )
 }
 
@@ -294,6 +295,47 @@ pub fn attention_role(
         read,
         None,
         false,
+        None,
+    )
+}
+
+/// [`attention_with_split`] with a sliding window: query `t` attends only the last
+/// `min(p0 + t + 1, window)` keys (`tern_reference`'s `first_key`: Gemma 3's local layers).
+/// `attention.wgsl` only (the prefill kernel does not take a window).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_windowed(
+    ctx: &GpuContext,
+    enc: &mut impl Recorder,
+    layout: &KvLayout,
+    step: &wgpu::Buffer,
+    q: &wgpu::Buffer,
+    (k_cache, v_cache): (&wgpu::Buffer, &wgpu::Buffer),
+    out: &wgpu::Buffer,
+    n_tokens: u64,
+    n_head: u64,
+    scale: f32,
+    forced_split: Option<u64>,
+    window: u64,
+) -> Result<()> {
+    attention_in(
+        ctx,
+        enc,
+        layout,
+        step,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        n_tokens,
+        n_head,
+        scale,
+        forced_split.map_or(Pick::Auto, Pick::Split),
+        None,
+        KvRead::Own,
+        None,
+        false,
+        Some(window),
     )
 }
 
@@ -320,6 +362,7 @@ pub(crate) fn attention_into(
     split: Option<u64>,
     q_row: Option<u64>,
     prefill: bool,
+    window: Option<u64>,
 ) -> Result<()> {
     attention_in(
         ctx,
@@ -342,6 +385,7 @@ pub(crate) fn attention_into(
         read,
         q_row,
         prefill,
+        window,
     )
 }
 
@@ -391,8 +435,12 @@ fn attention_in(
     read: KvRead,
     q_row: Option<u64>,
     prefill_opt_in: bool,
+    window: Option<u64>,
 ) -> Result<()> {
     const OP: &str = "attention";
+    if window == Some(0) {
+        return Err(GpuError::shape(OP, "a sliding window of 0 keys"));
+    }
     let (n_head_kv, head_dim, n_ctx) = (layout.heads, layout.head_dim, layout.n_ctx);
     if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
         return Err(GpuError::shape(
@@ -446,7 +494,10 @@ fn attention_in(
     let n_hg = group.div_ceil(HEADS_PER_WG);
     let wgs_x = n_head_kv * n_hg;
     let token_tiles = n_tokens.div_ceil(PREFILL_TOKENS_PER_WG);
-    let unfit = prefill_unfit(layout, read, k_cache, v_cache);
+    let unfit = match window {
+        Some(_) => Some("a sliding window".to_string()),
+        None => prefill_unfit(layout, read, k_cache, v_cache),
+    };
     let pays = unfit.is_none() && prefill_pays(ctx, n_tokens, wgs_x, prefill_opt_in);
     let prefill = match pick {
         Pick::Prefill => true,
@@ -490,6 +541,8 @@ fn attention_in(
         n_split: u32_of(OP, "n_split", n_split)?,
         n_hg: u32_of(OP, "head groups", n_hg)?,
         q_stride: u32_of(OP, "query row", q_stride)?,
+        // a window past the cache is no window (0 = none)
+        window: u32_of(OP, "window", window.unwrap_or(0).min(n_ctx))?,
         ..AttnParams::default()
     };
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;

@@ -15,6 +15,8 @@
 //! * `minicache.rs` — MiniCache's merge of a pair of layers (SLERP, magnitudes, retained pool);
 //! * `attention.rs` — split-K causal GQA attention reading the cache as stored;
 //! * `embed.rs` — token-embedding rows from float or ggml tables;
+//! * `family.rs` — what the model families need beyond the baseline (issue 31): q/k/v biases and
+//!   the embedding scale, QK-norm, per-layer RoPE frequency tables (linear, Llama 3);
 //! * `sample.rs` — argmax and top-k of logits, the GPU half of sampling;
 //! * `cce.rs` — fused Cut-Cross-Entropy scoring (log p(target) without logits);
 //! * `neuzip.rs` — NeuZip rANS decode.
@@ -28,6 +30,7 @@ pub mod act_quant;
 pub mod attention;
 pub mod cce;
 pub mod embed;
+pub mod family;
 pub mod ggml;
 pub mod kv;
 pub mod matmul;
@@ -43,10 +46,11 @@ pub use act_quant::{
     quantize_act_int8_into, rmsnorm_quant_int8, A48Quant, ActInt8,
 };
 pub use attention::{
-    attention, attention_prefill, attention_role, attention_splits, attention_with_split, KvRead,
-    StepParams,
+    attention, attention_prefill, attention_role, attention_splits, attention_windowed,
+    attention_with_split, KvRead, StepParams,
 };
 pub use embed::{embed_rows, EmbedTable};
+pub use family::{bias_scale, head_rmsnorm, llama3_rope_factors, HeadRows, RopeFreqs};
 pub use ggml::{
     ggml_gemm, ggml_gemv, ggml_gemv_epi, ggml_gemv_fused, ggml_matmul, GgmlNorm,
     GGML_GEMV_ROWS_PER_WG,

@@ -24,7 +24,7 @@ use crate::error::{GpuError, Result};
 use crate::kernels::attention::KvRead;
 use crate::kernels::sparse::SPARSE_MAX_DENSITY;
 use crate::kernels::{self, minicache, A48Quant, ActInt8, GgmlNorm, KvLayout};
-use crate::kernels::{Epilogue, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
+use crate::kernels::{Epilogue, HeadRows, NormPrologue, QkvShape, GEMM_MIN_TOKENS};
 use crate::model::activation::{BlockInputs, Linear, LinearInput, Producer};
 use crate::model::kv_cache::KvRole;
 use crate::model::scratch::Scratch;
@@ -195,6 +195,17 @@ impl<'a> Graph<'a> {
     /// `x0` ← the batch's token embeddings: looked up here in the tied head, or already written
     /// by the host (`GpuSession::write_inputs`).
     fn embed(&mut self) -> Result<()> {
+        self.embed_rows()?;
+        // Gemma: x ← x · embed_scale (the same f32 product as the CPU's)
+        if let Some(scale) = self.m.spec.embed_scale {
+            let nd = self.n * u64::from(self.m.spec.n_embd);
+            kernels::bias_scale(self.ctx, &mut self.p, &self.s.x0, None, scale, nd)?;
+        }
+        Ok(())
+    }
+
+    /// The embeddings alone (see [`Graph::embed`]).
+    fn embed_rows(&mut self) -> Result<()> {
         if self.m.embed.is_some() {
             return Ok(());
         }
@@ -444,6 +455,9 @@ impl<'a> Graph<'a> {
         );
         let (q_dim, rd, neox) = (nh * hd, u64::from(ls.rope.dim), ls.rope.neox());
         let kv_dim = nkv * hd;
+        let table = s.rope_table(self.m.rope_table_of(li)?)?;
+        let eps = self.eps();
+        let window = ls.attn.sliding_window.is_some();
         let ws: Vec<&Lin> = match &l.qkv {
             Qkv::Fused(w) => vec![w],
             Qkv::Split { wq, wk, wv } => vec![wq, wk, wv],
@@ -451,21 +465,56 @@ impl<'a> Graph<'a> {
         let (cur, act_d) = (self.cur, self.act_d);
         let input = self.input(cur, Some(&l.attn_norm), d, &plan.qkv, &s.a, act_d, &ws)?;
         let rope = |p: &mut Plan| -> Result<()> {
-            kernels::rope_with_table(ctx, p, &s.q, &s.rope, nh, hd, rd, n, neox)?;
-            kernels::rope_with_table(ctx, p, &s.k, &s.rope, nkv, hd, rd, n, neox)
+            kernels::rope_with_table(ctx, p, &s.q, table, nh, hd, rd, n, neox)?;
+            kernels::rope_with_table(ctx, p, &s.k, table, nkv, hd, rd, n, neox)
+        };
+        // QK-norm of the planar q and k (Qwen 3, Gemma 3), before RoPE
+        let qk_norm_planar = |p: &mut Plan| -> Result<()> {
+            if let (Some(wq), Some(wk)) = (&l.q_norm, &l.k_norm) {
+                let (rq, rk) = (HeadRows::planar(hd, nh, n), HeadRows::planar(hd, nkv, n));
+                kernels::head_rmsnorm(ctx, p, &s.q, wq, rq, eps)?;
+                kernels::head_rmsnorm(ctx, p, &s.k, wk, rk, eps)?;
+            }
+            Ok(())
         };
         match &l.qkv {
             Qkv::Split { wq, wk, wv } => {
                 self.linear(wq, input, n, &s.q)?;
                 self.linear(wk, input, n, &s.k)?;
                 self.linear(wv, input, n, &s.v)?;
-                rope(&mut self.p)?;
+                let p = &mut self.p;
+                // the projection biases (Qwen 2), after the projection, before RoPE
+                if let Some(b) = &l.bias {
+                    kernels::bias_scale(ctx, p, &s.q, Some((&b.q, q_dim)), 1.0, n * q_dim)?;
+                    kernels::bias_scale(ctx, p, &s.k, Some((&b.k, kv_dim)), 1.0, n * kv_dim)?;
+                    kernels::bias_scale(ctx, p, &s.v, Some((&b.v, kv_dim)), 1.0, n * kv_dim)?;
+                }
+                qk_norm_planar(p)?;
+                rope(p)?;
                 self.kv_attention(li, n, None)?;
             }
             Qkv::Fused(w) => {
                 // one GEMV/GEMM over [Wq; Wk; Wv] into `g` (free until the FFN): [n][q | k | v]
                 let qkv = &s.g;
                 self.linear(w, input, n, qkv)?;
+                let row = q_dim + 2 * kv_dim;
+                if let Some(b) = &l.bias {
+                    let p = &mut self.p;
+                    kernels::bias_scale(ctx, p, qkv, Some((&b.stacked, row)), 1.0, n * row)?;
+                }
+                if let (Some(wq), Some(wk)) = (&l.q_norm, &l.k_norm) {
+                    // the heads of the stacked rows: queries from word 0, keys from q_dim
+                    let rows = |n_heads, offset| HeadRows {
+                        head_dim: hd,
+                        n_heads,
+                        n_tokens: n,
+                        row_stride: row,
+                        offset,
+                    };
+                    let p = &mut self.p;
+                    kernels::head_rmsnorm(ctx, p, qkv, wq, rows(nh, 0), eps)?;
+                    kernels::head_rmsnorm(ctx, p, qkv, wk, rows(nkv, q_dim), eps)?;
+                }
                 let (cache, role) = self.kv.layer(li)?;
                 let layout = self.kv.layout();
                 let p = &mut self.p;
@@ -473,9 +522,11 @@ impl<'a> Graph<'a> {
                 let fuse = match n {
                     1 => kernels::rope_kv_fuses(layout),
                     // a batch: when the prefill attention reads the queries in the stacked rows
+                    // (not with a sliding window: the prefill kernel does not take one)
                     _ => {
                         let prefill = self.m.tuning.attn_prefill;
-                        kernels::rope_kv_fuses_batch(layout, n)
+                        !window
+                            && kernels::rope_kv_fuses_batch(layout, n)
                             && kernels::attention::prefill_takes(
                                 ctx, layout, caches, n, nh, prefill,
                             )
@@ -488,9 +539,7 @@ impl<'a> Graph<'a> {
                         rope_dim: rd,
                         neox,
                     };
-                    kernels::rope_kv_store(
-                        ctx, p, layout, shape, &s.step, qkv, &s.rope, caches, n,
-                    )?;
+                    kernels::rope_kv_store(ctx, p, layout, shape, &s.step, qkv, table, caches, n)?;
                     self.kv_attention(li, n, Some(qkv))?;
                 } else {
                     kernels::qkv_split(ctx, p, qkv, (q_dim, kv_dim), (&s.q, &s.k, &s.v), n)?;
@@ -502,20 +551,36 @@ impl<'a> Graph<'a> {
         let sub = l.attn_sub_norm.as_ref();
         let wo = [&l.wo];
         let input = self.input(&s.o, sub, q_dim, &plan.attn_out, &s.o2, self.act_q, &wo)?;
-        self.residual(&l.wo, input, plan.attn_out.sparse)
+        let post = l.post_attn_norm.as_ref();
+        self.residual(&l.wo, input, plan.attn_out.sparse, post)
     }
 
     /// The residual stream ← itself + `w · input`: in place through the GEMV's epilogue where it
     /// fuses, else into `proj` and an add into the other stream buffer.
-    fn residual(&mut self, w: &Lin, input: Input<'_>, sparse: bool) -> Result<()> {
+    /// With `post` (Gemma 3's post-attention / post-FFN norm): the stream ← itself +
+    /// `RMSNorm(w · input; post)` (the normed block output in `a`, free by then).
+    fn residual(
+        &mut self,
+        w: &Lin,
+        input: Input<'_>,
+        sparse: bool,
+        post: Option<&wgpu::Buffer>,
+    ) -> Result<()> {
         let (n, d) = (self.n, u64::from(self.m.spec.n_embd));
-        if self.epilogue_fuses(w, sparse) {
+        if post.is_none() && self.epilogue_fuses(w, sparse) {
             return self.linear_epi(w, input, n, self.cur, Epilogue::Add);
         }
-        let (ctx, s) = (self.ctx, self.s);
+        let (ctx, s, eps) = (self.ctx, self.s, self.eps());
         self.linear(w, input, n, &s.proj)?;
+        let out = match post {
+            Some(wn) => {
+                kernels::rmsnorm(ctx, &mut self.p, &s.proj, wn, &s.a, d, n, eps)?;
+                &s.a
+            }
+            None => &s.proj,
+        };
         let (cur, other) = (self.cur, self.other);
-        kernels::elementwise(ctx, &mut self.p, EltOp::Add, cur, &s.proj, other, n * d)?;
+        kernels::elementwise(ctx, &mut self.p, EltOp::Add, cur, out, other, n * d)?;
         (self.cur, self.other) = (other, cur);
         Ok(())
     }
@@ -528,6 +593,7 @@ impl<'a> Graph<'a> {
     fn kv_attention(&mut self, li: usize, n: u64, stored: Option<&wgpu::Buffer>) -> Result<()> {
         let (ctx, s, attn) = (self.ctx, self.s, &self.m.spec.layer(li)?.attn);
         let (nh, hd) = (u64::from(attn.n_head), u64::from(attn.head_dim));
+        let window = attn.sliding_window.map(u64::from);
         let p = &mut self.p;
         let (cache, role) = self.kv.layer(li)?;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -540,6 +606,7 @@ impl<'a> Graph<'a> {
             let part = &s.attn_partials;
             kernels::attention::attention_into(
                 ctx, p, l, step, q, k, v, o, n, nh, scale, part, read, split, q_row, prefill,
+                window,
             )
         };
         let mc = self.kv.mc_scratch();
@@ -589,26 +656,17 @@ impl<'a> Graph<'a> {
         let (ctx, s, n, ls) = (self.ctx, self.s, self.n, self.m.spec.layer(li)?);
         let (d, ff) = (u64::from(self.m.spec.n_embd), u64::from(ls.ffn.n_ff));
         let gu = &plan.gate_up;
+        // the GLU and the GEMV epilogue that computes it (none for GeGLU: a separate pass)
         let (op, epi) = match ls.ffn.act {
-            Activation::Silu => (EltOp::SwiGlu, Epilogue::SwiGlu),
-            Activation::Relu2 => (EltOp::Relu2Glu, Epilogue::Relu2Glu),
-            // refused at load (`GPU_CAPS`)
-            Activation::GeluTanh => {
-                return Err(GpuError::Format(
-                    tern_format::Unsupported {
-                        backend: crate::model::GPU_CAPS.backend,
-                        feature: tern_format::Feature::GeluTanh,
-                        layer: Some(li as u32), // ok: li < n_layer, a u32
-                    }
-                    .into(),
-                ));
-            }
+            Activation::Silu => (EltOp::SwiGlu, Some(Epilogue::SwiGlu)),
+            Activation::Relu2 => (EltOp::Relu2Glu, Some(Epilogue::Relu2Glu)),
+            Activation::GeluTanh => (EltOp::GeGlu, None),
         };
         let norm = Some(&l.ffn_norm);
         match &l.gate_up {
             GateUp::Paired(w) => {
                 let input = self.input(self.cur, norm, d, gu, &s.a, self.act_d, &[w])?;
-                if self.epilogue_fuses(w, gu.sparse) {
+                if let (Some(epi), true) = (epi, self.epilogue_fuses(w, gu.sparse)) {
                     self.linear_epi(w, input, n, &s.h, epi)?;
                 } else {
                     self.linear(w, input, n, &s.g)?;
@@ -617,7 +675,7 @@ impl<'a> Graph<'a> {
             }
             GateUp::Split { gate, up } => {
                 let input = self.input(self.cur, norm, d, gu, &s.a, self.act_d, &[gate, up])?;
-                if self.epilogue_fuses(up, gu.sparse) {
+                if let (Some(epi), true) = (epi, self.epilogue_fuses(up, gu.sparse)) {
                     // the gate into h, then the up projection's GEMV folds the GLU into its store
                     self.linear(gate, input, n, &s.h)?;
                     self.linear_epi(up, input, n, &s.h, epi)?;
@@ -631,6 +689,7 @@ impl<'a> Graph<'a> {
         let sub = l.ffn_sub_norm.as_ref();
         let down = [&l.down];
         let input = self.input(&s.h, sub, ff, &plan.down, &s.h2, self.act_f, &down)?;
-        self.residual(&l.down, input, plan.down.sparse)
+        let post = l.post_ffn_norm.as_ref();
+        self.residual(&l.down, input, plan.down.sparse, post)
     }
 }

@@ -4,15 +4,17 @@
 
 use std::sync::Arc;
 
+use tern_format::spec::{Biases, LayerSpec, QkNorm, RopeScaling};
 use tern_format::{Encoding, FloatType, ModelSpec, TensorView, TernFile};
 
 use crate::device::context::GpuContext;
 use crate::error::{GpuError, Result};
+use crate::kernels::RopeFreqs;
 use crate::model::memory::{self, Decision};
 use crate::model::relayout::{concat_rows, ggml_gate_up, ggml_type, ternary_gate_up};
 use crate::model::{
     ActivationPlan, GateUp, GpuModel, GpuModelOptions, JitTensor, Layer, Lin, MemoryPlan, Qkv,
-    TensorPlacement,
+    QkvBias, TensorPlacement,
 };
 use crate::tuning::{GateUpLayout, QkvLayout};
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
@@ -106,6 +108,97 @@ impl Loader<'_> {
             gpu_bytes: n * 4,
         });
         Ok(buf)
+    }
+
+    /// A layer's RoPE frequencies: its base and dimensions, linear scaling as `freq_scale`, Llama
+    /// 3's divisors (the file's `rope_freqs.weight`, or computed from HF's `rope_scaling`).
+    /// YaRN is not in `GPU_CAPS` (refused before this).
+    fn rope_freqs(&mut self, ls: &LayerSpec) -> Result<RopeFreqs> {
+        let r = &ls.rope;
+        let mut f = RopeFreqs::plain(u64::from(r.dim), r.theta);
+        match r.scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } => f.freq_scale = 1.0 / factor,
+            RopeScaling::FreqFactors => {
+                let name = "rope_freqs.weight";
+                let v = view(self.file, name)?;
+                check_shape(&v, &[u64::from(r.dim / 2)])?;
+                f.factors = Some(v.to_f32()?);
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            } => {
+                f.factors = Some(crate::kernels::llama3_rope_factors(
+                    r.theta,
+                    r.dim as usize,
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_context,
+                ))
+            }
+            RopeScaling::Yarn { .. } => {
+                return Err(GpuError::Format(
+                    tern_format::Unsupported {
+                        backend: crate::model::GPU_CAPS.backend,
+                        feature: tern_format::Feature::RopeYarn,
+                        layer: None,
+                    }
+                    .into(),
+                ))
+            }
+        }
+        Ok(f)
+    }
+
+    /// Layer `l`'s q/k/v projection biases (`blk.{l}.attn_{q,k,v}.bias`) as `b` says, zeros for a
+    /// projection without one; `None` when the layer has none.
+    fn qkv_bias(
+        &mut self,
+        l: u32,
+        b: Biases,
+        (q_dim, kv_dim): (u64, u64),
+    ) -> Result<Option<QkvBias>> {
+        if !(b.q || b.k || b.v) {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(3);
+        for (on, s, len) in [
+            (b.q, "attn_q", q_dim),
+            (b.k, "attn_k", kv_dim),
+            (b.v, "attn_v", kv_dim),
+        ] {
+            if on {
+                let name = format!("blk.{l}.{s}.bias");
+                let v = view(self.file, &name)?;
+                check_shape(&v, &[len])?;
+                let x = v.to_f32()?;
+                self.plan.tensors.push(TensorPlacement {
+                    name,
+                    encoding: v.info.encoding.name(),
+                    placement: "resident",
+                    gpu_bytes: 2 * len * 4,
+                });
+                parts.push(x);
+            } else {
+                parts.push(vec![0.0; len as usize]);
+            }
+        }
+        let stacked: Vec<f32> = parts.iter().flatten().copied().collect();
+        let ctx = self.ctx;
+        let up = |what: &str, v: &[f32]| ctx.upload(what, &f32_bytes(v));
+        match parts.as_slice() {
+            [q, k, v] => Ok(Some(QkvBias {
+                q: up("q bias", q)?,
+                k: up("k bias", k)?,
+                v: up("v bias", v)?,
+                stacked: up("q/k/v bias", &stacked)?,
+            })),
+            _ => Err(GpuError::internal("load", "three biases")),
+        }
     }
 
     /// Layer `l`'s q/k/v projections: one matrix over the stacked rows `[Wq; Wk; Wv]` when
@@ -400,13 +493,39 @@ impl GpuModel {
         // attention block): stacked when they fit it.
         // (`QkvLayout::Split` keeps three matrices: the comparison path of issue 15's measurements)
         let stack = q_dim + 2 * kv_dim <= n_ff && opts.tuning.qkv == QkvLayout::Stacked;
+        let mut rope_freqs: Vec<RopeFreqs> = Vec::new();
+        let mut layer_rope = Vec::with_capacity(act_plan.layers.len());
         for l in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             // what the layer holds (its shape is the model's: `GPU_CAPS` has no `LayerShapes`)
             let ls = spec.layer(l as usize)?;
+            let freqs = ld.rope_freqs(ls)?;
+            let ti = match rope_freqs.iter().position(|f| *f == freqs) {
+                Some(i) => i,
+                None => {
+                    rope_freqs.push(freqs);
+                    rope_freqs.len() - 1
+                }
+            };
+            layer_rope.push(ti);
+            let hd = u64::from(ls.attn.head_dim);
+            let qk = ls.qk_norm == QkNorm::PerHeadRms;
+            let opt = |ld: &mut Loader<'_>, on: bool, name: &str, len: u64| -> Result<_> {
+                on.then(|| ld.vector(name, len)).transpose()
+            };
             layers.push(Layer {
                 attn_norm: ld.vector(&n("attn_norm"), n_embd)?,
                 qkv: ld.qkv(l, (q_dim, kv_dim), n_embd, stack)?,
+                bias: ld.qkv_bias(l, ls.attn.bias, (q_dim, kv_dim))?,
+                q_norm: opt(&mut ld, qk, &n("attn_q_norm"), hd)?,
+                k_norm: opt(&mut ld, qk, &n("attn_k_norm"), hd)?,
+                post_attn_norm: opt(
+                    &mut ld,
+                    ls.norms.post_attn,
+                    &n("post_attention_norm"),
+                    n_embd,
+                )?,
+                post_ffn_norm: opt(&mut ld, ls.norms.post_ffn, &n("post_ffw_norm"), n_embd)?,
                 wo: ld.matrix(&n("attn_output"), n_embd, q_dim)?,
                 attn_sub_norm: if ls.norms.sub_attn {
                     Some(ld.vector(&n("attn_sub_norm"), q_dim)?)
@@ -485,6 +604,8 @@ impl GpuModel {
             hp,
             spec,
             layers,
+            rope_freqs,
+            layer_rope,
             output_norm,
             head,
             embed,

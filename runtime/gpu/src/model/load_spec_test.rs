@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// The loader checks the spec before it reads a tensor: per-head QK-norms (not in
-/// `GPU_CAPS`) are the typed refusal even for a file with no tensors, whose own spec gets as
+/// The loader checks the spec before it reads a tensor: an attention logit soft-cap (Gemma 2,
+/// not in `GPU_CAPS`) is the typed refusal even for a file with no tensors, whose own spec gets as
 /// far as the first missing tensor.
 #[test]
 fn load_refuses_an_unsupported_spec_first() {
@@ -49,12 +49,12 @@ fn load_refuses_an_unsupported_spec_first() {
     let e = load(base.clone()).unwrap_err();
     assert!(matches!(e, GpuError::BadModel(_)), "{e}");
     let mut spec = base;
-    spec.layers[1].qk_norm = tern_format::spec::QkNorm::PerHeadRms;
+    spec.layers[1].attn.logit_softcap = Some(50.0);
     let e = load(spec).unwrap_err();
     let _ = std::fs::remove_file(&path);
     match e {
         GpuError::Format(tern_format::FormatError::UnsupportedModel(u)) => {
-            let f = tern_format::Feature::QkNorm;
+            let f = tern_format::Feature::AttnSoftcap;
             assert_eq!((u.backend, u.feature, u.layer), ("GPU", f, Some(1)))
         }
         e => panic!("not the typed refusal: {e}"),

@@ -336,6 +336,13 @@ impl GpuModel {
             return Ok(max_batch);
         };
         let hp = &self.hp;
+        // the cos/sin tables of the layers' other RoPE frequency sets (Gemma 3's global layers),
+        // each the size of the scratch's one table
+        let extra = self.rope_freqs.len().saturating_sub(1) as u64;
+        let session_bytes = |ctx: &GpuContext, hp: &HParams, n_ctx: u64, b: u64, kv: &KvSpec| {
+            let table = (b * u64::from(hp.rope_dim / 2).max(1) * 8).next_multiple_of(256);
+            session_bytes(ctx, hp, n_ctx, b, kv).saturating_add(extra * table)
+        };
         ctx.free_deferred();
         let live = ctx.live_bytes();
         let avail = budget.saturating_sub(live);

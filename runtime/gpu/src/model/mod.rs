@@ -40,7 +40,7 @@ use tern_format::spec::{Caps, Feature};
 use tern_format::{FloatType, HParams, ModelSpec};
 
 use crate::device::context::GpuContext;
-use crate::kernels::EmbedTable;
+use crate::kernels::{EmbedTable, RopeFreqs};
 use crate::tuning::GpuTuning;
 use crate::weights::{FloatWeight, GgmlWeight, NeuzipTensor, TernaryWeight};
 
@@ -54,10 +54,27 @@ pub use session::{GpuSession, SessionMemory};
 pub use sparsity::SparsityCount;
 
 /// What the GPU graph implements beyond the baseline layer (`tern_format::spec`): BitNet's
-/// sub-norms and ReLU². [`GpuModel::load`] refuses a spec that needs more.
+/// sub-norms and ReLU²; Qwen 2's q/k/v biases; Qwen 3's and Gemma 3's QK-norm; Llama 3's RoPE
+/// frequency divisors and linear RoPE scaling; Gemma 3's GELU-tanh, post-norms, embedding scale,
+/// per-layer RoPE and sliding window. [`GpuModel::load`] refuses a spec that needs more
+/// (attention and final soft-caps, YaRN, ungated FFNs, layers of different shapes).
 pub const GPU_CAPS: Caps = Caps {
     backend: "GPU",
-    features: &[Feature::SubNormAttn, Feature::SubNormFfn, Feature::Relu2],
+    features: &[
+        Feature::SubNormAttn,
+        Feature::SubNormFfn,
+        Feature::Relu2,
+        Feature::AttnBias,
+        Feature::QkNorm,
+        Feature::RopeLlama3,
+        Feature::RopeLinear,
+        Feature::GeluTanh,
+        Feature::PostAttnNorm,
+        Feature::PostFfnNorm,
+        Feature::EmbedScale,
+        Feature::LayerRope,
+        Feature::SlidingWindow,
+    ],
 };
 
 /// A linear layer's weight as it lives on the GPU.
@@ -80,12 +97,29 @@ pub(crate) enum Qkv {
 pub(crate) struct Layer {
     pub(crate) attn_norm: wgpu::Buffer,
     pub(crate) qkv: Qkv,
+    /// The q/k/v projection biases (Qwen 2), when the layer has any.
+    pub(crate) bias: Option<QkvBias>,
+    /// QK-norm weights (`head_dim` each): Qwen 3, Gemma 3.
+    pub(crate) q_norm: Option<wgpu::Buffer>,
+    pub(crate) k_norm: Option<wgpu::Buffer>,
+    /// Norms of the attention / FFN block outputs before the residual adds (Gemma 3).
+    pub(crate) post_attn_norm: Option<wgpu::Buffer>,
+    pub(crate) post_ffn_norm: Option<wgpu::Buffer>,
     pub(crate) wo: Lin,
     pub(crate) attn_sub_norm: Option<wgpu::Buffer>,
     pub(crate) ffn_norm: wgpu::Buffer,
     pub(crate) gate_up: GateUp,
     pub(crate) down: Lin,
     pub(crate) ffn_sub_norm: Option<wgpu::Buffer>,
+}
+
+/// A layer's q/k/v projection biases (zeros where a projection has none): planar, for the three
+/// projections as stored, and stacked `[bq | bk | bv]`, for the rows of the stacked projection.
+pub(crate) struct QkvBias {
+    pub(crate) q: wgpu::Buffer,
+    pub(crate) k: wgpu::Buffer,
+    pub(crate) v: wgpu::Buffer,
+    pub(crate) stacked: wgpu::Buffer,
 }
 
 /// A layer's gate and up projections: as stored, or one weight of interleaved row pairs
@@ -126,6 +160,10 @@ pub struct GpuModel {
     /// What the forward pass does, per layer (the graph reads `spec.layers[li]`).
     pub(crate) spec: ModelSpec,
     pub(crate) layers: Vec<Layer>,
+    /// The distinct RoPE frequency sets of the layers (one cos/sin table each per step), and the
+    /// one of each layer (an index into it).
+    pub(crate) rope_freqs: Vec<RopeFreqs>,
+    pub(crate) layer_rope: Vec<usize>,
     pub(crate) output_norm: wgpu::Buffer,
     pub(crate) head: Lin,
     /// Token embeddings looked up on the host (`None`: looked up on the GPU in the tied head).
@@ -168,13 +206,12 @@ impl GpuModel {
             .map_err(|e| crate::error::GpuError::Format(e.into()))
     }
 
-    /// The rotated dimensions and base of a step's one RoPE cos/sin table, shared by every
-    /// layer ([`GPU_CAPS`] has neither `LayerRope` nor RoPE scaling).
-    pub(crate) fn rope_table_params(&self) -> (u64, f32) {
-        match self.spec.layers.first() {
-            Some(l) => (u64::from(l.rope.dim), l.rope.theta),
-            None => (u64::from(self.hp.rope_dim), self.hp.rope_theta),
-        }
+    /// Layer `li`'s RoPE table (an index into [`GpuModel::rope_freqs`]).
+    pub(crate) fn rope_table_of(&self, li: usize) -> crate::error::Result<usize> {
+        self.layer_rope
+            .get(li)
+            .copied()
+            .ok_or_else(|| crate::error::GpuError::internal("plan", "layer without a RoPE table"))
     }
 
     pub fn context(&self) -> &Arc<GpuContext> {

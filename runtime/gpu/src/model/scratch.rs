@@ -55,6 +55,9 @@ pub(crate) struct Scratch {
     pub(crate) targets: wgpu::Buffer,
     pub(crate) logprobs: wgpu::Buffer,
     pub(crate) rope: wgpu::Buffer,
+    /// The cos/sin tables of the model's other RoPE frequency sets (`GpuModel::rope_freqs`
+    /// 1..: Gemma 3's global layers), each the size of `rope`.
+    pub(crate) rope_extra: Vec<wgpu::Buffer>,
     /// Split-K attention partials, shared by every layer of a recording.
     pub(crate) attn_partials: wgpu::Buffer,
     pub(crate) step: wgpu::Buffer,
@@ -68,6 +71,16 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
+    /// The cos/sin table of RoPE frequency set `i` (`GpuModel::rope_freqs`).
+    pub(crate) fn rope_table(&self, i: usize) -> Result<&wgpu::Buffer> {
+        match i {
+            0 => Ok(&self.rope),
+            _ => self.rope_extra.get(i - 1).ok_or_else(|| {
+                crate::error::GpuError::internal("plan", "RoPE table not allocated")
+            }),
+        }
+    }
+
     pub(crate) fn alloc(ctx: &GpuContext, hp: &HParams, max_batch: u64) -> Result<Self> {
         let (d, ff, vocab) = (
             u64::from(hp.n_embd),
@@ -103,6 +116,7 @@ impl Scratch {
             targets: f("score targets", b)?,
             logprobs: f("log-probabilities", b)?,
             rope: f("rope table", b * half * 2)?,
+            rope_extra: Vec::new(),
             attn_partials: f("attention partials", partials_words(ctx, hp, b))?,
             step: ctx.create_buffer(
                 "step params",

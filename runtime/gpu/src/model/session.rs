@@ -8,7 +8,6 @@ use crate::device::context::GpuContext;
 use crate::device::params::StepParams;
 use crate::device::plan::Plan;
 use crate::error::{GpuError, Result};
-use crate::kernels::pointwise::rope_table;
 use crate::kernels::SampleCandidates;
 use crate::model::graph::{self, Wanted};
 use crate::model::scratch::Scratch;
@@ -83,10 +82,28 @@ impl GpuSession {
                 "n_ctx and max_batch must be > 0",
             ));
         }
+        let window = model
+            .spec
+            .layers
+            .iter()
+            .any(|l| l.attn.sliding_window.is_some());
+        if window && kv.minicache.is_some() {
+            // a MiniCache pair would merge a sliding layer with a global one
+            return Err(GpuError::Unsupported {
+                adapter: ctx.info.name.clone(),
+                detail: "MiniCache with sliding-window attention is not implemented; use \
+                         --kv without MiniCache"
+                    .into(),
+            });
+        }
         // Under a budget: a smaller batch when needed, or `OverBudget` naming what fits.
         let max_batch = model.fit_session(n_ctx, max_batch, kv)?;
         let kv = KvCache::new(&ctx, hp, n_ctx, kv, max_batch)?;
-        let s = Scratch::alloc(&ctx, hp, max_batch)?;
+        let mut s = Scratch::alloc(&ctx, hp, max_batch)?;
+        for _ in 1..model.rope_freqs.len() {
+            let bytes = s.rope.size();
+            s.rope_extra.push(ctx.zeroed("rope table", bytes)?);
+        }
         let scratch_bytes = s.bytes();
         let lookahead = model.tuning.lookahead;
         Ok(GpuSession {
@@ -249,10 +266,12 @@ impl GpuSession {
             }
         }
         let positions: Vec<u64> = (pos..pos + n).collect();
-        let (rope_dim, theta) = m.rope_table_params();
-        let table = rope_table(&positions, rope_dim, theta);
-        if !table.is_empty() {
-            ctx.queue.write_buffer(&self.s.rope, 0, &table);
+        // one cos/sin table per distinct RoPE of the layers (Gemma 3: local and global)
+        for (i, f) in m.rope_freqs.iter().enumerate() {
+            let table = f.table(&positions);
+            if !table.is_empty() {
+                ctx.queue.write_buffer(self.s.rope_table(i)?, 0, &table);
+            }
         }
         let sp = StepParams {
             p0: pos as u32,     // ok: pos < n_ctx, which fits a binding

@@ -201,6 +201,8 @@ struct Case {
     split: Option<u64>,
     /// `attention_prefill` (the query-tiled kernel) forced instead of `attention_with_split`.
     prefill: bool,
+    /// A sliding window (`attention_windowed`: Gemma 3's local layers).
+    window: Option<usize>,
 }
 
 fn run(ctx: &GpuContext, rng: &mut Rng, c: Case) -> Result<String, String> {
@@ -268,7 +270,12 @@ fn run_rows(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut enc = ctx.encoder();
     let nh = n_head as u64;
-    if c.prefill {
+    if let Some(w) = c.window {
+        let (nn, kv) = (n as u64, (&kb, &vb));
+        tern_gpu::kernels::attention_windowed(
+            ctx, &mut enc, &l, &step, &qb, kv, &ob, nn, nh, scale, c.split, w as u64,
+        )
+    } else if c.prefill {
         tern_gpu::kernels::attention_prefill(
             ctx, &mut enc, &l, &step, &qb, &kb, &vb, &ob, n as u64, nh, scale,
         )
@@ -279,7 +286,17 @@ fn run_rows(
     }
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
-    let want = reference(&qv, &or.k_hat, &or.v_hat, p0, n, n_head, n_kv, hd)?;
+    let want = match c.window {
+        Some(w) => super::family::reference_windowed(
+            &qv,
+            (&or.k_hat, &or.v_hat),
+            p0,
+            n,
+            (n_head, n_kv, hd),
+            w,
+        )?,
+        None => reference(&qv, &or.k_hat, &or.v_hat, p0, n, n_head, n_kv, hd)?,
+    };
     let got = ctx.read_f32(&ob, n * q_dim).map_err(e)?;
     score("attention", Check::Nmse(1e-6), &got, &want)
         .map(|s| format!("{ck}+{cv} words bit-exact, {s}"))
@@ -378,6 +395,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         chunk,
         split: None,
         prefill: false,
+        window: None,
     };
     let mut list = Vec::new();
     for q in KvQuant::ALL
@@ -410,6 +428,34 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             });
         }
     }
+    // sliding windows (Gemma 3's local layers) over every compressed format: Gemma 3's heads at
+    // decode (split and not) and a batch, odd heads with KIVI's small groups
+    for q in KvQuant::ALL
+        .into_iter()
+        .filter(|&q| q != KvQuant::F32 && !q.is_rotated())
+    {
+        list.push(Case {
+            window: Some(32),
+            ..base(q, (4, 1, 256), 300, 1, 2, 64)
+        });
+        list.push(Case {
+            window: Some(50),
+            split: Some(5),
+            ..base(q, (4, 1, 256), 300, 1, 2, 64)
+        });
+        list.push(Case {
+            window: Some(7),
+            ..base(q, (4, 1, 256), 100, 20, 0, 37)
+        });
+        if q.is_kivi() {
+            list.push(Case {
+                kivi: small,
+                window: Some(40),
+                split: Some(3),
+                ..base(q, (9, 3, 64), 95, 2, 0, 13)
+            });
+        }
+    }
     // f16 through the query-tiled prefill kernel, forced (SmolLM2's and 2B4T's heads, head_dim 16
     // and 48: the 16-dim tail step; a batch over a prefix stored in earlier submissions, token
     // tiles straddling a 64-key tile)
@@ -438,6 +484,7 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
             c.p0 + c.n + c.extra,
             c.split.map_or(String::new(), |s| format!(" {s} splits"))
                 + if c.prefill { " prefill kernel" } else { "" }
+                + &c.window.map_or(String::new(), |w| format!(" window {w}"))
         );
         v.push((name, false, Box::new(move |ctx, r| run(ctx, r, c))));
     }
@@ -518,6 +565,7 @@ fn parity_kv_real_smollm2() {
                 extra: 0,
                 chunk: 21,
                 split: None,
+                window: None,
                 prefill: false,
             };
             match run_rows(&ctx, &mut rng, c, &k[..n * row], &v[..n * row]) {

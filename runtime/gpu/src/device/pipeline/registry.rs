@@ -192,6 +192,7 @@ impl KernelKey {
                     EltOp::SwiGlu => 0.0,
                     EltOp::Relu2Glu => 1.0,
                     EltOp::Add => 2.0,
+                    EltOp::GeGlu => 3.0,
                 },
             )],
             KernelKey::RopeKv { quant, neox } => {
@@ -244,6 +245,8 @@ impl KernelKey {
             | KernelKey::NeuzipEmbed
             | KernelKey::RmsNorm
             | KernelKey::RmsNormQuant
+            | KernelKey::BiasScale
+            | KernelKey::HeadRmsNorm
             | KernelKey::Argmax
             | KernelKey::QkvSplit
             | KernelKey::MinicacheMerge
@@ -279,6 +282,9 @@ impl KernelKey {
             KernelKey::Elementwise(EltOp::SwiGlu),
             KernelKey::Elementwise(EltOp::Relu2Glu),
             KernelKey::Elementwise(EltOp::Add),
+            KernelKey::Elementwise(EltOp::GeGlu),
+            KernelKey::BiasScale,
+            KernelKey::HeadRmsNorm,
         ];
         for neox in [false, true] {
             keys.push(KernelKey::Rope { neox });

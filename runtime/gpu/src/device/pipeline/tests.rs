@@ -28,6 +28,8 @@ fn every_key_has_a_registered_variant() {
         KernelKey::NeuzipEmbed,
         KernelKey::RmsNorm,
         KernelKey::RmsNormQuant,
+        KernelKey::BiasScale,
+        KernelKey::HeadRmsNorm,
         KernelKey::Rope { neox: false },
         KernelKey::Rope { neox: true },
         KernelKey::Argmax,
@@ -176,7 +178,7 @@ fn every_key_has_a_registered_variant() {
     keys.extend([KvFormat::F32, KvFormat::F16].map(KernelKey::AttentionPrefill));
     keys.push(KernelKey::KvWindow);
     keys.push(KernelKey::MinicacheMerge);
-    for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add] {
+    for op in [EltOp::SwiGlu, EltOp::Relu2Glu, EltOp::Add, EltOp::GeGlu] {
         keys.push(KernelKey::Elementwise(op));
     }
     let all = KernelKey::all();
