@@ -157,7 +157,11 @@ mod tests {
     #[test]
     fn enable_directives_come_first() {
         let mods = [("a", "fn a() {}")];
-        let src = resolve("k.wgsl", "// k\nenable f16;\n// #import a\nfn main() {}", &mods);
+        let src = resolve(
+            "k.wgsl",
+            "// k\nenable f16;\n// #import a\nfn main() {}",
+            &mods,
+        );
         assert_eq!(
             src,
             Ok("enable f16;\nfn a() {}\n// k\nfn main() {}\n".to_string())

@@ -61,11 +61,11 @@ fn every_key_has_a_registered_variant() {
                         act,
                         dot,
                     });
-                    for (tile, grouped) in GemmTile::ALL
-                        .map(|t| (t, false))
-                        .into_iter()
-                        .chain([(GemmTile::Tall, true), (GemmTile::TallHalf, true), (GemmTile::Coop, true)])
-                    {
+                    for (tile, grouped) in GemmTile::ALL.map(|t| (t, false)).into_iter().chain([
+                        (GemmTile::Tall, true),
+                        (GemmTile::TallHalf, true),
+                        (GemmTile::Coop, true),
+                    ]) {
                         if tile == GemmTile::Narrow || layout == TernaryLayout::Bits2 {
                             keys.push(KernelKey::TernaryGemm {
                                 layout: l,
