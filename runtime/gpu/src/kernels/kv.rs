@@ -4,8 +4,10 @@
 //! Every format of `tern_format::kv` (the spec: the math of each format, its packing and its byte
 //! accounting). One layer's keys, and its values, are one `array<u32>` buffer each (one binding),
 //! in sections: codes (a position's row of codes starts at a word boundary; f32 as raw bits, f16
-//! as pairs of halves), then the f16 parameters (absmax scales two per word; KIVI (scale, min)
-//! pairs one per word), then — KIVI — the f16 window as a ring of `R` rows. `kv_store.wgsl`
+//! as pairs of halves), then the f16 parameters (absmax scales two per word; KIVI and the rotated
+//! formats' (scale, min) pairs one per word), then — KIVI — the f16 window as a ring of `R` rows.
+//! The rotated formats (q4r, q3r, q2r) store each kv head rotated by `H` (`tern_format::kv`),
+//! one (scale, min) per (position, kv head); q3r's codes dense (a row is one bit string). `kv_store.wgsl`
 //! documents the sections and the stages; [`KvLayout::geom`] is what the kernels read.
 //!
 //! A MiniCache pair's buffer ([`KvLayout::pair`]: the design of `tern_reference::kv`) holds the
