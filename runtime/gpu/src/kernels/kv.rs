@@ -501,6 +501,41 @@ mod tests {
         }
     }
 
+    /// The rotated formats: the refusals are typed (a head_dim that is not a power of two, as the
+    /// CPU's spec check; above 256; MiniCache over a rotated cache), the store units cover the row
+    /// in whole words, one (scale, min) word per (position, kv head).
+    #[test]
+    fn rotated_layouts_and_refusals() {
+        let k = Kivi::default();
+        let bad = |r: Result<KvLayout>, what: &str| match r {
+            Err(GpuError::InvalidArgument { detail, .. }) => {
+                assert!(detail.contains(what), "{detail}")
+            }
+            other => panic!("expected InvalidArgument ({what}), got {other:?}"),
+        };
+        for q in [KvQuant::Rot4, KvQuant::Rot3, KvQuant::Rot2] {
+            bad(KvLayout::new(q, k, 2, 96, 8), "not a power of two");
+            bad(KvLayout::new(q, k, 1, 512, 8), "up to 256");
+            let l = KvLayout::new(q, k, 3, 64, 10).unwrap();
+            bad(l.pair(), "MiniCache");
+            assert_eq!(l.window_word(true), l.param_word() + 10 * 3);
+            for hd in [2u64, 4, 8, 16, 32, 64, 128, 256] {
+                let l = KvLayout::new(q, k, 5, hd, 4).unwrap();
+                let u = l.rot_unit_heads();
+                // a unit's codes fill whole words; from head_dim 32 on a unit is one head
+                assert_eq!(u * hd * u64::from(q.bits()) % 32, 0, "{q:?} {hd}");
+                assert!(u * hd <= 256 && (hd < 32 || u == 1), "{q:?} {hd}: {u}");
+                assert_eq!(l.rot_units(), 5u64.div_ceil(u));
+            }
+        }
+        assert_eq!(
+            KvLayout::new(KvQuant::Rot3, k, 4, 16, 1)
+                .unwrap()
+                .rot_unit_heads(),
+            2
+        );
+    }
+
     #[test]
     fn max_positions_is_the_largest_that_fits() {
         let l = KvLayout::new(KvQuant::Kivi3, Kivi::default(), 5, 128, 1).unwrap();
