@@ -16,8 +16,8 @@ pub struct KvArgs {
     /// KV-cache format: q8 (the default: 8-bit absmax per head, about half of f16's bytes),
     /// f32 (the reference numerics; the default with --llama-cpp-numerics), f16, q4|q3|q2
     /// (KIVI: keys per channel, values per token, an f16 window of recent tokens), q4r|q3r|q2r
-    /// (a per-head Walsh–Hadamard rotation, then min-max per token: smaller, CPU only, and
-    /// measured lossy on small models — q4r +6.6 % perplexity on SmolLM2), a4|a3
+    /// (a per-head Walsh–Hadamard rotation, then min-max per token: smaller, and measured
+    /// lossy on small models — q4r +6.6 % perplexity on SmolLM2), a4|a3
     /// (a4.8-style absmax per head; a3 keeps the BOS token at 4 bits). docs/kv-cache.md.
     #[arg(long = "kv")]
     pub kv: Option<String>,

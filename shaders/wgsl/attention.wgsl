@@ -33,7 +33,11 @@
 // kget / vget (attention_kv_read.wgsl) dequantize one value in registers (f16 halves, codes × scale
 // (+ min), the KIVI window's f16 rows) — no decompressed copy of the cache exists. KIVI's split
 // between quantized and full-precision positions is the cache's after this batch's store:
-// Q(n) = R·⌊n/R⌋ with n = p0 + n_tokens, for keys and values alike. KIVI with WORDS = 1 (the launcher's choice when
+// Q(n) = R·⌊n/R⌋ with n = p0 + n_tokens, for keys and values alike. The rotated formats (q4r,
+// q3r, q2r) hold H·k and H·v per kv head: the queries are rotated in `qs` once loaded (rot_qs,
+// a few barriers per workgroup), and Hᵀ is applied to each head's accumulator before the output
+// or the partials are written (Hᵀ is linear: attention_combine.wgsl merges rotated-back partials
+// as any others) — in this kernel, so no extra dispatch or pass over the output. KIVI with WORDS = 1 (the launcher's choice when
 // n_split = 1) scores keys a code word at a time and folds the parameters instead (see main).
 // Bindings: params; step; q [n_tokens][n_head·head_dim] (MC = 1: then layer a's rows); k_cache, v_cache (one layer's keys and
 // values as kv_store.wgsl lays them out); out: [n_tokens][n_head·head_dim], or partials
@@ -249,6 +253,29 @@ fn vterm(j: u32, k0: u32, h: u32, vcol: u32, code: u32, vb: u32, ngv: u32) -> ve
     return part[b] * f32(code & ((1u << fmt_bits()) - 1u)) + part[b + 1u];
 }
 
+// The rotated formats: qs (hd channels, 4 heads) ← H·qs (σ, the butterflies, ·c: the store's
+// operations; the scores need not be bit-exact).
+fn rot_qs(lid: u32, hd: u32) {
+    if (lid < hd && rot_neg(lid)) {
+        qs[lid] = -qs[lid];
+    }
+    for (var hh = 1u; hh < hd; hh = hh * 2u) {
+        workgroupBarrier();
+        if (lid < hd / 2u) {
+            let i = (lid / hh) * 2u * hh + lid % hh;
+            let a = qs[i];
+            let b = qs[i + hh];
+            qs[i] = a + b;
+            qs[i + hh] = a - b;
+        }
+    }
+    workgroupBarrier();
+    if (lid < hd) {
+        qs[lid] = qs[lid] * g.rot_c;
+    }
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let kvh = wg.x / p.n_hg;
@@ -317,6 +344,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         atomicStore(&amax[lid], ord(-3.0e38));
     }
     workgroupBarrier();
+    if (is_rot()) {
+        // the rotated formats: the 4 heads' queries into the cache's space, H·q
+        rot_qs(lid, hd);
+    }
     // score step: key kk of each group of KPP, dims lane, lane + LANES, ...
     let kk = lid / LANES;
     let lane = lid % LANES;
@@ -584,6 +615,28 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
             }
             acc0 = a;
             l = ls;
+        }
+    }
+    if (is_rot()) {
+        // Hᵀ of each head's accumulator (linear, so the split-K partials merge as before)
+        workgroupBarrier();
+        if (lid < hd) {
+            part[lid] = acc0;
+        }
+        for (var hh = 1u; hh < hd; hh = hh * 2u) {
+            workgroupBarrier();
+            if (lid < hd / 2u) {
+                let i = (lid / hh) * 2u * hh + lid % hh;
+                let a = part[i];
+                let b = part[i + hh];
+                part[i] = a + b;
+                part[i + hh] = a - b;
+            }
+        }
+        workgroupBarrier();
+        if (lid < hd) {
+            let y = part[lid] * g.rot_c;
+            acc0 = select(y, -y, rot_neg(lid));
         }
     }
     if (lid >= hd) {

@@ -1,6 +1,6 @@
 // How attention.wgsl reads its cache: every format of kv_store.wgsl's layout dequantized one
 // value at a time in registers (kget / vget: f16 halves, codes × scale (+ min), the KIVI window's
-// f16 rows, MiniCache's magnitude · direction), split from the kernel so that attention.wgsl is
+// f16 rows, MiniCache's magnitude · direction; the rotated formats' values in the rotated space), split from the kernel so that attention.wgsl is
 // the tiled online softmax. The importer (attention.wgsl) binds `p`, `step`, `q`, `kc`, `vc` and
 // `g` (Geom) and sets `qend` at the start of main.
 // #import common
@@ -46,8 +46,8 @@ fn mag_word(j: u32, h: u32) -> u32 {
 fn fmt_bits() -> u32 {
     switch FMT {
         case FMT_Q8: { return 8u; }
-        case FMT_Q4, FMT_A4: { return 4u; }
-        case FMT_Q3, FMT_A3: { return 3u; }
+        case FMT_Q4, FMT_A4, FMT_Q4R: { return 4u; }
+        case FMT_Q3, FMT_A3, FMT_Q3R: { return 3u; }
         default: { return 2u; }
     }
 }
@@ -64,6 +64,32 @@ fn code_of(word: u32, c: u32, bits: u32) -> u32 {
 
 fn word_index(c: u32, bits: u32) -> u32 {
     return c / select(32u / bits, 10u, bits == 3u);
+}
+
+// The rotated formats' code of channel c of a row: word rot_word(c) of the row (q3r: the row is
+// one bit string, code c at bits 3c..3c+2, crossing into word rot_next(c) when it straddles; q4r
+// and q2r: code_of's packing, rot_next = rot_word).
+fn rot_word(c: u32) -> u32 {
+    if (FMT == FMT_Q3R) {
+        return (3u * c) / 32u;
+    }
+    return word_index(c, fmt_bits());
+}
+
+fn rot_next(c: u32) -> u32 {
+    if (FMT == FMT_Q3R && (3u * c) % 32u > 29u) {
+        return (3u * c) / 32u + 1u;
+    }
+    return rot_word(c);
+}
+
+fn rot_code(w: u32, next: u32, c: u32) -> u32 {
+    if (FMT != FMT_Q3R) {
+        return code_of(w, c, fmt_bits());
+    }
+    let sh = (3u * c) % 32u;
+    let hi = select(0u, next << ((32u - sh) & 31u), sh > 29u);
+    return ((w >> sh) | hi) & 7u;
 }
 
 fn half_at(w: u32, e: u32) -> f32 {
@@ -176,6 +202,11 @@ fn kdir(j: u32, h: u32, c: u32) -> f32 {
         let q = code_of(kc[j * g.wpr + word_index(c, bits)], c, bits);
         return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
     }
+    if (is_rot()) {
+        let sm = kc[g.par + j * g.heads + h];
+        let q = rot_code(kc[j * g.wpr + rot_word(c)], kc[j * g.wpr + rot_next(c)], c);
+        return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
+    }
     let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);
     return absmax_value(kc[code_base(j) + word_index(c, bits)], c, j, kscale(j, h));
 }
@@ -197,6 +228,11 @@ fn vdir(j: u32, h: u32, c: u32) -> f32 {
         let bits = fmt_bits();
         let sm = vc[g.par + j * g.ngroups + div_group(c)];
         let q = code_of(vc[j * g.wpr + word_index(c, bits)], c, bits);
+        return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
+    }
+    if (is_rot()) {
+        let sm = vc[g.par + j * g.heads + h];
+        let q = rot_code(vc[j * g.wpr + rot_word(c)], vc[j * g.wpr + rot_next(c)], c);
         return f32(q) * f16_bits_to_f32(sm & 0xffffu) + f16_bits_to_f32(sm >> 16u);
     }
     let bits = select(fmt_bits(), 4u, FMT == FMT_A3 && j == 0u);

@@ -146,6 +146,10 @@ struct Geom {
     count: u32,
     cap: u32,
     pend: u32,
+    rot_c: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 // f32 → u32 with the same order (attention's running max by atomicMax), and back.

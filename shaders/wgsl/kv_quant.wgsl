@@ -15,8 +15,8 @@ fn fmt_bits() -> u32 {
         case FMT_F32: { return 32u; }
         case FMT_F16: { return 16u; }
         case FMT_Q8: { return 8u; }
-        case FMT_Q4, FMT_A4: { return 4u; }
-        case FMT_Q3, FMT_A3: { return 3u; }
+        case FMT_Q4, FMT_A4, FMT_Q4R: { return 4u; }
+        case FMT_Q3, FMT_A3, FMT_Q3R: { return 3u; }
         default: { return 2u; }
     }
 }
@@ -359,5 +359,97 @@ fn store_at(idx: u32, keys: bool) {
         stage_kivi_step(idx, keys);
     } else {
         stage_rows(idx);
+    }
+}
+
+// The rotated formats' store (q4r, q3r, q2r; kv_store.wgsl's STAGE 7, rope_kv.wgsl's PASS 2): a
+// workgroup per (position, unit of kv heads). A unit is the fewest whole heads whose codes fill
+// whole words (u·head_dim·bits a multiple of 32; one head from head_dim 32 on, or the row's last
+// heads), so no two workgroups share a word. Each head is rotated exactly as the CPU oracle does
+// (tern_reference::kv_codec::rotate_heads): x_i·σ_i, then the butterflies h = 1, 2, 4, … (pairs
+// (j, j + h), j mod 2h < h: (a, b) ← (a + b, a − b), one rounding each, so the order of the pairs
+// within a stage does not matter), then ·c (`g.rot_c`, the host's f32(1/√d)); then KIVI's min-max
+// per head (minmax_pack, kivi_code: the value formats' exact code) with the (scale, min) word at
+// par + p·heads + h, and the codes packed LSB-first (q3r: densely, code i at bits 3i..3i+2 of the
+// row's bit string). head_dim ≤ 256 (the launcher checks): one value per invocation.
+var<workgroup> rot_x: array<f32, 256>;
+var<workgroup> rot_q: array<u32, 256>;
+var<workgroup> rot_sm: array<u32, 32>;
+
+fn rot_unit_heads() -> u32 {
+    let tz = min(5u, countTrailingZeros(fmt_bits() * g.head_dim));
+    return 1u << (5u - tz);
+}
+
+// Units per position (kv.rs's rot_units).
+fn rot_units() -> u32 {
+    let u = rot_unit_heads();
+    return (g.heads + u - 1u) / u;
+}
+
+fn stage_rot(lid: u32, wid: u32) {
+    let upt = rot_units();
+    let t = wid / upt;
+    let p = step.p0 + t;
+    let u = rot_unit_heads();
+    let h0 = (wid % upt) * u;
+    // a workgroup past the batch or the context has nothing to do (nh = nv = 0; no early return:
+    // the barriers below stay in uniform control flow)
+    let live = t < g.n_tokens && p < g.n_ctx;
+    let nh = select(0u, min(u, g.heads - h0), live);
+    let d = g.head_dim;
+    let nv = nh * d;
+    let c0 = h0 * d;
+    if (lid < nv) {
+        let x = src_at(t, c0 + lid);
+        rot_x[lid] = select(x, -x, rot_neg(lid % d));
+    }
+    for (var hh = 1u; hh < d; hh = hh * 2u) {
+        workgroupBarrier();
+        if (lid < nv / 2u) {
+            let i = (lid / hh) * 2u * hh + lid % hh;
+            let a = rot_x[i];
+            let b = rot_x[i + hh];
+            rot_x[i] = a + b;
+            rot_x[i + hh] = a - b;
+        }
+    }
+    workgroupBarrier();
+    if (lid < nv) {
+        rot_x[lid] = rot_x[lid] * g.rot_c;
+    }
+    workgroupBarrier();
+    let bits = fmt_bits();
+    let qmax = (1u << bits) - 1u;
+    if (lid < nh) {
+        var mn = 3.0e38;
+        var mx = -3.0e38;
+        for (var i = lid * d; i < (lid + 1u) * d; i = i + 1u) {
+            mn = min(mn, rot_x[i]);
+            mx = max(mx, rot_x[i]);
+        }
+        let sm = minmax_pack(mn, mx, f32(qmax));
+        rot_sm[lid] = sm;
+        cache_st(g.par + p * g.heads + h0 + lid, sm);
+    }
+    workgroupBarrier();
+    if (lid < nv) {
+        rot_q[lid] = kivi_code(rot_x[lid], rot_sm[lid / d], qmax);
+    }
+    workgroupBarrier();
+    let nw = (nv * bits + 31u) / 32u;
+    if (lid < nw) {
+        let b0 = lid * 32u;
+        let i_hi = min((b0 + 31u) / bits, nv - 1u);
+        var word = 0u;
+        for (var i = b0 / bits; i <= i_hi; i = i + 1u) {
+            let bit = i * bits;
+            if (bit >= b0) {
+                word = word | (rot_q[i] << (bit - b0));
+            } else {
+                word = word | (rot_q[i] >> (b0 - bit));
+            }
+        }
+        cache_st(code_base(p) + c0 * bits / 32u + lid, word);
     }
 }

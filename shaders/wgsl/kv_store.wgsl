@@ -7,7 +7,8 @@
 //   codes  [0, par): position p's row of codes at code_base(p), `wpr` words (a3: position 0 has
 //          its own 4-bit row of `wpr0` words first); f32: the raw bits, f16: pairs of halves.
 //   params [par, win): absmax: the f16 scale of every (position, kv head), two per word
-//          (entry p·heads + h); KIVI keys: (scale, min) f16 pairs per (group of G positions,
+//          (entry p·heads + h); rotated (q4r, q3r, q2r): the (scale, min) f16 pair of every
+//          (position, kv head) at par + p·heads + h (scale low, min high); KIVI keys: (scale, min) f16 pairs per (group of G positions,
 //          channel) at par + (p / G)·row + c; KIVI values: per (position, group of G channels)
 //          at par + p·ngroups + c / G (scale in the low half, min in the high half).
 //   window [win, ..): KIVI only, the f16 full-precision window, a ring of min(R, n_ctx) rows
@@ -17,6 +18,8 @@
 //   f16 scale of each (position, kv head), absmax over the head's head_dim values reduced by 32
 //   invocations; read-modify-write of the halves outside the batch: a word may be shared with
 //   another position) — kv_quant.wgsl's stage_scales.
+// STAGE 7 (q4r, q3r, q2r; its own dispatch, a workgroup per (position, unit of kv heads)): each
+//   head rotated, its (scale, min) and codes — kv_quant.wgsl's stage_rot.
 // STAGE 0 (f32, f16, q8, a4, a3): invocation (t, w) writes word w of position p0 + t's codes
 //   (absmax: with each kv head's scale as stage 6 stored it).
 // KIVI quantizes keys and values a block of R positions at a time, when the block fills: the
@@ -77,6 +80,10 @@ fn main(
     let idx = gid.x + gid.y * nwg.x * 256u;
     if (STAGE == 6u) {
         stage_scales(lid, wg.x + wg.y * nwg.x);
+        return;
+    }
+    if (STAGE == 7u) {
+        stage_rot(lid, wg.x + wg.y * nwg.x);
         return;
     }
     switch STAGE {

@@ -11,6 +11,9 @@
 //                              to this file), reading each key value rotated here (rope.wgsl's
 //                              operations on the unrotated k, which nothing writes);
 //   [.., + store_count(vals))  the values' store likewise.
+// The rotated formats (q4r, q3r, q2r) take PASS 2 instead: the query pairs, then a workgroup per
+// (token, unit of kv heads) for the keys, then for the values (kv_quant.wgsl's stage_rot: each
+// head rotated by H, then quantized per head; the queries are rotated by attention.wgsl).
 // Whole-row formats run stage 0 (any batch); KIVI runs the one-token step (the blocks that fill,
 // from the ring and this token, then the window row: the launcher takes one token only). So the
 // cache words and the rotated queries are the bits of the separate kernels (the same code, the
@@ -38,7 +41,7 @@ struct Params {
 }
 
 override NEOX: u32 = 0u;
-// 1: the absmax formats' scales pass (kv_quant.wgsl's stage_scales), one dispatch before the
+// 2: the rotated formats' only pass (above). 1: the absmax formats' scales pass (kv_quant.wgsl's stage_scales), one dispatch before the
 // fused one (PASS 0): scales_groups() workgroups for the keys (their values rotated here), then
 // as many for the values.
 override PASS: u32 = 0u;
@@ -114,6 +117,22 @@ fn is_key() -> bool {
     return storing_keys;
 }
 
+// Query pair idx (< nq) rotated in place (rope.wgsl's operations).
+fn rope_q(idx: u32, nq: u32) {
+    if (idx >= nq) {
+        return;
+    }
+    let half = rp.rope_dim / 2u;
+    let t = idx / (rp.n_head * half);
+    let r = idx % (rp.n_head * half);
+    let ix = pair_of(t * rp.stride + (r / half) * rp.head_dim, r % half);
+    let c = cs[t * half + r % half];
+    let a = qkv[ix.x];
+    let b = qkv[ix.y];
+    qkv[ix.x] = a * c.x - b * c.y;
+    qkv[ix.y] = a * c.y + b * c.x;
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(global_invocation_id) gid: vec3<u32>,
@@ -131,15 +150,23 @@ fn main(
     var idx = gid.x + gid.y * nwg.x * 256u;
     let half = rp.rope_dim / 2u;
     let nq = rp.n_tokens * rp.n_head * half;
+    if (PASS == 2u) {
+        // the rotated formats: the query pairs' workgroups, then a workgroup per (token, unit of
+        // kv heads) for the keys (rotated here, then by stage_rot), then for the values
+        let wid = wg.x + wg.y * nwg.x;
+        let nqw = (nq + 255u) / 256u;
+        if (wid < nqw) {
+            rope_q(wid * 256u + lid, nq);
+            return;
+        }
+        let units = rp.n_tokens * rot_units();
+        let w = wid - nqw;
+        storing_keys = w < units;
+        stage_rot(lid, select(w - units, w, storing_keys));
+        return;
+    }
     if (idx < nq) {
-        let t = idx / (rp.n_head * half);
-        let r = idx % (rp.n_head * half);
-        let ix = pair_of(t * rp.stride + (r / half) * rp.head_dim, r % half);
-        let c = cs[t * half + r % half];
-        let a = qkv[ix.x];
-        let b = qkv[ix.y];
-        qkv[ix.x] = a * c.x - b * c.y;
-        qkv[ix.y] = a * c.y + b * c.x;
+        rope_q(idx, nq);
         return;
     }
     idx = idx - nq;

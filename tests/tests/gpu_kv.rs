@@ -98,11 +98,11 @@ fn tiny_in(dir: &str) -> PathBuf {
     path
 }
 
-/// Every KV format, alone and with MiniCache over layers (0, 1).
+/// Every KV format, alone and with MiniCache over layers (0, 1) (the rotated formats alone:
+/// MiniCache over a rotated cache runs on the CPU only).
 fn modes(kivi: Kivi, mc: MiniCache) -> Vec<KvSpec> {
     KvQuant::ALL
         .into_iter()
-        .filter(|q| !q.is_rotated()) // CPU only for now
         .flat_map(|quant| {
             [None, Some(mc)].map(|minicache| KvSpec {
                 quant,
@@ -110,6 +110,7 @@ fn modes(kivi: Kivi, mc: MiniCache) -> Vec<KvSpec> {
                 minicache,
             })
         })
+        .filter(|s| !(s.quant.is_rotated() && s.minicache.is_some()))
         .collect()
 }
 
@@ -186,7 +187,11 @@ fn tiny_model_gpu_equals_cpu_in_every_kv_mode() {
         ppls.iter().filter(|&&p| p != ppls[0]).count() >= 12,
         "{ppls:?}"
     );
-    eprintln!("16 modes in {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "{} modes in {:.1} s",
+        ppls.len(),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// Decode one token at a time (issue 14, h-kvr: RoPE fused with the store of every format of a
@@ -213,10 +218,7 @@ fn tiny_model_decode_fuses_rope_with_every_kv_store() {
     };
     let mut f16_dispatches = None;
     let mut bad = Vec::new();
-    for quant in KvQuant::ALL
-        .into_iter()
-        .filter(|&q| q != KvQuant::F32 && !q.is_rotated())
-    {
+    for quant in KvQuant::ALL.into_iter().filter(|&q| q != KvQuant::F32) {
         let kv = KvSpec {
             quant,
             kivi,
@@ -305,6 +307,131 @@ fn kivi_decode_and_truncation_on_the_gpu_match_the_cpu() {
     assert_eq!(ga, gc);
     assert_eq!(ga, ca, "greedy tokens GPU vs CPU (q4, G16/R64)");
     assert_eq!((cb, cc), (ca.clone(), ca));
+}
+
+/// The rotated formats on SmolLM2 (issue 28: q4r and q3r; the store rotating keys and values per
+/// head, attention rotating the queries and each head's output back), end to end through the
+/// engine's sessions (prefill batch, then decode through the fused RoPE + store):
+///
+/// * on each backend, a truncation (any length is kept: there is no window) followed by the same
+///   tokens continues exactly as the first fill (same greedy tokens);
+/// * GPU against CPU, teacher-forced on the CPU's greedy continuation of a 64-token prompt: the
+///   largest |Δ logit| of the GPU from the CPU over the 6 steps is at most 3 × the CPU's own
+///   under rounding-level perturbations of its keys and values (`KvCache::set_input_jitter`,
+///   1e-6, 3 seeds) — the method of the perplexity gap test below; the top tokens are reported.
+///
+/// Why not "GPU greedy tokens = CPU greedy tokens": the rotated per-token quantizer is chaotic on
+/// SmolLM2 (its first token's huge rows make a whole row's codes move with its minimum), so
+/// K and V ~1e-6 apart — the backends' matmuls sum in other orders — already move logits by
+/// several units: the CPU's own q4r perplexity moves by ~25 % under that jitter
+/// (`smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise`), and on this prompt the
+/// greedy tokens part after 2 steps (measured: GPU [260, 9768, 654, …], CPU [260, 9768, 1694, …]).
+/// With the same keys and values in, the GPU's store is the CPU's bit for bit and its attention
+/// within NMSE 1e-13 (`parity_kv_real_smollm2` on SmolLM2's own rows, `parity.rs`).
+#[test]
+fn rotated_decode_and_truncation_on_the_gpu_match_the_cpu() {
+    let path = smollm2();
+    let Some(gpu) = open_gpu(&path) else { return };
+    let cpu = Model::open(&path).unwrap();
+    let prompt = text_tokens(&cpu, 64);
+    let file = tern_format::TernFile::open(&path).unwrap();
+    let hp = file.meta().hparams.clone();
+    let vocab = hp.n_vocab as usize;
+    let reference = tern_reference::Model::load(&file).unwrap();
+    let steps = 6;
+    let mut failures = Vec::new();
+    for quant in [KvQuant::Rot4, KvQuant::Rot3] {
+        let kv = KvSpec {
+            quant,
+            ..KvSpec::default()
+        };
+        let run = |m: &Model| {
+            let mut s = Session::with_kv(m, 128, &kv).unwrap();
+            let l = s.eval(&prompt).unwrap();
+            let a = greedy(&mut s, l, steps);
+            s.truncate(41);
+            assert_eq!(s.history().len(), 41);
+            let l = s.eval(&prompt[41..]).unwrap();
+            let b = greedy(&mut s, l, steps);
+            (a, b, s.kv_bytes_per_token())
+        };
+        let t0 = std::time::Instant::now();
+        let (ga, gb, gbytes) = run(&gpu);
+        let tg = t0.elapsed().as_secs_f64();
+        let (ca, cb, cbytes) = run(&cpu);
+        assert_eq!(
+            ga,
+            gb,
+            "{}: truncated and refilled on the GPU",
+            quant.name()
+        );
+        assert_eq!(
+            cb,
+            ca,
+            "{}: truncated and refilled on the CPU",
+            quant.name()
+        );
+        assert_eq!(gbytes, cbytes);
+        // the CPU's logits at each step of its greedy continuation, plain and with its keys and
+        // values jittered at rounding level
+        let mut seq = prompt.clone();
+        seq.extend_from_slice(&ca[..steps - 1]);
+        let rows = |jitter: Option<u32>| -> Vec<Vec<f32>> {
+            let mut cache = tern_reference::KvCache::for_spec(&hp, seq.len(), &kv).unwrap();
+            if let Some(seed) = jitter {
+                cache.set_input_jitter(1e-6, seed);
+            }
+            let l = reference
+                .forward(&seq, &mut cache, tern_reference::LogitsWanted::All)
+                .unwrap();
+            (prompt.len() - 1..seq.len())
+                .map(|i| l[i * vocab..(i + 1) * vocab].to_vec())
+                .collect()
+        };
+        let dist = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max)
+        };
+        let plain = rows(None);
+        let mut noise = 0.0f32;
+        let mut allowed: Vec<Vec<u32>> = plain.iter().map(|r| vec![argmax(r)]).collect();
+        for seed in 1..=3 {
+            for ((r, p), set) in rows(Some(seed)).iter().zip(&plain).zip(&mut allowed) {
+                noise = noise.max(dist(r, p));
+                if !set.contains(&argmax(r)) {
+                    set.push(argmax(r));
+                }
+            }
+        }
+        // the GPU teacher-forced on the CPU's tokens (decode steps after the prefill)
+        let mut s = Session::with_kv(&gpu, 128, &kv).unwrap();
+        let mut l = s.eval(&prompt).unwrap();
+        let (mut gtops, mut gap) = (Vec::new(), 0.0f32);
+        for (i, (&t, p)) in ca.iter().zip(&plain).enumerate() {
+            gtops.push(argmax(&l));
+            gap = gap.max(dist(&l, p));
+            if i + 1 < steps {
+                l = s.eval(&[t]).unwrap();
+            }
+        }
+        let same = gtops.iter().zip(&ca).filter(|(a, b)| a == b).count();
+        eprintln!(
+            "{}: GPU greedy {ga:?} ({tg:.1} s), CPU greedy {ca:?}; teacher-forced: GPU tops \
+             {gtops:?} ({same}/{steps} = the CPU's), the CPU's own under jitter {allowed:?}; \
+             max |Δ logit| GPU vs CPU {gap:.2}, CPU jittered vs CPU {noise:.2}; kv bytes/token \
+             {gbytes}",
+            quant.name()
+        );
+        if gap > 3.0 * noise.max(0.1) {
+            failures.push(format!(
+                "{}: max |Δ logit| {gap:.2} > 3 × the CPU's own {noise:.2}",
+                quant.name()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
 }
 
 /// An 8,192-token context on SmolLM2 on the GPU (lavapipe in CI) with a compressed cache
@@ -402,6 +529,7 @@ fn smollm2_gpu_cpu_gap_is_within_the_cpus_own_rounding_noise() {
         (KvQuant::F16, false),
         (KvQuant::Q8, false),
         (KvQuant::Kivi4, true),
+        (KvQuant::Rot4, false),
     ]);
 }
 
@@ -417,6 +545,8 @@ fn smollm2_gpu_cpu_gap_low_bit_modes() {
         (KvQuant::Kivi3, false),
         (KvQuant::Kivi2, false),
         (KvQuant::Absmax3, false),
+        (KvQuant::Rot3, false),
+        (KvQuant::Rot2, false),
     ]);
 }
 

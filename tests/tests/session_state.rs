@@ -104,6 +104,7 @@ fn cpu_restored_session_continues_identically_in_every_kv_family() {
         // 70 prompt tokens + 6: two KIVI blocks of 32 quantized, the rest in the f16 window.
         (KvQuant::Kivi4, kivi, MiniCacheMode::Off),
         (KvQuant::Absmax3, Kivi::default(), MiniCacheMode::Off),
+        (KvQuant::Rot4, Kivi::default(), MiniCacheMode::Off),
         (KvQuant::Q8, Kivi::default(), MiniCacheMode::On),
     ];
     for (q, k, mc) in cases {
@@ -198,7 +199,12 @@ fn gpu_restored_session_continues_identically() {
         group: 8,
         residual: 16,
     };
-    for (q, k) in [(KvQuant::F32, Kivi::default()), (KvQuant::Kivi4, kivi)] {
+    // (q3r: the rotated formats' GPU store, densely packed 3-bit codes)
+    for (q, k) in [
+        (KvQuant::F32, Kivi::default()),
+        (KvQuant::Kivi4, kivi),
+        (KvQuant::Rot3, Kivi::default()),
+    ] {
         round_trip(&m, &opts(128, q, k, MiniCacheMode::Off), 24, 2);
     }
     // A GPU state does not restore on the CPU (the storage is the backend's own).

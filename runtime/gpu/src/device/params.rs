@@ -217,13 +217,15 @@ params! {
     /// of the KIVI windows, KIVI's `group`/`resid` (G, R) and value groups per row, the batch
     /// size, whether this store writes keys; a MiniCache pair's sections (word offsets of the
     /// magnitudes, the retained pool, its positions and its count; the pool's capacity); `pend`:
-    /// where a pair's first layer finds its unmerged batch rows after the queries.
+    /// where a pair's first layer finds its unmerged batch rows after the queries; `rot_c`: the
+    /// rotated formats' `f32(1/√head_dim)` (`tern_format::kv::rot_scale`, the host's bits).
     KvGeom in [
         (KvStore, "Geom"), (Attention, "Geom"), (MinicacheMerge, "Geom"), (AttentionPrefill, "Geom")
     ] {
         row: u32, heads: u32, head_dim: u32, n_ctx: u32, wpr: u32, wpr0: u32, par: u32,
         k_win: u32, v_win: u32, group: u32, resid: u32, ngroups: u32, n_tokens: u32,
         is_key: u32, mag: u32, pool: u32, pool_pos: u32, count: u32, cap: u32, pend: u32,
+        rot_c: f32, _pad0: u32, _pad1: u32, _pad2: u32,
     }
 }
 

@@ -1,5 +1,7 @@
 //! Causal GQA attention over the KV cache (decode and prefill), reading the cache in its stored
-//! format ([`KvLayout`]: f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3 — dequantized in registers).
+//! format ([`KvLayout`]: f32, f16, q8, KIVI q4/q3/q2, absmax a4/a3, rotated q4r/q3r/q2r —
+//! dequantized in registers; the rotated formats' queries rotated and each head's output rotated
+//! back inside the kernel).
 //!
 //! It reads `p0` (tokens already cached) from a small step buffer ([`StepParams`]) that the
 //! caller rewrites with `queue.write_buffer` before each submit, so a plan recorded once serves

@@ -4,8 +4,10 @@
 //! Every format of `tern_format::kv` (the spec: the math of each format, its packing and its byte
 //! accounting). One layer's keys, and its values, are one `array<u32>` buffer each (one binding),
 //! in sections: codes (a position's row of codes starts at a word boundary; f32 as raw bits, f16
-//! as pairs of halves), then the f16 parameters (absmax scales two per word; KIVI (scale, min)
-//! pairs one per word), then — KIVI — the f16 window as a ring of `R` rows. `kv_store.wgsl`
+//! as pairs of halves), then the f16 parameters (absmax scales two per word; KIVI and the rotated
+//! formats' (scale, min) pairs one per word), then — KIVI — the f16 window as a ring of `R` rows.
+//! The rotated formats (q4r, q3r, q2r) store each kv head rotated by `H` (`tern_format::kv`),
+//! one (scale, min) per (position, kv head); q3r's codes dense (a row is one bit string). `kv_store.wgsl`
 //! documents the sections and the stages; [`KvLayout::geom`] is what the kernels read.
 //!
 //! A MiniCache pair's buffer ([`KvLayout::pair`]: the design of `tern_reference::kv`) holds the
@@ -51,16 +53,29 @@ impl KvLayout {
             return Err(GpuError::invalid("kv cache", "a context of 0 positions"));
         }
         if quant.is_rotated() {
-            // The rotated formats' GPU stages (rotation, block key groups, dense 3-bit) are not
-            // written yet: refused, typed, before anything is allocated (the one refusal: every
-            // GPU cache is laid out here).
-            return Err(GpuError::invalid(
-                "kv cache",
-                format!(
-                    "KV format {} runs on the CPU only for now (load with --device cpu)",
-                    quant.name()
-                ),
-            ));
+            // The rotated formats: a power-of-two head_dim (the spec's check, typed), at most 256
+            // (one head per workgroup of 256 invocations in the store and in attention).
+            let hd = u32::try_from(head_dim).unwrap_or(u32::MAX);
+            if !hd.is_power_of_two() {
+                return Err(GpuError::invalid(
+                    "kv cache",
+                    tern_format::kv::KvSpecError::RotationHeadDim {
+                        format: quant.name(),
+                        head_dim: hd,
+                    }
+                    .to_string(),
+                ));
+            }
+            if head_dim > 256 {
+                return Err(GpuError::invalid(
+                    "kv cache",
+                    format!(
+                        "KV format {} on the GPU takes head_dim up to 256, not {head_dim} (load \
+                         with --device cpu)",
+                        quant.name()
+                    ),
+                ));
+            }
         }
         if quant.is_kivi() {
             kivi.check()
@@ -88,6 +103,16 @@ impl KvLayout {
     /// The layout of a MiniCache pair's buffers (directions in this format, then magnitudes and
     /// the retained pool); the GPU merge needs an even head_dim and at most 256 kv heads.
     pub fn pair(self) -> Result<Self> {
+        if self.quant.is_rotated() {
+            return Err(GpuError::invalid(
+                "kv cache",
+                format!(
+                    "MiniCache with the rotated KV format {} runs on the CPU only (load with \
+                     --device cpu)",
+                    self.quant.name()
+                ),
+            ));
+        }
         if !self.head_dim.is_multiple_of(2) || self.heads > 256 {
             return Err(GpuError::invalid(
                 "kv cache",
@@ -146,6 +171,20 @@ impl KvLayout {
         }
     }
 
+    /// Rotated formats: kv heads per store unit (`kv_quant.wgsl`'s `rot_unit_heads`: the fewest
+    /// whole heads whose codes fill whole words, `u · head_dim · bits` a multiple of 32).
+    pub fn rot_unit_heads(&self) -> u64 {
+        let tz = (u64::from(self.quant.bits()) * self.head_dim)
+            .trailing_zeros()
+            .min(5);
+        1 << (5 - tz)
+    }
+
+    /// Rotated formats: store units (workgroups) per position.
+    pub fn rot_units(&self) -> u64 {
+        self.heads.div_ceil(self.rot_unit_heads())
+    }
+
     /// KIVI value groups per row.
     fn ngroups(&self) -> u64 {
         self.row().div_ceil(u64::from(self.kivi.group.max(1)))
@@ -157,6 +196,8 @@ impl KvLayout {
             KvQuant::F32 | KvQuant::F16 => 0,
             q if q.is_kivi() && key => (n / u64::from(self.kivi.group.max(1))) * self.row(),
             q if q.is_kivi() => n.saturating_mul(self.ngroups()),
+            // rotated: one (scale, min) word per (position, kv head)
+            q if q.is_rotated() => n.saturating_mul(self.heads),
             _ => n.saturating_mul(self.heads).div_ceil(2),
         }
     }
@@ -292,6 +333,8 @@ impl KvLayout {
             count: u32_of(OP, "count", count)?,
             cap: u32_of(OP, "cap", self.pool_cap(self.n_ctx))?,
             pend: 0,
+            rot_c: tern_format::kv::rot_scale(u32_of(OP, "head_dim", self.head_dim)?),
+            ..KvGeom::default()
         })
     }
 
@@ -355,6 +398,11 @@ pub fn kv_store(
         )
     };
     let q = layout.quant;
+    if q.is_rotated() {
+        // kv_store.wgsl STAGE 7: a workgroup per (position, unit of kv heads)
+        let groups = n_tokens.saturating_mul(layout.rot_units());
+        return run(enc, KernelKey::KvStore(q), groups.saturating_mul(256));
+    }
     if !q.is_kivi() {
         if q.is_absmax() {
             // the scales first (kv_store.wgsl STAGE 6: 8 entries per workgroup), then the codes
@@ -433,7 +481,7 @@ mod tests {
         for (heads, hd) in [(3u64, 64u64), (5, 128), (1, 18), (2, 72)] {
             let h = hp(heads as u32, hd as u32);
             for q in KvQuant::ALL {
-                if q.is_rotated() {
+                if q.is_rotated() && !hd.is_power_of_two() {
                     assert!(KvLayout::new(q, Kivi::default(), heads, hd, 8).is_err());
                     continue;
                 }
@@ -451,6 +499,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The rotated formats: the refusals are typed (a head_dim that is not a power of two, as the
+    /// CPU's spec check; above 256; MiniCache over a rotated cache), the store units cover the row
+    /// in whole words, one (scale, min) word per (position, kv head).
+    #[test]
+    fn rotated_layouts_and_refusals() {
+        let k = Kivi::default();
+        let bad = |r: Result<KvLayout>, what: &str| match r {
+            Err(GpuError::InvalidArgument { detail, .. }) => {
+                assert!(detail.contains(what), "{detail}")
+            }
+            other => panic!("expected InvalidArgument ({what}), got {other:?}"),
+        };
+        for q in [KvQuant::Rot4, KvQuant::Rot3, KvQuant::Rot2] {
+            bad(KvLayout::new(q, k, 2, 96, 8), "not a power of two");
+            bad(KvLayout::new(q, k, 1, 512, 8), "up to 256");
+            let l = KvLayout::new(q, k, 3, 64, 10).unwrap();
+            bad(l.pair(), "MiniCache");
+            assert_eq!(l.window_word(true), l.param_word() + 10 * 3);
+            for hd in [2u64, 4, 8, 16, 32, 64, 128, 256] {
+                let l = KvLayout::new(q, k, 5, hd, 4).unwrap();
+                let u = l.rot_unit_heads();
+                // a unit's codes fill whole words; from head_dim 32 on a unit is one head
+                assert_eq!(u * hd * u64::from(q.bits()) % 32, 0, "{q:?} {hd}");
+                assert!(u * hd <= 256 && (hd < 32 || u == 1), "{q:?} {hd}: {u}");
+                assert_eq!(l.rot_units(), 5u64.div_ceil(u));
+            }
+        }
+        assert_eq!(
+            KvLayout::new(KvQuant::Rot3, k, 4, 16, 1)
+                .unwrap()
+                .rot_unit_heads(),
+            2
+        );
     }
 
     #[test]

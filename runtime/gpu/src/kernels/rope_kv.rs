@@ -1,7 +1,8 @@
 //! The attention block's decode fusions over the concatenated q/k/v projection (issues 15, 14):
 //! [`rope_kv_store`] rotates the queries in place and writes the rotated keys and the values into
 //! the cache in its format (one dispatch for rope(q), rope(k), kv_store(K), kv_store(V); the
-//! quantizing stores are `kv_store.wgsl`'s own code, `kv_quant.wgsl`), and [`qkv_split`]
+//! quantizing stores are `kv_store.wgsl`'s own code, `kv_quant.wgsl`; the rotated formats rotate
+//! each key and value head before quantizing it, a workgroup per head), and [`qkv_split`]
 //! splits the projection's rows into planar q, k, v for the paths it does not take.
 //!
 //! The projection is one buffer, row t (`stride` = q_dim + 2·kv_dim words) =
@@ -108,6 +109,23 @@ pub fn rope_kv_store(
     let params = ctx.uniform(bytemuck::bytes_of(&p))?;
     // the geometry of the store (`kv_store.wgsl`'s; `is_key` is the kernel's own per range)
     let geom = ctx.uniform(bytemuck::bytes_of(&layout.geom(n_tokens, true)?))?;
+    if layout.quant.is_rotated() {
+        // rope_kv.wgsl PASS 2: the query pairs' workgroups, then a workgroup per (token, unit of
+        // kv heads) for the keys, then for the values
+        let q_groups = n_tokens.saturating_mul(shape.n_head * half).div_ceil(256);
+        let units = n_tokens.saturating_mul(layout.rot_units());
+        let groups = q_groups.saturating_add(units.saturating_mul(2));
+        u32_of(OP, "invocations", groups.saturating_mul(256))?;
+        return ctx.dispatch(
+            enc,
+            KernelKey::RopeKv {
+                quant: layout.quant,
+                neox: shape.neox,
+            },
+            &[&params, step, qkv, table, k_cache, v_cache, &geom],
+            groups_1d(ctx, groups.max(1)),
+        );
+    }
     let invocations = n_tokens
         .saturating_mul(shape.n_head * half)
         .saturating_add(store_invocations(layout, n_tokens, true))

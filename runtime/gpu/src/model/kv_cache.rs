@@ -138,7 +138,9 @@ impl KvCache {
                 (Some(_), Ok(pl)) => l
                     .max_positions_within(limit)
                     .min(pl.max_positions_within(limit)),
-                _ => l.max_positions_within(limit),
+                // a pair the GPU refuses (MiniCache over a rotated cache): nothing fits
+                (Some(_), Err(_)) => 0,
+                (None, _) => l.max_positions_within(limit),
             })
             .unwrap_or(0)
     }

@@ -12,7 +12,10 @@
 //! middle, decode on a block edge (p0 = R − 1, R, R + 1), KIVI groups that straddle code words
 //! (G = 16 with 10 codes per word), a context exactly full, forced split counts (2B4T's heads
 //! at decode: the per-channel path's quantized keys), and one
-//! recorded plan replayed across block boundaries.
+//! recorded plan replayed across block boundaries. The rotated formats (q4r, q3r, q2r): the oracle
+//! rotates each head as the CPU store does (`kv_codec::rotate_heads`) before its min-max
+//! quantizer, and the reference attention rotates the queries and rotates each head's output
+//! back (`attend_reference`), as `tern_reference`'s model does.
 
 use super::attn::{reference, step_buffer, write_step};
 use super::*;
@@ -38,7 +41,9 @@ fn put_half(w: &mut Want, e: usize, bits: u16) {
 }
 
 /// The oracle: the dequantized keys and values the cache holds after `n` positions of `k`, `v`
-/// (`[n][row]`), and the words its buffers must hold.
+/// (`[n][row]`), and the words its buffers must hold. Rotated formats: `k_hat`, `v_hat` are in
+/// the rotated space (what the cache holds); [`attend_reference`] rotates the queries to match.
+
 pub(super) struct Oracle {
     k_hat: Vec<f32>,
     v_hat: Vec<f32>,
@@ -94,6 +99,28 @@ pub(super) fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Ora
                     }
                     let out = &mut hat[p * row..(p + 1) * row];
                     cc::absmax_dequantize_row(qf, &codes, &scales, hd, out).map_err(e)?;
+                }
+            }
+            q if q.is_rotated() => {
+                // each head rotated (the CPU store's `rotate_heads`), then min-max per head
+                let signs = cc::rot_signs(hd);
+                let wpp = cc::row_words(q, row);
+                for p in 0..n {
+                    let mut xr = x[p * row..(p + 1) * row].to_vec();
+                    cc::rotate_heads(&mut xr, hd, &signs).map_err(e)?;
+                    let mut codes = vec![0u32; wpp];
+                    let (mut s, mut m) = (vec![f16::ZERO; heads], vec![f16::ZERO; heads]);
+                    cc::kivi_quantize_values(q, hd, &xr, &mut codes, &mut s, &mut m).map_err(e)?;
+                    let base = l.code_word(p as u64) as usize;
+                    for (i, &c) in codes.iter().enumerate() {
+                        put(want, base + i, c, !0);
+                    }
+                    for h in 0..heads {
+                        let v = u32::from(s[h].to_bits()) | (u32::from(m[h].to_bits()) << 16);
+                        put(want, par + p * heads + h, v, !0);
+                    }
+                    let out = &mut hat[p * row..(p + 1) * row];
+                    cc::kivi_dequantize_values(q, hd, &codes, &s, &m, out).map_err(e)?;
                 }
             }
             _ => {
@@ -154,6 +181,31 @@ pub(super) fn oracle(l: &KvLayout, k: &[f32], v: &[f32], n: usize) -> Result<Ora
         }
     }
     Ok(o)
+}
+
+/// The CPU's attention over the oracle's rows: for a rotated format as `tern_reference`'s model
+/// does it (queries rotated per head, attention in the rotated space, `Hᵀ` on each head's output).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend_reference(
+    quant: KvQuant,
+    qv: &[f32],
+    or: &Oracle,
+    p0: usize,
+    n: usize,
+    n_head: usize,
+    n_kv: usize,
+    hd: usize,
+) -> Result<Vec<f32>, String> {
+    if !quant.is_rotated() {
+        return reference(qv, &or.k_hat, &or.v_hat, p0, n, n_head, n_kv, hd);
+    }
+    let e = |e: tern_reference::ReferenceError| e.to_string();
+    let signs = cc::rot_signs(hd);
+    let mut qr = qv.to_vec();
+    cc::rotate_heads(&mut qr, hd, &signs).map_err(e)?;
+    let mut out = reference(&qr, &or.k_hat, &or.v_hat, p0, n, n_head, n_kv, hd)?;
+    cc::unrotate_heads(&mut out, hd, &signs).map_err(e)?;
+    Ok(out)
 }
 
 /// Compare a buffer's words with the oracle's (masked), naming the first difference.
@@ -287,7 +339,7 @@ fn run_rows(
     .map_err(e)?;
     ctx.submit_wait(enc).map_err(e)?;
     let want = match c.window {
-        Some(w) => super::family::reference_windowed(
+        Some(w) if !c.q.is_rotated() => super::family::reference_windowed(
             &qv,
             (&or.k_hat, &or.v_hat),
             p0,
@@ -295,7 +347,8 @@ fn run_rows(
             (n_head, n_kv, hd),
             w,
         )?,
-        None => reference(&qv, &or.k_hat, &or.v_hat, p0, n, n_head, n_kv, hd)?,
+        Some(_) => return Err("no windowed case over a rotated cache in the table".into()),
+        None => attend_reference(c.q, &qv, &or, p0, n, n_head, n_kv, hd)?,
     };
     let got = ctx.read_f32(&ob, n * q_dim).map_err(e)?;
     score("attention", Check::Nmse(1e-6), &got, &want)
@@ -306,7 +359,9 @@ fn run_rows(
 /// position once, from 0), the step buffer rewritten in between: the KIVI blocks fill inside a
 /// replay, and the attention output matches the oracle at every step.
 fn run_replay(ctx: &GpuContext, rng: &mut Rng, q: KvQuant, kivi: Kivi) -> Result<String, String> {
-    let (n_head, n_kv, hd, n_ctx) = (6usize, 2usize, 72usize, 100usize);
+    // (the rotated formats need a power-of-two head_dim)
+    let hd = if q.is_rotated() { 64 } else { 72 };
+    let (n_head, n_kv, n_ctx) = (6usize, 2usize, 100usize);
     let (row, q_dim) = (n_kv * hd, n_head * hd);
     let e = |e: GpuError| e.to_string();
     let l = KvLayout::new(q, kivi, n_kv as u64, hd as u64, n_ctx as u64).map_err(e)?;
@@ -339,7 +394,7 @@ fn run_replay(ctx: &GpuContext, rng: &mut Rng, q: KvQuant, kivi: Kivi) -> Result
         k.extend(knew);
         v.extend(vnew);
         let or = oracle(&l, &k, &v, p0 + 1)?;
-        let want = reference(&qv, &or.k_hat, &or.v_hat, p0, 1, n_head, n_kv, hd)?;
+        let want = attend_reference(q, &qv, &or, p0, 1, n_head, n_kv, hd)?;
         let got = ctx.read_f32(&ob, q_dim).map_err(e)?;
         score(
             &format!("replay at p0 = {p0}"),
@@ -398,6 +453,29 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         window: None,
     };
     let mut list = Vec::new();
+    for q in KvQuant::ALL
+        .into_iter()
+        .filter(|&q| q != KvQuant::F32 && q.is_rotated())
+    {
+        // The rotated formats (power-of-two head_dim): SmolLM2's and 2B4T's heads at n = 1, an
+        // odd batch over a prefix stored in odd chunks, decode after it, 16-dim heads (q3r: two
+        // heads share a unit of 3 words; 3 heads: a unit of one head last), forced splits (the
+        // split-K partials rotated back before the merge), a context exactly full.
+        list.push(base(q, (9, 3, 64), 0, 1, 2, 1));
+        list.push(base(q, (9, 3, 64), 100, 61, 5, 37));
+        list.push(base(q, (20, 5, 128), 127, 1, 3, 64));
+        list.push(base(q, (20, 5, 128), 13, 7, 0, 5));
+        list.push(base(q, (8, 4, 16), 128, 1, 0, 50));
+        list.push(base(q, (6, 3, 16), 30, 3, 1, 7));
+        list.push(Case {
+            split: Some(5),
+            ..base(q, (20, 5, 128), 300, 1, 0, 128)
+        });
+        list.push(Case {
+            split: Some(7),
+            ..base(q, (9, 3, 64), 95, 2, 0, 13)
+        });
+    }
     for q in KvQuant::ALL
         .into_iter()
         .filter(|&q| q != KvQuant::F32 && !q.is_rotated())
@@ -488,7 +566,12 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         );
         v.push((name, false, Box::new(move |ctx, r| run(ctx, r, c))));
     }
-    for q in [KvQuant::Kivi3, KvQuant::Absmax3, KvQuant::F16] {
+    for q in [
+        KvQuant::Kivi3,
+        KvQuant::Absmax3,
+        KvQuant::F16,
+        KvQuant::Rot3,
+    ] {
         v.push((
             format!("kv {} plan replayed at p0 = 0..100 (G16/R48)", q.name()),
             false,
@@ -547,10 +630,7 @@ fn parity_kv_real_smollm2() {
     let mut rng = Rng(14);
     let mut failures = Vec::new();
     let mut done = 0;
-    for q in KvQuant::ALL
-        .into_iter()
-        .filter(|&q| q != KvQuant::F32 && !q.is_rotated())
-    {
+    for q in KvQuant::ALL.into_iter().filter(|&q| q != KvQuant::F32) {
         for layer in 0..hp.n_layer as usize {
             let (k, v) = cache.layer(layer);
             let c = Case {

@@ -14,7 +14,10 @@
 //! (`parity/kv.rs`'s `oracle`) over the keys as the separate rope rotated them. KIVI at decode
 //! on its block edges (p0 = R − 1: a key group and the value rows leave the window in the fused
 //! dispatch; R; R + 1) and with G = 16 (10 codes per word straddling groups); a3's position 0;
-//! batches of 3 for the whole-row formats, one ending past the context.
+//! batches of 3 for the whole-row formats, one ending past the context. The rotated formats (q4r,
+//! q3r, q2r: `rope_kv.wgsl` PASS 2, each key and value head rotated then quantized by a
+//! workgroup) likewise, against the separate kernels and the oracle (which rotates each head as
+//! the CPU store does), head_dim 64, 128 and 16, one token and odd batches.
 
 use super::attn::step_buffer;
 use super::kv::{bits_of, compare, oracle};
@@ -374,12 +377,21 @@ pub fn cases() -> Vec<(String, bool, CaseFn)> {
         (dflt, ((20, 5, 128, 128), false, (129, 1, 300, 129))),
         (g16, ((4, 2, 18, 10), true, (31, 1, 40, 7))),
     ];
-    for quant in KvQuant::ALL
-        .into_iter()
-        .filter(|q| q.bits() < 16 && !q.is_rotated())
-    {
+    // the rotated formats: SmolLM2's and 2B4T's heads, one token and odd batches (one past the
+    // context's end), 16-dim heads (q3r's two-head units, a one-head unit last)
+    let rot: [Q; 6] = [
+        ((9, 3, 64, 64), false, (0, 1, 8, 1)),
+        ((20, 5, 128, 128), true, (300, 1, 512, 128)),
+        ((9, 3, 64, 64), true, (37, 3, 64, 20)),
+        ((20, 5, 128, 128), false, (7, 5, 10, 3)),
+        ((6, 3, 16, 16), true, (5, 3, 9, 2)),
+        ((9, 3, 64, 32), false, (11, 1, 12, 4)),
+    ];
+    for quant in KvQuant::ALL.into_iter().filter(|q| q.bits() < 16) {
         let list: Vec<(Kivi, Q)> = if quant.is_kivi() {
             kivi.to_vec()
+        } else if quant.is_rotated() {
+            rot.iter().map(|&c| (dflt, c)).collect()
         } else {
             whole.iter().map(|&c| (dflt, c)).collect()
         };

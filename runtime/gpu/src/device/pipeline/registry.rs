@@ -195,6 +195,11 @@ impl KernelKey {
                     EltOp::GeGlu => 3.0,
                 },
             )],
+            KernelKey::RopeKv { quant, neox } if quant.is_rotated() => vec![
+                ("NEOX", f64::from(u8::from(neox))),
+                fmt(quant),
+                ("PASS", 2.0),
+            ],
             KernelKey::RopeKv { quant, neox } => {
                 vec![("NEOX", f64::from(u8::from(neox))), fmt(quant)]
             }
@@ -203,6 +208,7 @@ impl KernelKey {
                 fmt(quant),
                 ("PASS", 1.0),
             ],
+            KernelKey::KvStore(kv) if kv.is_rotated() => vec![fmt(kv), ("STAGE", 7.0)],
             KernelKey::KvStore(kv) if !kv.is_kivi() => vec![fmt(kv), ("STAGE", 0.0)],
             KernelKey::KvScales(kv) if kv.is_absmax() => vec![fmt(kv), ("STAGE", 6.0)],
             KernelKey::KvKivi { quant, keys, step } if quant.is_kivi() => {
@@ -359,8 +365,7 @@ impl KernelKey {
                 keys.push(KernelKey::CceGgml(t, bp));
             }
         }
-        // The rotated formats (q4r/q3r/q2r) have no GPU kernels yet (`KvLayout::new` refuses them).
-        for kv in KvFormat::ALL.into_iter().filter(|q| !q.is_rotated()) {
+        for kv in KvFormat::ALL {
             keys.push(KernelKey::KvStore(kv));
             keys.push(KernelKey::AttentionPrefill(kv));
             for neox in [false, true] {

@@ -131,11 +131,17 @@ fn every_key_has_a_registered_variant() {
         keys.push(KernelKey::CceGgml(t, 64));
         keys.push(KernelKey::CceGgml(t, 16));
     }
-    for kv in KvFormat::ALL.into_iter().filter(|q| !q.is_rotated()) {
+    for kv in KvFormat::ALL {
         for neox in [false, true] {
             let k = KernelKey::RopeKv { quant: kv, neox };
             keys.push(k);
             assert_eq!(k_const(k, "FMT"), Some(kv_fmt_id(kv)), "{kv:?}");
+            // the rotated formats' one pass (a workgroup per head unit)
+            let pass = kv.is_rotated().then_some(2);
+            assert_eq!(k_const(k, "PASS"), pass, "{kv:?}");
+        }
+        if kv.is_rotated() {
+            assert_eq!(k_const(KernelKey::KvStore(kv), "STAGE"), Some(7), "{kv:?}");
         }
         if kv.is_kivi() {
             for (k, st) in [(true, false), (false, false), (true, true), (false, true)] {
