@@ -470,7 +470,7 @@ fn gemma3_270m_greedy_gpu_equals_cpu() {
     }
     if !gguf.is_file() {
         tern_tests::skip_or_fail(
-            "gemma3_270m_gpu",
+            "gemma3_270m_greedy_gpu_equals_cpu",
             &format!(
                 "the Gemma 3 270M GGUF is not at {} (run `tern fetch gemma3-270m`, or set \
                  TERN_FETCH_GEMMA=1)",
