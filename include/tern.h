@@ -298,8 +298,8 @@ typedef struct tern_session_options {
   // `TERN_KV_F32` when `llama_cpp_numerics` is set. A value set explicitly is used as is:
   // `TERN_KV_F32` (0, also what a zeroed struct holds) is the f32 reference cache. The
   // formats and their math: `tern_format::kv`; how to choose: docs/kv-cache.md (the rotated
-  // `TERN_KV_Q4R`/`Q3R`/`Q2R` run on both devices; a GPU session refuses them with MiniCache or a
-  // head_dim above 256, `TERN_INVALID_ARGUMENT`). Added with the fields below (issue 14): a
+  // `TERN_KV_Q4R`/`Q3R`/`Q2R` run on both devices; a GPU session refuses them with MiniCache or
+  // a head_dim above 256, `TERN_INVALID_ARGUMENT`). Added with the fields below (issue 14): a
   // caller whose `struct_size` ends before them gets `TERN_KV_DEFAULT`.
   uint32_t kv_format;
   // MiniCache cross-layer merging: `TERN_MINICACHE_OFF` (default), `TERN_MINICACHE_ON` (the
