@@ -35,13 +35,10 @@ OUT=${OUT:-/tmp/coop-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/coop.log") 2>&1
 log() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1 '; then
-  for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig
-fi
-for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
-  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd; fi
-done
-log "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo none)"
+# shellcheck source=device-env.sh
+. scripts/device-env.sh
+device_vulkan_env "$PWD"
+log "GPU: $GPU"
 if [[ " $STEPS " == *" parity "* ]]; then
   log "parity: cooperative-matrix cases and the ternary GEMM cases auto-routed to them"
   TERN_EXPECT_COOP=1 TERN_REQUIRE_GPU=1 \

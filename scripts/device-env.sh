@@ -1,4 +1,4 @@
-# Sourced by the device scripts (device-a48.sh, device-kv.sh, device-final.sh,
+# Sourced by the device scripts (device-a48.sh, device-kv.sh, device-final.sh, device-coop.sh,
 # device-i15-neuzip.sh): makes Vulkan usable on the GPU machine.
 #   device_vulkan_env REPO   unpacks REPO/.gl/*.deb into / when libvulkan.so.1 is missing, points
 #                            VK_DRIVER_FILES at NVIDIA's ICD, sets GPU to the adapter's description
